@@ -1,1 +1,31 @@
+//! `libgpushim.so`: loaded with `LD_PRELOAD` into any CUDA program, it records every allocation
+//! and free of device, managed and pinned host memory, with the native backtrace of the caller,
+//! and streams the events to the `gpushim` collector.
+//!
+//! How an allocation reaches us (see `../shared/CUDA-FACTS.md` for the measurements):
+//! - by symbol: the runtime and driver entry points are exported from this library, so a
+//!   program that links `libcudart.so`/`libcuda.so` dynamically binds to them first;
+//! - by `dlsym(handle, name)`: our `dlsym` hands out our wrapper for the exact names we wrap
+//!   and remembers the real function it found behind that handle;
+//! - by `cuGetProcAddress`: our wrapper of it swaps each returned pointer that is one of the
+//!   functions we wrap (matched by address, so the ABI variant the caller asked for is kept),
+//!   including `cuGetProcAddress` itself, which the CUDA runtime asks for first.
+//!
+//! Invariants:
+//! - Every argument and every result passes through unchanged; a hook never panics across the
+//!   FFI boundary (recording runs under `catch_unwind`) and never blocks on the collector
+//!   except through the bounded channel's backpressure.
+//! - Only the outermost intercepted call records: a `cudaMalloc` that calls `cuMemAlloc_v2`
+//!   inside is one allocation (a per-thread depth counter).
+//! - A process that never allocates CUDA memory is untouched: the constructor only installs the
+//!   snapshot signal handler and a fork handler; the writer thread and the collector start at
+//!   the first event.
+//! - The signal handler touches atomics only.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![allow(clippy::missing_safety_doc)] // each export has its `# Safety` section in hooks.rs
 
+mod hooks;
+mod init;
+mod real;
+mod record;
+mod writer;

@@ -1,0 +1,110 @@
+//! What runs when the library loads: the snapshot signal handler and the fork handler. Nothing
+//! else starts here; tracing starts lazily at the first event.
+//!
+//! The signal handler only touches atomics: it records the current sequence number as the
+//! snapshot's boundary and bumps a request counter that the writer thread polls. Requests that
+//! arrive faster than the writer's tick (20 ms) are coalesced into one snapshot whose boundary
+//! is the latest signal's.
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_void};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+
+use crate::record::{self, DISABLED, FINISHED, SEQ, STATE};
+use crate::{real, writer};
+
+/// Snapshot requests received (by the signal handler) since tracing started in this process.
+pub static SNAP_REQUESTS: AtomicU64 = AtomicU64::new(0);
+/// Sequence number at the latest request: the snapshot holds the events before it.
+pub static SNAP_BOUNDARY: AtomicU64 = AtomicU64::new(0);
+
+/// The signal's previous disposition, written once by the constructor before our handler is
+/// installed and only read afterwards.
+struct OldAction {
+    set: AtomicBool,
+    action: UnsafeCell<MaybeUninit<libc::sigaction>>,
+}
+
+// SAFETY: `action` is written once, before `set` is released and before the handler that reads
+// it can run; it is never written again.
+unsafe impl Sync for OldAction {}
+
+static OLD: OldAction = OldAction { set: AtomicBool::new(false), action: UnsafeCell::new(MaybeUninit::uninit()) };
+
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn() = constructor;
+
+extern "C" fn constructor() {
+    let _ = std::panic::catch_unwind(|| {
+        real::init_real_dlsym();
+        // SAFETY: registering a plain function as the child handler.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        if let Some(sig) = snapshot_signal() {
+            install(sig);
+        }
+    });
+}
+
+/// `GPUSHIM_SIGNAL`: `USR1` (default), `USR2`, or `none`.
+fn snapshot_signal() -> Option<c_int> {
+    match std::env::var("GPUSHIM_SIGNAL").ok().as_deref().map(str::to_ascii_uppercase).as_deref() {
+        None | Some("") | Some("USR1") | Some("SIGUSR1") => Some(libc::SIGUSR1),
+        Some("USR2") | Some("SIGUSR2") => Some(libc::SIGUSR2),
+        Some("NONE") => None,
+        Some(other) => {
+            eprintln!("gpushim: GPUSHIM_SIGNAL={other} is not USR1, USR2 or none; using USR1");
+            Some(libc::SIGUSR1)
+        }
+    }
+}
+
+fn install(sig: c_int) {
+    // SAFETY: zeroed sigaction is a valid "no handler, empty mask" value; we fill what we use.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = on_signal as *const () as usize;
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: sa_mask is a valid sigset to empty.
+    unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+    // SAFETY: OLD.action is written here only, before OLD.set is released; `sa` is valid.
+    let rc = unsafe { libc::sigaction(sig, &sa, (*OLD.action.get()).as_mut_ptr()) };
+    if rc == 0 {
+        OLD.set.store(true, Release);
+    }
+}
+
+extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    let st = STATE.load(Acquire);
+    if st != DISABLED && st != FINISHED {
+        SNAP_BOUNDARY.store(SEQ.load(Acquire), Release);
+        SNAP_REQUESTS.fetch_add(1, AcqRel);
+    }
+    if !OLD.set.load(Acquire) {
+        return;
+    }
+    // SAFETY: set once before the handler was installed (see OldAction).
+    let old = unsafe { (*OLD.action.get()).assume_init_ref() };
+    let h = old.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN || h == on_signal as *const () as usize {
+        return;
+    }
+    if old.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the earlier handler was installed with SA_SIGINFO, so it has this type.
+        let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = unsafe { std::mem::transmute(h) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: a plain handler takes the signal number only.
+        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+}
+
+/// In a forked child only the forking thread exists: forget the parent's writer, channel,
+/// socket and counters; the child starts its own collector at its first event.
+extern "C" fn after_fork_in_child() {
+    writer::close_after_fork();
+    record::reset_after_fork();
+    SNAP_REQUESTS.store(0, Relaxed);
+    SNAP_BOUNDARY.store(0, Relaxed);
+}

@@ -1,0 +1,336 @@
+//! The writer thread: started at the first event together with the collector process, it turns
+//! hot-path [`Msg`]s into wire events, sends each distinct stack once, keeps the collector's
+//! module map up to date, emits snapshot requests, and streams frames over a Unix socket.
+//!
+//! A socket rather than a pipe: writes use `MSG_NOSIGNAL`, so a collector that dies never
+//! raises SIGPIPE in the target. When the collector goes away, recording stops and one line on
+//! stderr says how many events were sent before.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_int, CStr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use gpushim_wire::{self as wire, Event};
+
+use crate::init::{SNAP_BOUNDARY, SNAP_REQUESTS};
+use crate::real;
+use crate::record::{self, Msg, BACKTRACES, DISABLED, MAX_FRAMES, STATE};
+
+/// Events the channel holds before hooks wait (backpressure), about 1.3 MiB of slots.
+const CHANNEL_CAPACITY: usize = 16 * 1024;
+/// Bytes buffered before a write to the socket.
+const FLUSH_BYTES: usize = 64 * 1024;
+/// How often the writer wakes up with nothing to do, to look for snapshot requests.
+const TICK: Duration = Duration::from_millis(20);
+
+/// Our end of the socket to the collector; -1 if none. Closed in a forked child.
+static SOCKET_FD: AtomicI32 = AtomicI32::new(-1);
+static ATEXIT_REGISTERED: AtomicBool = AtomicBool::new(false);
+
+/// Settings read from the environment when tracing starts.
+struct Config {
+    collector: String,
+    output_dir: String,
+    cwd: String,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()).filter(|v| !v.is_empty())
+}
+
+impl Config {
+    fn from_env() -> Config {
+        if env("GPUSHIM_BACKTRACE").as_deref() == Some("0") {
+            BACKTRACES.store(false, Relaxed);
+        }
+        if let Some(n) = env("GPUSHIM_MAX_FRAMES").and_then(|v| v.parse::<usize>().ok()) {
+            MAX_FRAMES.store(n.clamp(1, 256), Relaxed);
+        }
+        let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| ".".into());
+        let output_dir = match env("GPUSHIM_OUTPUT") {
+            Some(d) if d.starts_with('/') => d,
+            Some(d) => format!("{cwd}/{d}"),
+            None => cwd.clone(),
+        };
+        let collector = env("GPUSHIM_COLLECTOR").unwrap_or_else(default_collector);
+        Config { collector, output_dir, cwd }
+    }
+}
+
+/// `gpushim` in the directory this library was loaded from.
+fn default_collector() -> String {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only writes `info`.
+    let ok = unsafe { libc::dladdr(default_collector as *const libc::c_void, &mut info) } != 0;
+    if ok && !info.dli_fname.is_null() {
+        // SAFETY: the loader's NUL-terminated path.
+        let me = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+        if let Some((dir, _)) = me.rsplit_once('/') {
+            return format!("{dir}/gpushim");
+        }
+    }
+    "gpushim".into()
+}
+
+/// Starts the collector and the writer thread. `None` (with one line on stderr) if the
+/// collector cannot be started: the program then runs on unrecorded.
+pub fn start() -> Option<Sender<Msg>> {
+    let cfg = Config::from_env();
+    real::own_range();
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
+        eprintln!("gpushim: cannot create a socket for the collector: {}; recording is off", std::io::Error::last_os_error());
+        return None;
+    }
+    // SAFETY: socketpair returned two fresh descriptors that nothing else owns.
+    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let child = Command::new(&cfg.collector)
+        .arg("collect")
+        .stdin(Stdio::from(theirs))
+        .env_remove("LD_PRELOAD")
+        // Its own process group: Ctrl-C and SIGTERM sent to the target's group do not stop it
+        // before it has written the report.
+        .process_group(0)
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!(
+                "gpushim: cannot start the collector '{}': {e}; recording is off (set GPUSHIM_COLLECTOR to the gpushim binary)",
+                cfg.collector
+            );
+            return None;
+        }
+    };
+    SOCKET_FD.store(ours.as_raw_fd(), Release);
+    let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+    let spawned = std::thread::Builder::new().name("gpushim-writer".into()).spawn(move || {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Writer::new(ours, child).run(rx, &cfg)));
+    });
+    if let Err(e) = spawned {
+        eprintln!("gpushim: cannot start the writer thread: {e}; recording is off");
+        return None;
+    }
+    if !ATEXIT_REGISTERED.swap(true, AcqRel) {
+        // SAFETY: registering a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(at_exit) };
+    }
+    Some(tx)
+}
+
+extern "C" fn at_exit() {
+    let secs = env("GPUSHIM_EXIT_TIMEOUT").and_then(|v| v.parse::<u64>().ok()).unwrap_or(60);
+    record::finish(Duration::from_secs(secs));
+}
+
+/// Closes the inherited socket in a forked child, so the parent's collector still sees the end
+/// of the parent's stream.
+pub fn close_after_fork() {
+    let fd = SOCKET_FD.swap(-1, AcqRel);
+    if fd >= 0 {
+        // SAFETY: the fd is this process's copy of our socket; no thread of the child uses it.
+        unsafe { libc::close(fd) };
+    }
+}
+
+struct Writer {
+    sock: OwnedFd,
+    child: Child,
+    buf: Vec<u8>,
+    stacks: HashMap<Box<[u64]>, u32>,
+    modules: HashSet<(String, u64)>,
+    covered: Vec<(u64, u64)>,
+    snapshots_handled: u64,
+    events: u64,
+}
+
+impl Writer {
+    fn new(sock: OwnedFd, child: Child) -> Writer {
+        Writer {
+            sock,
+            child,
+            buf: Vec::with_capacity(FLUSH_BYTES * 2),
+            stacks: HashMap::new(),
+            modules: HashSet::new(),
+            covered: Vec::new(),
+            snapshots_handled: 0,
+            events: 0,
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Msg>, cfg: &Config) {
+        wire::write_header(&mut self.buf);
+        self.push(&Event::Hello(hello(cfg)));
+        self.scan_modules();
+        loop {
+            match rx.recv_timeout(TICK) {
+                Ok(Msg::Exit { done }) => {
+                    self.snapshots();
+                    self.push(&Event::Exit(wire::Exit { ts_ns: record::now_ns() }));
+                    if self.flush() {
+                        self.close_and_wait();
+                    }
+                    let _ = done.send(());
+                    return;
+                }
+                Ok(msg) => self.handle(msg),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            self.snapshots();
+            if (self.buf.len() >= FLUSH_BYTES || rx.is_empty()) && !self.flush() {
+                // Dropping `rx` makes every later send fail at once instead of blocking.
+                return;
+            }
+        }
+    }
+
+    fn push(&mut self, ev: &Event) {
+        wire::encode(ev, &mut self.buf);
+    }
+
+    fn snapshots(&mut self) {
+        let req = SNAP_REQUESTS.load(Acquire);
+        if req != self.snapshots_handled {
+            self.snapshots_handled = req;
+            let boundary = SNAP_BOUNDARY.load(Acquire);
+            self.push(&Event::Snapshot(wire::Snapshot { boundary, ts_ns: record::now_ns() }));
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        self.events += 1;
+        match msg {
+            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames } => {
+                let stack = self.stack_id(frames);
+                self.push(&Event::Alloc(wire::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, stack }));
+            }
+            Msg::Free { seq, ts_ns, addr, api, stream, tid, result } => {
+                self.push(&Event::Free(wire::Free { seq, ts_ns, addr, api, stream, tid, result }));
+            }
+            Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, result, mem } => {
+                if let Some((free, total)) = mem {
+                    self.push(&Event::MemInfo(wire::MemInfo { ts_ns, device, free, total }));
+                }
+                let stack = self.stack_id(frames);
+                self.push(&Event::Failed(wire::Failed { seq, ts_ns, size, kind, api, device, tid, stack, result }));
+            }
+            Msg::Exit { .. } => unreachable!("handled in run"),
+        }
+    }
+
+    /// The id of `frames`, sending the stack (and any module not yet described) the first
+    /// time it is seen.
+    fn stack_id(&mut self, frames: Box<[u64]>) -> u32 {
+        if frames.is_empty() {
+            return wire::NO_STACK;
+        }
+        if let Some(&id) = self.stacks.get(&frames) {
+            return id;
+        }
+        if frames.iter().any(|&a| !self.covered.iter().any(|&(s, e)| a >= s && a < e)) {
+            self.scan_modules();
+        }
+        let id = self.stacks.len() as u32;
+        self.push(&Event::Stack(wire::Stack { id, frames: frames.to_vec() }));
+        self.stacks.insert(frames, id);
+        id
+    }
+
+    /// Sends every loaded module not sent before.
+    fn scan_modules(&mut self) {
+        let mut new = Vec::new();
+        real::for_each_module(|m| {
+            if m.ranges.is_empty() || m.path.is_empty() {
+                return;
+            }
+            if self.modules.insert((m.path.clone(), m.bias)) {
+                let ranges: Vec<(u64, u64)> = m.ranges.iter().map(|&(s, e)| (s as u64, e as u64)).collect();
+                self.covered.extend(&ranges);
+                new.push(wire::Module { path: m.path.clone(), bias: m.bias, ranges });
+            }
+        });
+        for m in new {
+            self.push(&Event::Module(m));
+        }
+    }
+
+    /// Writes the buffer out. False (after one line on stderr, and with recording switched
+    /// off) if the collector has gone away.
+    fn flush(&mut self) -> bool {
+        let mut off = 0;
+        while off < self.buf.len() {
+            let rest = &self.buf[off..];
+            // SAFETY: writing from a valid buffer to our socket; MSG_NOSIGNAL turns a closed peer
+            // into EPIPE instead of SIGPIPE.
+            let n = unsafe { libc::send(self.sock.as_raw_fd(), rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                STATE.store(DISABLED, Release);
+                eprintln!(
+                    "gpushim: lost the collector ({e}); recording stopped after {} events; the program goes on unrecorded",
+                    self.events
+                );
+                return false;
+            }
+            off += n as usize;
+        }
+        self.buf.clear();
+        true
+    }
+
+    /// Ends the stream and waits until the collector has read it all and exited (it closes its
+    /// end of the socket when done).
+    fn close_and_wait(&mut self) {
+        let fd: RawFd = self.sock.as_raw_fd();
+        // SAFETY: shutting down the write side of our own socket.
+        unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+        let mut b = [0u8; 64];
+        loop {
+            // SAFETY: reading into a valid buffer from our socket.
+            let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
+            if n > 0 {
+                continue;
+            }
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn hello(cfg: &Config) -> wire::Hello {
+    let command = std::fs::read("/proc/self/cmdline")
+        .map(|b| b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
+        .unwrap_or_default();
+    let start_unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    wire::Hello {
+        // SAFETY: getpid and getppid cannot fail.
+        pid: unsafe { libc::getpid() } as u32,
+        ppid: unsafe { libc::getppid() } as u32,
+        start_unix_ns,
+        command,
+        cwd: cfg.cwd.clone(),
+        output_dir: cfg.output_dir.clone(),
+        shim_version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
