@@ -1,1 +1,192 @@
-fn main(){}
+//! Builds the C stand-ins for the CUDA libraries and the C test programs into
+//! `$OUT_DIR/standins/`, and exports that directory to the integration tests as
+//! `env!("GPUSHIM_STANDINS")`.
+//!
+//! Outputs (all in one directory; executables and libcudart carry RUNPATH
+//! `$ORIGIN`, so they find each other there):
+//! - `libcuda.so.1`          driver stand-in (standins/cuda.c)
+//! - `libcudart.so.13`       runtime stand-in, shared (standins/cudart.c)
+//! - `libcudart_static.a`    runtime stand-in, static archive (same source)
+//! - `target_dynamic`        tests/programs/target.c linked to libcudart.so.13
+//! - `target_static`         tests/programs/target.c with libcudart_static.a inside
+//! - `driver_dlsym`          tests/programs/driver_dlsym.c (dlopen + dlsym of libcuda)
+//! - `librtldnext.so`        tests/programs/rtldnext.c (a second RTLD_NEXT interposer)
+//! - `leak_example`          examples/leak.c linked to libcudart.so.13
+
+use std::env;
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Flags shared by every compile.
+const COMMON: &[&str] = &[
+    "-std=gnu11",
+    "-g",
+    "-O0",
+    "-fno-omit-frame-pointer",
+    "-Wall",
+    "-Wextra",
+];
+/// Extra flags for shared libraries and the static archive's object.
+const LIBRARY: &[&str] = &["-fPIC", "-fvisibility=hidden"];
+/// Extra flags for the test programs.
+const PROGRAM: &[&str] = &["-fno-inline"];
+/// Linker flags that make the output find its neighbours in the same directory.
+const RUNPATH_ORIGIN: &[&str] = &["-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN"];
+
+struct Ctx {
+    cc: PathBuf,
+    root: PathBuf,
+    out: PathBuf,
+}
+
+impl Ctx {
+    fn src(&self, rel: &str) -> OsString {
+        self.root.join(rel).into_os_string()
+    }
+
+    fn include(&self) -> OsString {
+        let mut s = OsString::from("-I");
+        s.push(self.root.join("standins"));
+        s
+    }
+
+    fn lib_dir(&self) -> OsString {
+        let mut s = OsString::from("-L");
+        s.push(&self.out);
+        s
+    }
+
+    /// Runs the compiler to produce `name` in the output directory.  The file
+    /// is written under a temporary name and renamed into place, so a process
+    /// still running an older copy is never disturbed.
+    fn cc(&self, name: &str, args: &[OsString]) {
+        let tmp = self.out.join(format!(".{name}.tmp"));
+        let _ = fs::remove_file(&tmp);
+        let mut cmd = Command::new(&self.cc);
+        cmd.args(COMMON).arg(self.include()).args(args).arg("-o").arg(&tmp);
+        run(&mut cmd, name);
+        fs::rename(&tmp, self.out.join(name))
+            .unwrap_or_else(|e| panic!("renaming {} into place: {e}", tmp.display()));
+    }
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let output = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("building {what}: cannot run {cmd:?}: {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        panic!(
+            "building {what} failed ({}):\n  {cmd:?}\n--- stderr ---\n{stderr}--- stdout ---\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+    for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
+        println!("cargo:warning={what}: {line}");
+    }
+}
+
+fn os(items: &[&str]) -> Vec<OsString> {
+    items.iter().map(OsString::from).collect()
+}
+
+fn main() {
+    let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("standins");
+    fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
+
+    for src in [
+        "build.rs",
+        "standins/cuda.c",
+        "standins/cudart.c",
+        "standins/cuda_standin.h",
+        "standins/cudart_standin.h",
+        "tests/programs/target.c",
+        "tests/programs/driver_dlsym.c",
+        "tests/programs/rtldnext.c",
+        "examples/leak.c",
+    ] {
+        println!("cargo:rerun-if-changed={src}");
+    }
+
+    let build = cc::Build::new();
+    let compiler = build.try_get_compiler().unwrap_or_else(|e| panic!("no C compiler: {e}"));
+    let ctx = Ctx { cc: compiler.path().to_path_buf(), root, out };
+
+    // Driver stand-in: libcuda.so.1.
+    let mut a = os(LIBRARY);
+    a.extend(os(&["-shared", "-Wl,-soname,libcuda.so.1"]));
+    a.push(ctx.src("standins/cuda.c"));
+    a.extend(os(&["-lpthread"]));
+    ctx.cc("libcuda.so.1", &a);
+
+    // Runtime stand-in: one object, linked shared and archived static.
+    let mut a = os(LIBRARY);
+    a.push("-c".into());
+    a.push(ctx.src("standins/cudart.c"));
+    ctx.cc("cudart.o", &a);
+    let cudart_o = ctx.out.join("cudart.o");
+
+    let mut a = os(&["-shared", "-Wl,-soname,libcudart.so.13"]);
+    a.extend(os(RUNPATH_ORIGIN));
+    a.push(cudart_o.clone().into_os_string());
+    a.extend(os(&["-ldl", "-lpthread"]));
+    ctx.cc("libcudart.so.13", &a);
+
+    let archive_tmp = ctx.out.join(".libcudart_static.a.tmp");
+    let _ = fs::remove_file(&archive_tmp);
+    let mut ar = build.get_archiver();
+    ar.arg("crs").arg(&archive_tmp).arg(&cudart_o);
+    run(&mut ar, "libcudart_static.a");
+    fs::rename(&archive_tmp, ctx.out.join("libcudart_static.a"))
+        .unwrap_or_else(|e| panic!("renaming libcudart_static.a into place: {e}"));
+
+    // Test programs.
+    let mut a = os(PROGRAM);
+    a.push(ctx.src("tests/programs/target.c"));
+    a.push(ctx.lib_dir());
+    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-lpthread"]));
+    a.extend(os(RUNPATH_ORIGIN));
+    ctx.cc("target_dynamic", &a);
+
+    let mut a = os(PROGRAM);
+    a.push(ctx.src("tests/programs/target.c"));
+    a.push(ctx.out.join("libcudart_static.a").into_os_string());
+    a.extend(os(&["-ldl", "-lpthread"]));
+    a.extend(os(RUNPATH_ORIGIN));
+    ctx.cc("target_static", &a);
+
+    let mut a = os(PROGRAM);
+    a.push(ctx.src("tests/programs/driver_dlsym.c"));
+    a.push("-ldl".into());
+    a.extend(os(RUNPATH_ORIGIN));
+    ctx.cc("driver_dlsym", &a);
+
+    let mut a = os(LIBRARY);
+    a.extend(os(&["-shared", "-Wl,-soname,librtldnext.so"]));
+    a.push(ctx.src("tests/programs/rtldnext.c"));
+    a.push("-ldl".into());
+    ctx.cc("librtldnext.so", &a);
+
+    // The example, built against the stand-in runtime.
+    let mut a = os(PROGRAM);
+    a.push("-DGPUSHIM_STANDIN".into());
+    a.push(ctx.src("examples/leak.c"));
+    a.push(ctx.lib_dir());
+    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
+    a.extend(os(RUNPATH_ORIGIN));
+    ctx.cc("leak_example", &a);
+
+    println!("cargo:rustc-env=GPUSHIM_STANDINS={}", ctx.out.display());
+    check_path(&ctx.out);
+}
+
+/// The directory is baked into the test binary; make sure it is usable text.
+fn check_path(dir: &Path) {
+    if dir.to_str().is_none() {
+        panic!("OUT_DIR {} is not valid UTF-8", dir.display());
+    }
+}

@@ -1,1 +1,13 @@
+//! Integration tests: real processes run under `LD_PRELOAD=libgpushim.so` against the CUDA
+//! stand-ins that build.rs compiles, with exact numbers asserted from the JSON reports.
+//! Build the workspace first (`cargo build --workspace`): the tests run `libgpushim.so` and
+//! `gpushim` from the same target directory as this test binary.
 
+mod util;
+
+mod cli;            // gpushim run / report / diff / snapshot from outside
+mod concurrency;    // many threads, exact totals
+mod examples;       // the bundled C and Rust examples
+mod interception;   // every allocation path: symbol, static runtime, dlsym, RTLD_NEXT neighbours
+mod lifecycle;      // fork, SIGKILL, exit, non-CUDA processes, missing collector
+mod snapshots;      // SIGUSR1 snapshots hold exactly the allocations made before the signal

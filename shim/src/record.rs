@@ -169,6 +169,9 @@ fn capture() -> Box<[u64]> {
     unsafe {
         backtrace::trace_unsynchronized(|f| {
             let ip = f.ip() as usize;
+            if ip == 0 {
+                return false;
+            }
             if ours && real::is_own(ip) {
                 return true;
             }

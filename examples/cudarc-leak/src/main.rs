@@ -1,1 +1,55 @@
-fn main(){}
+//! A Rust program with a known device-memory leak, for trying gpushim on Rust code.
+//!
+//! It reaches the CUDA driver the way cudarc's `dynamic-loading` feature does: `dlopen` of
+//! `libcuda.so*` and `dlsym` of each function by handle (libloading), so LD_PRELOAD symbol
+//! interposition alone would see nothing. The leak: `cache_batch` keeps a 4 MiB device buffer
+//! per step in a cache that is never evicted. `workspace` allocates and frees 1 MiB per step
+//! (not a leak), and `load_weights` allocates 16 MiB once and keeps it (not a leak either).
+//!
+//! Run: `gpushim run -- target/release/cudarc-leak [steps]` (default 100 steps).
+
+use cudarc::driver::{result, sys::CUdeviceptr, DriverError};
+
+const MIB: usize = 1 << 20;
+
+#[inline(never)]
+fn load_weights() -> Result<CUdeviceptr, DriverError> {
+    // SAFETY: plain device allocation; the pointer is only stored, never dereferenced on the host.
+    unsafe { result::malloc_sync(16 * MIB) }
+}
+
+#[inline(never)]
+fn cache_batch(cache: &mut Vec<CUdeviceptr>) -> Result<(), DriverError> {
+    // SAFETY: as above.
+    cache.push(unsafe { result::malloc_sync(4 * MIB) }?);
+    Ok(())
+}
+
+#[inline(never)]
+fn workspace() -> Result<(), DriverError> {
+    // SAFETY: allocated and freed here, never used on the host.
+    unsafe {
+        let p = result::malloc_sync(MIB)?;
+        result::free_sync(p)
+    }
+}
+
+fn main() {
+    let steps: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(100);
+    if let Err(e) = run(steps) {
+        eprintln!("cudarc-leak: CUDA error: {e:?}");
+        std::process::exit(1);
+    }
+}
+
+fn run(steps: usize) -> Result<(), DriverError> {
+    result::init()?;
+    let _weights = load_weights()?;
+    let mut cache = Vec::new();
+    for _ in 0..steps {
+        workspace()?;
+        cache_batch(&mut cache)?;
+    }
+    println!("cudarc-leak: {steps} steps, {} MiB cached on the device and never freed", cache.len() * 4);
+    Ok(())
+}

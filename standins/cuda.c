@@ -1,0 +1,658 @@
+/*
+ * Stand-in for the CUDA driver library (built as libcuda.so.1) for gpushim's
+ * tests on machines without a GPU.
+ *
+ * - Every allocation is backed by real host memory (malloc, or a low mmap for
+ *   the 32-bit cuMemAlloc v1 ABI), so addresses are real and get reused.
+ * - A small mutex-protected table records live pointers and handles; freeing
+ *   something unknown returns CUDA_ERROR_INVALID_VALUE instead of crashing.
+ * - STANDIN_DEVICE_BYTES (default 80 GiB) bounds live device+managed bytes;
+ *   an allocation beyond it returns CUDA_ERROR_OUT_OF_MEMORY.
+ * - standin_calls(name) reports how often each exported function was entered.
+ * - cuGetProcAddress / cuGetProcAddress_v2 resolve names through a plain C
+ *   table (no dlsym) and hand out the library's internal functions, as the real
+ *   driver does, so an interposer exporting the same names is not returned.
+ */
+#define _GNU_SOURCE
+#include "cuda_standin.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define API __attribute__((visibility("default")))
+
+/* ------------------------------------------------------------------------ */
+/* Call counters                                                             */
+
+#define STANDIN_FUNCTIONS(X)        \
+    X(cuInit)                       \
+    X(cuDriverGetVersion)           \
+    X(cuDeviceGetCount)             \
+    X(cuCtxGetDevice)               \
+    X(cuMemAlloc)                   \
+    X(cuMemAlloc_v2)                \
+    X(cuMemFree_v2)                 \
+    X(cuMemAllocPitch_v2)           \
+    X(cuMemAllocManaged)            \
+    X(cuMemAllocAsync)              \
+    X(cuMemAllocAsync_ptsz)         \
+    X(cuMemFreeAsync)               \
+    X(cuMemFreeAsync_ptsz)          \
+    X(cuMemAllocFromPoolAsync)      \
+    X(cuMemAllocFromPoolAsync_ptsz) \
+    X(cuMemHostAlloc)               \
+    X(cuMemAllocHost_v2)            \
+    X(cuMemFreeHost)                \
+    X(cuMemCreate)                  \
+    X(cuMemRelease)                 \
+    X(cuMemGetInfo_v2)              \
+    X(cuGetExportTable)             \
+    X(cuGetProcAddress)             \
+    X(cuGetProcAddress_v2)
+
+enum fn_id {
+#define X(name) FN_##name,
+    STANDIN_FUNCTIONS(X)
+#undef X
+    FN_COUNT
+};
+
+static const char *const fn_names[FN_COUNT] = {
+#define X(name) #name,
+    STANDIN_FUNCTIONS(X)
+#undef X
+};
+
+static atomic_ulong fn_calls[FN_COUNT];
+
+#define COUNT(name) atomic_fetch_add_explicit(&fn_calls[FN_##name], 1, memory_order_relaxed)
+
+API unsigned long standin_calls(const char *function_name)
+{
+    if (function_name == NULL)
+        return 0;
+    for (int i = 0; i < FN_COUNT; i++)
+        if (strcmp(fn_names[i], function_name) == 0)
+            return atomic_load_explicit(&fn_calls[i], memory_order_relaxed);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Live allocation table                                                     */
+
+enum entry_class { CLASS_DEVICE, CLASS_HOST, CLASS_HANDLE };
+
+struct entry {
+    uintptr_t key;
+    size_t size;
+    int cls;          /* enum entry_class */
+    int counts;       /* 1 if the bytes count against STANDIN_DEVICE_BYTES */
+    int mapped;       /* 1 if backed by mmap (cuMemAlloc v1), else malloc */
+    struct entry *next;
+};
+
+#define NBUCKETS 4096u
+
+static struct entry *buckets[NBUCKETS];
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t live_device_bytes;      /* device + managed + device VMM */
+static size_t device_limit;
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+static atomic_ullong next_handle = 0x1000;
+
+static void lock_table(void) { pthread_mutex_lock(&table_lock); }
+static void unlock_table(void) { pthread_mutex_unlock(&table_lock); }
+
+static void setup(void)
+{
+    device_limit = 80ull << 30;
+    const char *s = getenv("STANDIN_DEVICE_BYTES");
+    if (s != NULL && *s != '\0') {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 0);
+        if (errno == 0 && end != NULL && *end == '\0')
+            device_limit = (size_t)v;
+    }
+    /* Keep the table usable in a forked child. */
+    pthread_atfork(lock_table, unlock_table, unlock_table);
+}
+
+static void ensure_setup(void) { pthread_once(&setup_once, setup); }
+
+static unsigned bucket_of(uintptr_t key)
+{
+    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
+    return (unsigned)(h >> 52) & (NBUCKETS - 1);
+}
+
+/* Reserve `size` device bytes against the limit.  Call with the lock held. */
+static int reserve_locked(size_t size)
+{
+    if (size > device_limit || live_device_bytes > device_limit - size)
+        return 0;
+    live_device_bytes += size;
+    return 1;
+}
+
+static void insert_locked(struct entry *e)
+{
+    unsigned b = bucket_of(e->key);
+    e->next = buckets[b];
+    buckets[b] = e;
+}
+
+/* Unlink and return the entry for (key, cls), or NULL.  Lock held. */
+static struct entry *remove_locked(uintptr_t key, int cls)
+{
+    struct entry **pp = &buckets[bucket_of(key)];
+    for (; *pp != NULL; pp = &(*pp)->next) {
+        struct entry *e = *pp;
+        if (e->key == key && e->cls == cls) {
+            *pp = e->next;
+            if (e->counts)
+                live_device_bytes -= e->size;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/*
+ * Allocate `size` bytes of backing memory and record it.  Returns a CUresult;
+ * on success *out receives the address.
+ */
+static CUresult alloc_backed(uintptr_t *out, size_t size, int cls, int counts, int low32)
+{
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    ensure_setup();
+    struct entry *e = malloc(sizeof *e);
+    if (e == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+
+    lock_table();
+    if (counts && !reserve_locked(size)) {
+        unlock_table();
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    void *mem = NULL;
+    if (low32) {
+#ifdef MAP_32BIT
+        mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_32BIT,
+                   -1, 0);
+        if (mem == MAP_FAILED || (uintptr_t)mem + size > 0xFFFFFFFFull) {
+            if (mem != MAP_FAILED)
+                munmap(mem, size);
+            mem = NULL;
+        }
+#endif
+    } else {
+        mem = malloc(size);
+    }
+    if (mem == NULL) {
+        if (counts)
+            live_device_bytes -= size;
+        unlock_table();
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    e->key = (uintptr_t)mem;
+    e->size = size;
+    e->cls = cls;
+    e->counts = counts;
+    e->mapped = low32;
+    insert_locked(e);
+    unlock_table();
+    *out = (uintptr_t)mem;
+    return CUDA_SUCCESS;
+}
+
+static CUresult free_backed(uintptr_t key, int cls)
+{
+    if (key == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    ensure_setup();
+    lock_table();
+    struct entry *e = remove_locked(key, cls);
+    if (e != NULL) {
+        if (e->mapped)
+            munmap((void *)e->key, e->size);
+        else
+            free((void *)e->key);
+    }
+    unlock_table();
+    if (e == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+static CUresult alloc_device(CUdeviceptr *dptr, size_t size)
+{
+    if (dptr == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t p;
+    CUresult r = alloc_backed(&p, size, CLASS_DEVICE, 1, 0);
+    if (r == CUDA_SUCCESS)
+        *dptr = (CUdeviceptr)p;
+    return r;
+}
+
+static CUresult alloc_host(void **pp, size_t size)
+{
+    if (pp == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t p;
+    CUresult r = alloc_backed(&p, size, CLASS_HOST, 0, 0);
+    if (r == CUDA_SUCCESS)
+        *pp = (void *)p;
+    return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Implementations.  These are static so that cuGetProcAddress hands out the  */
+/* library's own code even if an LD_PRELOADed library exports the same names. */
+
+static CUresult impl_cuInit(unsigned int flags)
+{
+    COUNT(cuInit);
+    ensure_setup();
+    return flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult impl_cuDriverGetVersion(int *v)
+{
+    COUNT(cuDriverGetVersion);
+    if (v == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = 13000;
+    return CUDA_SUCCESS;
+}
+
+static CUresult impl_cuDeviceGetCount(int *count)
+{
+    COUNT(cuDeviceGetCount);
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = 1;
+    return CUDA_SUCCESS;
+}
+
+static CUresult impl_cuCtxGetDevice(int *device)
+{
+    COUNT(cuCtxGetDevice);
+    if (device == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult impl_cuMemAlloc_v1(unsigned int *dptr, unsigned int bytesize)
+{
+    COUNT(cuMemAlloc);
+    if (dptr == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t p;
+    CUresult r = alloc_backed(&p, bytesize, CLASS_DEVICE, 1, 1);
+    if (r == CUDA_SUCCESS)
+        *dptr = (unsigned int)p;
+    return r;
+}
+
+static CUresult impl_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    COUNT(cuMemAlloc_v2);
+    return alloc_device(dptr, bytesize);
+}
+
+static CUresult impl_cuMemFree_v2(CUdeviceptr dptr)
+{
+    COUNT(cuMemFree_v2);
+    return free_backed((uintptr_t)dptr, CLASS_DEVICE);
+}
+
+static CUresult impl_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t width,
+                                        size_t height, unsigned int elementSize)
+{
+    COUNT(cuMemAllocPitch_v2);
+    if (dptr == NULL || pPitch == NULL || width == 0 || height == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (elementSize != 4 && elementSize != 8 && elementSize != 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (width > SIZE_MAX - 511)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t pitch = (width + 511) & ~(size_t)511;
+    if (height > SIZE_MAX / pitch)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = alloc_device(dptr, pitch * height);
+    if (r == CUDA_SUCCESS)
+        *pPitch = pitch;
+    return r;
+}
+
+static CUresult impl_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    COUNT(cuMemAllocManaged);
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_device(dptr, bytesize);
+}
+
+static CUresult impl_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{
+    COUNT(cuMemAllocAsync);
+    (void)s;
+    return alloc_device(dptr, bytesize);
+}
+
+static CUresult impl_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{
+    COUNT(cuMemAllocAsync_ptsz);
+    (void)s;
+    return alloc_device(dptr, bytesize);
+}
+
+static CUresult impl_cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
+{
+    COUNT(cuMemFreeAsync);
+    (void)s;
+    return free_backed((uintptr_t)dptr, CLASS_DEVICE);
+}
+
+static CUresult impl_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
+{
+    COUNT(cuMemFreeAsync_ptsz);
+    (void)s;
+    return free_backed((uintptr_t)dptr, CLASS_DEVICE);
+}
+
+static CUresult impl_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
+                                             CUmemoryPool pool, CUstream s)
+{
+    COUNT(cuMemAllocFromPoolAsync);
+    (void)s;
+    if (pool == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_device(dptr, bytesize);
+}
+
+static CUresult impl_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+                                                  CUmemoryPool pool, CUstream s)
+{
+    COUNT(cuMemAllocFromPoolAsync_ptsz);
+    (void)s;
+    if (pool == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_device(dptr, bytesize);
+}
+
+static CUresult impl_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags)
+{
+    COUNT(cuMemHostAlloc);
+    (void)flags;
+    return alloc_host(pp, bytesize);
+}
+
+static CUresult impl_cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    COUNT(cuMemAllocHost_v2);
+    return alloc_host(pp, bytesize);
+}
+
+static CUresult impl_cuMemFreeHost(void *p)
+{
+    COUNT(cuMemFreeHost);
+    return free_backed((uintptr_t)p, CLASS_HOST);
+}
+
+static CUresult impl_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                                 const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    COUNT(cuMemCreate);
+    if (handle == NULL || prop == NULL || size == 0 || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    int on_device;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+        if (prop->location.id != 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        on_device = 1;
+    } else if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST) {
+        on_device = 0;
+    } else {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    ensure_setup();
+    struct entry *e = malloc(sizeof *e);
+    if (e == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    lock_table();
+    if (on_device && !reserve_locked(size)) {
+        unlock_table();
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    unsigned long long h = atomic_fetch_add(&next_handle, 1);
+    e->key = (uintptr_t)h;
+    e->size = size;
+    e->cls = CLASS_HANDLE;
+    e->counts = on_device;
+    e->mapped = 0;
+    insert_locked(e);
+    unlock_table();
+    *handle = h;
+    return CUDA_SUCCESS;
+}
+
+static CUresult impl_cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    COUNT(cuMemRelease);
+    if (handle == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    ensure_setup();
+    lock_table();
+    struct entry *e = remove_locked((uintptr_t)handle, CLASS_HANDLE);
+    unlock_table();
+    if (e == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+static CUresult impl_cuMemGetInfo_v2(size_t *freep, size_t *totalp)
+{
+    COUNT(cuMemGetInfo_v2);
+    if (freep == NULL || totalp == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    ensure_setup();
+    lock_table();
+    size_t live = live_device_bytes;
+    unlock_table();
+    *totalp = device_limit;
+    *freep = live < device_limit ? device_limit - live : 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult impl_cuGetExportTable(const void **ppExportTable, const void *id)
+{
+    COUNT(cuGetExportTable);
+    (void)id;
+    if (ppExportTable != NULL)
+        *ppExportTable = NULL;
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+static CUresult impl_cuGetProcAddress_v1(const char *, void **, int, unsigned long long);
+static CUresult impl_cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
+
+/* ------------------------------------------------------------------------ */
+/* Name resolution for cuGetProcAddress                                      */
+
+struct proc {
+    const char *name;
+    void *plain;       /* version >= split (or no split) and no ptsz flag */
+    void *old;         /* version < split; NULL if no versioned variant */
+    int split;         /* cudaVersion from which `plain` applies */
+    void *ptsz;        /* with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
+};
+
+#define FP(f) ((void *)(f))
+
+static const struct proc procs[] = {
+    {"cuInit", FP(impl_cuInit), NULL, 0, NULL},
+    {"cuDriverGetVersion", FP(impl_cuDriverGetVersion), NULL, 0, NULL},
+    {"cuDeviceGetCount", FP(impl_cuDeviceGetCount), NULL, 0, NULL},
+    {"cuCtxGetDevice", FP(impl_cuCtxGetDevice), NULL, 0, NULL},
+    {"cuMemAlloc", FP(impl_cuMemAlloc_v2), FP(impl_cuMemAlloc_v1), 3020, NULL},
+    {"cuMemFree", FP(impl_cuMemFree_v2), NULL, 3020, NULL},
+    {"cuMemAllocPitch", FP(impl_cuMemAllocPitch_v2), NULL, 3020, NULL},
+    {"cuMemAllocHost", FP(impl_cuMemAllocHost_v2), NULL, 3020, NULL},
+    {"cuMemGetInfo", FP(impl_cuMemGetInfo_v2), NULL, 3020, NULL},
+    {"cuMemAllocManaged", FP(impl_cuMemAllocManaged), NULL, 0, NULL},
+    {"cuMemAllocAsync", FP(impl_cuMemAllocAsync), NULL, 0, FP(impl_cuMemAllocAsync_ptsz)},
+    {"cuMemFreeAsync", FP(impl_cuMemFreeAsync), NULL, 0, FP(impl_cuMemFreeAsync_ptsz)},
+    {"cuMemAllocFromPoolAsync", FP(impl_cuMemAllocFromPoolAsync), NULL, 0,
+     FP(impl_cuMemAllocFromPoolAsync_ptsz)},
+    {"cuMemHostAlloc", FP(impl_cuMemHostAlloc), NULL, 0, NULL},
+    {"cuMemFreeHost", FP(impl_cuMemFreeHost), NULL, 0, NULL},
+    {"cuMemCreate", FP(impl_cuMemCreate), NULL, 0, NULL},
+    {"cuMemRelease", FP(impl_cuMemRelease), NULL, 0, NULL},
+    {"cuGetExportTable", FP(impl_cuGetExportTable), NULL, 0, NULL},
+    {"cuGetProcAddress", FP(impl_cuGetProcAddress_v2), FP(impl_cuGetProcAddress_v1), 12000, NULL},
+};
+
+/*
+ * Returns the function for `symbol`, or NULL.  A name whose only variant
+ * before `split` is absent from this stand-in (e.g. cuMemFree v1) is reported
+ * as not found for older versions.
+ */
+static void *resolve(const char *symbol, int version, unsigned long long flags)
+{
+    for (size_t i = 0; i < sizeof procs / sizeof procs[0]; i++) {
+        const struct proc *p = &procs[i];
+        if (strcmp(p->name, symbol) != 0)
+            continue;
+        if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && p->ptsz != NULL)
+            return p->ptsz;
+        if (p->split != 0 && version < p->split)
+            return p->old;
+        return p->plain;
+    }
+    return NULL;
+}
+
+static CUresult get_proc(const char *symbol, void **pfn, int version, unsigned long long flags,
+                         int *status)
+{
+    if (symbol == NULL || pfn == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *f = resolve(symbol, version, flags);
+    *pfn = f;
+    if (status != NULL)
+        *status = f != NULL ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return f != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+static CUresult impl_cuGetProcAddress_v1(const char *symbol, void **pfn, int version,
+                                         unsigned long long flags)
+{
+    COUNT(cuGetProcAddress);
+    return get_proc(symbol, pfn, version, flags, NULL);
+}
+
+static CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                         unsigned long long flags, int *symbolStatus)
+{
+    COUNT(cuGetProcAddress_v2);
+    return get_proc(symbol, pfn, version, flags, symbolStatus);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exported entry points                                                     */
+
+API CUresult cuInit(unsigned int flags) { return impl_cuInit(flags); }
+API CUresult cuDriverGetVersion(int *v) { return impl_cuDriverGetVersion(v); }
+API CUresult cuDeviceGetCount(int *c) { return impl_cuDeviceGetCount(c); }
+API CUresult cuCtxGetDevice(int *d) { return impl_cuCtxGetDevice(d); }
+API CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytesize)
+{
+    return impl_cuMemAlloc_v1(dptr, bytesize);
+}
+API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    return impl_cuMemAlloc_v2(dptr, bytesize);
+}
+API CUresult cuMemFree_v2(CUdeviceptr dptr) { return impl_cuMemFree_v2(dptr); }
+API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t w, size_t h,
+                                unsigned int elementSize)
+{
+    return impl_cuMemAllocPitch_v2(dptr, pPitch, w, h, elementSize);
+}
+API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    return impl_cuMemAllocManaged(dptr, bytesize, flags);
+}
+API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{
+    return impl_cuMemAllocAsync(dptr, bytesize, s);
+}
+API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{
+    return impl_cuMemAllocAsync_ptsz(dptr, bytesize, s);
+}
+API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { return impl_cuMemFreeAsync(dptr, s); }
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
+{
+    return impl_cuMemFreeAsync_ptsz(dptr, s);
+}
+API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                     CUstream s)
+{
+    return impl_cuMemAllocFromPoolAsync(dptr, bytesize, pool, s);
+}
+API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                          CUstream s)
+{
+    return impl_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, s);
+}
+API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags)
+{
+    return impl_cuMemHostAlloc(pp, bytesize, flags);
+}
+API CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    return impl_cuMemAllocHost_v2(pp, bytesize);
+}
+API CUresult cuMemFreeHost(void *p) { return impl_cuMemFreeHost(p); }
+API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                         const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    return impl_cuMemCreate(handle, size, prop, flags);
+}
+API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { return impl_cuMemRelease(handle); }
+API CUresult cuMemGetInfo_v2(size_t *freep, size_t *totalp)
+{
+    return impl_cuMemGetInfo_v2(freep, totalp);
+}
+API CUresult cuGetExportTable(const void **ppExportTable, const void *id)
+{
+    return impl_cuGetExportTable(ppExportTable, id);
+}
+API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version,
+                              unsigned long long flags)
+{
+    return impl_cuGetProcAddress_v1(symbol, pfn, version, flags);
+}
+API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                 unsigned long long flags, int *symbolStatus)
+{
+    return impl_cuGetProcAddress_v2(symbol, pfn, version, flags, symbolStatus);
+}

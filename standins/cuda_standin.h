@@ -1,0 +1,119 @@
+/*
+ * Types and prototypes of the CUDA driver API subset that the stand-in
+ * libcuda.so.1 (standins/cuda.c) implements.  The layouts and signatures
+ * follow the real driver's ABI so that code built against these
+ * declarations would also work against the real libcuda.so.1.
+ *
+ * Written for gpushim's tests; not derived from NVIDIA headers.
+ */
+#ifndef GPUSHIM_CUDA_STANDIN_H
+#define GPUSHIM_CUDA_STANDIN_H
+
+#include <stddef.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUstream;
+typedef void *CUmemoryPool;
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NOT_FOUND 500
+
+/* cuGetProcAddress flags */
+#define CU_GET_PROC_ADDRESS_DEFAULT 0
+#define CU_GET_PROC_ADDRESS_LEGACY_STREAM 1
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+
+/* cuGetProcAddress_v2 symbolStatus values */
+#define CU_GET_PROC_ADDRESS_SUCCESS 0
+#define CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND 1
+
+/* cuMemAllocManaged flags */
+#define CU_MEM_ATTACH_GLOBAL 1
+#define CU_MEM_ATTACH_HOST 2
+
+/* CUmemAllocationProp.type */
+#define CU_MEM_ALLOCATION_TYPE_PINNED 1
+/* CUmemAllocationProp.location.type */
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+#define CU_MEM_LOCATION_TYPE_HOST 2
+
+typedef struct CUmemLocation_st {
+    int type;
+    int id;
+} CUmemLocation;
+
+typedef struct CUmemAllocationProp_st {
+    int type;
+    int requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+
+CUresult cuInit(unsigned int flags);
+CUresult cuDriverGetVersion(int *driverVersion);
+CUresult cuDeviceGetCount(int *count);
+CUresult cuCtxGetDevice(int *device);
+CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytesize); /* v1 ABI */
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+CUresult cuMemFree_v2(CUdeviceptr dptr);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                            size_t Height, unsigned int ElementSizeBytes);
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream hStream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                      CUstream hStream);
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
+CUresult cuMemFreeHost(void *p);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                     const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
+CUresult cuGetExportTable(const void **ppExportTable, const void *pExportTableId);
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                          unsigned long long flags);
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                             unsigned long long flags, int *symbolStatus);
+
+/* Stand-in only: how many times the exported function `name` was entered. */
+unsigned long standin_calls(const char *function_name);
+
+/* Function-pointer types, for callers that load the driver dynamically. */
+typedef CUresult (*PFN_cuInit)(unsigned int);
+typedef CUresult (*PFN_cuCtxGetDevice)(int *);
+typedef CUresult (*PFN_cuMemAlloc_v1)(unsigned int *, unsigned int);
+typedef CUresult (*PFN_cuMemAlloc_v2)(CUdeviceptr *, size_t);
+typedef CUresult (*PFN_cuMemFree_v2)(CUdeviceptr);
+typedef CUresult (*PFN_cuMemAllocPitch_v2)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+typedef CUresult (*PFN_cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned int);
+typedef CUresult (*PFN_cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*PFN_cuMemFreeAsync)(CUdeviceptr, CUstream);
+typedef CUresult (*PFN_cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+typedef CUresult (*PFN_cuMemHostAlloc)(void **, size_t, unsigned int);
+typedef CUresult (*PFN_cuMemAllocHost_v2)(void **, size_t);
+typedef CUresult (*PFN_cuMemFreeHost)(void *);
+typedef CUresult (*PFN_cuMemCreate)(CUmemGenericAllocationHandle *, size_t,
+                                    const CUmemAllocationProp *, unsigned long long);
+typedef CUresult (*PFN_cuMemRelease)(CUmemGenericAllocationHandle);
+typedef CUresult (*PFN_cuMemGetInfo_v2)(size_t *, size_t *);
+typedef CUresult (*PFN_cuGetExportTable)(const void **, const void *);
+typedef CUresult (*PFN_cuGetProcAddress_v1)(const char *, void **, int, unsigned long long);
+typedef CUresult (*PFN_cuGetProcAddress_v2)(const char *, void **, int, unsigned long long, int *);
+typedef unsigned long (*PFN_standin_calls)(const char *);
+
+#endif

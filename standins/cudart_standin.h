@@ -1,0 +1,43 @@
+/*
+ * Prototypes of the CUDA runtime API subset that the stand-in runtime
+ * (standins/cudart.c: libcudart.so.13 and libcudart_static.a) implements,
+ * with the real runtime's signatures.  Written for gpushim's tests.
+ */
+#ifndef GPUSHIM_CUDART_STANDIN_H
+#define GPUSHIM_CUDART_STANDIN_H
+
+#include <stddef.h>
+
+typedef int cudaError_t;
+typedef void *cudaStream_t;
+typedef void *cudaMemPool_t;
+
+#define cudaSuccess 0
+#define cudaErrorInvalidValue 1
+#define cudaErrorMemoryAllocation 2
+#define cudaErrorInitializationError 3
+#define cudaErrorInsufficientDriver 35
+
+#define cudaHostAllocDefault 0
+#define cudaMemAttachGlobal 1
+
+cudaError_t cudaMalloc(void **devPtr, size_t size);
+cudaError_t cudaFree(void *devPtr);
+cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream);
+cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream);
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream);
+cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+                                    cudaStream_t stream);
+cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool,
+                                         cudaStream_t stream);
+cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags);
+cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height);
+cudaError_t cudaMallocHost(void **ptr, size_t size);
+cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
+cudaError_t cudaFreeHost(void *ptr);
+cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
+cudaError_t cudaGetDevice(int *device);
+cudaError_t cudaDeviceSynchronize(void);
+
+#endif

@@ -1,0 +1,52 @@
+//! The bundled examples: a C renderer and a Rust cudarc program, each with a known leak that
+//! must come out as the top suspect, while their steady allocations must not.
+
+use crate::util::*;
+
+fn suspects(r: &serde_json::Value) -> Vec<&serde_json::Value> {
+    r["suspects"].as_array().unwrap().iter().collect()
+}
+
+#[test]
+fn c_example_render_leak_is_the_top_suspect() {
+    let run = Target::new("leak_example", "leak-c").args(&["200"]).run();
+    run.success();
+    let r = run.report();
+    let render = sites_with(&r, "render");
+    assert_eq!(render.len(), 1, "{run}");
+    assert_eq!(render[0]["live_count"].as_u64(), Some(200), "{run}");
+    assert_eq!(render[0]["live_bytes"].as_u64(), Some(200 * MIB), "{run}");
+    let sus = suspects(&r);
+    assert!(!sus.is_empty(), "{run}");
+    assert_eq!(sus[0]["site"], render[0]["id"], "top suspect is render(){run}");
+    let model = sites_with(&r, "load_model");
+    assert_eq!(model[0]["live_bytes"].as_u64(), Some(32 * MIB), "{run}");
+    assert!(sus.iter().all(|s| s["site"] != model[0]["id"]), "a model loaded once is not a leak{run}");
+    let temp = sites_with(&r, "frame_temp");
+    assert!(sus.iter().all(|s| s["site"] != temp[0]["id"]), "freed temporaries are not a leak{run}");
+    assert_eq!(total(&r, "live_bytes"), 232 * MIB, "{run}");
+    // The summary on stderr names the leak's function.
+    assert!(run.stderr.lines().any(|l| l.contains("suspect #1") && l.contains("render")), "{run}");
+}
+
+#[test]
+fn rust_cudarc_example_through_dlsym() {
+    let exe = bin_dir().join("cudarc-leak");
+    assert!(exe.exists(), "{} missing: run `cargo build --workspace`", exe.display());
+    let run = Target::new(&exe, "leak-rust").args(&["100"]).run();
+    run.success();
+    let r = run.report();
+    let cache: Vec<_> = r["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["frames"].as_array().unwrap().iter().any(|f| f["function"].as_str().is_some_and(|n| n.contains("cache_batch"))))
+        .collect();
+    assert_eq!(cache.len(), 1, "{run}");
+    assert_eq!(cache[0]["live_count"].as_u64(), Some(100), "{run}");
+    assert_eq!(cache[0]["live_bytes"].as_u64(), Some(100 * 4 * MIB), "{run}");
+    assert_eq!(cache[0]["apis"][0], "cuMemAlloc", "{run}");
+    let sus = suspects(&r);
+    assert_eq!(sus.first().map(|s| &s["site"]), Some(&cache[0]["id"]), "{run}");
+    assert_eq!(total(&r, "live_bytes"), 400 * MIB + 16 * MIB, "{run}");
+}

@@ -1,0 +1,127 @@
+//! Every way a program reaches the CUDA allocator, each allocation counted once, per kind and
+//! per site, with arguments and results passed through unchanged.
+
+use crate::util::*;
+
+/// The `kinds` scenario of target.c: what must be live at exit, whatever the path.
+fn assert_kinds(r: &serde_json::Value, run: &Outcome) {
+    assert_eq!(r["reason"], "exit", "{run}");
+    assert_eq!(kind(r, "device", "live_bytes"), 14 * MIB + 10240, "{run}");
+    assert_eq!(kind(r, "device", "live_count"), 4, "{run}");
+    assert_eq!(kind(r, "managed", "live_bytes"), 2 * MIB, "{run}");
+    assert_eq!(kind(r, "managed", "live_count"), 1, "{run}");
+    assert_eq!(kind(r, "pinned_host", "live_bytes"), 4 * MIB, "{run}");
+    assert_eq!(kind(r, "pinned_host", "live_count"), 1, "{run}");
+    assert_eq!(total(r, "alloc_count"), 9, "{run}");
+    assert_eq!(total(r, "free_count"), 3, "{run}");
+    assert_eq!(total(r, "live_count"), 6, "{run}");
+    assert_eq!(total(r, "live_bytes"), 20 * MIB + 10240, "{run}");
+    assert_eq!(total(r, "peak_live_bytes"), 20 * MIB + 10240, "{run}");
+    assert_eq!(total(r, "failed_count"), 0, "{run}");
+    assert_eq!(total(r, "unknown_free_count"), 0, "{run}");
+    // Each kept allocation is its own site, found by its allocating function.
+    for (func, bytes) in [
+        ("kinds_malloc_kept", 3 * MIB),
+        ("kinds_managed_kept", 2 * MIB),
+        ("kinds_host_kept", 4 * MIB),
+        ("kinds_async_kept", 5 * MIB),
+        ("kinds_pitch_kept", 10240),
+        ("kinds_pool_kept", 6 * MIB),
+    ] {
+        let s = sites_with(r, func);
+        assert_eq!(s.len(), 1, "one site for {func}{run}");
+        assert_eq!(s[0]["live_bytes"].as_u64(), Some(bytes), "{func}{run}");
+        assert_eq!(s[0]["live_count"].as_u64(), Some(1), "{func}{run}");
+    }
+    let freed = sites_with(r, "kinds_malloc_freed");
+    assert_eq!(freed.len(), 1, "{run}");
+    assert_eq!(freed[0]["live_bytes"].as_u64(), Some(0), "{run}");
+    assert_eq!(freed[0]["free_count"].as_u64(), Some(1), "{run}");
+    assert_eq!(r["suspects"].as_array().map(Vec::len), Some(0), "no suspects in a program without growth{run}");
+}
+
+fn site_apis(r: &serde_json::Value, func: &str) -> Vec<String> {
+    let s = sites_with(r, func);
+    assert_eq!(s.len(), 1, "{func}");
+    s[0]["apis"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn dynamic_runtime_by_symbol_counts_each_kind_once() {
+    let run = Target::new("target_dynamic", "kinds-dyn").args(&["kinds"]).run();
+    run.success();
+    let r = run.report();
+    assert_kinds(&r, &run);
+    // The outermost call is the one recorded: cudaMalloc, not the cuMemAlloc_v2 inside it.
+    assert_eq!(site_apis(&r, "kinds_malloc_kept"), ["cudaMalloc"], "{run}");
+    assert_eq!(site_apis(&r, "kinds_async_kept"), ["cudaMallocAsync"], "{run}");
+    assert_eq!(site_apis(&r, "kinds_pool_kept"), ["cudaMallocFromPoolAsync"], "{run}");
+    assert_eq!(site_apis(&r, "kinds_host_kept"), ["cudaMallocHost"], "{run}");
+    // The program's own output is what it prints without the shim.
+    let bare = Target::new("target_dynamic", "kinds-bare").args(&["kinds"]).preload(None).run();
+    let lines = |s: &str| s.lines().map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).collect::<Vec<_>>();
+    assert_eq!(lines(&run.stdout), lines(&bare.stdout), "{run}{bare}");
+}
+
+#[test]
+fn static_runtime_is_caught_through_cu_get_proc_address() {
+    let run = Target::new("target_static", "kinds-static").args(&["kinds"]).run();
+    run.success();
+    let r = run.report();
+    assert_kinds(&r, &run);
+    // The runtime lives inside the executable: only the driver calls it made through the
+    // table it loaded with cuGetProcAddress can be seen.
+    assert_eq!(site_apis(&r, "kinds_malloc_kept"), ["cuMemAlloc"], "{run}");
+    assert_eq!(site_apis(&r, "kinds_async_kept"), ["cuMemAllocAsync"], "{run}");
+    assert_eq!(site_apis(&r, "kinds_managed_kept"), ["cuMemAllocManaged"], "{run}");
+    assert_eq!(site_apis(&r, "kinds_host_kept"), ["cuMemAllocHost"], "{run}");
+}
+
+#[test]
+fn driver_by_dlsym_handle_and_proc_address_keeps_abi_variants() {
+    let run = Target::new("driver_dlsym", "dlsym").run();
+    run.success();
+    let r = run.report();
+    assert_eq!(kind(&r, "device", "live_bytes"), 13 * MIB, "{run}");
+    assert_eq!(kind(&r, "device", "live_count"), 4, "{run}");
+    assert_eq!(kind(&r, "pinned_host", "live_bytes"), 5 * MIB, "{run}");
+    assert_eq!(kind(&r, "pinned_host", "live_count"), 2, "{run}");
+    assert_eq!(kind(&r, "managed", "live_bytes"), 3 * MIB, "{run}");
+    assert_eq!(total(&r, "alloc_count"), 9, "{run}");
+    assert_eq!(total(&r, "free_count"), 2, "{run}");
+    // cuMemCreate on a host location is pinned host memory, on a device location device memory.
+    let vmm = sites_with(&r, "vmm_create");
+    assert_eq!(vmm.iter().map(|s| s["live_bytes"].as_u64().unwrap()).sum::<u64>(), 6 * MIB, "{run}");
+    assert!(vmm.iter().any(|s| s["kind"] == "pinned_host" && s["live_bytes"] == 4 * MIB), "{run}");
+    // The per-thread-default-stream variant asked for is the one that ran, and only once.
+    assert!(run.stdout.contains("standin cuMemAllocAsync_ptsz=1 cuMemAlloc_v2=3 cuMemAlloc=0"), "{run}");
+    assert_eq!(site_apis(&r, "procaddr_async_ptsz_kept"), ["cuMemAllocAsync"], "{run}");
+}
+
+#[test]
+fn another_rtld_next_interposer_beside_the_shim_does_not_recurse() {
+    for order in ["shim-first", "shim-second"] {
+        let (shim, other) = (shim().display().to_string(), standin("librtldnext.so").display().to_string());
+        let preload = if order == "shim-first" { format!("{shim}:{other}") } else { format!("{other}:{shim}") };
+        let run = Target::new("target_dynamic", order).args(&["kinds"]).preload(Some(preload)).run();
+        run.success();
+        assert_kinds(&run.report(), &run);
+    }
+}
+
+#[test]
+fn null_out_pointers_unknown_frees_and_oom_pass_through() {
+    let run = Target::new("target_dynamic", "errors").args(&["errors"]).env("STANDIN_DEVICE_BYTES", MIB).run();
+    run.success();
+    // The real results reach the program unchanged.
+    for line in ["null-out 1", "unknown-free 1", "null-free 0", "oom 2"] {
+        assert!(run.stdout.lines().any(|l| l == line), "missing {line:?}{run}");
+    }
+    let r = run.report();
+    assert_eq!(total(&r, "live_bytes"), 512 * 1024, "{run}");
+    assert_eq!(total(&r, "alloc_count"), 1, "{run}");
+    assert_eq!(total(&r, "failed_count"), 2, "the NULL out-pointer and the OOM{run}");
+    assert_eq!(total(&r, "unknown_free_count"), 1, "{run}");
+    let failures = r["failures"].as_array().unwrap();
+    assert!(failures.iter().any(|f| f["result"] == 2 && f["size"] == 2 * MIB), "{run}");
+}
