@@ -114,9 +114,15 @@ pub fn start() -> Option<Sender<Msg>> {
         }
     };
     SOCKET_FD.store(ours.as_raw_fd(), Release);
+    // The header, Hello and module map go out before the first event is queued, so that the
+    // collector knows who and where even if the program is killed a moment later.
+    let mut w = Writer::new(ours, child);
+    if !w.begin(&cfg) {
+        return None;
+    }
     let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
     let spawned = std::thread::Builder::new().name("gpushim-writer".into()).spawn(move || {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Writer::new(ours, child).run(rx, &cfg)));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.run(rx)));
     });
     if let Err(e) = spawned {
         eprintln!("gpushim: cannot start the writer thread: {e}; recording is off");
@@ -169,10 +175,15 @@ impl Writer {
         }
     }
 
-    fn run(mut self, rx: Receiver<Msg>, cfg: &Config) {
+    /// Sends the stream header, Hello and the module map. False if the collector is gone.
+    fn begin(&mut self, cfg: &Config) -> bool {
         wire::write_header(&mut self.buf);
         self.push(&Event::Hello(hello(cfg)));
         self.scan_modules();
+        self.flush()
+    }
+
+    fn run(mut self, rx: Receiver<Msg>) {
         loop {
             match rx.recv_timeout(TICK) {
                 Ok(Msg::Exit { done }) => {

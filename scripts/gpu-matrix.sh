@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The GPU verification matrix: runs every framework case and leak scenario under libgpushim.so on
+# a machine with an NVIDIA GPU, compares each report with the framework's own counters, and
+# prints a table (also written to $OUT/table.md, with all logs and reports in
+# $OUT/matrix-logs.tar.gz).
+#
+# Needs: target/release/libgpushim.so, target/release/gpushim and target/release/cudarc-leak
+# (cargo build --release --workspace), nvcc, python3 with torch, cupy, jax and numba.
+# Usage: scripts/gpu-matrix.sh [CASE...]   (default: every case)
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+REL=$ROOT/target/release
+SHIM=$REL/libgpushim.so
+OUT=${OUT:-/tmp/gpushim-matrix-out}
+WORK=$(mktemp -d /tmp/gpushim-matrix.XXXXXX)
+mkdir -p "$OUT" "$WORK/bin"
+for f in "$SHIM" "$REL/gpushim"; do
+  [ -x "$f" ] || [ -f "$f" ] || { echo "gpu-matrix: $f is missing: run cargo build --release --workspace" >&2; exit 2; }
+done
+export PYTHONUNBUFFERED=1
+# NVLink multicast stays off on shared hosts (device README).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  nvcc --version | tail -1
+  python3 - <<'PY'
+import importlib, platform
+print("python", platform.python_version())
+for m in ("torch", "cupy", "jax", "numba"):
+    try:
+        print(m, importlib.import_module(m).__version__)
+    except Exception as e:
+        print(m, "unavailable:", e)
+PY
+} > "$WORK/versions.txt" 2>&1
+
+# nvcc builds: default static runtime, shared runtime, and S7 (examples/leak.c as CUDA code).
+nvcc -g -O1 -o "$WORK/bin/alloc_static" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpthread > "$WORK/nvcc.log" 2>&1
+nvcc -g -O1 --cudart shared -o "$WORK/bin/alloc_shared" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpthread >> "$WORK/nvcc.log" 2>&1
+nvcc -g -O0 -x cu -o "$WORK/bin/s7_leak" "$ROOT/examples/leak.c" >> "$WORK/nvcc.log" 2>&1
+
+SELECTED=("$@")
+selected() {
+  [ ${#SELECTED[@]} -eq 0 ] && return 0
+  local c; for c in "${SELECTED[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1
+}
+
+# run_case NAME [VAR=VALUE...] -- COMMAND...
+run_case() {
+  local name=$1; shift
+  selected "$name" || return 0
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local d="$WORK/$name"
+  mkdir -p "$d"
+  local t0=$(date +%s.%N)
+  ( cd "$d" && env "${envs[@]}" GPUSHIM_OUTPUT="$d" LD_PRELOAD="$SHIM" timeout 300 "$@" > "$d/stdout" 2> "$d/stderr" )
+  local rc=$? t1=$(date +%s.%N)
+  printf '%-18s rc=%-3s %6.1fs\n' "$name" "$rc" "$(echo "$t1 - $t0" | bc)" | tee -a "$WORK/runs.txt"
+}
+
+PY="python3 $ROOT/scripts/gpu/cases.py"
+T=truth.json
+run_case torch_default -- $PY torch_default $T
+run_case torch_expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- $PY torch_expandable $T
+run_case torch_async PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync -- $PY torch_async $T
+run_case torch_nocache PYTORCH_NO_CUDA_MEMORY_CACHING=1 -- $PY torch_nocache $T
+run_case torch_pinned -- $PY torch_pinned $T
+run_case cupy -- $PY cupy $T
+run_case jax_platform XLA_PYTHON_CLIENT_ALLOCATOR=platform -- $PY jax_platform $T
+run_case jax_default -- $PY jax_default $T
+run_case numba -- $PY numba $T
+run_case cxx_static -- "$WORK/bin/alloc_static"
+run_case cxx_shared -- "$WORK/bin/alloc_shared"
+run_case cudarc -- "$REL/cudarc-leak" 100
+run_case S1 -- $PY S1 $T
+run_case S2 -- $PY S2 $T
+run_case S3 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- $PY S3 $T
+run_case S4 -- $PY S4 $T
+run_case S5 XLA_PYTHON_CLIENT_ALLOCATOR=platform -- $PY S5 $T
+run_case S6 -- $PY S6 $T
+run_case S7 -- "$WORK/bin/s7_leak" 300
+run_case S8 -- $PY S8 $T
+
+python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"
+cp "$WORK/table.md" "$WORK/versions.txt" "$OUT/"
+tar -C "$WORK" -czf "$OUT/matrix-logs.tar.gz" . 2>/dev/null
+cat "$WORK/versions.txt" "$WORK/runs.txt"
+cat "$WORK/compare.err"
+cat "$WORK/table.md"

@@ -1,0 +1,245 @@
+"""GPU workloads for scripts/gpu-matrix.sh: each case runs under libgpushim.so and writes its
+framework's own counters (the ground truth) as JSON to the path given as argv[2].
+
+Usage: python3 cases.py CASE TRUTH.json
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+MIB = 1 << 20
+CASE, TRUTH = sys.argv[1], sys.argv[2]
+truth = {}
+
+
+def snapshot():
+    """Ask the shim for a snapshot; its boundary is this instant, whenever the file is written."""
+    os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def torch_truth(torch, prefix=""):
+    torch.cuda.synchronize()
+    truth[prefix + "reserved"] = torch.cuda.memory_reserved()
+    truth[prefix + "max_reserved"] = torch.cuda.max_memory_reserved()
+    truth[prefix + "allocated"] = torch.cuda.memory_allocated()
+
+
+def torch_tensors(torch):
+    keep = []
+    for n in (1 * MIB, 3 * MIB, 25 * MIB, 100 * MIB, 7 * MIB):
+        keep.append(torch.empty(n, dtype=torch.uint8, device="cuda"))
+    drop = [torch.empty(64 * MIB, dtype=torch.uint8, device="cuda") for _ in range(3)]
+    x = torch.ones(4096, 4096, device="cuda")
+    y = (x * 2 + 1).sum()
+    del drop
+    return keep, x, y
+
+
+def case_torch(variant):
+    import torch
+    keep = torch_tensors(torch)
+    torch_truth(torch)
+    truth["variant"] = variant
+    return keep
+
+
+def case_torch_nocache():
+    import torch
+    keep = [torch.empty((i + 1) * MIB, dtype=torch.uint8, device="cuda") for i in range(10)]
+    tmp = [torch.empty(MIB, dtype=torch.uint8, device="cuda") for _ in range(20)]
+    del tmp
+    torch.cuda.synchronize()
+    truth["live_tensors"] = len(keep)
+    truth["live_tensor_bytes"] = sum(t.numel() for t in keep)
+    torch_truth(torch)
+    return keep
+
+
+def case_torch_pinned():
+    import torch
+    keep = [torch.empty(n, dtype=torch.uint8).pin_memory() for n in (1 * MIB, 5 * MIB, 16 * MIB)]
+    keep.append(torch.empty(8 * MIB, dtype=torch.uint8, pin_memory=True))
+    truth["pinned_tensor_bytes"] = sum(t.numel() for t in keep)
+    truth["pinned_tensors"] = len(keep)
+    return keep
+
+
+def case_cupy():
+    import cupy as cp
+    pool = cp.get_default_memory_pool()
+    a = cp.empty(512 * MIB, dtype=cp.uint8)
+    b = cp.ones(10 * MIB, dtype=cp.float32)
+    del a
+    cp.cuda.Device().synchronize()
+    truth["pool_total_before"] = pool.total_bytes()
+    truth["pool_used_before"] = pool.used_bytes()
+    snapshot()
+    pool.free_all_blocks()
+    truth["pool_total_after"] = pool.total_bytes()
+    return b
+
+
+def case_jax(variant):
+    import jax
+    import jax.numpy as jnp
+    xs = [jnp.ones((n,), dtype=jnp.uint8) for n in (1 * MIB, 16 * MIB, 64 * MIB)]
+    ys = [x + 1 for x in xs]
+    jax.block_until_ready(ys)
+    del xs
+    live = jax.live_arrays()
+    truth["live_arrays"] = len(live)
+    truth["live_array_bytes"] = sum(a.nbytes for a in live)
+    truth["variant"] = variant
+    dev = jax.devices()[0]
+    stats = dev.memory_stats() or {}
+    truth["bytes_in_use"] = stats.get("bytes_in_use")
+    truth["bytes_limit"] = stats.get("bytes_limit")
+    truth["bytes_reserved"] = stats.get("bytes_reserved")
+    return ys
+
+
+def case_numba():
+    from numba import cuda
+    import numpy as np
+    keep = [cuda.device_array(n, dtype=np.uint8) for n in (2 * MIB, 6 * MIB)]
+    tmp = cuda.device_array(MIB, dtype=np.uint8)
+    del tmp
+    pinned = []
+    for i in range(5):
+        p = cuda.pinned_array(4 * MIB, dtype=np.uint8)
+        if i < 2:
+            pinned.append(p)
+        del p
+    import gc
+    gc.collect()
+    cuda.synchronize()
+    truth["device_array_bytes"] = 8 * MIB
+    truth["pinned_kept_bytes"] = 8 * MIB
+    truth["pinned_created"] = 5
+    return keep, pinned
+
+
+# ---- leak scenarios (../shared/SCENARIOS.md) ----
+
+def s1_aux_loss(steps=60):
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    total_aux = 0
+    for _ in range(steps):
+        x = torch.randn(512, 1024, device="cuda")
+        out = model(x)
+        loss = out.pow(2).mean()
+        aux = out.abs().mean()          # never backpropagated
+        total_aux = total_aux + aux     # BUG: keeps aux's graph and saved activations
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch_truth(torch)
+    return model, total_aux
+
+
+def s2_validation_outputs(batches=80):
+    import torch
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
+    model.eval()
+    preds = []
+    for _ in range(batches):
+        x = torch.randn(256, 1024, device="cuda")
+        preds.append(model(x))          # BUG: no torch.no_grad(), outputs and graphs kept
+    torch_truth(torch)
+    return preds
+
+
+def s3_expandable(steps=40):
+    import torch
+    kept = []
+    for _ in range(steps):
+        a = torch.empty(int(91 * MIB), dtype=torch.uint8, device="cuda")
+        b = torch.empty(int(45.5 * MIB), dtype=torch.uint8, device="cuda")
+        kept.append(torch.empty(2 * MIB, dtype=torch.uint8, device="cuda"))
+        del a, b
+    torch_truth(torch)
+    return kept
+
+
+def s4_cupy_pool():
+    import cupy as cp
+    pool = cp.get_default_memory_pool()
+    a = cp.empty(512 * MIB, dtype=cp.uint8)
+    del a
+    truth["pool_total_before"] = pool.total_bytes()
+    snapshot()
+    time.sleep(0.2)
+    pool.free_all_blocks()
+    truth["pool_total_after"] = pool.total_bytes()
+
+
+def s5_jax_closure(calls=20):
+    import jax
+    import jax.numpy as jnp
+
+    def make():
+        big = jnp.ones((64 * MIB,), dtype=jnp.uint8)
+
+        @jax.jit
+        def f(x):
+            return jax.lax.fori_loop(0, 3, lambda i, acc: acc + big[:16].sum(), x)
+        return f(jnp.zeros((), dtype=jnp.uint8))
+
+    for _ in range(calls):
+        make().block_until_ready()
+    live = jax.live_arrays()
+    truth["live_arrays"] = len(live)
+    truth["live_array_bytes"] = sum(a.nbytes for a in live)
+
+
+def s6_numba_pinned(iters=30):
+    from numba import cuda
+    import numpy as np
+    import gc
+    for _ in range(iters):
+        p = cuda.pinned_array(4 * MIB, dtype=np.uint8)
+        del p
+    gc.collect()
+    truth["pinned_created"] = iters
+
+
+def s8_context_control():
+    import torch
+    x = torch.empty(64 * 1000 * 1000, dtype=torch.uint8, device="cuda")
+    del x
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    truth["device_used_bytes"] = total - free
+    truth["reserved"] = torch.cuda.memory_reserved()
+    time.sleep(0.5)
+
+
+CASES = {
+    "torch_default": lambda: case_torch("default"),
+    "torch_expandable": lambda: case_torch("expandable_segments"),
+    "torch_async": lambda: case_torch("cudaMallocAsync"),
+    "torch_nocache": case_torch_nocache,
+    "torch_pinned": case_torch_pinned,
+    "cupy": case_cupy,
+    "jax_platform": lambda: case_jax("platform"),
+    "jax_default": lambda: case_jax("default"),
+    "numba": case_numba,
+    "S1": s1_aux_loss,
+    "S2": s2_validation_outputs,
+    "S3": s3_expandable,
+    "S4": s4_cupy_pool,
+    "S5": s5_jax_closure,
+    "S6": s6_numba_pinned,
+    "S8": s8_context_control,
+}
+
+if __name__ == "__main__":
+    kept = CASES[CASE]()
+    with open(TRUTH, "w") as f:
+        json.dump(truth, f)

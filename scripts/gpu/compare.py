@@ -1,0 +1,184 @@
+"""Compares each case's gpushim report with its framework's own counters; prints a Markdown table.
+
+Usage: python3 compare.py RUN_DIR   (RUN_DIR/<case>/ holds truth.json, the reports, stdout, stderr)
+"""
+import glob
+import json
+import os
+import sys
+
+MIB = 1 << 20
+RUN = sys.argv[1]
+rows = []
+
+
+def load(case):
+    d = os.path.join(RUN, case)
+    finals = [f for f in glob.glob(os.path.join(d, "gpushim-*.json")) if "-snapshot-" not in f and "-oom-" not in f]
+    snaps = sorted(glob.glob(os.path.join(d, "gpushim-*-snapshot-*.json")))
+    truth = {}
+    if os.path.exists(os.path.join(d, "truth.json")):
+        truth = json.load(open(os.path.join(d, "truth.json")))
+    reports = [json.load(open(f)) for f in finals]
+    # the report of the process that did the work: the one with most allocations
+    report = max(reports, key=lambda r: r["totals"]["alloc_count"]) if reports else None
+    snap = json.load(open(snaps[0])) if snaps else None
+    return truth, report, snap
+
+
+def mib(b):
+    return "n/a" if b is None else f"{b / MIB:.2f} MiB"
+
+
+def row(case, what, expected, measured, ok, note=""):
+    rows.append((case, what, expected, measured, "PASS" if ok else "FAIL", note))
+
+
+def kind(r, k, f="live_bytes"):
+    return r["kinds"][k][f] if r else None
+
+
+def first_frame(r, site_id):
+    for s in r["sites"]:
+        if s["id"] == site_id:
+            for f in s["frames"]:
+                if not f.get("internal") and f.get("function") not in (None, "??"):
+                    loc = f"{f.get('file') or ''}:{f.get('line') or ''}".strip(":")
+                    return f"{f['function']} {os.path.basename(loc)}".strip()
+            return "(no symbolized frame)"
+    return "?"
+
+
+def apis(r):
+    return sorted({a for s in r["sites"] for a in s["apis"]}) if r else []
+
+
+def top_suspect(r):
+    if not r or not r["suspects"]:
+        return None, "no suspect"
+    s = r["suspects"][0]
+    return s, first_frame(r, s["site"])
+
+
+def missing(case):
+    row(case, "report written", "yes", "no", False, "see stderr in logs")
+
+
+def torch_rows(case, live_vs="reserved"):
+    t, r, _ = load(case)
+    if not r:
+        return missing(case)
+    live = kind(r, "device")
+    row(case, f"device live == torch {live_vs}", mib(t.get(live_vs)), mib(live), live == t.get(live_vs), f"apis {apis(r)}")
+    if "max_reserved" in t and live_vs == "reserved":
+        peak = kind(r, "device", "peak_live_bytes")
+        row(case, "device peak >= max_memory_reserved", mib(t["max_reserved"]), mib(peak), peak >= t["max_reserved"])
+
+
+def main():
+    torch_rows("torch_default")
+    torch_rows("torch_expandable")
+    t, r, _ = load("torch_expandable")
+    if r:
+        row("torch_expandable", "driver VMM only (no cudaMalloc)", "cuMemCreate", ",".join(apis(r)), "cudaMalloc" not in apis(r) and "cuMemCreate" in apis(r))
+    torch_rows("torch_async", "allocated")
+    t, r, _ = load("torch_async")
+    if r:
+        row("torch_async", "stream-ordered API seen", "cudaMallocAsync/cuMemAllocAsync", ",".join(apis(r)), any("Async" in a for a in apis(r)))
+    t, r, _ = load("torch_nocache")
+    if r:
+        row("torch_nocache", "live allocations == live tensors", t["live_tensors"], kind(r, "device", "live_count"), kind(r, "device", "live_count") == t["live_tensors"])
+        row("torch_nocache", "device live == torch allocated", mib(t["allocated"]), mib(kind(r, "device")), kind(r, "device") == t["allocated"])
+    else:
+        missing("torch_nocache")
+    t, r, _ = load("torch_pinned")
+    if r:
+        row("torch_pinned", "pinned_host live count == pinned tensors", t["pinned_tensors"], kind(r, "pinned_host", "live_count"), kind(r, "pinned_host", "live_count") == t["pinned_tensors"])
+        row("torch_pinned", "pinned_host live >= tensor bytes", mib(t["pinned_tensor_bytes"]), mib(kind(r, "pinned_host")), kind(r, "pinned_host") >= t["pinned_tensor_bytes"], "host caching allocator rounds sizes up")
+    else:
+        missing("torch_pinned")
+    t, r, s = load("cupy")
+    if r and s:
+        row("cupy", "snapshot device live == pool.total_bytes()", mib(t["pool_total_before"]), mib(kind(s, "device")), kind(s, "device") == t["pool_total_before"], f"apis {apis(r)}")
+        row("cupy", "after free_all_blocks device live == total_bytes()", mib(t["pool_total_after"]), mib(kind(r, "device")), kind(r, "device") == t["pool_total_after"])
+    else:
+        missing("cupy")
+    for case in ("jax_platform", "jax_default"):
+        t, r, _ = load(case)
+        if not r:
+            missing(case)
+            continue
+        live = kind(r, "device")
+        if case == "jax_platform":
+            row(case, "device live >= live_arrays bytes", mib(t["live_array_bytes"]), mib(live), live >= t["live_array_bytes"], f"bytes_in_use {mib(t.get('bytes_in_use'))}; apis {apis(r)}")
+        else:
+            big = max((s["live_bytes"] for s in r["sites"]), default=0)
+            lim = t.get("bytes_limit") or t.get("bytes_reserved") or 0
+            row(case, "one preallocation >= 0.9 x bytes_limit", mib(lim), mib(big), lim > 0 and big >= 0.9 * lim, f"{kind(r, 'device', 'live_count')} live; apis {apis(r)}")
+    t, r, _ = load("numba")
+    if r:
+        row("numba", "device live >= device arrays", mib(t["device_array_bytes"]), mib(kind(r, "device")), kind(r, "device") >= t["device_array_bytes"], f"apis {apis(r)}")
+        row("numba", "pinned_host allocations seen", t["pinned_created"], kind(r, "pinned_host", "live_count") + sum(1 for s in r["sites"] if s["kind"] == "pinned_host" and s["free_count"]), kind(r, "pinned_host", "peak_live_bytes") > 0, f"pinned live {mib(kind(r, 'pinned_host'))}")
+    else:
+        missing("numba")
+    for case in ("cxx_static", "cxx_shared"):
+        t, r, _ = load(case)
+        if not r:
+            missing(case)
+            continue
+        got = (kind(r, "device"), kind(r, "device", "live_count"), kind(r, "managed"), kind(r, "pinned_host"), r["totals"]["alloc_count"], r["totals"]["free_count"])
+        want = (80 * MIB, 48, 16 * MIB, 8 * MIB, 152, 88)
+        row(case, "device/count/managed/pinned/allocs/frees", "80M/48/16M/8M/152/88", "/".join(str(g // MIB) + "M" if i in (0, 2, 3) else str(g) for i, g in enumerate(got)), got == want, f"apis {apis(r)}")
+    t, r, _ = load("cudarc")
+    if r:
+        row("cudarc", "device live (16 + 100 x 4 MiB)", mib(416 * MIB), mib(kind(r, "device")), kind(r, "device") == 416 * MIB)
+        s, where = top_suspect(r)
+        row("cudarc", "top suspect", "cache_batch", where, "cache_batch" in where)
+    else:
+        missing("cudarc")
+    # Scenarios
+    for case, want in (("S1", None), ("S2", None), ("S3", None), ("S7", "render")):
+        t, r, _ = load(case)
+        if not r:
+            missing(case)
+            continue
+        s, where = top_suspect(r)
+        ok = s is not None and (want is None or want in where)
+        note = s["reason"] if s else ""
+        row(case, "top suspect", want or "a growing site", where, ok, note)
+        if case == "S3":
+            row(case, "device live == torch reserved; no cudaMalloc", mib(t.get("reserved")), mib(kind(r, "device")), kind(r, "device") == t.get("reserved") and "cudaMalloc" not in apis(r), ",".join(apis(r)))
+    t, r, s = load("S4")
+    if r:
+        row("S4", "no suspect; snapshot live == pool total", mib(t.get("pool_total_before")), mib(kind(s, "device") if s else None), not r["suspects"] and s is not None and kind(s, "device") == t["pool_total_before"])
+        row("S4", "after free_all_blocks nothing live", "0 B", mib(kind(r, "device")), kind(r, "device") == 0)
+    else:
+        missing("S4")
+    t, r, _ = load("S5")
+    if r:
+        row("S5", "device live >= live_arrays bytes", mib(t["live_array_bytes"]), mib(kind(r, "device")), kind(r, "device") >= t["live_array_bytes"], f"{t['live_arrays']} live arrays; suspects {len(r['suspects'])}")
+    else:
+        missing("S5")
+    t, r, _ = load("S6")
+    if r:
+        pin = [x for x in r["sites"] if x["kind"] == "pinned_host"]
+        allocs = sum(x["alloc_count"] for x in pin)
+        frees = sum(x["free_count"] for x in pin)
+        row("S6", "pinned_host allocations / frees", f"{t['pinned_created']} / ?", f"{allocs} / {frees}", allocs >= t["pinned_created"], f"live {mib(kind(r, 'pinned_host'))}")
+    else:
+        missing("S6")
+    t, r, _ = load("S8")
+    if r:
+        row("S8", "zero live bytes, no suspect", "0 B", mib(kind(r, "device")), kind(r, "device") == 0 and not r["suspects"], f"device used per cuMemGetInfo {mib(t.get('device_used_bytes'))}")
+    else:
+        missing("S8")
+
+    print("| case | check | expected | measured | result | note |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+    passed = sum(1 for r in rows if r[4] == "PASS")
+    print(f"\n{passed} passed, {len(rows) - passed} failed")
+
+
+main()
