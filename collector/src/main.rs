@@ -1,1 +1,258 @@
-fn main(){}
+//! `gpushim`: runs a program under `libgpushim.so`, collects its CUDA allocation events, and
+//! reports the memory it never freed.
+//!
+//! Exit codes: 0 success; 1 `collect` read a broken event stream (the report is still
+//! written); 2 usage or input errors; `run` exits with the program's own status (128 + signal
+//! if a signal ended it, 126 if it could not be executed, 127 if it was not found).
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod assemble;
+mod collect;
+mod diff;
+mod live;
+mod output;
+mod rank;
+mod render;
+mod report;
+mod run;
+mod snapshot;
+mod symbolize;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use crate::render::{Format, TextOptions};
+use crate::report::Report;
+
+/// Find GPU memory leaks: trace a program's CUDA allocations and report what it never freed.
+#[derive(Debug, Parser)]
+#[command(name = "gpushim", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a program with libgpushim.so preloaded; a report is written when it ends.
+    Run {
+        /// Directory for reports (default: the program's working directory).
+        #[arg(short, long, value_name = "DIR")]
+        output: Option<PathBuf>,
+        /// The program and its arguments (put them after `--`).
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
+        command: Vec<OsString>,
+    },
+    /// Print a report for a person, or as JSON.
+    Report {
+        /// A report file (gpushim-PID.json).
+        file: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Number of sites to show (text format).
+        #[arg(long, value_name = "N", default_value_t = 10)]
+        top: usize,
+        /// Frames to show per stack (text format).
+        #[arg(long, value_name = "N", default_value_t = 12)]
+        depth: usize,
+        /// Show CUDA runtime/driver/framework frames too (text format).
+        #[arg(long)]
+        all_frames: bool,
+    },
+    /// Compare two reports: which sites grew from OLD to NEW.
+    Diff {
+        /// The earlier report.
+        old: PathBuf,
+        /// The later report.
+        new: PathBuf,
+        /// Number of sites to show.
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        top: usize,
+    },
+    /// Ask a running traced process for a snapshot report, wait for it, print its path.
+    Snapshot {
+        /// Process id of a program started under gpushim.
+        #[arg(value_parser = clap::value_parser!(i32).range(1..))]
+        pid: i32,
+        /// The signal the shim listens to.
+        #[arg(long, value_enum, default_value_t = snapshot::Signal::Usr1)]
+        signal: snapshot::Signal,
+        /// Seconds to wait for the snapshot file.
+        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+        timeout: f64,
+    },
+    /// Read an event stream (stdin, as spawned by the shim, or --input) and write reports.
+    #[command(hide = true)]
+    Collect {
+        /// Read a recorded stream from this file instead of stdin.
+        #[arg(long, value_name = "FILE")]
+        input: Option<PathBuf>,
+        /// Write reports here instead of the directory the stream names.
+        #[arg(long, value_name = "DIR")]
+        output: Option<PathBuf>,
+    },
+}
+
+/// An error that ends the program with a particular exit code.
+#[derive(Debug)]
+pub struct Coded {
+    /// The exit code.
+    pub code: u8,
+    message: String,
+}
+
+impl fmt::Display for Coded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Coded {}
+
+/// An error with message `message` that makes `gpushim` exit with `code`.
+pub fn coded(code: u8, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Coded {
+        code,
+        message: message.into(),
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            if err.chain().any(|e| {
+                e.downcast_ref::<io::Error>()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            let code = err
+                .chain()
+                .find_map(|e| e.downcast_ref::<Coded>())
+                .map_or(2, |c| c.code);
+            let _ = writeln!(io::stderr(), "gpushim: {err:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Run { output, command } => run::run(&run::Options { output, command }),
+        Command::Report {
+            file,
+            format,
+            top,
+            depth,
+            all_frames,
+        } => {
+            let report = Report::read(&file)
+                .with_context(|| format!("cannot read report {}", file.display()))?;
+            let mut out = BufWriter::new(io::stdout().lock());
+            render::renderer(
+                format,
+                TextOptions {
+                    top,
+                    depth,
+                    all_frames,
+                },
+            )
+            .render(&report, &mut out)?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Diff { old, new, top } => {
+            let a = Report::read(&old)
+                .with_context(|| format!("cannot read report {}", old.display()))?;
+            let b = Report::read(&new)
+                .with_context(|| format!("cannot read report {}", new.display()))?;
+            let mut out = BufWriter::new(io::stdout().lock());
+            diff::diff(&a, &b, top, &mut out)?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Snapshot {
+            pid,
+            signal,
+            timeout,
+        } => {
+            if !(timeout.is_finite() && timeout >= 0.0) {
+                return Err(coded(
+                    2,
+                    format!("--timeout {timeout} is not a number of seconds >= 0"),
+                ));
+            }
+            let path = snapshot::snapshot(pid, signal, Duration::from_secs_f64(timeout))?;
+            let mut out = io::stdout().lock();
+            writeln!(out, "{}", path.display())?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Collect { input, output } => {
+            let opts = collect::Options { output_dir: output };
+            let mut err = io::stderr().lock();
+            let outcome = match input {
+                Some(path) => {
+                    let f = File::open(&path)
+                        .with_context(|| format!("cannot read event stream {}", path.display()))?;
+                    collect::collect(f, &opts, &mut err)?
+                }
+                None => {
+                    run::ignore_interrupts();
+                    collect::collect(io::stdin().lock(), &opts, &mut err)?
+                }
+            };
+            Ok(if outcome.broken.is_some() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_command_after_dashes() {
+        let cli = Cli::try_parse_from(["gpushim", "run", "-o", "/tmp", "--", "python", "-c", "x"])
+            .unwrap();
+        match cli.command {
+            Command::Run { output, command } => {
+                assert_eq!(output, Some(PathBuf::from("/tmp")));
+                assert_eq!(command, vec!["python", "-c", "x"]);
+            }
+            c => panic!("{c:?}"),
+        }
+        assert!(
+            Cli::try_parse_from(["gpushim", "snapshot", "0"]).is_err(),
+            "pid 0 would signal a group"
+        );
+        assert!(Cli::try_parse_from(["gpushim", "collect"]).is_ok());
+    }
+}

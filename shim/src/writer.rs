@@ -185,9 +185,12 @@ impl Writer {
 
     fn run(mut self, rx: Receiver<Msg>) {
         loop {
-            match rx.recv_timeout(TICK) {
+            let msg = rx.recv_timeout(TICK);
+            // Before the event is handled: an event whose sequence number is at or past a
+            // snapshot's boundary was numbered after the signal, so the marker goes first.
+            self.snapshots();
+            match msg {
                 Ok(Msg::Exit { done }) => {
-                    self.snapshots();
                     self.push(&Event::Exit(wire::Exit { ts_ns: record::now_ns() }));
                     if self.flush() {
                         self.close_and_wait();
@@ -199,7 +202,6 @@ impl Writer {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
             }
-            self.snapshots();
             if (self.buf.len() >= FLUSH_BYTES || rx.is_empty()) && !self.flush() {
                 // Dropping `rx` makes every later send fail at once instead of blocking.
                 return;

@@ -1,0 +1,194 @@
+//! Turns the collector's [`State`] into a [`Report`]: ranks suspects, picks the sites to list,
+//! symbolizes their stacks and converts timestamps to seconds.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use gpushim_wire::{Hello, Kind, MemInfo, NO_STACK};
+
+use crate::live::{Gauge, State, MAX_FAILURES};
+use crate::rank;
+use crate::report::{
+    DeviceTotals, FailureRecord, KindTotals, Kinds, MemInfoRecord, Reason, Report, Site, Totals,
+    SCHEMA,
+};
+use crate::symbolize::Symbolizer;
+
+/// At most this many sites are listed (those with most live bytes, plus every suspect).
+pub const MAX_SITES: usize = 1000;
+
+/// What a report needs besides the state.
+pub struct Context<'a> {
+    /// The stream's first event.
+    pub hello: &'a Hello,
+    /// Why the report is written.
+    pub reason: Reason,
+    /// The snapshot number, for snapshots.
+    pub snapshot: Option<u32>,
+    /// The latest monotonic time the report covers, ns (the state's own latest is used if
+    /// later).
+    pub end_ts_ns: u64,
+    /// Sequence numbers that never arrived.
+    pub lost_events: u64,
+    /// Notes so far (the shim's and the collector's); symbolization problems are added.
+    pub notes: Vec<String>,
+    /// The latest memory information per device.
+    pub mem_info: &'a BTreeMap<i32, MemInfo>,
+    /// Stacks by id, return addresses innermost first.
+    pub stacks: &'a HashMap<u32, Vec<u64>>,
+}
+
+fn kind_totals(g: &Gauge) -> KindTotals {
+    KindTotals {
+        live_bytes: g.live_bytes,
+        live_count: g.live_count,
+        peak_live_bytes: g.peak_live_bytes,
+    }
+}
+
+/// Builds the report of `state`.
+pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
+    let end = ctx.end_ts_ns.max(state.last_ts_ns);
+    let start = state.first_ts_ns.unwrap_or(end).min(end);
+    let secs = |ts: u64| ts.saturating_sub(start) as f64 / 1e9;
+    let mut notes = ctx.notes;
+    let suspects = rank::suspects(state, start, end);
+
+    let mut order: Vec<_> = state.sites.values().collect();
+    order.sort_by(|a, b| {
+        b.gauge
+            .live_bytes
+            .cmp(&a.gauge.live_bytes)
+            .then(b.alloc_bytes.cmp(&a.alloc_bytes))
+            .then(a.id.cmp(&b.id))
+    });
+    if order.len() > MAX_SITES {
+        let keep: HashSet<u32> = suspects.iter().map(|s| s.site).collect();
+        let total = order.len();
+        let mut n = 0;
+        order.retain(|s| {
+            n += 1;
+            n <= MAX_SITES || keep.contains(&s.id)
+        });
+        notes.push(format!(
+            "the report lists {} of {total} sites (those with most live bytes, and every suspect)",
+            order.len()
+        ));
+    }
+    let mut missing_stacks = 0;
+    let mut frames_of = |id: u32, sym: &mut Symbolizer| match ctx.stacks.get(&id) {
+        Some(addrs) => sym.stack(addrs),
+        None => {
+            if id != NO_STACK {
+                missing_stacks += 1;
+            }
+            Vec::new()
+        }
+    };
+    let sites: Vec<Site> = order
+        .iter()
+        .map(|s| Site {
+            id: s.id,
+            kind: s.kind.name().to_string(),
+            apis: s.apis.iter().map(|a| a.name().to_string()).collect(),
+            live_bytes: s.gauge.live_bytes,
+            live_count: s.gauge.live_count,
+            alloc_count: s.alloc_count,
+            alloc_bytes: s.alloc_bytes,
+            free_count: s.free_count,
+            peak_live_bytes: s.gauge.peak_live_bytes,
+            first_alloc_s: secs(s.first_alloc_ns),
+            last_alloc_s: secs(s.last_alloc_ns),
+            series: s
+                .series
+                .points()
+                .iter()
+                .map(|&(t, v)| (secs(t), v))
+                .collect(),
+            frames: frames_of(s.id, sym),
+        })
+        .collect();
+    let failures: Vec<FailureRecord> = state
+        .failures
+        .iter()
+        .map(|f| FailureRecord {
+            api: f.api.name().to_string(),
+            kind: f.kind.name().to_string(),
+            size: f.size,
+            result: f.result,
+            site: f.site,
+            device: f.device,
+            ts_s: secs(f.ts_ns),
+            frames: frames_of(f.site, sym),
+        })
+        .collect();
+    if missing_stacks > 0 {
+        notes.push(format!(
+            "{missing_stacks} sites name a stack the stream never described; they show no frames"
+        ));
+    }
+    if state.totals.failed_count > failures.len() as u64 {
+        notes.push(format!(
+            "{} failed allocations; the first {MAX_FAILURES} are listed",
+            state.totals.failed_count
+        ));
+    }
+    notes.extend(sym.problems().iter().cloned());
+
+    let t = &state.totals;
+    let k = &state.kinds;
+    Report {
+        schema: SCHEMA.to_string(),
+        pid: ctx.hello.pid,
+        ppid: ctx.hello.ppid,
+        command: ctx.hello.command.clone(),
+        cwd: ctx.hello.cwd.clone(),
+        reason: ctx.reason,
+        snapshot: ctx.snapshot,
+        start_unix_ns: ctx.hello.start_unix_ns,
+        duration_s: secs(end),
+        shim_version: ctx.hello.shim_version.clone(),
+        collector_version: env!("CARGO_PKG_VERSION").to_string(),
+        totals: Totals {
+            live_bytes: t.gauge.live_bytes,
+            live_count: t.gauge.live_count,
+            peak_live_bytes: t.gauge.peak_live_bytes,
+            alloc_count: t.alloc_count,
+            alloc_bytes: t.alloc_bytes,
+            free_count: t.free_count,
+            failed_count: t.failed_count,
+            unknown_free_count: t.unknown_free_count,
+            failed_free_count: t.failed_free_count,
+            replaced_count: t.replaced_count,
+            lost_events: ctx.lost_events,
+        },
+        kinds: Kinds {
+            device: kind_totals(&k[Kind::Device as usize]),
+            managed: kind_totals(&k[Kind::Managed as usize]),
+            pinned_host: kind_totals(&k[Kind::PinnedHost as usize]),
+        },
+        devices: state
+            .devices
+            .iter()
+            .map(|(&ordinal, g)| DeviceTotals {
+                ordinal,
+                live_bytes: g.live_bytes,
+                live_count: g.live_count,
+                peak_live_bytes: g.peak_live_bytes,
+            })
+            .collect(),
+        sites,
+        suspects,
+        failures,
+        mem_info: ctx
+            .mem_info
+            .values()
+            .map(|m| MemInfoRecord {
+                device: m.device,
+                free_bytes: m.free,
+                total_bytes: m.total,
+                ts_s: (m.ts_ns as f64 - start as f64) / 1e9,
+            })
+            .collect(),
+        notes,
+    }
+}

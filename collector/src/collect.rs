@@ -1,0 +1,555 @@
+//! The collector's driver: reads the event stream to its end, keeps the live set, writes
+//! snapshots when their boundary is reached and the final report at the end.
+//!
+//! A stream that breaks part-way (truncated, garbage) still gets a report of everything valid
+//! received before the break; the caller exits 1 then.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use gpushim_wire::{Decoder, Event, Hello, MemInfo};
+
+use crate::assemble::{self, Context};
+use crate::live::{Op, SnapshotPoint, State, Tracker};
+use crate::output;
+use crate::render;
+use crate::report::{Reason, Report};
+use crate::symbolize::Symbolizer;
+
+/// Options of `gpushim collect`.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Write reports here instead of the directory the stream's Hello names.
+    pub output_dir: Option<PathBuf>,
+}
+
+/// What a collection produced.
+#[derive(Debug)]
+// The binary only needs `broken`; the paths are for tests and future callers.
+#[allow(dead_code)]
+pub struct Outcome {
+    /// The final report's path; `None` only for an empty stream (nothing to report).
+    pub report: Option<PathBuf>,
+    /// Snapshot files written, in order.
+    pub snapshots: Vec<PathBuf>,
+    /// Why the stream broke, if it did (the report holds what came before).
+    pub broken: Option<String>,
+}
+
+/// Everything besides the live set that reports need, and where they go.
+struct Sink<'a> {
+    hello: Hello,
+    out_dir: PathBuf,
+    sym: Symbolizer,
+    stacks: HashMap<u32, Vec<u64>>,
+    notes: Vec<String>,
+    mem_info: BTreeMap<i32, MemInfo>,
+    snapshots: Vec<PathBuf>,
+    err: &'a mut dyn Write,
+}
+
+impl Sink<'_> {
+    /// Writes one snapshot report and says where on stderr; a failure to write is reported
+    /// and collection goes on.
+    fn snapshot(&mut self, p: &SnapshotPoint, state: &State) {
+        let mut notes = self.notes.clone();
+        if p.late_by > 0 {
+            notes.push(format!(
+                "the snapshot request for sequence number {} arrived after {} later events had \
+                 been applied; the snapshot includes them",
+                p.boundary, p.late_by
+            ));
+        }
+        if p.missing > 0 {
+            notes.push(format!(
+                "{} events before this snapshot's boundary never arrived",
+                p.missing
+            ));
+        }
+        let ctx = Context {
+            hello: &self.hello,
+            reason: Reason::Snapshot,
+            snapshot: Some(p.number),
+            end_ts_ns: p.ts_ns,
+            lost_events: p.missing,
+            notes,
+            mem_info: &self.mem_info,
+            stacks: &self.stacks,
+        };
+        let report = assemble::build(state, ctx, &mut self.sym);
+        let stem = format!("gpushim-{}-snapshot-{}", self.hello.pid, p.number);
+        match write_report(&report, &self.out_dir, &stem, self.err) {
+            Ok(path) => {
+                let _ = writeln!(
+                    self.err,
+                    "gpushim: snapshot {} written to {}",
+                    p.number,
+                    path.display()
+                );
+                self.snapshots.push(path);
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    self.err,
+                    "gpushim: cannot write snapshot {}: {e:#}",
+                    p.number
+                );
+            }
+        }
+    }
+}
+
+/// Serializes `report` and writes it as `stem.json` (or the next free name) in `dir`, with
+/// the fallbacks of [`output::write_new`]; tells `err` where it went if not where asked.
+fn write_report(report: &Report, dir: &Path, stem: &str, err: &mut dyn Write) -> Result<PathBuf> {
+    let mut bytes = serde_json::to_vec_pretty(report).context("serializing the report")?;
+    bytes.push(b'\n');
+    let w = output::write_new(dir, stem, "json", &bytes)?;
+    for m in w.messages() {
+        let _ = writeln!(err, "gpushim: {m}");
+    }
+    Ok(w.path)
+}
+
+/// Reads a whole event stream from `input`, writes snapshots and the final report, and prints
+/// the closing summary on `err`.
+///
+/// # Errors
+/// If the stream breaks before its first event (there is no pid or output directory to write
+/// a report for), or no directory would take the final report. A break after the Hello event
+/// is not an error: it is returned in [`Outcome::broken`] after the report is written.
+pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<Outcome> {
+    let mut input = BufReader::with_capacity(1 << 16, input);
+    if input
+        .fill_buf()
+        .context("reading the event stream")?
+        .is_empty()
+    {
+        // The target exited (or the shim gave up) before saying anything: nothing to report.
+        return Ok(Outcome {
+            report: None,
+            snapshots: Vec::new(),
+            broken: None,
+        });
+    }
+    let mut dec = Decoder::new(input).map_err(|e| {
+        crate::coded(
+            1,
+            format!("event stream broken at its start: {e}; no report written"),
+        )
+    })?;
+    let hello = match dec.next_event() {
+        Ok(Some(Event::Hello(h))) => h,
+        Ok(Some(_)) => {
+            return Err(crate::coded(
+                1,
+                "event stream does not start with a Hello event; no report written",
+            ))
+        }
+        Ok(None) => {
+            return Err(crate::coded(
+                1,
+                "event stream ended before its Hello event; no report written",
+            ))
+        }
+        Err(e) => {
+            return Err(crate::coded(
+                1,
+                format!("event stream broken at its start: {e}; no report written"),
+            ))
+        }
+    };
+    let out_dir = match &opts.output_dir {
+        Some(d) => d.clone(),
+        None => output_dir_of(&hello),
+    };
+    let mut sink = Sink {
+        hello,
+        out_dir,
+        sym: Symbolizer::new(),
+        stacks: HashMap::new(),
+        notes: Vec::new(),
+        mem_info: BTreeMap::new(),
+        snapshots: Vec::new(),
+        err,
+    };
+    let mut tracker = Tracker::new();
+    let mut exit_ts: Option<u64> = None;
+    let broken = loop {
+        let ev = match dec.next_event() {
+            Ok(Some(ev)) => ev,
+            Ok(None) => break None,
+            Err(e) => break Some(e.to_string()),
+        };
+        let mut on_snapshot = |p: &SnapshotPoint, s: &State| sink.snapshot(p, s);
+        match ev {
+            Event::Alloc(a) => tracker.push(Op::Alloc(a), &mut on_snapshot),
+            Event::Free(f) => tracker.push(Op::Free(f), &mut on_snapshot),
+            Event::Failed(f) => tracker.push(Op::Failed(f), &mut on_snapshot),
+            Event::Snapshot(s) => tracker.request_snapshot(s.boundary, s.ts_ns, &mut on_snapshot),
+            Event::Exit(x) => exit_ts = Some(x.ts_ns),
+            Event::Module(m) => sink.sym.add_module(m),
+            Event::Stack(s) => {
+                sink.stacks.insert(s.id, s.frames);
+            }
+            Event::MemInfo(m) => {
+                sink.mem_info.insert(m.device, m);
+            }
+            Event::Note(n) => sink.notes.push(n),
+            Event::Hello(_) => sink
+                .notes
+                .push("the stream held a second Hello event; it was ignored".into()),
+        }
+    };
+    tracker.finish(&mut |p, s| sink.snapshot(p, s));
+    let lost = tracker.lost();
+
+    let pid = sink.hello.pid;
+    let mut notes = std::mem::take(&mut sink.notes);
+    if let Some(e) = &broken {
+        notes.push(format!(
+            "event stream broken: {e}; the report holds what was received before"
+        ));
+    }
+    if lost > 0 {
+        notes.push(format!(
+            "{lost} events never arrived (gaps in the sequence numbers)"
+        ));
+    }
+    if tracker.duplicates() > 0 {
+        notes.push(format!(
+            "{} events repeated a sequence number, or came after it was given up as lost; they were ignored",
+            tracker.duplicates()
+        ));
+    }
+    let ctx = Context {
+        hello: &sink.hello,
+        reason: if exit_ts.is_some() {
+            Reason::Exit
+        } else {
+            Reason::Killed
+        },
+        snapshot: None,
+        // The state's own latest event time is used if later.
+        end_ts_ns: exit_ts.unwrap_or(0),
+        lost_events: lost,
+        notes,
+        mem_info: &sink.mem_info,
+        stacks: &sink.stacks,
+    };
+    let report = assemble::build(tracker.state(), ctx, &mut sink.sym);
+    if let Some(e) = &broken {
+        let _ = writeln!(
+            sink.err,
+            "gpushim: event stream from pid {pid} broken: {e}; report holds what was received"
+        );
+    }
+    let path = write_report(&report, &sink.out_dir, &format!("gpushim-{pid}"), sink.err)
+        .with_context(|| format!("cannot write the report of pid {pid}"))?;
+    let _ = render::summary(&report, &path, sink.err);
+    Ok(Outcome {
+        report: Some(path),
+        snapshots: sink.snapshots,
+        broken,
+    })
+}
+
+/// Where the target wants reports: Hello's output directory, relative to its working
+/// directory if relative, else its working directory, else ours.
+fn output_dir_of(h: &Hello) -> PathBuf {
+    let cwd = Path::new(&h.cwd);
+    let dir = if h.output_dir.is_empty() {
+        cwd
+    } else {
+        Path::new(&h.output_dir)
+    };
+    if dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else if dir.is_relative() && cwd.is_absolute() {
+        cwd.join(dir)
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::tests::TempDir;
+    use crate::report::Report;
+    use gpushim_wire::{
+        encode, write_header, Alloc, Api, Exit, Free, Kind, Snapshot, Stack, NO_STACK,
+    };
+
+    const MS: u64 = 1_000_000;
+
+    fn hello(dir: &Path) -> Event {
+        Event::Hello(Hello {
+            pid: 4242,
+            ppid: 1,
+            start_unix_ns: 1_700_000_000_000_000_000,
+            command: vec!["./render".into(), "--frames".into(), "30".into()],
+            cwd: "/nonexistent-cwd".into(),
+            output_dir: dir.to_string_lossy().into_owned(),
+            shim_version: "0.1.0".into(),
+        })
+    }
+
+    fn alloc(seq: u64, ts: u64, addr: u64, size: u64, stack: u32) -> Event {
+        Event::Alloc(Alloc {
+            seq,
+            ts_ns: ts,
+            addr,
+            size,
+            kind: Kind::Device,
+            api: Api::CudaMalloc,
+            device: 0,
+            stream: 0,
+            tid: 7,
+            stack,
+        })
+    }
+
+    fn free(seq: u64, ts: u64, addr: u64) -> Event {
+        Event::Free(Free {
+            seq,
+            ts_ns: ts,
+            addr,
+            api: Api::CudaFree,
+            stream: 0,
+            tid: 7,
+            result: 0,
+        })
+    }
+
+    /// The events of a "render loop": stack 0 leaks 1 MiB every 10 ms (30 times), stack 1
+    /// allocates and frees a scratch buffer each frame; a snapshot with boundary 30 (the first
+    /// ten frames) is requested before all of their events have arrived; events of every other
+    /// frame are delivered out of order. Ends with an allocation without a stack, a note and
+    /// (if `exit`) the exit event.
+    fn events(dir: &Path, exit: bool) -> Vec<Event> {
+        let mut ev = vec![hello(dir)];
+        let here = crate::symbolize::tests::module_holding(events as *const () as usize as u64);
+        let ret = events as *const () as usize as u64 + 1;
+        ev.push(Event::Module(here));
+        ev.push(Event::Stack(Stack {
+            id: 0,
+            frames: vec![ret, 0x10],
+        }));
+        ev.push(Event::Stack(Stack {
+            id: 1,
+            frames: vec![],
+        }));
+        let mut seq = 0;
+        for i in 0..30u64 {
+            let t = 10 * MS * (i + 1);
+            let mut f = vec![
+                alloc(seq, t, 0x7000_0000 + i * 0x10_0000, 1 << 20, 0),
+                alloc(seq + 1, t + 1, 0x9000_0000, 4096, 1),
+                free(seq + 2, t + 2, 0x9000_0000),
+            ];
+            seq += 3;
+            if i % 2 == 1 {
+                f.reverse();
+            }
+            if i == 9 {
+                // Seqs 0..27 are applied; 27..30 arrive after the request.
+                ev.push(Event::Snapshot(Snapshot {
+                    boundary: 30,
+                    ts_ns: 95 * MS,
+                }));
+            }
+            ev.extend(f);
+        }
+        ev.push(alloc(seq, 400 * MS, 0xab00, 10, NO_STACK));
+        ev.push(Event::Note("shim: 0 events lost".into()));
+        if exit {
+            ev.push(Event::Exit(Exit { ts_ns: 400 * MS }));
+        }
+        ev
+    }
+
+    fn bytes(events: &[Event]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        write_header(&mut buf);
+        for e in events {
+            encode(e, &mut buf);
+        }
+        buf
+    }
+
+    fn stream(dir: &Path, exit: bool) -> Vec<u8> {
+        bytes(&events(dir, exit))
+    }
+
+    #[test]
+    fn end_to_end_with_snapshot() {
+        let d = TempDir::new("collect");
+        let mut err = Vec::new();
+        let out = collect(&stream(&d.0, true)[..], &Options::default(), &mut err).unwrap();
+        let err = String::from_utf8(err).unwrap();
+        assert!(out.broken.is_none());
+        let path = out.report.unwrap();
+        assert_eq!(path, d.0.join("gpushim-4242.json"));
+        assert_eq!(
+            out.snapshots,
+            vec![d.0.join("gpushim-4242-snapshot-1.json")]
+        );
+
+        let r = Report::read(&path).unwrap();
+        assert_eq!(r.reason, Reason::Exit);
+        assert_eq!(r.snapshot, None);
+        assert_eq!(r.command, vec!["./render", "--frames", "30"]);
+        assert_eq!(r.totals.live_count, 31);
+        assert_eq!(r.totals.live_bytes, 30 * (1 << 20) + 10);
+        assert_eq!(r.totals.alloc_count, 61);
+        assert_eq!(r.totals.free_count, 30);
+        assert_eq!(r.totals.unknown_free_count, 0);
+        assert_eq!(r.totals.lost_events, 0);
+        assert_eq!(r.kinds.device.live_bytes, 30 * (1 << 20) + 10);
+        assert_eq!(r.kinds.managed.live_count, 0);
+        assert_eq!(r.devices.len(), 1);
+        assert!((r.duration_s - 0.39).abs() < 1e-9, "{}", r.duration_s);
+        assert_eq!(
+            r.sites.iter().map(|s| s.id).collect::<Vec<_>>(),
+            vec![0, NO_STACK, 1]
+        );
+        let leak = &r.sites[0];
+        assert_eq!(
+            (leak.live_count, leak.alloc_count, leak.free_count),
+            (30, 30, 0)
+        );
+        assert_eq!(leak.apis, vec!["cudaMalloc"]);
+        assert!(
+            leak.frames[0].function.ends_with("collect::tests::events"),
+            "{:?}",
+            leak.frames[0]
+        );
+        assert_eq!(leak.frames.last().unwrap().module, "");
+        assert_eq!(r.suspects.len(), 1);
+        assert_eq!(r.suspects[0].site, 0);
+        assert_eq!(r.notes, vec!["shim: 0 events lost".to_string()]);
+
+        let s = Report::read(&out.snapshots[0]).unwrap();
+        assert_eq!((s.reason, s.snapshot), (Reason::Snapshot, Some(1)));
+        assert_eq!((s.totals.live_count, s.totals.live_bytes), (10, 10 << 20));
+        assert_eq!((s.totals.alloc_count, s.totals.free_count), (20, 10));
+
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!(
+                "gpushim: snapshot 1 written to {}",
+                d.0.join("gpushim-4242-snapshot-1.json").display()
+            )
+        );
+        assert_eq!(
+            lines[1],
+            "gpushim: pid 4242 (exit): 31 allocations live, 30.0 MiB (device 30.0 MiB on GPU 0); peak 30.0 MiB"
+        );
+        assert!(lines[2]
+            .starts_with("gpushim: suspect #1 site 0: 30 allocations live (30.0 MiB), none freed"));
+        assert!(
+            lines[2].contains(" at gpushim::collect::tests::events (src/collect.rs:"),
+            "{}",
+            lines[2]
+        );
+        assert_eq!(
+            lines[3],
+            format!("gpushim: report written to {}", path.display())
+        );
+        assert_eq!(lines.len(), 4);
+
+        // A second run does not overwrite.
+        let mut err = Vec::new();
+        let out = collect(&stream(&d.0, false)[..], &Options::default(), &mut err).unwrap();
+        assert_eq!(out.report.unwrap(), d.0.join("gpushim-4242.1.json"));
+        let err = String::from_utf8(err).unwrap();
+        assert!(
+            err.contains(&format!(
+                "{} already exists; wrote",
+                d.0.join("gpushim-4242.json").display()
+            )),
+            "{err}"
+        );
+        assert!(err.contains("(killed)"), "{err}");
+    }
+
+    #[test]
+    fn truncated_stream_still_writes_a_report() {
+        let d = TempDir::new("trunc");
+        let ev = events(&d.0, true);
+        let n = ev.len();
+        // Cut in the middle of the last allocation (the one without a stack).
+        let mut cut = bytes(&ev[..n - 3]);
+        let mut last = Vec::new();
+        encode(&ev[n - 3], &mut last);
+        cut.extend_from_slice(&last[..20]);
+        let mut err = Vec::new();
+        let out = collect(&cut[..], &Options::default(), &mut err).unwrap();
+        let err = String::from_utf8(err).unwrap();
+        assert_eq!(
+            out.broken.as_deref(),
+            Some("event stream ends in the middle of a frame")
+        );
+        let r = Report::read(&out.report.unwrap()).unwrap();
+        assert_eq!(r.reason, Reason::Killed);
+        assert_eq!(r.totals.alloc_count, 60);
+        assert_eq!(r.totals.live_count, 30);
+        assert_eq!(
+            r.notes,
+            vec!["event stream broken: event stream ends in the middle of a frame; the report holds what was received before"]
+        );
+        assert!(
+            err.contains("gpushim: event stream from pid 4242 broken: event stream ends in the middle of a frame; report holds what was received\n"),
+            "{err}"
+        );
+
+        // Garbage after valid events: same, here into an overriding output directory.
+        let mut g = bytes(&ev[..n - 3]);
+        g.extend_from_slice(&[0xff; 64]);
+        let sub = d.0.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let mut err = Vec::new();
+        let out = collect(
+            &g[..],
+            &Options {
+                output_dir: Some(sub.clone()),
+            },
+            &mut err,
+        )
+        .unwrap();
+        assert_eq!(
+            out.broken.as_deref(),
+            Some("frame length 4294967295 is out of range")
+        );
+        assert_eq!(out.report.unwrap(), sub.join("gpushim-4242.json"));
+    }
+
+    #[test]
+    fn stream_broken_before_hello_is_an_error_and_empty_is_nothing() {
+        let mut err = Vec::new();
+        let e = collect(&b"NOTGPUSHIM\0\0\0\0"[..], &Options::default(), &mut err).unwrap_err();
+        assert!(format!("{e:#}").contains("bad magic"), "{e:#}");
+        let out = collect(&b""[..], &Options::default(), &mut err).unwrap();
+        assert!(out.report.is_none() && out.broken.is_none());
+        let mut buf = Vec::new();
+        write_header(&mut buf);
+        encode(&Event::Exit(Exit { ts_ns: 1 }), &mut buf);
+        assert!(collect(&buf[..], &Options::default(), &mut err).is_err());
+    }
+
+    #[test]
+    fn relative_output_dir_is_under_cwd() {
+        let mut h = match hello(Path::new("out")) {
+            Event::Hello(h) => h,
+            _ => unreachable!(),
+        };
+        h.cwd = "/w".into();
+        assert_eq!(output_dir_of(&h), Path::new("/w/out"));
+        h.output_dir.clear();
+        assert_eq!(output_dir_of(&h), Path::new("/w"));
+    }
+}

@@ -1,0 +1,226 @@
+//! Leak suspects: which sites look like they keep growing.
+//!
+//! A site is a suspect if and only if, at report time:
+//! 1. at least [`MIN_LIVE`] of its allocations are live;
+//! 2. its live bytes are at least 90% of its own peak (it is not draining);
+//! 3. it was rising: over its active span (first to latest allocation), its live bytes at the
+//!    end exceed those at one third and at two thirds of the span;
+//! 4. its live allocations were made at [`MIN_LIVE`] or more distinct times spanning at least
+//!    [`MIN_COVERAGE`] of the run, so a pool filled in one burst and then held is not one.
+//!
+//! Sites whose allocations are all freed fail (1); one large allocation held steady fails (1);
+//! a warm-up burst fails (3) or (4).
+//!
+//! The score, in [0, 1], is the mean of the share of the site's allocations never freed and
+//! how steadily it rose (the share of eight equal slices of its active span in which its live
+//! bytes went up).
+
+use std::collections::HashMap;
+
+use crate::live::{SiteStats, State};
+use crate::render::{fmt_bytes, fmt_seconds};
+use crate::report::Suspect;
+
+/// Fewest live allocations (and distinct allocation times) a suspect must have.
+pub const MIN_LIVE: u64 = 3;
+
+/// Smallest share of the run that a suspect's live allocations must span.
+pub const MIN_COVERAGE: f64 = 0.25;
+
+/// Number of equal slices of a site's active span that steadiness is measured over.
+const SLICES: u64 = 8;
+
+/// Ranks the sites of `state` as leak suspects, most likely first (score, then live bytes,
+/// then site id). `run_start_ns..=run_end_ns` is the span the report covers (monotonic ns).
+pub fn suspects(state: &State, run_start_ns: u64, run_end_ns: u64) -> Vec<Suspect> {
+    let run = run_end_ns.saturating_sub(run_start_ns);
+    if run == 0 {
+        return Vec::new();
+    }
+    let mut live_times: HashMap<u32, Vec<u64>> = HashMap::new();
+    for (_, e) in state.live() {
+        live_times.entry(e.site).or_default().push(e.ts_ns);
+    }
+    let mut out: Vec<Suspect> = state
+        .sites
+        .values()
+        .filter_map(|site| {
+            let mut times = live_times.remove(&site.id)?;
+            times.sort_unstable();
+            times.dedup();
+            judge(site, &times, run)
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(b.live_bytes.cmp(&a.live_bytes))
+            .then(a.site.cmp(&b.site))
+    });
+    out
+}
+
+/// Applies the four tests to one site; `times` are the distinct, sorted timestamps of its live
+/// allocations, `run` the report's span in ns (> 0).
+fn judge(site: &SiteStats, times: &[u64], run: u64) -> Option<Suspect> {
+    let g = site.gauge;
+    if g.live_count < MIN_LIVE || (times.len() as u64) < MIN_LIVE {
+        return None;
+    }
+    if u128::from(g.live_bytes) * 10 < u128::from(g.peak_live_bytes) * 9 {
+        return None;
+    }
+    let (start, end) = (site.first_alloc_ns, site.last_alloc_ns);
+    let span = end.saturating_sub(start);
+    if span == 0 {
+        return None;
+    }
+    let at = |num: u64, den: u64| {
+        let t = start + (u128::from(span) * u128::from(num) / u128::from(den)) as u64;
+        site.series.value_at(t)
+    };
+    if g.live_bytes <= at(1, 3) || g.live_bytes <= at(2, 3) {
+        return None;
+    }
+    let (first_live, last_live) = (times[0], times[times.len() - 1]);
+    let live_span = last_live - first_live;
+    if (live_span as f64) < MIN_COVERAGE * run as f64 {
+        return None;
+    }
+    let rises = (0..SLICES)
+        .filter(|&i| at(i + 1, SLICES) > at(i, SLICES))
+        .count();
+    let steadiness = rises as f64 / SLICES as f64;
+    let kept = g.live_count.min(site.alloc_count) as f64 / site.alloc_count.max(1) as f64;
+    let score = ((kept + steadiness) / 2.0 * 1000.0).round() / 1000.0;
+    let freed = if site.free_count == 0 {
+        "none freed".to_string()
+    } else {
+        format!("{} of {} freed", site.free_count, site.alloc_count)
+    };
+    let secs = live_span as f64 / 1e9;
+    let reason = format!(
+        "{} allocations live ({}), {freed}, +{} per call over {}",
+        g.live_count,
+        fmt_bytes(g.live_bytes),
+        fmt_bytes(g.live_bytes / g.live_count),
+        fmt_seconds(secs),
+    );
+    Some(Suspect {
+        site: site.id,
+        score,
+        reason,
+        live_bytes: g.live_bytes,
+        live_count: g.live_count,
+        growth_bytes_per_s: if secs > 0.0 {
+            (g.live_bytes as f64 / secs).round()
+        } else {
+            0.0
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::tests::{alloc, free};
+    use crate::live::State;
+    use gpushim_wire::Kind;
+
+    const MS: u64 = 1_000_000;
+    const MIB: u64 = 1 << 20;
+
+    /// A run of 1 s: site 1 leaks 1 MiB every 30 ms, site 2 allocates one 4 GiB pool at the
+    /// start, site 3 allocates and frees 8 MiB every 10 ms, site 4 fills a 3-block pool in a
+    /// 2 ms burst at the start, site 5 leaks 1 KiB but frees half of what it allocates.
+    fn run() -> State {
+        let mut s = State::default();
+        let mut seq = 0;
+        let mut ops = Vec::new();
+        ops.push(alloc(0, 0, 0xa000_0000, 4 << 30, Kind::Device, 0, 2));
+        for i in 0..3 {
+            ops.push(alloc(
+                0,
+                (i + 1) * MS / 2,
+                0xb000_0000 + i * 0x1000,
+                64 * MIB,
+                Kind::Device,
+                0,
+                4,
+            ));
+        }
+        for i in 0..30u64 {
+            let t = 10 * MS + i * 30 * MS;
+            ops.push(alloc(
+                0,
+                t,
+                0x1000_0000 + i * 0x10_0000,
+                MIB,
+                Kind::Device,
+                0,
+                1,
+            ));
+        }
+        for i in 0..100u64 {
+            let t = i * 10 * MS;
+            ops.push(alloc(0, t + 1, 0x2000_0000, 8 * MIB, Kind::Device, 0, 3));
+            ops.push(free(0, t + 2, 0x2000_0000, 0));
+        }
+        for i in 0..40u64 {
+            let t = 5 * MS + i * 20 * MS;
+            ops.push(alloc(
+                0,
+                t,
+                0x3000_0000 + i * 0x1000,
+                1024,
+                Kind::PinnedHost,
+                -1,
+                5,
+            ));
+            if i % 2 == 1 {
+                ops.push(free(0, t + 1, 0x3000_0000 + i * 0x1000, 0));
+            }
+        }
+        ops.push(free(0, 1000 * MS, 0xdead, 0));
+        ops.sort_by_key(|o| o.ts_ns());
+        for mut op in ops {
+            match &mut op {
+                crate::live::Op::Alloc(a) => a.seq = seq,
+                crate::live::Op::Free(f) => f.seq = seq,
+                crate::live::Op::Failed(f) => f.seq = seq,
+            }
+            seq += 1;
+            s.apply(&op);
+        }
+        s
+    }
+
+    #[test]
+    fn growing_site_is_the_top_suspect_and_pools_and_churn_are_not() {
+        let s = run();
+        let got = suspects(&s, s.first_ts_ns.unwrap(), s.last_ts_ns);
+        let ids: Vec<u32> = got.iter().map(|x| x.site).collect();
+        assert_eq!(ids, vec![1, 5], "{got:#?}");
+        let top = &got[0];
+        assert_eq!(top.score, 1.0);
+        assert_eq!(top.live_bytes, 30 * MIB);
+        assert_eq!(top.live_count, 30);
+        assert_eq!(
+            top.reason,
+            "30 allocations live (30.0 MiB), none freed, +1.0 MiB per call over 870 ms"
+        );
+        // Site 5 kept half its allocations: score (0.5 + 1) / 2.
+        assert_eq!(got[1].score, 0.75);
+        assert!(
+            got[1].reason.contains("20 of 40 freed"),
+            "{}",
+            got[1].reason
+        );
+    }
+
+    #[test]
+    fn nothing_in_an_empty_or_instant_run() {
+        let s = State::default();
+        assert!(suspects(&s, 0, 0).is_empty());
+    }
+}

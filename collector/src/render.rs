@@ -1,0 +1,534 @@
+//! Output formats for a [`Report`], behind one trait, and the shared text helpers (sizes,
+//! durations, frame labels) that the collector's stderr summary also uses.
+//!
+//! A new format (folded stacks, SVG, Perfetto) is one more type implementing [`Render`] and
+//! one more [`Format`] value.
+
+use std::io::{self, Write};
+
+use crate::report::{Frame, Report, Site};
+
+/// Writes a report in one format.
+pub trait Render {
+    /// Writes `report` to `out`.
+    ///
+    /// # Errors
+    /// Only errors of `out` (a broken pipe included; the caller treats it as a clean stop).
+    fn render(&self, report: &Report, out: &mut dyn Write) -> io::Result<()>;
+}
+
+/// The formats `gpushim report` offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// For a person: totals, suspects, top sites with their stacks.
+    Text,
+    /// The report itself, pretty-printed.
+    Json,
+}
+
+/// Options of the text format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TextOptions {
+    /// Sites to show, most live bytes first.
+    pub top: usize,
+    /// Frames to show per stack.
+    pub depth: usize,
+    /// Show CUDA/framework-internal frames too.
+    pub all_frames: bool,
+}
+
+impl Default for TextOptions {
+    fn default() -> Self {
+        TextOptions {
+            top: 10,
+            depth: 12,
+            all_frames: false,
+        }
+    }
+}
+
+/// The renderer for `format`.
+pub fn renderer(format: Format, opts: TextOptions) -> Box<dyn Render> {
+    match format {
+        Format::Text => Box::new(Text(opts)),
+        Format::Json => Box::new(Json),
+    }
+}
+
+/// The report as pretty-printed JSON (the same document the collector writes).
+pub struct Json;
+
+impl Render for Json {
+    fn render(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        serde_json::to_writer_pretty(&mut *out, report)?;
+        writeln!(out)
+    }
+}
+
+/// The report for a person.
+pub struct Text(pub TextOptions);
+
+impl Render for Text {
+    fn render(&self, r: &Report, out: &mut dyn Write) -> io::Result<()> {
+        let opts = self.0;
+        let what = match r.snapshot {
+            Some(n) => format!("snapshot {n}"),
+            None => r.reason.name().to_string(),
+        };
+        writeln!(
+            out,
+            "pid {} ({what}): {}; {}, shim {}",
+            r.pid,
+            shell_words(&r.command),
+            fmt_seconds(r.duration_s),
+            if r.shim_version.is_empty() {
+                "?"
+            } else {
+                &r.shim_version
+            },
+        )?;
+        let t = &r.totals;
+        writeln!(
+            out,
+            "live: {} in {} allocations; peak {}; {} allocations, {} frees, {} failed",
+            fmt_bytes(t.live_bytes),
+            t.live_count,
+            fmt_bytes(t.peak_live_bytes),
+            t.alloc_count,
+            t.free_count,
+            t.failed_count,
+        )?;
+        for (name, k) in r.kinds.iter() {
+            writeln!(
+                out,
+                "  {name:<12} {:>10} in {:>6} (peak {})",
+                fmt_bytes(k.live_bytes),
+                k.live_count,
+                fmt_bytes(k.peak_live_bytes)
+            )?;
+        }
+        for d in &r.devices {
+            writeln!(
+                out,
+                "  {:<12} {:>10} in {:>6} (peak {})",
+                format!("GPU {}", d.ordinal),
+                fmt_bytes(d.live_bytes),
+                d.live_count,
+                fmt_bytes(d.peak_live_bytes)
+            )?;
+        }
+        let odd = anomalies(r);
+        if !odd.is_empty() {
+            writeln!(out, "anomalies: {}", odd.join(", "))?;
+        }
+
+        writeln!(out)?;
+        if r.suspects.is_empty() {
+            writeln!(out, "no leak suspects")?;
+        } else {
+            writeln!(out, "leak suspects:")?;
+            for (i, s) in r.suspects.iter().enumerate() {
+                writeln!(
+                    out,
+                    "  #{} site {} (score {:.2}): {}",
+                    i + 1,
+                    s.site,
+                    s.score,
+                    s.reason
+                )?;
+                if let Some(f) = r.site(s.site).and_then(first_user_frame) {
+                    writeln!(out, "      at {}", frame_label(f))?;
+                }
+            }
+        }
+
+        if !r.sites.is_empty() {
+            let n = opts.top.min(r.sites.len());
+            writeln!(out)?;
+            writeln!(out, "top sites by live bytes ({n} of {}):", r.sites.len())?;
+            for s in r.sites.iter().take(n) {
+                writeln!(
+                    out,
+                    "  site {}: {} live in {} ({}, {}); {} allocations ({}), {} frees, peak {}",
+                    site_name(s),
+                    fmt_bytes(s.live_bytes),
+                    s.live_count,
+                    s.kind,
+                    s.apis.join(", "),
+                    s.alloc_count,
+                    fmt_bytes(s.alloc_bytes),
+                    s.free_count,
+                    fmt_bytes(s.peak_live_bytes),
+                )?;
+                write_frames(out, &s.frames, opts, "      ")?;
+            }
+        }
+
+        if !r.failures.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "failed allocations ({}):", t.failed_count)?;
+            for f in r.failures.iter().take(opts.top) {
+                let dev = if f.device >= 0 {
+                    format!(" on GPU {}", f.device)
+                } else {
+                    String::new()
+                };
+                writeln!(
+                    out,
+                    "  {} of {} ({}){dev} returned {} at {}",
+                    f.api,
+                    fmt_bytes(f.size),
+                    f.kind,
+                    f.result,
+                    fmt_seconds(f.ts_s)
+                )?;
+                write_frames(out, &f.frames, opts, "      ")?;
+            }
+            if r.failures.len() > opts.top {
+                writeln!(
+                    out,
+                    "  … {} more in the report",
+                    r.failures.len() - opts.top
+                )?;
+            }
+        }
+        for m in &r.mem_info {
+            writeln!(
+                out,
+                "GPU {}: driver reported {} free of {} at {}",
+                m.device,
+                fmt_bytes(m.free_bytes),
+                fmt_bytes(m.total_bytes),
+                fmt_seconds(m.ts_s)
+            )?;
+        }
+        if !r.notes.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "notes:")?;
+            for n in &r.notes {
+                writeln!(out, "  {n}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes up to `opts.depth` frames, one per line, internal ones only with `all_frames`.
+fn write_frames(
+    out: &mut dyn Write,
+    frames: &[Frame],
+    opts: TextOptions,
+    indent: &str,
+) -> io::Result<()> {
+    let shown: Vec<&Frame> = frames
+        .iter()
+        .filter(|f| opts.all_frames || !f.internal)
+        .collect();
+    for f in shown.iter().take(opts.depth) {
+        writeln!(out, "{indent}{}", frame_label(f))?;
+    }
+    if shown.len() > opts.depth {
+        writeln!(out, "{indent}… {} more frames", shown.len() - opts.depth)?;
+    }
+    if frames.is_empty() {
+        writeln!(out, "{indent}(no backtrace)")?;
+    }
+    Ok(())
+}
+
+/// The counters that mean something was off, in words; empty if none.
+fn anomalies(r: &Report) -> Vec<String> {
+    let t = &r.totals;
+    [
+        (t.unknown_free_count, "frees of unknown addresses"),
+        (t.failed_free_count, "failed frees"),
+        (
+            t.replaced_count,
+            "addresses returned again while live (missed frees)",
+        ),
+        (t.lost_events, "events lost"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect()
+}
+
+/// The site's id, with "(no backtrace)" for the no-stack site.
+pub fn site_name(s: &Site) -> String {
+    if s.no_backtrace() {
+        format!("{} (no backtrace)", s.id)
+    } else {
+        s.id.to_string()
+    }
+}
+
+/// The innermost frame that is the user's code (not internal), else the innermost frame.
+pub fn first_user_frame(site: &Site) -> Option<&Frame> {
+    site.frames
+        .iter()
+        .find(|f| !f.internal)
+        .or(site.frames.first())
+}
+
+/// A frame for a person: `function (file:line)`, `function (module+0xoffset)`,
+/// `module+0xoffset`, or the bare address.
+pub fn frame_label(f: &Frame) -> String {
+    let place = match (&f.file, f.line) {
+        (Some(file), Some(line)) => Some(format!("{}:{line}", short_path(file))),
+        (Some(file), None) => Some(short_path(file).to_string()),
+        _ if !f.module.is_empty() => Some(format!(
+            "{}+{}",
+            f.module_name(),
+            f.offset.as_deref().unwrap_or(&f.address)
+        )),
+        _ => None,
+    };
+    match (f.function.as_str(), place) {
+        ("??", Some(p)) if f.file.is_none() => p,
+        (func, Some(p)) => format!("{func} ({p})"),
+        ("??", None) => f.address.clone(),
+        (func, None) => format!("{func} ({})", f.address),
+    }
+}
+
+/// The last two components of a source path (`src/main.rs`), enough to find it.
+fn short_path(p: &str) -> &str {
+    match p.rmatch_indices('/').nth(1) {
+        Some((i, _)) => &p[i + 1..],
+        None => p,
+    }
+}
+
+/// A command line for display, arguments with spaces quoted.
+pub fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"\\$`".contains(c)) {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A size for a person: `512 B`, `1.5 KiB`, `14.0 MiB`, `2.3 GiB`.
+pub fn fmt_bytes(n: u64) -> String {
+    const K: f64 = 1024.0;
+    let x = n as f64;
+    if n < 1024 {
+        format!("{n} B")
+    } else if x < K * K {
+        format!("{:.1} KiB", x / K)
+    } else if x < K * K * K {
+        format!("{:.1} MiB", x / (K * K))
+    } else {
+        format!("{:.1} GiB", x / (K * K * K))
+    }
+}
+
+/// A signed size difference: `+1.0 MiB`, `-512 B`, `0 B`.
+pub fn fmt_bytes_delta(d: i128) -> String {
+    let mag = fmt_bytes(u64::try_from(d.unsigned_abs()).unwrap_or(u64::MAX));
+    match d.signum() {
+        1 => format!("+{mag}"),
+        -1 => format!("-{mag}"),
+        _ => mag,
+    }
+}
+
+/// A duration for a person: `350 µs`, `870 ms`, `2.5 s`, `95 s`.
+pub fn fmt_seconds(s: f64) -> String {
+    if !s.is_finite() || s < 0.0 {
+        return format!("{s} s");
+    }
+    if s >= 10.0 {
+        format!("{s:.0} s")
+    } else if s >= 1.0 {
+        format!("{s:.1} s")
+    } else if s >= 1e-3 {
+        format!("{:.0} ms", s * 1e3)
+    } else {
+        format!("{:.0} µs", s * 1e6)
+    }
+}
+
+/// The collector's closing lines on stderr (each starting `gpushim: `): totals, up to three
+/// suspects or "no leak suspects", and where the report went.
+pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::Result<()> {
+    let t = &r.totals;
+    let mut parts = Vec::new();
+    for (name, k) in r.kinds.iter() {
+        if k.live_count == 0 {
+            continue;
+        }
+        let mut p = format!("{name} {}", fmt_bytes(k.live_bytes));
+        if name == "device" {
+            let gpus: Vec<String> = r
+                .devices
+                .iter()
+                .filter(|d| d.live_count > 0)
+                .map(|d| d.ordinal.to_string())
+                .collect();
+            match gpus.len() {
+                0 => {}
+                1 => p += &format!(" on GPU {}", gpus[0]),
+                _ => p += &format!(" on GPUs {}", gpus.join(", ")),
+            }
+        }
+        parts.push(p);
+    }
+    let kinds = if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join("; "))
+    };
+    writeln!(
+        out,
+        "gpushim: pid {} ({}): {} allocation{} live, {}{kinds}; peak {}",
+        r.pid,
+        r.reason.name(),
+        t.live_count,
+        if t.live_count == 1 { "" } else { "s" },
+        fmt_bytes(t.live_bytes),
+        fmt_bytes(t.peak_live_bytes),
+    )?;
+    if r.suspects.is_empty() {
+        writeln!(out, "gpushim: no leak suspects")?;
+    }
+    for (i, s) in r.suspects.iter().take(3).enumerate() {
+        let at = r
+            .site(s.site)
+            .and_then(first_user_frame)
+            .map(|f| format!(" at {}", frame_label(f)))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "gpushim: suspect #{} site {}: {}{at}",
+            i + 1,
+            s.site,
+            s.reason
+        )?;
+    }
+    if r.suspects.len() > 3 {
+        writeln!(
+            out,
+            "gpushim: {} more suspects in the report",
+            r.suspects.len() - 3
+        )?;
+    }
+    writeln!(out, "gpushim: report written to {}", path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_times() {
+        assert_eq!(fmt_bytes(0), "0 B");
+        assert_eq!(fmt_bytes(1023), "1023 B");
+        assert_eq!(fmt_bytes(1536), "1.5 KiB");
+        assert_eq!(fmt_bytes(14 << 20), "14.0 MiB");
+        assert_eq!(fmt_bytes(3 << 30), "3.0 GiB");
+        assert_eq!(fmt_bytes_delta(-(1 << 20)), "-1.0 MiB");
+        assert_eq!(fmt_bytes_delta(5), "+5 B");
+        assert_eq!(fmt_bytes_delta(0), "0 B");
+        assert_eq!(fmt_seconds(0.3), "300 ms");
+        assert_eq!(fmt_seconds(2.25), "2.2 s");
+        assert_eq!(fmt_seconds(95.0), "95 s");
+    }
+
+    #[test]
+    fn frame_labels() {
+        let mut f = Frame {
+            function: "render_frame".into(),
+            file: Some("/home/u/proj/src/target.c".into()),
+            line: Some(42),
+            module: "/home/u/proj/app".into(),
+            address: "0x401234".into(),
+            offset: Some("0x1234".into()),
+            internal: false,
+            inlined: false,
+        };
+        assert_eq!(frame_label(&f), "render_frame (src/target.c:42)");
+        f.file = None;
+        f.line = None;
+        assert_eq!(frame_label(&f), "render_frame (app+0x1234)");
+        f.function = "??".into();
+        assert_eq!(frame_label(&f), "app+0x1234");
+        f.module.clear();
+        f.offset = None;
+        assert_eq!(frame_label(&f), "0x401234");
+        assert_eq!(
+            shell_words(&["python".into(), "a b.py".into()]),
+            "python 'a b.py'"
+        );
+    }
+
+    /// A report with only the contract's fields (no optional extras), as JSON.
+    const CONTRACT_ONLY: &str = r#"{
+      "schema": "gpushim.report.v1", "pid": 1234, "command": ["./target"], "reason": "exit",
+      "duration_s": 0.3, "shim_version": "0.1.0",
+      "totals": {"live_bytes": 10485760, "live_count": 10, "peak_live_bytes": 10485760, "alloc_count": 10,
+                 "free_count": 0, "failed_count": 0, "unknown_free_count": 2, "failed_free_count": 0,
+                 "replaced_count": 0},
+      "kinds": {"device": {"live_bytes": 10485760, "live_count": 10, "peak_live_bytes": 10485760},
+                "managed": {"live_bytes": 0, "live_count": 0, "peak_live_bytes": 0},
+                "pinned_host": {"live_bytes": 0, "live_count": 0, "peak_live_bytes": 0}},
+      "devices": [{"ordinal": 0, "live_bytes": 10485760, "live_count": 10, "peak_live_bytes": 10485760}],
+      "sites": [{"id": 3, "kind": "device", "apis": ["cudaMalloc"], "live_bytes": 10485760, "live_count": 10,
+                 "alloc_count": 10, "alloc_bytes": 10485760, "free_count": 0, "peak_live_bytes": 10485760,
+                 "frames": [
+                   {"function": "cudaMalloc", "file": null, "line": null, "module": "/usr/lib/libcudart.so.13",
+                    "address": "0x7f0000001234", "internal": true},
+                   {"function": "render_frame", "file": "/src/app/target.c", "line": 42, "module": "/src/app/target",
+                    "address": "0x401234", "internal": false}]}],
+      "suspects": [{"site": 3, "score": 1.0, "reason": "10 allocations live (10.0 MiB), none freed"}],
+      "failures": [],
+      "notes": []
+    }"#;
+
+    #[test]
+    fn text_hides_internal_frames_unless_asked() {
+        let r = Report::from_slice(CONTRACT_ONLY.as_bytes()).unwrap();
+        let text = |opts| {
+            let mut out = Vec::new();
+            renderer(Format::Text, opts).render(&r, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let t = text(TextOptions::default());
+        assert!(
+            t.starts_with("pid 1234 (exit): ./target; 300 ms, shim 0.1.0\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("anomalies: 2 frees of unknown addresses\n"),
+            "{t}"
+        );
+        assert!(t.contains("  #1 site 3 (score 1.00): 10 allocations live (10.0 MiB), none freed\n      at render_frame (app/target.c:42)\n"), "{t}");
+        assert!(!t.contains("cudaMalloc (libcudart"), "{t}");
+        let all = text(TextOptions {
+            all_frames: true,
+            ..TextOptions::default()
+        });
+        assert!(all.contains("      cudaMalloc (libcudart.so.13+0x7f0000001234)\n      render_frame (app/target.c:42)\n"), "{all}");
+
+        let mut json = Vec::new();
+        renderer(Format::Json, TextOptions::default())
+            .render(&r, &mut json)
+            .unwrap();
+        assert_eq!(Report::from_slice(&json).unwrap(), r);
+
+        let mut err = Vec::new();
+        summary(&r, std::path::Path::new("/o/gpushim-1234.json"), &mut err).unwrap();
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "gpushim: pid 1234 (exit): 10 allocations live, 10.0 MiB (device 10.0 MiB on GPU 0); peak 10.0 MiB\n\
+             gpushim: suspect #1 site 3: 10 allocations live (10.0 MiB), none freed at render_frame (app/target.c:42)\n\
+             gpushim: report written to /o/gpushim-1234.json\n"
+        );
+    }
+}

@@ -1,0 +1,424 @@
+//! The report: the JSON the collector writes and `gpushim report`/`diff` read back.
+//!
+//! The same structs serve both directions, so what is written can always be read. Fields are
+//! documented with their units in `docs/report-schema.md`; fields added after the first
+//! version carry `#[serde(default)]` so older reports still read.
+
+use std::fs;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// The value of [`Report::schema`] this collector writes and reads.
+pub const SCHEMA: &str = "gpushim.report.v1";
+
+/// Why a report was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    /// The target ran its exit path.
+    Exit,
+    /// The stream ended without an exit event (killed, crashed, or the stream broke).
+    Killed,
+    /// A snapshot was requested (SIGUSR1 or `gpushim snapshot`).
+    Snapshot,
+}
+
+impl Reason {
+    /// The name used in the JSON and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Exit => "exit",
+            Reason::Killed => "killed",
+            Reason::Snapshot => "snapshot",
+        }
+    }
+}
+
+/// A whole report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// Process id of the target.
+    pub pid: u32,
+    /// Parent process id of the target.
+    #[serde(default)]
+    pub ppid: u32,
+    /// The target's command line.
+    pub command: Vec<String>,
+    /// The target's working directory when tracing started.
+    #[serde(default)]
+    pub cwd: String,
+    /// Why the report was written.
+    pub reason: Reason,
+    /// The snapshot's number (1, 2, …) for snapshots; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<u32>,
+    /// Wall-clock time tracing started, ns since the Unix epoch.
+    #[serde(default)]
+    pub start_unix_ns: u64,
+    /// Seconds from the first to the last event the report covers.
+    pub duration_s: f64,
+    /// Version of the shim that wrote the event stream.
+    pub shim_version: String,
+    /// Version of the collector that wrote the report.
+    #[serde(default)]
+    pub collector_version: String,
+    /// Process-wide counters.
+    pub totals: Totals,
+    /// Live memory per kind.
+    pub kinds: Kinds,
+    /// Live device and managed memory per device ordinal, ascending.
+    pub devices: Vec<DeviceTotals>,
+    /// Allocation sites, most live bytes first.
+    pub sites: Vec<Site>,
+    /// Leak suspects, most likely first.
+    pub suspects: Vec<Suspect>,
+    /// Failed allocations, in order.
+    pub failures: Vec<FailureRecord>,
+    /// Device memory as the driver last reported it (sent by the shim with out-of-memory
+    /// failures), one entry per device.
+    #[serde(default)]
+    pub mem_info: Vec<MemInfoRecord>,
+    /// Messages from the shim and the collector about the report's completeness.
+    pub notes: Vec<String>,
+}
+
+/// Process-wide counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Bytes live at the end.
+    pub live_bytes: u64,
+    /// Allocations live at the end.
+    pub live_count: u64,
+    /// Highest live bytes at any moment, bytes.
+    pub peak_live_bytes: u64,
+    /// Successful allocations.
+    pub alloc_count: u64,
+    /// Bytes of all successful allocations.
+    #[serde(default)]
+    pub alloc_bytes: u64,
+    /// Successful frees of known allocations.
+    pub free_count: u64,
+    /// Failed allocation calls.
+    pub failed_count: u64,
+    /// Successful frees of addresses that were not live.
+    pub unknown_free_count: u64,
+    /// Free calls that returned an error.
+    pub failed_free_count: u64,
+    /// Allocations that returned an address still live (a free was missed).
+    pub replaced_count: u64,
+    /// Events the collector never received (gaps in the sequence numbers).
+    #[serde(default)]
+    pub lost_events: u64,
+}
+
+/// Live bytes and count with their peak.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindTotals {
+    /// Bytes live at the end.
+    pub live_bytes: u64,
+    /// Allocations live at the end.
+    pub live_count: u64,
+    /// Highest live bytes at any moment, bytes.
+    pub peak_live_bytes: u64,
+}
+
+/// Per-kind totals; all three are always present.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kinds {
+    /// Device memory.
+    pub device: KindTotals,
+    /// Managed (unified) memory.
+    pub managed: KindTotals,
+    /// Pinned host memory.
+    pub pinned_host: KindTotals,
+}
+
+impl Kinds {
+    /// The three kinds with their report names, in report order.
+    pub fn iter(&self) -> [(&'static str, &KindTotals); 3] {
+        [
+            ("device", &self.device),
+            ("managed", &self.managed),
+            ("pinned_host", &self.pinned_host),
+        ]
+    }
+}
+
+/// Live device and managed memory on one device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceTotals {
+    /// CUDA device ordinal (>= 0).
+    pub ordinal: i32,
+    /// Bytes live at the end.
+    pub live_bytes: u64,
+    /// Allocations live at the end.
+    pub live_count: u64,
+    /// Highest live bytes at any moment, bytes.
+    pub peak_live_bytes: u64,
+}
+
+/// One allocation site: one distinct native backtrace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Site {
+    /// The stack id from the event stream; 4294967295 means no backtrace was recorded.
+    pub id: u32,
+    /// Kind of the site's first allocation: `device`, `managed` or `pinned_host`.
+    pub kind: String,
+    /// Distinct allocating API names, in order of first use.
+    pub apis: Vec<String>,
+    /// Bytes live at the end.
+    pub live_bytes: u64,
+    /// Allocations live at the end.
+    pub live_count: u64,
+    /// Successful allocations made here.
+    pub alloc_count: u64,
+    /// Their total size, bytes.
+    pub alloc_bytes: u64,
+    /// Successful frees of allocations made here.
+    pub free_count: u64,
+    /// Highest live bytes of this site at any moment, bytes.
+    pub peak_live_bytes: u64,
+    /// Time of the first allocation, seconds after the report's first event.
+    #[serde(default)]
+    pub first_alloc_s: f64,
+    /// Time of the latest allocation, seconds after the report's first event.
+    #[serde(default)]
+    pub last_alloc_s: f64,
+    /// Live bytes over time: `[seconds after the first event, bytes]` pairs, at most 256,
+    /// evenly thinned.
+    #[serde(default)]
+    pub series: Vec<(f64, u64)>,
+    /// The backtrace, innermost first, inlined calls expanded.
+    pub frames: Vec<Frame>,
+}
+
+impl Site {
+    /// True if and only if no backtrace was recorded for this site.
+    pub fn no_backtrace(&self) -> bool {
+        self.id == gpushim_wire::NO_STACK
+    }
+}
+
+/// One symbolized frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frame {
+    /// Function name, demangled; `??` when unknown.
+    pub function: String,
+    /// Source file, when debug information had it.
+    pub file: Option<String>,
+    /// Source line, when debug information had it.
+    pub line: Option<u32>,
+    /// Path of the module (executable or shared object) holding the address; empty when the
+    /// address is in no known module.
+    pub module: String,
+    /// The return address in the target's address space, as `0x…`.
+    pub address: String,
+    /// The address in the module file's own address space (address − load bias), as `0x…`;
+    /// null when the module is unknown.
+    #[serde(default)]
+    pub offset: Option<String>,
+    /// True for frames inside CUDA runtime, driver and framework allocator code.
+    pub internal: bool,
+    /// True if this frame is a call inlined into the next frame (same address).
+    #[serde(default)]
+    pub inlined: bool,
+}
+
+impl Frame {
+    /// The module's file name (the part after the last `/`).
+    pub fn module_name(&self) -> &str {
+        self.module.rsplit('/').next().unwrap_or(&self.module)
+    }
+
+    /// The key `diff` matches frames by: `function file:line`, else `module+offset`, else the
+    /// bare address.
+    pub fn match_key(&self) -> String {
+        match (&self.file, self.line) {
+            (Some(f), Some(l)) if self.function != "??" => format!("{} {f}:{l}", self.function),
+            _ if !self.module.is_empty() => {
+                format!(
+                    "{}+{}",
+                    self.module_name(),
+                    self.offset.as_deref().unwrap_or(&self.address)
+                )
+            }
+            _ => self.address.clone(),
+        }
+    }
+}
+
+/// A leak suspect.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Suspect {
+    /// The site's id (see [`Site::id`]).
+    pub site: u32,
+    /// How sure the ranking is, from 0 to 1.
+    pub score: f64,
+    /// Why, in words.
+    pub reason: String,
+    /// The site's live bytes.
+    #[serde(default)]
+    pub live_bytes: u64,
+    /// The site's live allocations.
+    #[serde(default)]
+    pub live_count: u64,
+    /// Average growth over the time the live allocations were made, bytes per second.
+    #[serde(default)]
+    pub growth_bytes_per_s: f64,
+}
+
+/// A failed allocation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FailureRecord {
+    /// The API name.
+    pub api: String,
+    /// The kind it would have been.
+    pub kind: String,
+    /// Bytes requested.
+    pub size: u64,
+    /// The CUDA result code (2: out of memory).
+    pub result: i32,
+    /// The stack id (see [`Site::id`]).
+    pub site: u32,
+    /// Device ordinal, or -1.
+    pub device: i32,
+    /// Seconds after the report's first event.
+    #[serde(default)]
+    pub ts_s: f64,
+    /// The backtrace of the failed call.
+    #[serde(default)]
+    pub frames: Vec<Frame>,
+}
+
+/// Device memory as the driver reported it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemInfoRecord {
+    /// Device ordinal.
+    pub device: i32,
+    /// Free device memory, bytes.
+    pub free_bytes: u64,
+    /// Total device memory, bytes.
+    pub total_bytes: u64,
+    /// Seconds after the report's first event (negative if before it).
+    pub ts_s: f64,
+}
+
+impl Report {
+    /// Reads and checks a report file.
+    ///
+    /// # Errors
+    /// If the file cannot be read, is not JSON of this shape, or has another schema; the
+    /// message says which, without the path (the caller adds it).
+    pub fn read(path: &Path) -> Result<Report> {
+        let text = fs::read(path)?;
+        Report::from_slice(&text)
+    }
+
+    /// Parses and checks a report.
+    ///
+    /// # Errors
+    /// If `bytes` is not JSON of this shape or has another schema.
+    pub fn from_slice(bytes: &[u8]) -> Result<Report> {
+        let value: serde_json::Value = serde_json::from_slice(bytes).context("not valid JSON")?;
+        match value.get("schema").map(|s| s.as_str()) {
+            Some(Some(SCHEMA)) => {}
+            Some(Some(other)) => bail!("schema is {other:?}, this gpushim reads {SCHEMA:?}"),
+            _ => bail!("not a gpushim report (no \"schema\" string)"),
+        }
+        serde_json::from_value(value).context("malformed gpushim report")
+    }
+
+    /// The site with id `id`, if the report lists it.
+    pub fn site(&self, id: u32) -> Option<&Site> {
+        self.sites.iter().find(|s| s.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minimal() -> Report {
+        Report {
+            schema: SCHEMA.into(),
+            pid: 1,
+            ppid: 0,
+            command: vec!["a".into()],
+            cwd: "/".into(),
+            reason: Reason::Snapshot,
+            snapshot: Some(2),
+            start_unix_ns: 5,
+            duration_s: 0.5,
+            shim_version: "0.1.0".into(),
+            collector_version: "0.1.0".into(),
+            totals: Totals::default(),
+            kinds: Kinds::default(),
+            devices: vec![DeviceTotals {
+                ordinal: 0,
+                live_bytes: 1,
+                live_count: 1,
+                peak_live_bytes: 1,
+            }],
+            sites: vec![Site {
+                id: 3,
+                frames: vec![Frame::default()],
+                series: vec![(0.25, 7)],
+                ..Site::default()
+            }],
+            suspects: vec![],
+            failures: vec![],
+            mem_info: vec![],
+            notes: vec!["n".into()],
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let r = minimal();
+        let text = serde_json::to_vec(&r).unwrap();
+        assert_eq!(Report::from_slice(&text).unwrap(), r);
+        let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(v["reason"], "snapshot");
+        assert_eq!(v["sites"][0]["frames"][0]["file"], serde_json::Value::Null);
+        let mut exit = r.clone();
+        exit.snapshot = None;
+        let v = serde_json::to_value(&exit).unwrap();
+        assert!(
+            v.get("snapshot").is_none(),
+            "no snapshot field outside snapshots"
+        );
+    }
+
+    #[test]
+    fn malformed_reports_are_errors() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"", "not valid JSON"),
+            (b"{\"schema\": ", "not valid JSON"),
+            (b"[1, 2]", "not a gpushim report"),
+            (b"{}", "not a gpushim report"),
+            (b"{\"schema\": \"other.v9\"}", "schema is \"other.v9\""),
+            (
+                b"{\"schema\": \"gpushim.report.v1\", \"pid\": -1}",
+                "malformed gpushim report",
+            ),
+            (
+                b"{\"schema\": \"gpushim.report.v1\"}",
+                "malformed gpushim report: missing field",
+            ),
+        ];
+        for (input, want) in cases {
+            let e = Report::from_slice(input).unwrap_err();
+            assert!(
+                format!("{e:#}").starts_with(want),
+                "{:?}: {e:#}",
+                String::from_utf8_lossy(input)
+            );
+        }
+        let e = Report::read(Path::new("/nonexistent/gpushim-1.json")).unwrap_err();
+        assert!(format!("{e:#}").contains("No such file"), "{e:#}");
+    }
+}

@@ -1,0 +1,252 @@
+//! `gpushim run -- CMD ARGS…`: runs a program with `libgpushim.so` preloaded.
+//!
+//! The shim in the program spawns `gpushim collect` itself (found through
+//! `GPUSHIM_COLLECTOR`), so this command only sets the environment, waits, and passes the
+//! program's exit status on. Like `time(1)`, it ignores SIGINT and SIGQUIT while the program
+//! runs, so a Ctrl-C reaches the program and the exit status is still reported.
+//!
+//! So that the report exists when `gpushim run` returns, the program inherits the write end
+//! of a pipe (the collector the shim spawns inherits it in turn); after the program exits,
+//! `run` waits until every holder has closed it, i.e. the collector has finished, for at most
+//! [`COLLECTOR_WAIT`].
+
+use std::env;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::coded;
+
+/// Longest wait, after the program exits, for its collector to finish writing the report.
+pub const COLLECTOR_WAIT: Duration = Duration::from_secs(60);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Directory for reports (`GPUSHIM_OUTPUT`); the program's working directory if `None`.
+    pub output: Option<std::path::PathBuf>,
+    /// The program and its arguments.
+    pub command: Vec<OsString>,
+}
+
+/// Runs the program and returns its exit status as ours (128 + signal number if a signal
+/// ended it).
+///
+/// # Errors
+/// Exit code 2 if `libgpushim.so` is not next to this executable or the output directory
+/// does not exist; 127 if the program is not found; 126 if it cannot be executed.
+pub fn run(opts: &Options) -> Result<ExitCode> {
+    let exe = env::current_exe().context("cannot find the path of the gpushim executable")?;
+    let lib = exe.with_file_name("libgpushim.so");
+    if !lib.is_file() {
+        return Err(coded(
+            2,
+            format!(
+                "{} not found; build it with `cargo build --release` (it must sit next to the gpushim executable)",
+                lib.display()
+            ),
+        ));
+    }
+    let Some((prog, args)) = opts.command.split_first() else {
+        return Err(coded(
+            2,
+            "no command given; usage: gpushim run [--output DIR] -- CMD ARGS...",
+        ));
+    };
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .env(
+            "LD_PRELOAD",
+            preload_value(lib.as_os_str(), env::var_os("LD_PRELOAD").as_deref()),
+        )
+        .env("GPUSHIM_COLLECTOR", &exe);
+    if let Some(dir) = &opts.output {
+        let abs = std::path::absolute(dir)
+            .with_context(|| format!("cannot resolve output directory {}", dir.display()))?;
+        if !abs.is_dir() {
+            return Err(coded(
+                2,
+                format!(
+                    "output directory {} does not exist; create it or choose another --output",
+                    dir.display()
+                ),
+            ));
+        }
+        cmd.env("GPUSHIM_OUTPUT", abs);
+    }
+
+    let (done_read, done_write) = pipe().context("cannot create a pipe")?;
+    let write_fd = done_write.as_raw_fd();
+    let saved = ignore(&[libc::SIGINT, libc::SIGQUIT]);
+    // SAFETY: the closure runs in the child between fork and exec and only makes
+    // async-signal-safe calls (sigaction, fcntl) on values copied into it.
+    unsafe {
+        cmd.pre_exec(move || {
+            restore(&saved);
+            // Let the write end survive exec, so the program (and its collector) hold it.
+            if libc::fcntl(write_fd, libc::F_SETFD, 0) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let spawned = cmd.spawn();
+    drop(done_write);
+    let mut child = spawned.map_err(|e| {
+        let name = Path::new(prog).display();
+        match e.kind() {
+            io::ErrorKind::NotFound => coded(127, format!("cannot run {name}: command not found")),
+            io::ErrorKind::PermissionDenied => {
+                coded(126, format!("cannot run {name}: permission denied"))
+            }
+            _ => coded(126, format!("cannot run {name}: {e}")),
+        }
+    })?;
+    let status = child.wait().context("waiting for the program")?;
+    if !wait_for_eof(done_read, COLLECTOR_WAIT) {
+        let _ = writeln!(
+            io::stderr(),
+            "gpushim: the collector is still running after {} s; its report will appear when it finishes",
+            COLLECTOR_WAIT.as_secs()
+        );
+    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig) as u8),
+        _ => ExitCode::from(1),
+    })
+}
+
+/// `lib` in front of an existing `LD_PRELOAD` list, colon-separated.
+fn preload_value(lib: &OsStr, existing: Option<&OsStr>) -> OsString {
+    let mut v = lib.to_os_string();
+    if let Some(e) = existing.filter(|e| !e.is_empty()) {
+        v.push(":");
+        v.push(e);
+    }
+    v
+}
+
+/// A pipe, both ends close-on-exec: (read, write).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both are fresh descriptors that nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Waits until every write end of the pipe is closed; false if `limit` passed first.
+fn wait_for_eof(read: OwnedFd, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let mut file = File::from(read);
+    let mut buf = [0u8; 64];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut p = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+        // SAFETY: `p` is one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return true;
+        }
+        if n == 0 {
+            return false;
+        }
+        match file.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Signals with their dispositions from before [`ignore`] changed them.
+type Saved = Vec<(libc::c_int, libc::sigaction)>;
+
+/// Ignores the signals in `sigs`; returns what they were.
+fn ignore(sigs: &[libc::c_int]) -> Saved {
+    sigs.iter()
+        .map(|&sig| {
+            let mut ign = empty_sigaction();
+            ign.sa_sigaction = libc::SIG_IGN;
+            let mut old = empty_sigaction();
+            // SAFETY: both pointers are to valid sigaction structs; `sig` is a valid signal.
+            unsafe { libc::sigaction(sig, &ign, &mut old) };
+            (sig, old)
+        })
+        .collect()
+}
+
+/// Puts back what [`ignore`] changed. Async-signal-safe (no allocation).
+fn restore(saved: &Saved) {
+    for (sig, old) in saved {
+        // SAFETY: `old` is the valid disposition that sigaction returned for `sig`.
+        unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
+    }
+}
+
+fn empty_sigaction() -> libc::sigaction {
+    // SAFETY: sigaction is a plain C struct for which all-zero bytes is a valid value
+    // (SIG_DFL, no flags, empty mask).
+    unsafe { std::mem::zeroed() }
+}
+
+/// For `gpushim collect` as spawned by the shim: keeps going (and writes the report) when the
+/// terminal sends SIGINT, SIGQUIT or SIGHUP; the end of the event stream ends it.
+pub fn ignore_interrupts() {
+    ignore(&[libc::SIGINT, libc::SIGQUIT, libc::SIGHUP]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preload_goes_first() {
+        assert_eq!(
+            preload_value(OsStr::new("/a/libgpushim.so"), None),
+            "/a/libgpushim.so"
+        );
+        assert_eq!(
+            preload_value(OsStr::new("/a/libgpushim.so"), Some(OsStr::new(""))),
+            "/a/libgpushim.so"
+        );
+        assert_eq!(
+            preload_value(
+                OsStr::new("/a/libgpushim.so"),
+                Some(OsStr::new("/b/x.so:/c/y.so"))
+            ),
+            "/a/libgpushim.so:/b/x.so:/c/y.so"
+        );
+    }
+
+    #[test]
+    fn eof_when_the_writer_closes_and_timeout_when_it_does_not() {
+        let (r, w) = pipe().unwrap();
+        drop(w);
+        assert!(wait_for_eof(r, Duration::from_secs(5)));
+        let (r, _w) = pipe().unwrap();
+        assert!(!wait_for_eof(r, Duration::from_millis(20)));
+    }
+}

@@ -1,0 +1,219 @@
+//! `gpushim snapshot PID`: asks a traced process for a snapshot and waits for the file.
+//!
+//! The shim turns the signal into a snapshot request in its event stream; the collector
+//! writes `gpushim-PID-snapshot-N.json` into the target's output directory (its
+//! `GPUSHIM_OUTPUT`, else its working directory). This command sends the signal, then checks
+//! that directory every 50 ms until a new snapshot file appears or the timeout passes. Files
+//! appear whole (they are hard-linked into place once written).
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::coded;
+
+/// How often the output directory is checked.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The signals the shim can listen to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Signal {
+    /// SIGUSR1 (the shim's default).
+    #[value(name = "USR1", alias = "usr1", alias = "SIGUSR1")]
+    Usr1,
+    /// SIGUSR2.
+    #[value(name = "USR2", alias = "usr2", alias = "SIGUSR2")]
+    Usr2,
+}
+
+impl Signal {
+    fn number(self) -> libc::c_int {
+        match self {
+            Signal::Usr1 => libc::SIGUSR1,
+            Signal::Usr2 => libc::SIGUSR2,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Signal::Usr1 => "SIGUSR1",
+            Signal::Usr2 => "SIGUSR2",
+        }
+    }
+}
+
+/// Sends `signal` to `pid` and returns the path of the snapshot file that appears within
+/// `timeout`.
+///
+/// # Errors
+/// Exit code 2 with a one-line reason if there is no such process, it cannot be signalled, it
+/// does not have the shim loaded (the signal would kill it), its output directory cannot be
+/// found or read, or no snapshot appears in time.
+pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> {
+    send(pid, 0)?;
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    if let Ok(maps) = fs::read_to_string(proc_dir.join("maps")) {
+        if !maps.contains("libgpushim") {
+            return Err(coded(
+                2,
+                format!(
+                    "pid {pid} is not running under gpushim (libgpushim.so is not loaded), and {} \
+                     would likely kill it; start it with `gpushim run -- CMD`",
+                    signal.name()
+                ),
+            ));
+        }
+    }
+    let dir = output_dir(&proc_dir).map_err(|e| {
+        coded(
+            2,
+            format!("cannot find where pid {pid} writes reports: {e:#}"),
+        )
+    })?;
+    let before = snapshot_names(&dir, pid).map_err(|e| {
+        coded(
+            2,
+            format!(
+                "cannot read the output directory {} of pid {pid}: {e}",
+                dir.display()
+            ),
+        )
+    })?;
+    send(pid, signal.number())?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(now) = snapshot_names(&dir, pid) {
+            if let Some(new) = now.difference(&before).min() {
+                return Ok(dir.join(new));
+            }
+        }
+        if Instant::now() >= deadline {
+            let gone = if send(pid, 0).is_err() {
+                " (the process has ended)"
+            } else {
+                ""
+            };
+            return Err(coded(
+                2,
+                format!(
+                    "no snapshot of pid {pid} appeared in {} within {:.1} s{gone}",
+                    dir.display(),
+                    timeout.as_secs_f64()
+                ),
+            ));
+        }
+        thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// `kill(pid, sig)` with errors in words (sig 0 only checks).
+fn send(pid: i32, sig: libc::c_int) -> Result<()> {
+    // SAFETY: kill has no memory-safety preconditions; pid > 0 names one process.
+    if unsafe { libc::kill(pid, sig) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    Err(match e.raw_os_error() {
+        Some(libc::ESRCH) => coded(2, format!("no process with pid {pid}")),
+        Some(libc::EPERM) => coded(
+            2,
+            format!("not allowed to signal pid {pid} (it belongs to another user)"),
+        ),
+        _ => coded(2, format!("cannot signal pid {pid}: {e}")),
+    })
+}
+
+/// The target's report directory: `GPUSHIM_OUTPUT` from its environment (relative to its
+/// working directory), else its working directory.
+fn output_dir(proc_dir: &Path) -> Result<PathBuf> {
+    let cwd = fs::read_link(proc_dir.join("cwd"));
+    if let Ok(env) = fs::read(proc_dir.join("environ")) {
+        let found = env
+            .split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(b"GPUSHIM_OUTPUT="))
+            .filter(|v| !v.is_empty())
+            .map(|v| PathBuf::from(OsString::from_vec(v.to_vec())));
+        if let Some(dir) = found {
+            if dir.is_absolute() {
+                return Ok(dir);
+            }
+            let cwd = cwd.with_context(|| format!("reading {}/cwd", proc_dir.display()))?;
+            return Ok(cwd.join(dir));
+        }
+    }
+    cwd.with_context(|| format!("reading {}/cwd", proc_dir.display()))
+}
+
+/// Names of the snapshot files of `pid` in `dir`.
+fn snapshot_names(dir: &Path, pid: i32) -> io::Result<HashSet<OsString>> {
+    let prefix = format!("gpushim-{pid}-snapshot-");
+    let mut names = HashSet::new();
+    for e in fs::read_dir(dir)? {
+        let name = e?.file_name();
+        let s = name.to_string_lossy();
+        if s.starts_with(&prefix) && s.ends_with(".json") {
+            names.insert(name);
+        }
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::tests::TempDir;
+
+    #[test]
+    fn finds_only_this_pids_snapshots() {
+        let d = TempDir::new("snap");
+        for n in [
+            "gpushim-5-snapshot-1.json",
+            "gpushim-5-snapshot-2.1.json",
+            "gpushim-55-snapshot-1.json",
+            "gpushim-5.json",
+            ".gpushim-5-snapshot-3.json.tmp-1",
+        ] {
+            fs::write(d.0.join(n), b"{}").unwrap();
+        }
+        let mut got: Vec<_> = snapshot_names(&d.0, 5).unwrap().into_iter().collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec!["gpushim-5-snapshot-1.json", "gpushim-5-snapshot-2.1.json"]
+        );
+    }
+
+    #[test]
+    fn output_dir_of_this_process() {
+        let me = PathBuf::from(format!("/proc/{}", std::process::id()));
+        let dir = output_dir(&me).unwrap();
+        match std::env::var_os("GPUSHIM_OUTPUT").filter(|v| !v.is_empty()) {
+            None => assert_eq!(dir, std::env::current_dir().unwrap()),
+            Some(_) => assert!(dir.is_absolute()),
+        }
+    }
+
+    #[test]
+    fn refuses_a_process_without_the_shim_and_a_missing_one() {
+        // This test process has no libgpushim loaded: the signal would kill it.
+        let e = snapshot(
+            std::process::id() as i32,
+            Signal::Usr1,
+            Duration::from_millis(10),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("is not running under gpushim"),
+            "{e}"
+        );
+        let e = snapshot(i32::MAX, Signal::Usr1, Duration::from_millis(10)).unwrap_err();
+        assert_eq!(e.to_string(), format!("no process with pid {}", i32::MAX));
+    }
+}
