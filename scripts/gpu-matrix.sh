@@ -56,10 +56,10 @@ run_case() {
   shift
   local d="$WORK/$name"
   mkdir -p "$d"
-  local t0=$(date +%s.%N)
+  local t0=$(date +%s%N)
   ( cd "$d" && env "${envs[@]}" GPUSHIM_OUTPUT="$d" LD_PRELOAD="$SHIM" timeout 300 "$@" > "$d/stdout" 2> "$d/stderr" )
-  local rc=$? t1=$(date +%s.%N)
-  printf '%-18s rc=%-3s %6.1fs\n' "$name" "$rc" "$(echo "$t1 - $t0" | bc)" | tee -a "$WORK/runs.txt"
+  local rc=$? t1=$(date +%s%N)
+  printf "%-18s rc=%-3s %6d ms\n" "$name" "$rc" "$(( (t1 - t0) / 1000000 ))" | tee -a "$WORK/runs.txt"
 }
 
 PY="python3 $ROOT/scripts/gpu/cases.py"

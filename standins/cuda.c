@@ -656,3 +656,30 @@ API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 {
     return impl_cuGetProcAddress_v2(symbol, pfn, version, flags, symbolStatus);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Context management: one device, one primary context. Only what a driver  */
+/* API program must call before it allocates (cudarc's example does).        */
+
+API CUresult cuDeviceGet(int *device, int ordinal)
+{
+    if (device == NULL || ordinal != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDevicePrimaryCtxRetain(void **ctx, int device)
+{
+    static int primary_context;
+    if (ctx == NULL || device != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *ctx = &primary_context;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxSetCurrent(void *ctx)
+{
+    (void)ctx;
+    return CUDA_SUCCESS;
+}

@@ -37,9 +37,23 @@ const INTERNAL_MODULE_PREFIXES: &[&str] = &[
 /// Path fragments of Python packages whose extension modules are allocator code.
 const INTERNAL_PATH_PARTS: &[&str] = &["/cupy/", "/cupy_backends/", "/jaxlib/", "/numba/cuda/"];
 
-/// Function-name prefixes of allocator code linked into the user's own binary (the static
-/// CUDA runtime, Rust's cudarc).
-const INTERNAL_FUNCTION_PREFIXES: &[&str] = &["__cudart", "cudart::", "cudarc::", "<cudarc::"];
+/// Function-name prefixes of allocator code: the static CUDA runtime linked into the user's
+/// binary (nvcc 13.0 names its internal functions `libcudart_static_<hash>`, seen on the
+/// H200), Rust's cudarc, and PyTorch's allocator and tensor-factory plumbing in libc10 and
+/// libtorch_cpu (`c10::`, `at::detail::empty_*`, `create_out`), so that the first frame shown
+/// for a PyTorch allocation is the operator that asked for memory.
+const INTERNAL_FUNCTION_PREFIXES: &[&str] = &[
+    "__cudart",
+    "cudart::",
+    "libcudart_static_",
+    "cudarc::",
+    "<cudarc::",
+    "c10::",
+    "at::detail::empty",
+    "at::empty",
+    "at::native::empty",
+    "at::(anonymous namespace)::create_out",
+];
 
 /// True if and only if a frame in module `path` running `function` is CUDA or framework
 /// allocator code rather than the user's.
@@ -385,6 +399,9 @@ pub(crate) mod tests {
         ));
         assert!(!is_internal("/w/app", "cudaMallocWrapperOfMine"));
         assert!(!is_internal("/w/app", "render_frame"));
+        assert!(is_internal("/w/app", "libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c"));
+        assert!(is_internal("/t/libtorch_cpu.so", "at::detail::empty_generic(c10::ArrayRef<long>)"));
+        assert!(!is_internal("/t/libtorch_cpu.so", "at::native::linear(at::Tensor const&)"));
         assert!(!is_internal("/usr/lib/libc.so.6", "malloc"));
     }
 }

@@ -44,6 +44,9 @@ fn main() {
 
 fn run(steps: usize) -> Result<(), DriverError> {
     result::init()?;
+    let dev = result::device::get(0)?;
+    // SAFETY: the primary context of device 0, made current on this thread before any allocation.
+    unsafe { result::ctx::set_current(result::primary_ctx::retain(dev)?) }?;
     let _weights = load_weights()?;
     let mut cache = Vec::new();
     for _ in 0..steps {
