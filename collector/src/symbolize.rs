@@ -55,6 +55,16 @@ const INTERNAL_FUNCTION_PREFIXES: &[&str] = &[
     "at::(anonymous namespace)::create_out",
 ];
 
+/// Source path fragments of allocator code compiled into the user's binary: crates from the
+/// cargo registry that wrap CUDA (their functions carry no module path in a line-tables-only
+/// build, so the function-name rules miss them).
+const INTERNAL_SOURCE_PARTS: &[&str] = &["/cudarc-"];
+
+/// True if and only if source file `file` belongs to a CUDA wrapper library.
+pub fn is_internal_source(file: &str) -> bool {
+    INTERNAL_SOURCE_PARTS.iter().any(|p| file.contains(p))
+}
+
 /// True if and only if a frame in module `path` running `function` is CUDA or framework
 /// allocator code rather than the user's.
 pub fn is_internal(path: &str, function: &str) -> bool {
@@ -225,6 +235,8 @@ impl Symbolizer {
                 Symbolized::Sym(sym) => {
                     let make = |name: &str, code: Option<&CodeInfo<'_>>, inlined: bool| {
                         let (file, line) = code_location(code);
+                        let internal = is_internal(&path, name)
+                            || file.as_deref().is_some_and(is_internal_source);
                         Frame {
                             function: name.to_string(),
                             file,
@@ -232,7 +244,7 @@ impl Symbolizer {
                             module: path.clone(),
                             address: hex(a),
                             offset: Some(hex(off.wrapping_add(1))),
-                            internal: is_internal(&path, name),
+                            internal,
                             inlined,
                         }
                     };
@@ -399,6 +411,8 @@ pub(crate) mod tests {
         ));
         assert!(!is_internal("/w/app", "cudaMallocWrapperOfMine"));
         assert!(!is_internal("/w/app", "render_frame"));
+        assert!(is_internal_source("/root/.cargo/registry/src/x/cudarc-0.19.10/src/driver/result.rs"));
+        assert!(!is_internal_source("/w/src/main.rs"));
         assert!(is_internal("/w/app", "libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c"));
         assert!(is_internal("/t/libtorch_cpu.so", "at::detail::empty_generic(c10::ArrayRef<long>)"));
         assert!(!is_internal("/t/libtorch_cpu.so", "at::native::linear(at::Tensor const&)"));

@@ -92,7 +92,7 @@ def main():
     t, r, s = load("torch_nocache")
     if r and s:
         row("torch_nocache", "live allocations == live tensors (snapshot)", t["live_tensors"], kind(s, "device", "live_count"), kind(s, "device", "live_count") == t["live_tensors"])
-        row("torch_nocache", "device live == torch allocated (snapshot)", mib(t["allocated"]), mib(kind(s, "device")), kind(s, "device") == t["allocated"])
+        row("torch_nocache", "device live == live tensor bytes (snapshot)", mib(t["live_tensor_bytes"]), mib(kind(s, "device")), kind(s, "device") == t["live_tensor_bytes"], f"torch.cuda.memory_allocated() reads {mib(t['allocated'])} with caching off")
     else:
         missing("torch_nocache")
     t, r, _ = load("torch_pinned")
