@@ -11,3 +11,4 @@ mod examples;       // the bundled C and Rust examples
 mod interception;   // every allocation path: symbol, static runtime, dlsym, RTLD_NEXT neighbours
 mod lifecycle;      // fork, SIGKILL, exit, non-CUDA processes, missing collector
 mod snapshots;      // SIGUSR1 snapshots hold exactly the allocations made before the signal
+mod unwinding;      // the cached unwinder agrees with libgcc's

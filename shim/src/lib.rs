@@ -28,4 +28,5 @@ mod hooks;
 mod init;
 mod real;
 mod record;
+mod unwind;
 mod writer;

@@ -33,6 +33,8 @@ pub static SEQ: AtomicU64 = AtomicU64::new(0);
 static CHANNEL: AtomicPtr<Sender<Msg>> = AtomicPtr::new(std::ptr::null_mut());
 /// Whether to capture backtraces (`GPUSHIM_BACKTRACE=0` turns them off).
 pub static BACKTRACES: AtomicBool = AtomicBool::new(true);
+/// Whether to use the cached unwinder (`GPUSHIM_UNWIND=libgcc` selects libgcc's instead).
+pub static FAST_UNWIND: AtomicBool = AtomicBool::new(true);
 /// Most frames kept per backtrace (`GPUSHIM_MAX_FRAMES`, 1 to 256, default 64).
 pub static MAX_FRAMES: AtomicUsize = AtomicUsize::new(64);
 
@@ -160,6 +162,15 @@ fn capture() -> Box<[u64]> {
         return Box::new([]);
     }
     let max = MAX_FRAMES.load(Relaxed).clamp(1, 256);
+    // Room for our own frames (hook, record, capture), which are stripped below.
+    let mut raw = [0u64; 256 + 16];
+    let got = if FAST_UNWIND.load(Relaxed) { crate::unwind::capture(&mut raw[..max + 16]) } else { 0 };
+    if got > 0 {
+        let own = raw[..got].iter().take_while(|&&a| real::is_own(a as usize)).count();
+        let n = (got - own).min(max);
+        return raw[own..own + n].into();
+    }
+    // No fast unwinder (other architectures, or no unwind rule for our own frame): libgcc's.
     let mut buf = [0u64; 256];
     let mut n = 0usize;
     let mut ours = true;

@@ -48,6 +48,9 @@ impl Config {
         if env("GPUSHIM_BACKTRACE").as_deref() == Some("0") {
             BACKTRACES.store(false, Relaxed);
         }
+        if env("GPUSHIM_UNWIND").as_deref() == Some("libgcc") {
+            record::FAST_UNWIND.store(false, Relaxed);
+        }
         if let Some(n) = env("GPUSHIM_MAX_FRAMES").and_then(|v| v.parse::<usize>().ok()) {
             MAX_FRAMES.store(n.clamp(1, 256), Relaxed);
         }
