@@ -128,7 +128,7 @@ def case_numba():
 
 # ---- leak scenarios (../shared/SCENARIOS.md) ----
 
-def s1_aux_loss(steps=60):
+def s1_aux_loss(steps=2000):
     import torch
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
@@ -147,7 +147,7 @@ def s1_aux_loss(steps=60):
     return model, total_aux
 
 
-def s2_validation_outputs(batches=80):
+def s2_validation_outputs(batches=400):
     import torch
     model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
     model.eval()

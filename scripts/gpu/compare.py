@@ -152,7 +152,9 @@ def main():
         note = s["reason"] if s else ""
         row(case, "top suspect", want or "a growing site", where, ok, note)
         if case == "S3":
-            row(case, "device live == torch reserved; no cudaMalloc", mib(t.get("reserved")), mib(kind(r, "device")), kind(r, "device") == t.get("reserved") and "cudaMalloc" not in apis(r), ",".join(apis(r)))
+            vmm = sum(x["live_bytes"] for x in r["sites"] if "cuMemCreate" in x["apis"])
+            other = kind(r, "device") - vmm
+            row(case, "cuMemCreate live == torch reserved; no cudaMalloc", mib(t.get("reserved")), mib(vmm), vmm == t.get("reserved") and "cudaMalloc" not in apis(r), f"{mib(other)} more through cuMemAlloc outside PyTorch's pool (cuBLAS workspace)")
     t, r, s = load("S4")
     if r:
         row("S4", "no suspect; snapshot live == pool total", mib(t.get("pool_total_before")), mib(kind(s, "device") if s else None), not r["suspects"] and s is not None and kind(s, "device") == t["pool_total_before"])

@@ -3,7 +3,7 @@
 //!
 //! The signal handler only touches atomics: it records the current sequence number as the
 //! snapshot's boundary and bumps a request counter that the writer thread polls. Requests that
-//! arrive faster than the writer's tick (20 ms) are coalesced into one snapshot whose boundary
+//! arrive faster than the writer polls (every 0.5 to 20 ms) are coalesced into one snapshot whose boundary
 //! is the latest signal's.
 
 use std::cell::UnsafeCell;
@@ -18,6 +18,9 @@ use crate::{real, writer};
 pub static SNAP_REQUESTS: AtomicU64 = AtomicU64::new(0);
 /// Sequence number at the latest request: the snapshot holds the events before it.
 pub static SNAP_BOUNDARY: AtomicU64 = AtomicU64::new(0);
+/// Monotonic time of the latest request, ns (`clock_gettime` is async-signal-safe, POSIX
+/// signal-safety(7)).
+pub static SNAP_TS: AtomicU64 = AtomicU64::new(0);
 
 /// The signal's previous disposition, written once by the constructor before our handler is
 /// installed and only read afterwards.
@@ -78,6 +81,7 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
     let st = STATE.load(Acquire);
     if st != DISABLED && st != FINISHED {
         SNAP_BOUNDARY.store(SEQ.load(Acquire), Release);
+        SNAP_TS.store(record::now_ns(), Release);
         SNAP_REQUESTS.fetch_add(1, AcqRel);
     }
     if !OLD.set.load(Acquire) {
@@ -107,4 +111,5 @@ extern "C" fn after_fork_in_child() {
     record::reset_after_fork();
     SNAP_REQUESTS.store(0, Relaxed);
     SNAP_BOUNDARY.store(0, Relaxed);
+    SNAP_TS.store(0, Relaxed);
 }
