@@ -70,3 +70,60 @@ fn diff_ranks_the_growing_site_first() {
     assert!(first_site_line.contains("render"), "{text}");
     assert!(text.contains("20.0 MiB"), "growth of 20 frames × 1 MiB{text}");
 }
+
+#[test]
+fn out_of_memory_writes_an_oom_report_at_once() {
+    let run = Target::new("target_dynamic", "oom").args(&["errors"]).env("STANDIN_DEVICE_BYTES", MIB).run();
+    run.success();
+    let pid = run.report()["pid"].as_u64().unwrap();
+    let name = format!("gpushim-{pid}-oom-1.json");
+    let oom = run.read(&name);
+    assert_eq!(oom["reason"], "oom", "{run}");
+    assert_eq!(oom["oom"]["size"].as_u64(), Some(2 * MIB), "{run}");
+    assert_eq!(oom["oom"]["result"].as_i64(), Some(2), "{run}");
+    let first = oom["oom"]["frames"].as_array().unwrap().iter().find(|f| f["internal"] == false).unwrap();
+    assert_eq!(first["function"], "errors_oom", "{run}");
+    assert!(run.stderr.contains(&name), "stderr names the file{run}");
+    assert!(!run.files().iter().any(|f| f.contains("-oom-2")), "{run}");
+}
+
+#[test]
+fn report_formats_folded_svg_perfetto() {
+    let run = Target::new("leak_example", "formats").args(&["200"]).run();
+    run.success();
+    let path = run.dir.path().join(&run.files()[0]);
+    let p = path.to_str().unwrap();
+    let folded = gpushim(&["report", p, "--format", "folded"]);
+    let text = String::from_utf8_lossy(&folded.stdout);
+    assert!(folded.status.success());
+    assert!(text.lines().any(|l| l.ends_with(";render 209715200")), "{text}");
+    assert!(text.lines().any(|l| l.ends_with(";load_model 33554432")), "{text}");
+    let svg = gpushim(&["report", p, "--format", "svg"]);
+    let svg = String::from_utf8_lossy(&svg.stdout);
+    assert!(svg.starts_with("<?xml") || svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
+    assert!(svg.contains("render"));
+    let trace = gpushim(&["report", p, "--format", "perfetto"]);
+    let v: serde_json::Value = serde_json::from_slice(&trace.stdout).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let counters: Vec<_> = events.iter().filter(|e| e["ph"] == "C").collect();
+    assert!(!counters.is_empty());
+    // The per-kind track ends at the report's live bytes.
+    let per_kind = counters.iter().filter(|e| e["name"] == "live bytes").last().unwrap();
+    assert_eq!(per_kind["args"]["device"].as_u64(), Some(232 * MIB), "{per_kind}");
+    assert_eq!(per_kind["args"]["managed"].as_u64(), Some(0), "{per_kind}");
+}
+
+#[test]
+fn diff_of_a_snapshot_and_the_final_report_of_one_process() {
+    let run = Target::new("target_dynamic", "diff-snap").args(&["snapshot"]).run();
+    run.success();
+    let pid = run.report()["pid"].as_u64().unwrap();
+    let snap = run.dir.path().join(format!("gpushim-{pid}-snapshot-1.json"));
+    let fin = run.dir.path().join(format!("gpushim-{pid}.json"));
+    let out = gpushim(&["diff", snap.to_str().unwrap(), fin.to_str().unwrap(), "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["same_process"], true, "{v:#}");
+    let text = serde_json::to_string(&v).unwrap();
+    assert!(text.contains("snapshot_after"), "the new site is named: {v:#}");
+}

@@ -10,5 +10,6 @@ mod concurrency;    // many threads, exact totals
 mod examples;       // the bundled C and Rust examples
 mod interception;   // every allocation path: symbol, static runtime, dlsym, RTLD_NEXT neighbours
 mod lifecycle;      // fork, SIGKILL, exit, non-CUDA processes, missing collector
+mod python;         // Python frames (file, function, line) in CPython programs, 3.10 to 3.13
 mod snapshots;      // SIGUSR1 snapshots hold exactly the allocations made before the signal
 mod unwinding;      // the cached unwinder agrees with libgcc's

@@ -76,7 +76,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     }
     let mut missing_stacks = 0;
     let mut frames_of = |id: u32, sym: &mut Symbolizer| match ctx.stacks.get(&id) {
-        Some(addrs) => sym.stack(addrs),
+        Some(addrs) => sym.stack_of(id, addrs),
         None => {
             if id != NO_STACK {
                 missing_stacks += 1;
@@ -105,6 +105,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
                 .map(|&(t, v)| (secs(t), v))
                 .collect(),
             frames: frames_of(s.id, sym),
+            python: sym.python().site_flag(s.id),
         })
         .collect();
     let failures: Vec<FailureRecord> = state
@@ -144,6 +145,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         cwd: ctx.hello.cwd.clone(),
         reason: ctx.reason,
         snapshot: ctx.snapshot,
+        oom: None,
         start_unix_ns: ctx.hello.start_unix_ns,
         duration_s: secs(end),
         shim_version: ctx.hello.shim_version.clone(),
@@ -189,6 +191,9 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
                 ts_s: (m.ts_ns as f64 - start as f64) / 1e9,
             })
             .collect(),
+        timeline: state
+            .timeline
+            .to_report(start, end, &state.kinds, &state.devices),
         notes,
     }
 }

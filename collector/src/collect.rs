@@ -1,5 +1,6 @@
 //! The collector's driver: reads the event stream to its end, keeps the live set, writes
-//! snapshots when their boundary is reached and the final report at the end.
+//! snapshots when their boundary is reached, an out-of-memory report when an allocation fails
+//! with out of memory, and the final report at the end.
 //!
 //! A stream that breaks part-way (truncated, garbage) still gets a report of everything valid
 //! received before the break; the caller exits 1 then.
@@ -9,12 +10,13 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use gpushim_wire::{Decoder, Event, Hello, MemInfo};
+use gpushim_wire::{Decoder, Event, Failed, Hello, MemInfo};
 
 use crate::assemble::{self, Context};
-use crate::live::{Op, SnapshotPoint, State, Tracker};
+use crate::live::{Observer, Op, SnapshotPoint, State, Tracker};
+use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
-use crate::render;
+use crate::render::{self, fmt_bytes};
 use crate::report::{Reason, Report};
 use crate::symbolize::Symbolizer;
 
@@ -34,6 +36,8 @@ pub struct Outcome {
     pub report: Option<PathBuf>,
     /// Snapshot files written, in order.
     pub snapshots: Vec<PathBuf>,
+    /// Out-of-memory reports written, in order.
+    pub ooms: Vec<PathBuf>,
     /// Why the stream broke, if it did (the report holds what came before).
     pub broken: Option<String>,
 }
@@ -47,10 +51,88 @@ struct Sink<'a> {
     notes: Vec<String>,
     mem_info: BTreeMap<i32, MemInfo>,
     snapshots: Vec<PathBuf>,
+    /// Recent MemInfo events, to find the one sent with an out-of-memory failure.
+    mem_log: MemInfoLog,
+    /// Out-of-memory failures applied so far.
+    oom_count: u32,
+    ooms: Vec<PathBuf>,
+    /// Sequence numbers given up as lost so far (as of the latest event pushed).
+    lost: u64,
     err: &'a mut dyn Write,
 }
 
+impl Observer for Sink<'_> {
+    fn snapshot(&mut self, point: &SnapshotPoint, state: &State) {
+        Sink::snapshot(self, point, state);
+    }
+
+    fn out_of_memory(&mut self, failed: &Failed, state: &State) {
+        self.oom(failed, state);
+    }
+}
+
 impl Sink<'_> {
+    /// Writes the out-of-memory report for `f`, which `state` has just applied (up to
+    /// [`MAX_OOM_REPORTS`]), and says where on stderr.
+    fn oom(&mut self, f: &Failed, state: &State) {
+        self.oom_count += 1;
+        let n = self.oom_count;
+        let what = format!(
+            "{} of {}{}",
+            f.api.name(),
+            fmt_bytes(f.size),
+            if f.device >= 0 {
+                format!(" on GPU {}", f.device)
+            } else {
+                String::new()
+            }
+        );
+        if n > MAX_OOM_REPORTS {
+            if n == MAX_OOM_REPORTS + 1 {
+                let _ = writeln!(
+                    self.err,
+                    "gpushim: out of memory again ({what}); no more out-of-memory reports are \
+                     written (at most {MAX_OOM_REPORTS}), the final report counts them"
+                );
+            }
+            return;
+        }
+        let ctx = Context {
+            hello: &self.hello,
+            reason: Reason::Oom,
+            snapshot: None,
+            end_ts_ns: f.ts_ns,
+            lost_events: self.lost,
+            notes: self.notes.clone(),
+            mem_info: &self.mem_info,
+            stacks: &self.stacks,
+        };
+        let mut report = assemble::build(state, ctx, &mut self.sym);
+        let frames = match self.stacks.get(&f.stack) {
+            Some(addrs) => self.sym.stack_of(f.stack, addrs),
+            None => Vec::new(),
+        };
+        let start = state.first_ts_ns.unwrap_or(f.ts_ns).min(f.ts_ns);
+        report.oom = Some(oom::record(f, self.mem_log.for_failure(f), start, frames));
+        let stem = format!("gpushim-{}-oom-{n}", self.hello.pid);
+        match write_report(&report, &self.out_dir, &stem, self.err) {
+            Ok(path) => {
+                let _ = writeln!(
+                    self.err,
+                    "gpushim: out of memory: {what} failed; report written to {}",
+                    path.display()
+                );
+                self.ooms.push(path);
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    self.err,
+                    "gpushim: out of memory: {what} failed; cannot write its report: {e:#}"
+                );
+            }
+        }
+    }
+
     /// Writes one snapshot report and says where on stderr; a failure to write is reported
     /// and collection goes on.
     fn snapshot(&mut self, p: &SnapshotPoint, state: &State) {
@@ -104,9 +186,10 @@ impl Sink<'_> {
 /// Serializes `report` and writes it as `stem.json` (or the next free name) in `dir`, with
 /// the fallbacks of [`output::write_new`]; tells `err` where it went if not where asked.
 fn write_report(report: &Report, dir: &Path, stem: &str, err: &mut dyn Write) -> Result<PathBuf> {
-    let mut bytes = serde_json::to_vec_pretty(report).context("serializing the report")?;
-    bytes.push(b'\n');
-    let w = output::write_new(dir, stem, "json", &bytes)?;
+    let w = output::write_new_with(dir, stem, "json", &mut |out| {
+        crate::json::to_writer(out, report)?;
+        out.write_all(b"\n")
+    })?;
     for m in w.messages() {
         let _ = writeln!(err, "gpushim: {m}");
     }
@@ -131,6 +214,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         return Ok(Outcome {
             report: None,
             snapshots: Vec::new(),
+            ooms: Vec::new(),
             broken: None,
         });
     }
@@ -173,6 +257,10 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         notes: Vec::new(),
         mem_info: BTreeMap::new(),
         snapshots: Vec::new(),
+        mem_log: MemInfoLog::default(),
+        oom_count: 0,
+        ooms: Vec::new(),
+        lost: 0,
         err,
     };
     let mut tracker = Tracker::new();
@@ -183,27 +271,32 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             Ok(None) => break None,
             Err(e) => break Some(e.to_string()),
         };
-        let mut on_snapshot = |p: &SnapshotPoint, s: &State| sink.snapshot(p, s);
         match ev {
-            Event::Alloc(a) => tracker.push(Op::Alloc(a), &mut on_snapshot),
-            Event::Free(f) => tracker.push(Op::Free(f), &mut on_snapshot),
-            Event::Failed(f) => tracker.push(Op::Failed(f), &mut on_snapshot),
-            Event::Snapshot(s) => tracker.request_snapshot(s.boundary, s.ts_ns, &mut on_snapshot),
+            Event::Alloc(a) => tracker.push(Op::Alloc(a), &mut sink),
+            Event::Free(f) => tracker.push(Op::Free(f), &mut sink),
+            Event::Failed(f) => tracker.push(Op::Failed(f), &mut sink),
+            Event::Snapshot(s) => tracker.request_snapshot(s.boundary, s.ts_ns, &mut sink),
             Event::Exit(x) => exit_ts = Some(x.ts_ns),
             Event::Module(m) => sink.sym.add_module(m),
             Event::Stack(s) => {
                 sink.stacks.insert(s.id, s.frames);
             }
             Event::MemInfo(m) => {
+                sink.mem_log.push(m.clone());
                 sink.mem_info.insert(m.device, m);
             }
             Event::Note(n) => sink.notes.push(n),
+            Event::PyRuntime(p) => sink.sym.python_mut().set_runtime(p.version),
+            Event::PyCode(c) => sink.sym.python_mut().add_code(c),
+            Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
             Event::Hello(_) => sink
                 .notes
                 .push("the stream held a second Hello event; it was ignored".into()),
         }
+        sink.lost = tracker.lost();
     };
-    tracker.finish(&mut |p, s| sink.snapshot(p, s));
+    sink.lost = tracker.lost();
+    tracker.finish(&mut sink);
     let lost = tracker.lost();
 
     let pid = sink.hello.pid;
@@ -216,6 +309,13 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
     if lost > 0 {
         notes.push(format!(
             "{lost} events never arrived (gaps in the sequence numbers)"
+        ));
+    }
+    if sink.oom_count > MAX_OOM_REPORTS {
+        notes.push(format!(
+            "{} allocations failed with out of memory; reports were written for the first \
+             {MAX_OOM_REPORTS}",
+            sink.oom_count
         ));
     }
     if tracker.duplicates() > 0 {
@@ -252,6 +352,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
     Ok(Outcome {
         report: Some(path),
         snapshots: sink.snapshots,
+        ooms: sink.ooms,
         broken,
     })
 }
@@ -449,8 +550,13 @@ mod tests {
             lines[1],
             "gpushim: pid 4242 (exit): 31 allocations live, 30.0 MiB (device 30.0 MiB on GPU 0); peak 30.0 MiB"
         );
-        assert!(lines[2]
-            .starts_with("gpushim: suspect #1 site 0: 30 allocations live (30.0 MiB), none freed"));
+        assert!(
+            lines[2].starts_with(
+                "gpushim: suspect #1 site 0: +1.0 MiB per 10 ms over 290 ms, 30 live (30.0 MiB), none freed"
+            ),
+            "{}",
+            lines[2]
+        );
         assert!(
             lines[2].contains(" at gpushim::collect::tests::events (src/collect.rs:"),
             "{}",
@@ -539,6 +645,138 @@ mod tests {
         write_header(&mut buf);
         encode(&Event::Exit(Exit { ts_ns: 1 }), &mut buf);
         assert!(collect(&buf[..], &Options::default(), &mut err).is_err());
+    }
+
+    fn failed(seq: u64, ts: u64, size: u64, stack: u32, result: i32) -> Event {
+        Event::Failed(gpushim_wire::Failed {
+            seq,
+            ts_ns: ts,
+            size,
+            kind: Kind::Device,
+            api: Api::CudaMalloc,
+            device: 0,
+            tid: 7,
+            stack,
+            result,
+        })
+    }
+
+    /// Six allocations, the fourth freed, then an allocation that fails with out of memory
+    /// (its MemInfo just before it), delivered before two events that precede it in sequence;
+    /// then more allocations, another failure of another kind (result 1: no report), and six
+    /// more out-of-memory failures, of which only the next four get a report.
+    #[test]
+    fn out_of_memory_writes_a_report_of_that_moment() {
+        let d = TempDir::new("oom");
+        let here = crate::symbolize::tests::module_holding(events as *const () as usize as u64);
+        let ret = events as *const () as usize as u64 + 1;
+        let mut ev = vec![
+            hello(&d.0),
+            Event::Module(here),
+            Event::Stack(Stack {
+                id: 0,
+                frames: vec![],
+            }),
+            Event::Stack(Stack {
+                id: 5,
+                frames: vec![ret],
+            }),
+        ];
+        for i in 0..6u64 {
+            ev.push(alloc(i, (i + 1) * MS, 0x1000 * (i + 1), 1 << 20, 0));
+        }
+        // seq 6 frees the fourth; 7 and 8 arrive after the failure (seq 9).
+        ev.push(free(6, 7 * MS, 0x4000));
+        ev.push(Event::MemInfo(MemInfo {
+            ts_ns: 10 * MS,
+            device: 0,
+            free: 123 << 20,
+            total: 80 << 30,
+        }));
+        ev.push(failed(9, 10 * MS, 8 << 30, 5, 2));
+        ev.push(alloc(8, 9 * MS, 0x8000, 2 << 20, 0));
+        ev.push(alloc(7, 8 * MS, 0x7000, 1 << 20, 0));
+        ev.push(alloc(10, 11 * MS, 0x9000, 1 << 20, 0));
+        ev.push(failed(11, 12 * MS, 1, 5, 1));
+        for i in 0..6u64 {
+            ev.push(failed(12 + i, (13 + i) * MS, 16 << 30, 5, 2));
+        }
+        ev.push(Event::Exit(Exit { ts_ns: 20 * MS }));
+        let mut err = Vec::new();
+        let out = collect(&bytes(&ev)[..], &Options::default(), &mut err).unwrap();
+        let err = String::from_utf8(err).unwrap();
+        assert_eq!(out.ooms.len(), MAX_OOM_REPORTS as usize, "{err}");
+        assert_eq!(out.ooms[0], d.0.join("gpushim-4242-oom-1.json"));
+        assert_eq!(out.ooms[4], d.0.join("gpushim-4242-oom-5.json"));
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!(
+                "gpushim: out of memory: cudaMalloc of 8.0 GiB on GPU 0 failed; report written to {}",
+                out.ooms[0].display()
+            )
+        );
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|l| l.contains("no more out-of-memory reports"))
+                .count(),
+            1,
+            "{err}"
+        );
+
+        let r = Report::read(&out.ooms[0]).unwrap();
+        assert_eq!(r.reason, Reason::Oom);
+        assert_eq!(r.snapshot, None);
+        let o = r.oom.as_ref().unwrap();
+        assert_eq!(
+            (o.size, o.api.as_str(), o.kind.as_str()),
+            (8 << 30, "cudaMalloc", "device")
+        );
+        assert_eq!((o.device, o.result, o.site), (0, 2, 5));
+        assert_eq!(
+            (o.device_free_bytes, o.device_total_bytes),
+            (Some(123 << 20), Some(80 << 30))
+        );
+        assert!((o.ts_s - 0.009).abs() < 1e-9, "{}", o.ts_s);
+        assert!(
+            o.frames[0].function.ends_with("collect::tests::events"),
+            "{:?}",
+            o.frames
+        );
+        // The live set as of seq 9: six allocations, one freed, two more (seqs 7, 8).
+        assert_eq!(r.totals.live_count, 7);
+        assert_eq!(r.totals.live_bytes, (5 + 1 + 2) << 20);
+        assert_eq!(r.totals.alloc_count, 8);
+        assert_eq!(r.totals.failed_count, 1);
+        assert_eq!(r.failures.len(), 1);
+        assert!((r.duration_s - 0.009).abs() < 1e-9, "{}", r.duration_s);
+        // The failed request is on top, right after the reason.
+        let text = std::fs::read_to_string(&out.ooms[0]).unwrap();
+        let at = |key: &str| text.find(&format!("\n  \"{key}\": ")).unwrap();
+        assert!(
+            text.contains("\n  \"reason\": \"oom\",\n  \"oom\": {"),
+            "{text}"
+        );
+        assert!(at("oom") < at("start_unix_ns") && at("oom") < at("sites"));
+
+        // The second report: the failure of result 1 is listed but wrote no report.
+        let r2 = Report::read(&out.ooms[1]).unwrap();
+        assert_eq!(r2.totals.failed_count, 3);
+        assert_eq!(r2.totals.live_count, 8);
+        assert_eq!(r2.oom.unwrap().size, 16 << 30);
+
+        let fin = Report::read(&out.report.unwrap()).unwrap();
+        assert_eq!(fin.reason, Reason::Exit);
+        assert!(fin.oom.is_none());
+        assert_eq!(fin.totals.failed_count, 8);
+        assert!(
+            fin.notes.contains(&format!(
+                "7 allocations failed with out of memory; reports were written for the first {MAX_OOM_REPORTS}"
+            )),
+            "{:?}",
+            fin.notes
+        );
     }
 
     #[test]

@@ -1,42 +1,75 @@
-//! `gpushim diff OLD NEW`: which sites grew between two reports.
+//! `gpushim diff OLD NEW`: which sites grew between two reports, as text or JSON.
 //!
-//! Stack ids differ from run to run, so sites are matched by their symbolized frames
-//! (function, file and line; module and offset where those are unknown). Sites of one report
-//! with the same frames are added together.
+//! Made for the snapshot workflow (SIGUSR1 at epoch 1 and at epoch 5, then diff) and for
+//! comparing two runs. Stack ids differ from run to run, so sites are matched by their
+//! symbolized frames (function, file and line; module and offset where those are unknown);
+//! sites of one report with the same frames are added together. Rows are ranked by growth of
+//! live bytes; sites only in NEW are new, sites only in OLD vanished.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
+use serde::Serialize;
+
 use crate::render::{first_user_frame, fmt_bytes, fmt_bytes_delta, fmt_seconds, frame_label};
-use crate::report::{KindTotals, Report, Site};
+use crate::report::{Frame, KindTotals, Report, Site};
+
+/// The formats `gpushim diff` offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffFormat {
+    /// For a person.
+    Text,
+    /// The comparison as JSON (see docs/report-schema.md, "Diff").
+    Json,
+}
 
 /// A site's numbers in one report (summed over sites with the same frames).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize)]
 struct Side {
+    /// The stack id of the first matching site in that report.
+    id: u32,
     live_bytes: u64,
     live_count: u64,
     alloc_count: u64,
     free_count: u64,
-    id: Option<u32>,
 }
 
 /// One row: a site in either or both reports.
 #[derive(Debug)]
 struct Row {
     label: String,
-    old: Side,
-    new: Side,
+    frames: Vec<Frame>,
+    old: Option<Side>,
+    new: Option<Side>,
 }
 
 impl Row {
-    /// True if and only if any number differs between the two reports.
+    fn nums(s: &Option<Side>) -> (u64, u64, u64, u64) {
+        s.as_ref().map_or((0, 0, 0, 0), |s| {
+            (s.live_bytes, s.live_count, s.alloc_count, s.free_count)
+        })
+    }
+
+    /// True if and only if the site is in only one report, or any number differs.
     fn changed(&self) -> bool {
-        let n = |s: &Side| (s.live_bytes, s.live_count, s.alloc_count, s.free_count);
-        n(&self.old) != n(&self.new)
+        self.old.is_none() || self.new.is_none() || Row::nums(&self.old) != Row::nums(&self.new)
     }
 
     fn growth(&self) -> i128 {
-        i128::from(self.new.live_bytes) - i128::from(self.old.live_bytes)
+        i128::from(Row::nums(&self.new).0) - i128::from(Row::nums(&self.old).0)
+    }
+
+    fn status(&self) -> &'static str {
+        match (&self.old, &self.new) {
+            (None, _) => "new",
+            (_, None) => "vanished",
+            _ => match self.growth().signum() {
+                1 => "grown",
+                -1 => "shrunk",
+                _ if self.changed() => "changed",
+                _ => "unchanged",
+            },
+        }
     }
 }
 
@@ -56,12 +89,15 @@ fn site_key(s: &Site) -> String {
         .join(" <- ")
 }
 
-fn add(side: &mut Side, s: &Site) {
+fn add(side: &mut Option<Side>, s: &Site) {
+    let side = side.get_or_insert_with(|| Side {
+        id: s.id,
+        ..Side::default()
+    });
     side.live_bytes += s.live_bytes;
     side.live_count += s.live_count;
     side.alloc_count += s.alloc_count;
     side.free_count += s.free_count;
-    side.id.get_or_insert(s.id);
 }
 
 /// Matches the sites of two reports; rows sorted by live-bytes growth, largest first.
@@ -72,43 +108,115 @@ fn rows(old: &Report, new: &Report) -> Vec<Row> {
             let row = map.entry(site_key(s)).or_insert_with(|| Row {
                 label: first_user_frame(s)
                     .map_or_else(|| "(no backtrace)".to_string(), frame_label),
-                old: Side::default(),
-                new: Side::default(),
+                frames: s.frames.clone(),
+                old: None,
+                new: None,
             });
             add(if is_new { &mut row.new } else { &mut row.old }, s);
         }
     }
     let mut v: Vec<Row> = map.into_values().collect();
+    disambiguate(&mut v);
     // Stable: equal growth keeps the key order.
     v.sort_by_key(|r| std::cmp::Reverse(r.growth()));
     v
 }
 
+/// The first `depth` frames of the user's code (innermost first), `a <- b <- c`.
+fn user_frames_label(frames: &[Frame], depth: usize) -> String {
+    let user: Vec<&Frame> = frames.iter().filter(|f| !f.internal).collect();
+    let shown = if user.is_empty() {
+        frames.iter().take(depth).collect::<Vec<_>>()
+    } else {
+        user.into_iter().take(depth).collect()
+    };
+    shown
+        .into_iter()
+        .map(frame_label)
+        .collect::<Vec<_>>()
+        .join(" <- ")
+}
+
+/// Rows whose labels read the same (two sites reached through one helper function) get their
+/// callers added to the label, up to four frames, until they differ.
+fn disambiguate(rows: &mut [Row]) {
+    for depth in 2..=4 {
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in rows.iter() {
+            *seen.entry(r.label.as_str()).or_default() += 1;
+        }
+        let dup: Vec<bool> = rows
+            .iter()
+            .map(|r| seen[r.label.as_str()] > 1 && !r.frames.is_empty())
+            .collect();
+        if !dup.contains(&true) {
+            return;
+        }
+        for (r, d) in rows.iter_mut().zip(dup) {
+            if d {
+                r.label = user_frames_label(&r.frames, depth);
+            }
+        }
+    }
+}
+
 fn which(r: &Row) -> String {
-    match (r.old.id, r.new.id) {
-        (None, Some(n)) => format!("new site {n}"),
-        (Some(o), None) => format!("site {o} (old only)"),
-        (Some(o), Some(n)) if o != n => format!("site {n} (old {o})"),
-        (_, Some(n)) => format!("site {n}"),
+    match (&r.old, &r.new) {
+        (None, Some(n)) => format!("new site {}", n.id),
+        (Some(o), None) => format!("site {} (old only)", o.id),
+        (Some(o), Some(n)) if o.id != n.id => format!("site {} (old {})", n.id, o.id),
+        (_, Some(n)) => format!("site {}", n.id),
         (None, None) => String::new(),
     }
 }
 
-/// Writes the comparison of `old` and `new`: up to `top` changed sites ranked by live-bytes
-/// growth, then the totals and their growth.
+/// True if and only if both reports come from the same traced process (same pid and start).
+fn same_process(a: &Report, b: &Report) -> bool {
+    a.pid == b.pid && a.start_unix_ns == b.start_unix_ns && a.start_unix_ns != 0
+}
+
+/// `exit, 1.0 s` or `snapshot 3, 2.5 s`.
+fn describe(r: &Report) -> String {
+    let what = match r.snapshot {
+        Some(n) => format!("snapshot {n}"),
+        None => r.reason.name().to_string(),
+    };
+    format!("{what}, {}", fmt_seconds(r.duration_s))
+}
+
+/// Notes about the comparison itself: capped site lists make "new" and "vanished" unsure.
+fn caveats(old: &Report, new: &Report) -> Vec<String> {
+    let mut v = Vec::new();
+    for (name, r) in [("OLD", old), ("NEW", new)] {
+        if r.notes.iter().any(|n| n.starts_with("the report lists")) {
+            v.push(format!(
+                "{name} lists only some of its sites: a site missing from it may only have been \
+                 left out"
+            ));
+        }
+    }
+    v
+}
+
+/// Writes the comparison of `old` and `new` for a person: up to `top` changed sites ranked by
+/// live-bytes growth, then the totals and their growth, then how many sites were new,
+/// vanished and unchanged.
 ///
 /// # Errors
 /// Only errors of `out`.
 pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
-        "pid {} ({}, {}) -> pid {} ({}, {})",
+        "pid {} ({}) -> pid {} ({}){}",
         old.pid,
-        old.reason.name(),
-        fmt_seconds(old.duration_s),
+        describe(old),
         new.pid,
-        new.reason.name(),
-        fmt_seconds(new.duration_s)
+        describe(new),
+        if same_process(old, new) {
+            "; same process"
+        } else {
+            ""
+        }
     )?;
     let rows = rows(old, new);
     let changed: Vec<&Row> = rows.iter().filter(|r| r.changed()).collect();
@@ -122,18 +230,19 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
             changed.len()
         )?;
         for r in changed.iter().take(top) {
+            let (o, n) = (Row::nums(&r.old), Row::nums(&r.new));
             writeln!(
                 out,
                 "  {:>10}  live {} -> {} in {} -> {}; allocations {} -> {}, frees {} -> {}; {}: {}",
                 fmt_bytes_delta(r.growth()),
-                fmt_bytes(r.old.live_bytes),
-                fmt_bytes(r.new.live_bytes),
-                r.old.live_count,
-                r.new.live_count,
-                r.old.alloc_count,
-                r.new.alloc_count,
-                r.old.free_count,
-                r.new.free_count,
+                fmt_bytes(o.0),
+                fmt_bytes(n.0),
+                o.1,
+                n.1,
+                o.2,
+                n.2,
+                o.3,
+                n.3,
                 which(r),
                 r.label,
             )?;
@@ -152,6 +261,40 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
     for ((name, ka), (_, kb)) in old.kinds.iter().into_iter().zip(new.kinds.iter()) {
         kind_line(out, name, ka, kb)?;
     }
+    for (o, ka, kb) in device_pairs(old, new) {
+        kind_line(out, &format!("GPU {o}"), &ka, &kb)?;
+    }
+    writeln!(
+        out,
+        "  allocations {} -> {}, frees {} -> {}, failed {} -> {}",
+        a.alloc_count, b.alloc_count, a.free_count, b.free_count, a.failed_count, b.failed_count
+    )?;
+    let count = |status: &str| rows.iter().filter(|r| r.status() == status).count();
+    let bytes = |status: &str| -> i128 {
+        rows.iter()
+            .filter(|r| r.status() == status)
+            .map(Row::growth)
+            .sum()
+    };
+    writeln!(
+        out,
+        "sites: {} new ({}), {} vanished ({}), {} grown, {} shrunk, {} unchanged",
+        count("new"),
+        fmt_bytes_delta(bytes("new")),
+        count("vanished"),
+        fmt_bytes_delta(bytes("vanished")),
+        count("grown"),
+        count("shrunk"),
+        count("unchanged") + count("changed"),
+    )?;
+    for c in caveats(old, new) {
+        writeln!(out, "note: {c}")?;
+    }
+    Ok(())
+}
+
+/// Per device ordinal in either report: (ordinal, old, new).
+fn device_pairs(old: &Report, new: &Report) -> Vec<(i32, KindTotals, KindTotals)> {
     let mut ordinals: Vec<i32> = old
         .devices
         .iter()
@@ -160,25 +303,21 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
         .collect();
     ordinals.sort_unstable();
     ordinals.dedup();
-    for o in ordinals {
-        let get = |r: &Report| {
-            r.devices
-                .iter()
-                .find(|d| d.ordinal == o)
-                .map(|d| KindTotals {
-                    live_bytes: d.live_bytes,
-                    live_count: d.live_count,
-                    peak_live_bytes: d.peak_live_bytes,
-                })
-                .unwrap_or_default()
-        };
-        kind_line(out, &format!("GPU {o}"), &get(old), &get(new))?;
-    }
-    writeln!(
-        out,
-        "  allocations {} -> {}, frees {} -> {}, failed {} -> {}",
-        a.alloc_count, b.alloc_count, a.free_count, b.free_count, a.failed_count, b.failed_count
-    )
+    let get = |r: &Report, o: i32| {
+        r.devices
+            .iter()
+            .find(|d| d.ordinal == o)
+            .map(|d| KindTotals {
+                live_bytes: d.live_bytes,
+                live_count: d.live_count,
+                peak_live_bytes: d.peak_live_bytes,
+            })
+            .unwrap_or_default()
+    };
+    ordinals
+        .into_iter()
+        .map(|o| (o, get(old, o), get(new, o)))
+        .collect()
 }
 
 fn kind_line(out: &mut dyn Write, name: &str, a: &KindTotals, b: &KindTotals) -> io::Result<()> {
@@ -210,6 +349,163 @@ fn line(
     )
 }
 
+/// Which report a side of the JSON comparison is.
+#[derive(Serialize)]
+struct ReportId {
+    pid: u32,
+    reason: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot: Option<u32>,
+    start_unix_ns: u64,
+    duration_s: f64,
+}
+
+impl ReportId {
+    fn of(r: &Report) -> ReportId {
+        ReportId {
+            pid: r.pid,
+            reason: r.reason.name(),
+            snapshot: r.snapshot,
+            start_unix_ns: r.start_unix_ns,
+            duration_s: r.duration_s,
+        }
+    }
+}
+
+/// An old and a new value and the growth between them.
+#[derive(Serialize)]
+struct Change {
+    old: u64,
+    new: u64,
+    growth: i64,
+}
+
+impl Change {
+    fn of(old: u64, new: u64) -> Change {
+        let g = i128::from(new) - i128::from(old);
+        Change {
+            old,
+            new,
+            growth: g.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsonRow<'a> {
+    status: &'static str,
+    growth_bytes: i64,
+    label: &'a str,
+    old: &'a Option<Side>,
+    new: &'a Option<Side>,
+    frames: &'a [Frame],
+}
+
+#[derive(Serialize)]
+struct JsonGauge {
+    live_bytes: Change,
+    live_count: Change,
+}
+
+#[derive(Serialize)]
+struct JsonDevice {
+    ordinal: i32,
+    live_bytes: Change,
+    live_count: Change,
+}
+
+#[derive(Serialize)]
+struct JsonTotals {
+    live_bytes: Change,
+    live_count: Change,
+    peak_live_bytes: Change,
+    alloc_count: Change,
+    free_count: Change,
+    failed_count: Change,
+}
+
+#[derive(Serialize)]
+struct JsonDiff<'a> {
+    schema: &'static str,
+    old: ReportId,
+    new: ReportId,
+    same_process: bool,
+    sites: Vec<JsonRow<'a>>,
+    unchanged_sites: usize,
+    totals: JsonTotals,
+    kinds: BTreeMap<&'static str, JsonGauge>,
+    devices: Vec<JsonDevice>,
+    notes: Vec<String>,
+}
+
+/// The value of the JSON comparison's `schema` field.
+pub const DIFF_SCHEMA: &str = "gpushim.diff.v1";
+
+/// Writes the comparison of `old` and `new` as JSON: every changed site (up to `top`), ranked
+/// as in the text form, with totals per kind and device.
+///
+/// # Errors
+/// Only errors of `out`.
+pub fn diff_json(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
+    let rows = rows(old, new);
+    let sites: Vec<JsonRow<'_>> = rows
+        .iter()
+        .filter(|r| r.changed())
+        .take(top)
+        .map(|r| JsonRow {
+            status: r.status(),
+            growth_bytes: Change::of(Row::nums(&r.old).0, Row::nums(&r.new).0).growth,
+            label: &r.label,
+            old: &r.old,
+            new: &r.new,
+            frames: &r.frames,
+        })
+        .collect();
+    let (a, b) = (&old.totals, &new.totals);
+    let doc = JsonDiff {
+        schema: DIFF_SCHEMA,
+        old: ReportId::of(old),
+        new: ReportId::of(new),
+        same_process: same_process(old, new),
+        unchanged_sites: rows.iter().filter(|r| !r.changed()).count(),
+        sites,
+        totals: JsonTotals {
+            live_bytes: Change::of(a.live_bytes, b.live_bytes),
+            live_count: Change::of(a.live_count, b.live_count),
+            peak_live_bytes: Change::of(a.peak_live_bytes, b.peak_live_bytes),
+            alloc_count: Change::of(a.alloc_count, b.alloc_count),
+            free_count: Change::of(a.free_count, b.free_count),
+            failed_count: Change::of(a.failed_count, b.failed_count),
+        },
+        kinds: old
+            .kinds
+            .iter()
+            .into_iter()
+            .zip(new.kinds.iter())
+            .map(|((name, ka), (_, kb))| {
+                (
+                    name,
+                    JsonGauge {
+                        live_bytes: Change::of(ka.live_bytes, kb.live_bytes),
+                        live_count: Change::of(ka.live_count, kb.live_count),
+                    },
+                )
+            })
+            .collect(),
+        devices: device_pairs(old, new)
+            .into_iter()
+            .map(|(ordinal, ka, kb)| JsonDevice {
+                ordinal,
+                live_bytes: Change::of(ka.live_bytes, kb.live_bytes),
+                live_count: Change::of(ka.live_count, kb.live_count),
+            })
+            .collect(),
+        notes: caveats(old, new),
+    };
+    serde_json::to_writer_pretty(&mut *out, &doc)?;
+    writeln!(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +521,7 @@ mod tests {
             offset: Some("0x1".into()),
             internal: false,
             inlined: false,
+            python: false,
         }
     }
 
@@ -265,7 +562,9 @@ mod tests {
             suspects: vec![],
             failures: vec![],
             mem_info: vec![],
+            timeline: Default::default(),
             notes: vec![],
+            oom: None,
         }
     }
 
@@ -311,5 +610,89 @@ mod tests {
             lines[6],
             "  live         6.0 MiB -> 17.0 MiB (+11.0 MiB) in 0 -> 0 allocations"
         );
+        assert_eq!(
+            lines.last().unwrap(),
+            &"sites: 1 new (+2.0 MiB), 1 vanished (-100 B), 1 grown, 0 shrunk, 1 unchanged"
+        );
+    }
+
+    #[test]
+    fn sites_through_one_helper_are_told_apart_by_their_callers() {
+        let mut a = site(0, "helper", 1 << 20, 1);
+        a.frames.insert(1, frame("before", 20));
+        let mut b = site(1, "helper", 2 << 20, 1);
+        b.frames.insert(1, frame("after", 30));
+        let old = report(1, vec![a.clone()]);
+        let new = report(1, vec![a, b]);
+        let mut out = Vec::new();
+        diff(&old, &new, 10, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("new site 1: helper (src/app.c:10) <- after (src/app.c:30)\n"),
+            "{text}"
+        );
+    }
+
+    /// The SIGUSR1 workflow: snapshots 1 and 5 of one process. Ids are the same; a site that
+    /// appeared between them is new; the header says it is one process.
+    #[test]
+    fn snapshots_of_one_process_and_json() {
+        let mut old = report(
+            7,
+            vec![site(0, "render", 1 << 20, 1), site(1, "load", 5 << 20, 5)],
+        );
+        old.reason = Reason::Snapshot;
+        old.snapshot = Some(1);
+        old.start_unix_ns = 1_700_000_000_000_000_000;
+        old.duration_s = 2.0;
+        let mut new = report(
+            7,
+            vec![
+                site(0, "render", 5 << 20, 5),
+                site(1, "load", 5 << 20, 5),
+                site(2, "late", 3 << 10, 3),
+            ],
+        );
+        new.reason = Reason::Snapshot;
+        new.snapshot = Some(5);
+        new.start_unix_ns = old.start_unix_ns;
+        new.duration_s = 10.0;
+        let mut out = Vec::new();
+        diff(&old, &new, 10, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "pid 7 (snapshot 1, 2.0 s) -> pid 7 (snapshot 5, 10 s); same process"
+        );
+        assert_eq!(lines[1], "sites by live-bytes growth (2 of 2 changed):");
+        assert_eq!(
+            lines[2],
+            "    +4.0 MiB  live 1.0 MiB -> 5.0 MiB in 1 -> 5; allocations 1 -> 5, frees 0 -> 0; site 0: render (src/app.c:10)"
+        );
+        assert!(
+            lines[3].contains("+3.0 KiB") && lines[3].contains("new site 2: late"),
+            "{text}"
+        );
+
+        let mut out = Vec::new();
+        diff_json(&old, &new, 10, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["schema"], DIFF_SCHEMA);
+        assert_eq!(v["same_process"], true);
+        assert_eq!(v["old"]["snapshot"], 1);
+        assert_eq!(v["new"]["snapshot"], 5);
+        let sites = v["sites"].as_array().unwrap();
+        assert_eq!(sites.len(), 2);
+        assert_eq!(sites[0]["status"], "grown");
+        assert_eq!(sites[0]["growth_bytes"], 4 << 20);
+        assert_eq!(sites[0]["old"]["live_count"], 1);
+        assert_eq!(sites[0]["new"]["live_count"], 5);
+        assert_eq!(sites[0]["frames"][0]["function"], "render");
+        assert_eq!(sites[1]["status"], "new");
+        assert_eq!(sites[1]["old"], serde_json::Value::Null);
+        assert_eq!(v["unchanged_sites"], 1);
+        assert_eq!(v["totals"]["live_bytes"]["growth"], (4 << 20) + (3 << 10));
+        assert_eq!(v["kinds"]["device"]["live_bytes"]["old"], 0);
     }
 }

@@ -10,14 +10,20 @@
 mod assemble;
 mod collect;
 mod diff;
+mod json;
 mod live;
+mod oom;
 mod output;
+#[cfg(test)]
+mod perf_tests;
+mod python;
 mod rank;
 mod render;
 mod report;
 mod run;
 mod snapshot;
 mod symbolize;
+mod timeline;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -57,20 +63,24 @@ enum Command {
         )]
         command: Vec<OsString>,
     },
-    /// Print a report for a person, or as JSON.
+    /// Print a report for a person, as JSON, as folded stacks, as a flame graph (SVG) or as a
+    /// Perfetto trace.
     Report {
-        /// A report file (gpushim-PID.json).
+        /// A report file (gpushim-PID.json, a snapshot or an out-of-memory report).
         file: PathBuf,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Write to this file instead of standard output (replacing it if it exists).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
         /// Number of sites to show (text format).
         #[arg(long, value_name = "N", default_value_t = 10)]
         top: usize,
         /// Frames to show per stack (text format).
         #[arg(long, value_name = "N", default_value_t = 12)]
         depth: usize,
-        /// Show CUDA runtime/driver/framework frames too (text format).
+        /// Show CUDA runtime/driver/framework frames too (text, folded and svg formats).
         #[arg(long)]
         all_frames: bool,
     },
@@ -83,6 +93,9 @@ enum Command {
         /// Number of sites to show.
         #[arg(long, value_name = "N", default_value_t = 20)]
         top: usize,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = diff::DiffFormat::Text)]
+        format: diff::DiffFormat,
     },
     /// Ask a running traced process for a snapshot report, wait for it, print its path.
     Snapshot {
@@ -99,7 +112,7 @@ enum Command {
     /// Read an event stream (stdin, as spawned by the shim, or --input) and write reports.
     #[command(hide = true)]
     Collect {
-        /// Read a recorded stream from this file instead of stdin.
+        /// Read a recorded stream from this file instead of stdin (`-`: stdin).
         #[arg(long, value_name = "FILE")]
         input: Option<PathBuf>,
         /// Write reports here instead of the directory the stream names.
@@ -159,33 +172,38 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Report {
             file,
             format,
+            output,
             top,
             depth,
             all_frames,
         } => {
             let report = Report::read(&file)
                 .with_context(|| format!("cannot read report {}", file.display()))?;
-            let mut out = BufWriter::new(io::stdout().lock());
-            render::renderer(
+            let renderer = render::renderer(
                 format,
                 TextOptions {
                     top,
                     depth,
                     all_frames,
                 },
-            )
-            .render(&report, &mut out)?;
-            out.flush()?;
+            );
+            write_output(output.as_deref(), &mut |out| renderer.render(&report, out))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Diff { old, new, top } => {
+        Command::Diff {
+            old,
+            new,
+            top,
+            format,
+        } => {
             let a = Report::read(&old)
                 .with_context(|| format!("cannot read report {}", old.display()))?;
             let b = Report::read(&new)
                 .with_context(|| format!("cannot read report {}", new.display()))?;
-            let mut out = BufWriter::new(io::stdout().lock());
-            diff::diff(&a, &b, top, &mut out)?;
-            out.flush()?;
+            write_output(None, &mut |out| match format {
+                diff::DiffFormat::Text => diff::diff(&a, &b, top, out),
+                diff::DiffFormat::Json => diff::diff_json(&a, &b, top, out),
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Snapshot {
@@ -208,7 +226,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Collect { input, output } => {
             let opts = collect::Options { output_dir: output };
             let mut err = io::stderr().lock();
-            let outcome = match input {
+            let outcome = match input.filter(|p| p.as_os_str() != "-") {
                 Some(path) => {
                     let f = File::open(&path)
                         .with_context(|| format!("cannot read event stream {}", path.display()))?;
@@ -226,6 +244,29 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             })
         }
     }
+}
+
+/// Runs `write` on a buffered standard output, or on `path` (created or truncated) if given;
+/// a failure to write names the file.
+fn write_output(
+    path: Option<&std::path::Path>,
+    write: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
+) -> Result<()> {
+    match path {
+        None => {
+            let mut out = BufWriter::new(io::stdout().lock());
+            write(&mut out)?;
+            out.flush()?;
+        }
+        Some(p) => {
+            let f = File::create(p).with_context(|| format!("cannot create {}", p.display()))?;
+            let mut out = BufWriter::new(f);
+            write(&mut out)
+                .and_then(|()| out.flush())
+                .with_context(|| format!("cannot write {}", p.display()))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -254,5 +295,89 @@ mod tests {
             "pid 0 would signal a group"
         );
         assert!(Cli::try_parse_from(["gpushim", "collect"]).is_ok());
+    }
+
+    fn run_cli(args: &[&str]) -> Result<ExitCode> {
+        dispatch(Cli::try_parse_from(args)?)
+    }
+
+    /// `gpushim report FILE --format F -o OUT` for every format, and `gpushim diff --format
+    /// json`, in-process on a small report.
+    #[test]
+    fn report_formats_and_diff_write_files() {
+        let d = crate::output::tests::TempDir::new("cli");
+        let file = d.0.join("gpushim-1234.json");
+        let r = crate::render::tests::sample();
+        std::fs::write(&file, serde_json::to_vec(&r).unwrap()).unwrap();
+        let f = file.to_str().unwrap();
+        let out = |name: &str| d.0.join(name);
+        for (format, name, want) in [
+            ("text", "r.txt", "leak suspects:"),
+            ("json", "r.json", "\"schema\": \"gpushim.report.v1\""),
+            ("folded", "r.folded", "main;render_frame 4194304\n"),
+            ("svg", "r.svg", "<svg"),
+            ("perfetto", "r.trace.json", "\"traceEvents\""),
+        ] {
+            let o = out(name);
+            run_cli(&[
+                "gpushim",
+                "report",
+                f,
+                "--format",
+                format,
+                "-o",
+                o.to_str().unwrap(),
+            ])
+            .unwrap();
+            let text = std::fs::read_to_string(&o).unwrap();
+            assert!(text.contains(want), "{format}: {text}");
+        }
+        let o = out("diff.json");
+        let mut grown = r.clone();
+        grown.sites[0].live_bytes *= 2;
+        let f2 = out("gpushim-1234.2.json");
+        std::fs::write(&f2, serde_json::to_vec(&grown).unwrap()).unwrap();
+        // Diff writes to stdout; check its JSON through the library call instead.
+        assert!(Cli::try_parse_from([
+            "gpushim",
+            "diff",
+            f,
+            f2.to_str().unwrap(),
+            "--format",
+            "json"
+        ])
+        .is_ok());
+        let mut buf = Vec::new();
+        diff::diff_json(&r, &grown, 20, &mut buf).unwrap();
+        std::fs::write(&o, &buf).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+        assert_eq!(v["sites"][0]["growth_bytes"], 3 << 20);
+        // A file that cannot be created is an error naming it.
+        let bad = d.0.join("no/such/dir/x.svg");
+        let e = run_cli(&[
+            "gpushim",
+            "report",
+            f,
+            "--format",
+            "svg",
+            "-o",
+            bad.to_str().unwrap(),
+        ])
+        .unwrap_err();
+        assert!(
+            format!("{e:#}").starts_with(&format!("cannot create {}", bad.display())),
+            "{e:#}"
+        );
+    }
+
+    #[test]
+    fn collect_reads_stdin_for_a_dash() {
+        match Cli::try_parse_from(["gpushim", "collect", "--input", "-"])
+            .unwrap()
+            .command
+        {
+            Command::Collect { input, .. } => assert_eq!(input, Some(PathBuf::from("-"))),
+            c => panic!("{c:?}"),
+        }
     }
 }

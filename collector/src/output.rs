@@ -56,7 +56,23 @@ impl Written {
 ///
 /// # Errors
 /// If no directory could take the file; the error names every directory tried and why.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn write_new(dir: &Path, stem: &str, ext: &str, bytes: &[u8]) -> io::Result<Written> {
+    write_new_with(dir, stem, ext, &mut |w| w.write_all(bytes))
+}
+
+/// Like [`write_new`], with the contents written by `write` (into a buffered writer on the
+/// temporary file, so a large report is never held in memory whole). `write` runs again for
+/// each directory tried.
+///
+/// # Errors
+/// If no directory could take the file; the error names every directory tried and why.
+pub fn write_new_with(
+    dir: &Path,
+    stem: &str,
+    ext: &str,
+    write: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<Written> {
     let mut dirs = vec![dir.to_path_buf()];
     if let Some(t) = std::env::var_os("TMPDIR").filter(|t| !t.is_empty()) {
         dirs.push(PathBuf::from(t));
@@ -65,7 +81,7 @@ pub fn write_new(dir: &Path, stem: &str, ext: &str, bytes: &[u8]) -> io::Result<
     dirs.dedup();
     let mut fell_back = Vec::new();
     for d in dirs {
-        match write_in(&d, stem, ext, bytes) {
+        match write_in(&d, stem, ext, write) {
             Ok((path, taken)) => {
                 return Ok(Written {
                     path,
@@ -91,11 +107,13 @@ fn write_in(
     dir: &Path,
     stem: &str,
     ext: &str,
-    bytes: &[u8],
+    write: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<(PathBuf, Option<PathBuf>)> {
-    let (tmp, mut file) = create_temp(dir, stem, ext)?;
+    let (tmp, file) = create_temp(dir, stem, ext)?;
     let result = (|| {
-        file.write_all(bytes)?;
+        let mut out = io::BufWriter::with_capacity(1 << 16, file);
+        write(&mut out)?;
+        let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
         file.sync_all()?;
         drop(file);
         let want = dir.join(format!("{stem}.{ext}"));

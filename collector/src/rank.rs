@@ -18,12 +18,19 @@
 //!
 //! The score, in [0, 1], is the mean of the share of the site's allocations never freed and
 //! how steadily it rose (the share of eight equal slices of its active span in which its live
-//! bytes went up).
+//! bytes went up). The suspect also carries the other measures of sustained growth, for a
+//! person to weigh: the slope (bytes of its live allocations made after the first live one,
+//! per second), and the age of its oldest live allocation as a share of the run.
+//!
+//! The reason reads like `+20.0 MiB per 12 ms over 60 ms, 6 live (120.0 MiB), none freed`:
+//! the growth per the site's own cadence (the mean time between its live allocations, shown
+//! with two significant digits), the time from its first to its latest live allocation, and
+//! its live and freed allocations.
 
 use std::collections::HashMap;
 
 use crate::live::{SiteStats, State};
-use crate::render::{fmt_bytes, fmt_seconds};
+use crate::render::{fmt_bytes, fmt_period};
 use crate::report::Suspect;
 
 /// Fewest live allocations (and distinct allocation times) a suspect must have.
@@ -46,18 +53,29 @@ pub fn suspects(state: &State, run_start_ns: u64, run_end_ns: u64) -> Vec<Suspec
     if run == 0 {
         return Vec::new();
     }
-    let mut live_times: HashMap<u32, Vec<u64>> = HashMap::new();
+    // Per site: (time, size) of each live allocation.
+    let mut live_times: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
     for (_, e) in state.live() {
-        live_times.entry(e.site).or_default().push(e.ts_ns);
+        live_times
+            .entry(e.site)
+            .or_default()
+            .push((e.ts_ns, e.size));
     }
     let mut out: Vec<Suspect> = state
         .sites
         .values()
         .filter_map(|site| {
-            let mut times = live_times.remove(&site.id)?;
-            times.sort_unstable();
+            let mut live = live_times.remove(&site.id)?;
+            live.sort_unstable();
+            let mut times: Vec<u64> = live.iter().map(|&(t, _)| t).collect();
             times.dedup();
-            judge(site, &times, run, run_end_ns)
+            // Bytes kept from allocations made after the first live one.
+            let grown: u64 = live
+                .iter()
+                .filter(|&&(t, _)| t > times[0])
+                .map(|&(_, size)| size)
+                .sum();
+            judge(site, &times, grown, run, run_end_ns)
         })
         .collect();
     out.sort_by(|a, b| {
@@ -70,8 +88,9 @@ pub fn suspects(state: &State, run_start_ns: u64, run_end_ns: u64) -> Vec<Suspec
 }
 
 /// Applies the four tests to one site; `times` are the distinct, sorted timestamps of its live
-/// allocations, `run` the report's span in ns (> 0), ending at `run_end` (monotonic ns).
-fn judge(site: &SiteStats, times: &[u64], run: u64, run_end: u64) -> Option<Suspect> {
+/// allocations (at least one), `grown` the bytes of its live allocations made after the first
+/// of them, `run` the report's span in ns (> 0), ending at `run_end` (monotonic ns).
+fn judge(site: &SiteStats, times: &[u64], grown: u64, run: u64, run_end: u64) -> Option<Suspect> {
     let g = site.gauge;
     if g.live_count < MIN_LIVE || (times.len() as u64) < MIN_LIVE {
         return None;
@@ -111,25 +130,31 @@ fn judge(site: &SiteStats, times: &[u64], run: u64, run_end: u64) -> Option<Susp
     } else {
         format!("{} of {} freed", site.free_count, site.alloc_count)
     };
+    // live_span > 0: there are at least MIN_LIVE distinct times.
     let secs = live_span as f64 / 1e9;
+    let slope = grown as f64 / secs;
+    // Growth per cadence is growth per distinct allocation time; the cadence is shown rounded.
+    let period = cadence / 1e9;
     let reason = format!(
-        "{} allocations live ({}), {freed}, +{} per call over {}",
+        "+{} per {} over {}, {} live ({}), {freed}",
+        fmt_bytes((slope * period).round() as u64),
+        fmt_period(period),
+        fmt_period(secs),
         g.live_count,
         fmt_bytes(g.live_bytes),
-        fmt_bytes(g.live_bytes / g.live_count),
-        fmt_seconds(secs),
     );
+    let share = |x: f64| (x.clamp(0.0, 1.0) * 1000.0).round() / 1000.0;
     Some(Suspect {
         site: site.id,
         score,
         reason,
         live_bytes: g.live_bytes,
         live_count: g.live_count,
-        growth_bytes_per_s: if secs > 0.0 {
-            (g.live_bytes as f64 / secs).round()
-        } else {
-            0.0
-        },
+        growth_bytes_per_s: (g.live_bytes as f64 / secs).round(),
+        slope_bytes_per_s: slope.round(),
+        rising_share: share(steadiness),
+        oldest_live_age_share: share(run_end.saturating_sub(first_live) as f64 / run as f64),
+        never_freed_share: share(kept),
     })
 }
 
@@ -220,15 +245,21 @@ mod tests {
         assert_eq!(top.live_count, 30);
         assert_eq!(
             top.reason,
-            "30 allocations live (30.0 MiB), none freed, +1.0 MiB per call over 870 ms"
+            "+1.0 MiB per 30 ms over 870 ms, 30 live (30.0 MiB), none freed"
         );
+        assert_eq!(top.never_freed_share, 1.0);
+        assert_eq!(top.rising_share, 1.0);
+        // The oldest live allocation (10 ms) is 990 ms old at the end of the 1 s run.
+        assert_eq!(top.oldest_live_age_share, 0.99);
+        // 29 MiB kept after the first live allocation, over 870 ms.
+        assert_eq!(top.slope_bytes_per_s, (29.0 * MIB as f64 / 0.87).round());
         // Site 5 kept half its allocations: score (0.5 + 1) / 2.
         assert_eq!(got[1].score, 0.75);
-        assert!(
-            got[1].reason.contains("20 of 40 freed"),
-            "{}",
-            got[1].reason
+        assert_eq!(
+            got[1].reason,
+            "+1.0 KiB per 40 ms over 760 ms, 20 live (20.0 KiB), 20 of 40 freed"
         );
+        assert_eq!(got[1].never_freed_share, 0.5);
     }
 
     #[test]
@@ -245,10 +276,26 @@ mod tests {
         let mut s = State::default();
         let mut ops = vec![alloc(0, 0, 0x100, 1, Kind::Device, 0, 9)];
         for i in 0..3u64 {
-            ops.push(alloc(0, MS + i * MS, 0xc000_0000 + i * 0x1000, 16 * MIB, Kind::Device, 0, 7));
+            ops.push(alloc(
+                0,
+                MS + i * MS,
+                0xc000_0000 + i * 0x1000,
+                16 * MIB,
+                Kind::Device,
+                0,
+                7,
+            ));
         }
         for i in 0..6u64 {
-            ops.push(alloc(0, 5480 * MS + i * 12 * MS, 0xd000_0000 + i * 0x10_0000, 20 * MIB, Kind::Device, 0, 8));
+            ops.push(alloc(
+                0,
+                5480 * MS + i * 12 * MS,
+                0xd000_0000 + i * 0x10_0000,
+                20 * MIB,
+                Kind::Device,
+                0,
+                8,
+            ));
         }
         ops.push(free(0, 5600 * MS, 0x100, 0));
         for (seq, mut op) in ops.into_iter().enumerate() {
@@ -260,7 +307,17 @@ mod tests {
             s.apply(&op);
         }
         let got = suspects(&s, 0, 5600 * MS);
-        assert_eq!(got.iter().map(|x| x.site).collect::<Vec<_>>(), vec![8], "{got:#?}");
+        assert_eq!(
+            got.iter().map(|x| x.site).collect::<Vec<_>>(),
+            vec![8],
+            "{got:#?}"
+        );
         assert_eq!(got[0].live_bytes, 120 * MIB);
+        assert_eq!(
+            got[0].reason,
+            "+20.0 MiB per 12 ms over 60 ms, 6 live (120.0 MiB), none freed"
+        );
+        // Young against the run (120 ms of 5.6 s), but still growing at the end.
+        assert_eq!(got[0].oldest_live_age_share, 0.021);
     }
 }

@@ -1,12 +1,20 @@
 //! Output formats for a [`Report`], behind one trait, and the shared text helpers (sizes,
 //! durations, frame labels) that the collector's stderr summary also uses.
 //!
-//! A new format (folded stacks, SVG, Perfetto) is one more type implementing [`Render`] and
-//! one more [`Format`] value.
+//! A new format is one more type implementing [`Render`] and one more [`Format`] value; the
+//! folded, SVG and Perfetto formats live in submodules.
+
+mod folded;
+mod perfetto;
+mod svg;
 
 use std::io::{self, Write};
 
 use crate::report::{Frame, Report, Site};
+
+pub use folded::Folded;
+pub use perfetto::Perfetto;
+pub use svg::Svg;
 
 /// Writes a report in one format.
 pub trait Render {
@@ -24,6 +32,13 @@ pub enum Format {
     Text,
     /// The report itself, pretty-printed.
     Json,
+    /// Collapsed stacks weighted by live bytes, outermost frame first, for flame-graph tools.
+    Folded,
+    /// A flame graph of live bytes (SVG, drawn with inferno).
+    Svg,
+    /// Chrome trace-event JSON with counter tracks of live bytes over time, for
+    /// ui.perfetto.dev.
+    Perfetto,
 }
 
 /// Options of the text format.
@@ -52,6 +67,9 @@ pub fn renderer(format: Format, opts: TextOptions) -> Box<dyn Render> {
     match format {
         Format::Text => Box::new(Text(opts)),
         Format::Json => Box::new(Json),
+        Format::Folded => Box::new(Folded(opts)),
+        Format::Svg => Box::new(Svg(opts)),
+        Format::Perfetto => Box::new(Perfetto),
     }
 }
 
@@ -60,7 +78,7 @@ pub struct Json;
 
 impl Render for Json {
     fn render(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
-        serde_json::to_writer_pretty(&mut *out, report)?;
+        crate::json::to_writer(out, report)?;
         writeln!(out)
     }
 }
@@ -120,6 +138,32 @@ impl Render for Text {
         let odd = anomalies(r);
         if !odd.is_empty() {
             writeln!(out, "anomalies: {}", odd.join(", "))?;
+        }
+        if let Some(o) = &r.oom {
+            writeln!(out)?;
+            let dev = if o.device >= 0 {
+                format!(" on GPU {}", o.device)
+            } else {
+                String::new()
+            };
+            writeln!(
+                out,
+                "out of memory: {} of {} ({}){dev} returned {} at {}",
+                o.api,
+                fmt_bytes(o.size),
+                o.kind,
+                o.result,
+                fmt_seconds(o.ts_s)
+            )?;
+            if let (Some(free), Some(total)) = (o.device_free_bytes, o.device_total_bytes) {
+                writeln!(
+                    out,
+                    "  the driver reported {} free of {}",
+                    fmt_bytes(free),
+                    fmt_bytes(total)
+                )?;
+            }
+            write_frames(out, &o.frames, opts, "      ")?;
         }
 
         writeln!(out)?;
@@ -355,6 +399,52 @@ pub fn fmt_seconds(s: f64) -> String {
     }
 }
 
+/// The unit a period of `s` seconds is best said in: (seconds per unit, its name).
+fn period_unit(s: f64) -> (f64, &'static str) {
+    if s < 1e-3 {
+        (1e-6, "µs")
+    } else if s < 1.0 {
+        (1e-3, "ms")
+    } else if s < 120.0 {
+        (1.0, "s")
+    } else if s < 7200.0 {
+        (60.0, "min")
+    } else {
+        (3600.0, "h")
+    }
+}
+
+/// `s` seconds rounded to two significant digits in the unit [`fmt_period`] says it in (an
+/// integer from 10 up): 0.01234 → 0.012, 1.234 → 1.2, 150 → 150.
+fn round_period(s: f64) -> f64 {
+    if !s.is_finite() || s <= 0.0 {
+        return s;
+    }
+    let (unit, _) = period_unit(s);
+    let v = s / unit;
+    let r = if v >= 10.0 {
+        v.round()
+    } else {
+        (v * 10.0).round() / 10.0
+    };
+    r * unit
+}
+
+/// A period for a person, with up to two significant digits: `350 µs`, `1.5 ms`, `12 ms`,
+/// `2 s`, `95 s`, `2.5 min`, `3 h`.
+pub fn fmt_period(s: f64) -> String {
+    if !s.is_finite() || s <= 0.0 {
+        return format!("{s} s");
+    }
+    let (unit, name) = period_unit(s);
+    let v = round_period(s) / unit;
+    if v >= 10.0 || (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0} {name}")
+    } else {
+        format!("{v:.1} {name}")
+    }
+}
+
 /// The collector's closing lines on stderr (each starting `gpushim: `): totals, up to three
 /// suspects or "no leak suspects", and where the report went.
 pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::Result<()> {
@@ -423,7 +513,7 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -439,6 +529,22 @@ mod tests {
         assert_eq!(fmt_seconds(0.3), "300 ms");
         assert_eq!(fmt_seconds(2.25), "2.2 s");
         assert_eq!(fmt_seconds(95.0), "95 s");
+        for (s, want) in [
+            (0.000_25, "250 µs"),
+            (0.001_54, "1.5 ms"),
+            (0.012_4, "12 ms"),
+            (0.01, "10 ms"),
+            (0.87, "870 ms"),
+            (2.0, "2 s"),
+            (2.04, "2 s"),
+            (2.46, "2.5 s"),
+            (95.0, "95 s"),
+            (150.0, "2.5 min"),
+            (7200.0, "2 h"),
+        ] {
+            assert_eq!(fmt_period(s), want, "{s}");
+        }
+        assert!((round_period(0.012_4) - 0.012).abs() < 1e-12);
     }
 
     #[test]
@@ -452,6 +558,7 @@ mod tests {
             offset: Some("0x1234".into()),
             internal: false,
             inlined: false,
+            python: false,
         };
         assert_eq!(frame_label(&f), "render_frame (src/target.c:42)");
         f.file = None;
@@ -530,5 +637,216 @@ mod tests {
              gpushim: suspect #1 site 3: 10 allocations live (10.0 MiB), none freed at render_frame (app/target.c:42)\n\
              gpushim: report written to /o/gpushim-1234.json\n"
         );
+    }
+
+    fn frame(function: &str, module: &str, offset: &str, internal: bool) -> Frame {
+        Frame {
+            function: function.into(),
+            file: None,
+            line: None,
+            module: module.into(),
+            address: format!("0x7f00{}", &offset[2..]),
+            offset: Some(offset.into()),
+            internal,
+            ..Frame::default()
+        }
+    }
+
+    fn site(id: u32, live_bytes: u64, frames: Vec<Frame>) -> Site {
+        Site {
+            id,
+            kind: "device".into(),
+            apis: vec!["cudaMalloc".into()],
+            live_bytes,
+            live_count: 1,
+            alloc_count: 1,
+            alloc_bytes: live_bytes,
+            peak_live_bytes: live_bytes,
+            frames,
+            ..Site::default()
+        }
+    }
+
+    /// A small report: `render_frame` holds 3 MiB (plus 1 MiB from a second stack id with the
+    /// same user frames), `load;weird` 1 KiB through an unsymbolized frame, 10 bytes have no
+    /// backtrace, a freed site holds nothing; a timeline over two GPUs; one suspect; one
+    /// out-of-memory failure.
+    pub(crate) fn sample() -> Report {
+        use crate::report::{FailureRecord, Suspect, Timeline, TimelinePoint};
+        let cuda = frame("cudaMalloc", "/usr/lib/libcudart.so.13", "0x500", true);
+        let main = frame("main", "/w/app", "0x100", false);
+        let render = frame("render_frame", "/w/app", "0x200", false);
+        let mut r = Report::from_slice(CONTRACT_ONLY.as_bytes()).unwrap();
+        r.sites = vec![
+            site(1, 3 << 20, vec![cuda.clone(), render.clone(), main.clone()]),
+            site(
+                2,
+                1024,
+                vec![
+                    frame("??", "/opt/lib/libfoo.so", "0x1234", false),
+                    frame("load;weird", "/w/app", "0x300", false),
+                    main.clone(),
+                ],
+            ),
+            site(gpushim_wire::NO_STACK, 10, vec![]),
+            site(
+                4,
+                0,
+                vec![frame("freed_all", "/w/app", "0x400", false), main.clone()],
+            ),
+            site(5, 1 << 20, vec![cuda, render, main]),
+        ];
+        r.sites[0].series = vec![(0.0, 1 << 20), (0.5, 2 << 20), (1.0, 3 << 20)];
+        r.suspects = vec![Suspect {
+            site: 1,
+            score: 1.0,
+            reason: "+1.0 MiB per 500 ms over 1 s, 3 live (3.0 MiB), none freed".into(),
+            live_bytes: 3 << 20,
+            live_count: 3,
+            ..Suspect::default()
+        }];
+        r.failures = vec![FailureRecord {
+            api: "cudaMalloc".into(),
+            kind: "device".into(),
+            size: 1 << 40,
+            result: 2,
+            site: 1,
+            device: 1,
+            ts_s: 1.25,
+            frames: vec![],
+        }];
+        r.timeline = Timeline {
+            devices: vec![0, 1],
+            points: vec![
+                TimelinePoint {
+                    t_s: 0.0,
+                    kinds: [1 << 20, 0, 0],
+                    devices: vec![1 << 20, 0],
+                },
+                TimelinePoint {
+                    t_s: 0.5,
+                    kinds: [2 << 20, 0, 4096],
+                    devices: vec![1 << 20, 1 << 20],
+                },
+                TimelinePoint {
+                    t_s: 1.000_002,
+                    kinds: [3 << 20, 0, 0],
+                    devices: vec![2 << 20, 1 << 20],
+                },
+            ],
+        };
+        r
+    }
+
+    fn render(format: Format, r: &Report, all_frames: bool) -> String {
+        let mut out = Vec::new();
+        let opts = TextOptions {
+            all_frames,
+            ..TextOptions::default()
+        };
+        renderer(format, opts).render(r, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn folded_lines_are_outermost_first_and_weighted_by_live_bytes() {
+        let r = sample();
+        assert_eq!(
+            render(Format::Folded, &r, false),
+            "[no backtrace] 10\n\
+             main;load:weird;libfoo.so+0x1234 1024\n\
+             main;render_frame 4194304\n"
+        );
+        assert_eq!(
+            render(Format::Folded, &r, true),
+            "[no backtrace] 10\n\
+             main;load:weird;libfoo.so+0x1234 1024\n\
+             main;render_frame;cudaMalloc 4194304\n"
+        );
+    }
+
+    #[test]
+    fn svg_is_a_flame_graph_of_the_folded_stacks() {
+        let svg = render(Format::Svg, &sample(), false);
+        assert!(svg.contains("<svg"), "{svg}");
+        for name in ["render_frame", "main", "load:weird", "libfoo.so+0x1234"] {
+            assert!(svg.contains(name), "{name} missing");
+        }
+        assert!(svg.contains("gpushim: live bytes of pid 1234 (exit)"));
+        assert!(!svg.contains("cudaMalloc"), "internal frames are hidden");
+        // Same input, same bytes (colours come from the names).
+        assert_eq!(svg, render(Format::Svg, &sample(), false));
+        let mut empty = sample();
+        empty.sites.clear();
+        let svg = render(Format::Svg, &empty, false);
+        assert!(
+            svg.contains("<svg") && svg.contains("no live allocations"),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn perfetto_has_counter_tracks_of_the_timeline() {
+        let text = render(Format::Perfetto, &sample(), false);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let events = v["traceEvents"].as_array().unwrap();
+        for e in events {
+            assert!(e["ph"].is_string() && e["name"].is_string(), "{e}");
+            assert!(e["ts"].is_number() && e["pid"] == 1234, "{e}");
+        }
+        let track = |name: &str| -> Vec<&serde_json::Value> {
+            events
+                .iter()
+                .filter(|e| e["ph"] == "C" && e["name"] == name)
+                .collect()
+        };
+        let kinds = track("live bytes");
+        assert_eq!(kinds.len(), 3);
+        assert_eq!(kinds[1]["ts"], 500_000.0);
+        assert_eq!(kinds[2]["ts"], 1_000_002.0);
+        assert_eq!(kinds[1]["args"]["device"], 2 << 20);
+        assert_eq!(kinds[1]["args"]["pinned_host"], 4096);
+        assert_eq!(kinds[2]["args"]["managed"], 0);
+        let gpus = track("live bytes on GPU");
+        assert_eq!(gpus.len(), 3);
+        assert_eq!(gpus[2]["args"]["0"], 2 << 20);
+        assert_eq!(gpus[2]["args"]["1"], 1 << 20);
+        let suspect = track("suspect #1 site 1 render_frame");
+        assert_eq!(suspect.len(), 3);
+        assert_eq!(suspect[2]["args"]["live bytes"], 3 << 20);
+        let failed: Vec<_> = events.iter().filter(|e| e["ph"] == "i").collect();
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0]["name"], "cudaMalloc of 1024.0 GiB failed (2)");
+        assert_eq!(failed[0]["ts"], 1_250_000.0);
+        assert!(events
+            .iter()
+            .any(|e| e["ph"] == "M" && e["name"] == "process_name"));
+    }
+
+    #[test]
+    fn text_shows_an_out_of_memory_report_on_top() {
+        let mut r = sample();
+        r.reason = crate::report::Reason::Oom;
+        r.oom = Some(crate::report::Oom {
+            size: 3 << 30,
+            api: "cudaMalloc".into(),
+            kind: "device".into(),
+            device: 0,
+            result: 2,
+            site: 1,
+            ts_s: 1.5,
+            device_free_bytes: Some(1 << 30),
+            device_total_bytes: Some(80 << 30),
+            frames: r.sites[0].frames.clone(),
+        });
+        let t = render(Format::Text, &r, false);
+        assert!(
+            t.contains(
+                "out of memory: cudaMalloc of 3.0 GiB (device) on GPU 0 returned 2 at 1.5 s\n  \
+                 the driver reported 1.0 GiB free of 80.0 GiB\n      render_frame (app+0x200)\n"
+            ),
+            "{t}"
+        );
+        assert!(t.starts_with("pid 1234 (oom): "), "{t}");
     }
 }

@@ -23,6 +23,8 @@ pub enum Reason {
     Killed,
     /// A snapshot was requested (SIGUSR1 or `gpushim snapshot`).
     Snapshot,
+    /// An allocation failed with out of memory (the report's `oom` says which).
+    Oom,
 }
 
 impl Reason {
@@ -32,6 +34,7 @@ impl Reason {
             Reason::Exit => "exit",
             Reason::Killed => "killed",
             Reason::Snapshot => "snapshot",
+            Reason::Oom => "oom",
         }
     }
 }
@@ -56,6 +59,9 @@ pub struct Report {
     /// The snapshot's number (1, 2, …) for snapshots; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<u32>,
+    /// The failed allocation an out-of-memory report is about; absent in other reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom: Option<Oom>,
     /// Wall-clock time tracing started, ns since the Unix epoch.
     #[serde(default)]
     pub start_unix_ns: u64,
@@ -82,6 +88,9 @@ pub struct Report {
     /// failures), one entry per device.
     #[serde(default)]
     pub mem_info: Vec<MemInfoRecord>,
+    /// Live bytes per kind and per device over time.
+    #[serde(default)]
+    pub timeline: Timeline,
     /// Messages from the shim and the collector about the report's completeness.
     pub notes: Vec<String>,
 }
@@ -194,6 +203,11 @@ pub struct Site {
     pub series: Vec<(f64, u64)>,
     /// The backtrace, innermost first, inlined calls expanded.
     pub frames: Vec<Frame>,
+    /// Present only when the target ran Python whose frames were recorded: true if and only if
+    /// the site's stack has Python frames (false for threads running no Python code, such as
+    /// PyTorch's autograd threads or threads started by native code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<bool>,
 }
 
 impl Site {
@@ -226,6 +240,10 @@ pub struct Frame {
     /// True if this frame is a call inlined into the next frame (same address).
     #[serde(default)]
     pub inlined: bool,
+    /// True for a Python frame (module `"python"`, no address; `function` is the qualified
+    /// name, `file` and `line` the Python source's). Written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub python: bool,
 }
 
 impl Frame {
@@ -239,6 +257,7 @@ impl Frame {
     pub fn match_key(&self) -> String {
         match (&self.file, self.line) {
             (Some(f), Some(l)) if self.function != "??" => format!("{} {f}:{l}", self.function),
+            (Some(f), None) if self.python => format!("{} {f}", self.function),
             _ if !self.module.is_empty() => {
                 format!(
                     "{}+{}",
@@ -269,6 +288,21 @@ pub struct Suspect {
     /// Average growth over the time the live allocations were made, bytes per second.
     #[serde(default)]
     pub growth_bytes_per_s: f64,
+    /// Bytes of the live allocations made after the first live one, per second between the
+    /// first and the latest live allocation: how fast the kept memory grew.
+    #[serde(default)]
+    pub slope_bytes_per_s: f64,
+    /// Share (0 to 1) of eight equal slices of the site's active span in which its live
+    /// bytes rose.
+    #[serde(default)]
+    pub rising_share: f64,
+    /// Age of the site's oldest live allocation at the end of the report, as a share (0 to 1)
+    /// of the report's duration.
+    #[serde(default)]
+    pub oldest_live_age_share: f64,
+    /// Share (0 to 1) of the site's allocations that were never freed.
+    #[serde(default)]
+    pub never_freed_share: f64,
 }
 
 /// A failed allocation.
@@ -292,6 +326,52 @@ pub struct FailureRecord {
     /// The backtrace of the failed call.
     #[serde(default)]
     pub frames: Vec<Frame>,
+}
+
+/// The allocation that failed with out of memory, in an out-of-memory report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Oom {
+    /// Bytes requested.
+    pub size: u64,
+    /// The API name.
+    pub api: String,
+    /// The kind it would have been.
+    pub kind: String,
+    /// Device ordinal, or -1.
+    pub device: i32,
+    /// The CUDA result code (2).
+    pub result: i32,
+    /// The failed call's stack id (see [`Site::id`]).
+    pub site: u32,
+    /// Seconds after the report's first event.
+    pub ts_s: f64,
+    /// Free device memory as the driver reported it just before the failure, bytes; null
+    /// when the shim could not ask.
+    pub device_free_bytes: Option<u64>,
+    /// Total device memory, bytes; null when unknown.
+    pub device_total_bytes: Option<u64>,
+    /// The failed call's backtrace.
+    pub frames: Vec<Frame>,
+}
+
+/// Live bytes per kind and per device over time, at most about 2000 points.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// The device ordinals that `TimelinePoint::devices` holds values for, ascending.
+    pub devices: Vec<i32>,
+    /// The points, oldest first.
+    pub points: Vec<TimelinePoint>,
+}
+
+/// One point of the [`Timeline`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimelinePoint {
+    /// Seconds after the report's first event.
+    pub t_s: f64,
+    /// Live bytes of `device`, `managed` and `pinned_host` memory, in that order.
+    pub kinds: [u64; 3],
+    /// Live device and managed bytes per device, in the order of [`Timeline::devices`].
+    pub devices: Vec<u64>,
 }
 
 /// Device memory as the driver reported it.
@@ -372,7 +452,16 @@ mod tests {
             suspects: vec![],
             failures: vec![],
             mem_info: vec![],
+            timeline: Timeline {
+                devices: vec![0],
+                points: vec![TimelinePoint {
+                    t_s: 0.5,
+                    kinds: [1, 0, 0],
+                    devices: vec![1],
+                }],
+            },
             notes: vec!["n".into()],
+            oom: None,
         }
     }
 

@@ -12,6 +12,7 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 use gpushim_wire::{Api, Module};
 
+use crate::python::Python;
 use crate::report::Frame;
 
 /// Module file-name prefixes of the shim itself; its frames are dropped.
@@ -60,9 +61,14 @@ const INTERNAL_FUNCTION_PREFIXES: &[&str] = &[
 /// build, so the function-name rules miss them).
 const INTERNAL_SOURCE_PARTS: &[&str] = &["/cudarc-"];
 
-/// True if and only if source file `file` belongs to a CUDA wrapper library.
+/// True if and only if source file `file` belongs to a CUDA wrapper library: one of
+/// [`INTERNAL_SOURCE_PARTS`] followed by a version number, as in the cargo registry's
+/// `.../cudarc-0.19.10/src/...` (a user's own `cudarc-leak/` directory is not one).
 pub fn is_internal_source(file: &str) -> bool {
-    INTERNAL_SOURCE_PARTS.iter().any(|p| file.contains(p))
+    INTERNAL_SOURCE_PARTS.iter().any(|p| {
+        file.match_indices(p)
+            .any(|(i, _)| file[i + p.len()..].starts_with(|c: char| c.is_ascii_digit()))
+    })
 }
 
 /// True if and only if a frame in module `path` running `function` is CUDA or framework
@@ -98,6 +104,7 @@ pub struct Symbolizer {
     modules: Vec<Module>,
     cache: HashMap<u64, Vec<Frame>>,
     problems: Vec<String>,
+    python: Python,
 }
 
 impl Default for Symbolizer {
@@ -118,6 +125,7 @@ impl Symbolizer {
             modules: Vec::new(),
             cache: HashMap::new(),
             problems: Vec::new(),
+            python: Python::default(),
         }
     }
 
@@ -140,6 +148,23 @@ impl Symbolizer {
     /// One line per module that could not be read, for the report's notes.
     pub fn problems(&self) -> &[String] {
         &self.problems
+    }
+
+    /// The Python side of the stream: code objects and the Python frames of stacks.
+    pub fn python(&self) -> &Python {
+        &self.python
+    }
+
+    /// See [`Symbolizer::python`].
+    pub fn python_mut(&mut self) -> &mut Python {
+        &mut self.python
+    }
+
+    /// The frames of stack `id` whose return addresses are `addrs`: [`Symbolizer::stack`], with
+    /// the stack's Python frames merged in where the interpreter's frames stand.
+    pub fn stack_of(&mut self, id: u32, addrs: &[u64]) -> Vec<Frame> {
+        let native = self.stack(addrs);
+        self.python.merge(id, native)
     }
 
     /// The frames of a stack of return addresses (innermost first): inlined calls expanded,
@@ -246,6 +271,7 @@ impl Symbolizer {
                             offset: Some(hex(off.wrapping_add(1))),
                             internal,
                             inlined,
+                            python: false,
                         }
                     };
                     let mut v: Vec<Frame> = sym
@@ -413,6 +439,7 @@ pub(crate) mod tests {
         assert!(!is_internal("/w/app", "render_frame"));
         assert!(is_internal_source("/root/.cargo/registry/src/x/cudarc-0.19.10/src/driver/result.rs"));
         assert!(!is_internal_source("/w/src/main.rs"));
+        assert!(!is_internal_source("/work/main/examples/cudarc-leak/src/main.rs"));
         assert!(is_internal("/w/app", "libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c"));
         assert!(is_internal("/t/libtorch_cpu.so", "at::detail::empty_generic(c10::ArrayRef<long>)"));
         assert!(!is_internal("/t/libtorch_cpu.so", "at::native::linear(at::Tensor const&)"));

@@ -26,6 +26,7 @@
 
 mod hooks;
 mod init;
+mod python;
 mod real;
 mod record;
 mod unwind;

@@ -48,17 +48,21 @@ thread_local! {
     static TID: Cell<u32> = const { Cell::new(0) };
 }
 
+/// The Python frames of an event, innermost first; `None` when its thread had none.
+pub type PyFrames = Option<Box<[gpushim_wire::PyFrame]>>;
+
 /// An event on its way to the writer thread (private to the shim; the writer turns it into
 /// wire events).
 pub enum Msg {
     /// A successful allocation.
-    Alloc { seq: u64, ts_ns: u64, addr: u64, size: u64, kind: Kind, api: Api, device: i32, stream: u64, tid: u32, frames: Box<[u64]> },
+    /// `py`: the thread's Python frames, innermost first, if it has any (see `python`).
+    Alloc { seq: u64, ts_ns: u64, addr: u64, size: u64, kind: Kind, api: Api, device: i32, stream: u64, tid: u32, frames: Box<[u64]>, py: PyFrames },
     /// A free call and its result.
     Free { seq: u64, ts_ns: u64, addr: u64, api: Api, stream: u64, tid: u32, result: i32 },
     /// A failed allocation, with the device's free/total memory for out-of-memory failures.
-    Failed { seq: u64, ts_ns: u64, size: u64, kind: Kind, api: Api, device: i32, tid: u32, frames: Box<[u64]>, result: i32, mem: Option<(u64, u64)> },
-    /// The exit path: send `Exit`, flush, close, then answer on `done`.
-    Exit { done: Sender<()> },
+    Failed { seq: u64, ts_ns: u64, size: u64, kind: Kind, api: Api, device: i32, tid: u32, frames: Box<[u64]>, py: PyFrames, result: i32, mem: Option<(u64, u64)> },
+    /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then answer on `done`.
+    Exit { ts_ns: u64, done: Sender<()> },
 }
 
 /// Proof that this thread is inside the outermost intercepted call; dropping it leaves.
@@ -116,6 +120,7 @@ pub fn reset_after_fork() {
     let _ = TID.try_with(|t| t.set(0));
     let _ = DEPTH.try_with(|d| d.set(0));
     CHANNEL.store(std::ptr::null_mut(), Release);
+    crate::python::reset_after_fork();
     SEQ.store(0, Relaxed);
     let st = STATE.load(Relaxed);
     if st != DISABLED {
@@ -210,15 +215,17 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
         let Some(tx) = sender() else { return };
         let device = if device == DEV_CURRENT { real::current_device() } else { device };
         let frames = capture();
+        // One relaxed load when the process runs no (supported) Python.
+        let py = crate::python::capture();
         let ts_ns = now_ns();
         let tid = tid();
         let seq = SEQ.fetch_add(1, AcqRel);
         let msg = if result == 0 {
-            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames }
+            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py }
         } else {
             // CUDA_ERROR_OUT_OF_MEMORY and cudaErrorMemoryAllocation are both 2.
             let mem = if result == 2 { real::mem_info() } else { None };
-            Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, result, mem }
+            Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem }
         };
         send(tx, msg);
     });
@@ -262,7 +269,7 @@ pub fn finish(timeout: std::time::Duration) {
         // SAFETY: see `sender`.
         let Some(tx) = (unsafe { CHANNEL.load(Acquire).as_ref() }) else { return };
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        send(tx, Msg::Exit { done: done_tx });
+        send(tx, Msg::Exit { ts_ns: now_ns(), done: done_tx });
         STATE.store(FINISHED, Release);
         let _ = done_rx.recv_timeout(timeout);
     });

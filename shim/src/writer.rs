@@ -14,19 +14,22 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use gpushim_wire::{self as wire, Event};
 
-use crate::init::{SNAP_BOUNDARY, SNAP_REQUESTS};
+use crate::init::{SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS};
 use crate::real;
-use crate::record::{self, Msg, BACKTRACES, DISABLED, MAX_FRAMES, STATE};
+use crate::record::{self, Msg, PyFrames, BACKTRACES, DISABLED, MAX_FRAMES, STATE};
+use crate::python;
 
 /// Events the channel holds before hooks wait (backpressure), about 1.3 MiB of slots.
 const CHANNEL_CAPACITY: usize = 16 * 1024;
 /// Bytes buffered before a write to the socket.
 const FLUSH_BYTES: usize = 64 * 1024;
-/// How often the writer wakes up with nothing to do, to look for snapshot requests.
-const TICK: Duration = Duration::from_millis(20);
+/// The writer's sleep when the channel is empty: doubling from IDLE_MIN to IDLE_MAX while
+/// nothing arrives. It bounds the delay of an event, a snapshot request and the exit handshake.
+const IDLE_MIN: Duration = Duration::from_micros(500);
+const IDLE_MAX: Duration = Duration::from_millis(20);
 
 /// Our end of the socket to the collector; -1 if none. Closed in a forked child.
 static SOCKET_FD: AtomicI32 = AtomicI32::new(-1);
@@ -90,6 +93,7 @@ fn default_collector() -> String {
 pub fn start() -> Option<Sender<Msg>> {
     let cfg = Config::from_env();
     real::own_range();
+    python::init(BACKTRACES.load(Relaxed));
     let mut fds = [0 as c_int; 2];
     // SAFETY: `fds` has room for the two descriptors socketpair writes.
     if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
@@ -157,7 +161,13 @@ struct Writer {
     sock: OwnedFd,
     child: Child,
     buf: Vec<u8>,
-    stacks: HashMap<Box<[u64]>, u32>,
+    /// Stack ids by native and Python frames together (see the wire crate's docs).
+    /// (Hashed with a fast hasher: a Python stack adds up to 64 frames to every key.)
+    stacks: HashMap<(Box<[u64]>, PyFrames), u32, python::FastHash>,
+    /// Per Python code id: whether its `PyCode` was sent.
+    py_codes_sent: Vec<bool>,
+    /// Whether `PyRuntime` (or the note that Python's layout is not supported) was sent.
+    py_announced: bool,
     modules: HashSet<(String, u64)>,
     covered: Vec<(u64, u64)>,
     snapshots_handled: u64,
@@ -170,7 +180,9 @@ impl Writer {
             sock,
             child,
             buf: Vec::with_capacity(FLUSH_BYTES * 2),
-            stacks: HashMap::new(),
+            stacks: HashMap::default(),
+            py_codes_sent: Vec::new(),
+            py_announced: false,
             modules: HashSet::new(),
             covered: Vec::new(),
             snapshots_handled: 0,
@@ -183,31 +195,61 @@ impl Writer {
         wire::write_header(&mut self.buf);
         self.push(&Event::Hello(hello(cfg)));
         self.scan_modules();
+        self.announce_python();
         self.flush()
     }
 
+    /// Sends `PyRuntime` once Python frames are captured, or once the note that this Python's
+    /// layout is not supported.
+    fn announce_python(&mut self) {
+        if self.py_announced {
+            return;
+        }
+        if let Some(version) = python::version() {
+            self.push(&Event::PyRuntime(wire::PyRuntime { version }));
+            self.py_announced = true;
+        } else if let Some(note) = python::unsupported_note() {
+            self.push(&Event::Note(note.to_string()));
+            self.py_announced = true;
+        }
+    }
+
     fn run(mut self, rx: Receiver<Msg>) {
+        // While idle the writer sleeps instead of blocking on the channel: a sender then never
+        // has to wake it (a futex call of several microseconds on the program's thread for
+        // every allocation, measured on the H200 with scripts/bench-gpu.sh), at the price of up
+        // to IDLE_MAX of latency.
+        let mut idle = IDLE_MIN;
         loop {
-            let msg = rx.recv_timeout(TICK);
+            let msg = rx.try_recv();
             // Before the event is handled: an event whose sequence number is at or past a
             // snapshot's boundary was numbered after the signal, so the marker goes first.
             self.snapshots();
             match msg {
-                Ok(Msg::Exit { done }) => {
-                    self.push(&Event::Exit(wire::Exit { ts_ns: record::now_ns() }));
+                Ok(Msg::Exit { ts_ns, done }) => {
+                    self.push(&Event::Exit(wire::Exit { ts_ns }));
                     if self.flush() {
                         self.close_and_wait();
                     }
                     let _ = done.send(());
                     return;
                 }
-                Ok(msg) => self.handle(msg),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
-            }
-            if (self.buf.len() >= FLUSH_BYTES || rx.is_empty()) && !self.flush() {
-                // Dropping `rx` makes every later send fail at once instead of blocking.
-                return;
+                Ok(msg) => {
+                    idle = IDLE_MIN;
+                    self.handle(msg);
+                    if self.buf.len() >= FLUSH_BYTES && !self.flush() {
+                        // Dropping `rx` makes every later send fail at once instead of blocking.
+                        return;
+                    }
+                }
+                Err(TryRecvError::Empty) => {
+                    if !self.flush() {
+                        return;
+                    }
+                    std::thread::sleep(idle);
+                    idle = (idle * 2).min(IDLE_MAX);
+                }
+                Err(TryRecvError::Disconnected) => return,
             }
         }
     }
@@ -221,57 +263,92 @@ impl Writer {
         if req != self.snapshots_handled {
             self.snapshots_handled = req;
             let boundary = SNAP_BOUNDARY.load(Acquire);
-            self.push(&Event::Snapshot(wire::Snapshot { boundary, ts_ns: record::now_ns() }));
+            let ts_ns = SNAP_TS.load(Acquire);
+            self.push(&Event::Snapshot(wire::Snapshot { boundary, ts_ns }));
         }
     }
 
     fn handle(&mut self, msg: Msg) {
         self.events += 1;
         match msg {
-            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames } => {
-                let stack = self.stack_id(frames);
+            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py } => {
+                let stack = self.stack_id(frames, py);
                 self.push(&Event::Alloc(wire::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, stack }));
             }
             Msg::Free { seq, ts_ns, addr, api, stream, tid, result } => {
                 self.push(&Event::Free(wire::Free { seq, ts_ns, addr, api, stream, tid, result }));
             }
-            Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, result, mem } => {
+            Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem } => {
                 if let Some((free, total)) = mem {
                     self.push(&Event::MemInfo(wire::MemInfo { ts_ns, device, free, total }));
                 }
-                let stack = self.stack_id(frames);
+                let stack = self.stack_id(frames, py);
                 self.push(&Event::Failed(wire::Failed { seq, ts_ns, size, kind, api, device, tid, stack, result }));
             }
             Msg::Exit { .. } => unreachable!("handled in run"),
         }
     }
 
-    /// The id of `frames`, sending the stack (and any module not yet described) the first
-    /// time it is seen.
-    fn stack_id(&mut self, frames: Box<[u64]>) -> u32 {
-        if frames.is_empty() {
+    /// The id of `frames` with Python frames `py`, sending the stack (with its Python frames,
+    /// their code objects, and any module not yet described) the first time it is seen.
+    fn stack_id(&mut self, frames: Box<[u64]>, py: PyFrames) -> u32 {
+        if frames.is_empty() && py.is_none() {
             return wire::NO_STACK;
         }
-        if let Some(&id) = self.stacks.get(&frames) {
+        let frames = if py.is_some() { python::canonical_native(frames) } else { frames };
+        let key = (frames, py);
+        if let Some(&id) = self.stacks.get(&key) {
             return id;
         }
+        let (frames, py) = &key;
         if frames.iter().any(|&a| !self.covered.iter().any(|&(s, e)| a >= s && a < e)) {
             self.scan_modules();
         }
         let id = self.stacks.len() as u32;
         self.push(&Event::Stack(wire::Stack { id, frames: frames.to_vec() }));
-        self.stacks.insert(frames, id);
+        if let Some(py) = py {
+            self.send_python_stack(id, py);
+        }
+        self.stacks.insert(key, id);
         id
+    }
+
+    /// Sends `PyStack` for stack `id`, after the `PyCode` of each code object not sent yet.
+    fn send_python_stack(&mut self, id: u32, py: &[wire::PyFrame]) {
+        self.announce_python();
+        let format = python::linetable_format();
+        for f in py {
+            let i = f.code as usize;
+            if self.py_codes_sent.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            let Some(c) = python::code_info(f.code) else { continue };
+            if self.py_codes_sent.len() <= i {
+                self.py_codes_sent.resize(i + 1, false);
+            }
+            self.py_codes_sent[i] = true;
+            self.push(&Event::PyCode(wire::PyCode {
+                id: f.code,
+                filename: c.filename.clone(),
+                name: c.name.clone(),
+                firstlineno: c.firstlineno,
+                linetable_format: format,
+                linetable: c.linetable.clone(),
+            }));
+        }
+        self.push(&Event::PyStack(wire::PyStack { id, frames: py.to_vec() }));
     }
 
     /// Sends every loaded module not sent before.
     fn scan_modules(&mut self) {
         let mut new = Vec::new();
+        let mut libpython = false;
         real::for_each_module(|m| {
             if m.ranges.is_empty() || m.path.is_empty() {
                 return;
             }
             if self.modules.insert((m.path.clone(), m.bias)) {
+                libpython |= m.path.rsplit('/').next().is_some_and(|b| b.starts_with("libpython3"));
                 let ranges: Vec<(u64, u64)> = m.ranges.iter().map(|&(s, e)| (s as u64, e as u64)).collect();
                 self.covered.extend(&ranges);
                 new.push(wire::Module { path: m.path.clone(), bias: m.bias, ranges });
@@ -279,6 +356,11 @@ impl Writer {
         });
         for m in new {
             self.push(&Event::Module(m));
+        }
+        if libpython && python::absent() {
+            // A libpython loaded after tracing started (a program that embeds Python).
+            python::init(BACKTRACES.load(Relaxed));
+            self.announce_python();
         }
     }
 

@@ -11,7 +11,11 @@
 //!   process-wide counter; together they are dense from 0, so the reader can put events from
 //!   many threads back in order. A free takes its number *before* the real free call and an
 //!   allocation *after* the real allocation call, so a reused address is always freed first.
-//! - A [`Stack`] with a given id is sent before the first event that names it.
+//! - A [`Stack`] with a given id is sent before the first event that names it; so are its
+//!   [`PyStack`] (if the stack has Python frames) and every [`PyCode`] that the `PyStack` names.
+//! - A stack id stands for the native frames *and* the Python frames together: two allocations
+//!   with the same native frames but different Python frames have different stack ids (the
+//!   [`Stack`] is then sent once per id, with equal frames).
 //! - A [`Snapshot`] asks for the live set made of exactly the events with `seq < boundary`.
 //!
 //! ```
@@ -279,6 +283,79 @@ pub struct MemInfo {
     pub total: u64,
 }
 
+/// The target runs CPython and its Python frames are recorded (sent once, before the first
+/// [`PyStack`]). Stacks sent without a [`PyStack`] then had no Python frames on their thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyRuntime {
+    /// The interpreter's `PY_VERSION_HEX` (`0x030C03F0` is 3.12.3 final).
+    pub version: u32,
+}
+
+/// How a [`PyCode`]'s line table is encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LineTableFormat {
+    /// CPython 3.10's `co_linetable` (PEP 626): pairs of (unsigned byte-offset delta, signed
+    /// line delta), line delta -128 meaning "no line".
+    Pep626 = 1,
+    /// CPython 3.11+'s location table `co_linetable` (PEP 657; `Objects/locations.md`).
+    Pep657 = 2,
+}
+
+impl LineTableFormat {
+    fn from_u8(v: u8) -> Result<LineTableFormat, WireError> {
+        match v {
+            1 => Ok(LineTableFormat::Pep626),
+            2 => Ok(LineTableFormat::Pep657),
+            _ => Err(WireError::BadValue("line table format", u64::from(v))),
+        }
+    }
+}
+
+/// A Python code object (one function body, class body or module), sent once per id before the
+/// first [`PyStack`] that names it. Copied by the shim while the code object was alive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyCode {
+    /// Identifier, dense from 0 within one stream.
+    pub id: u32,
+    /// `co_filename`.
+    pub filename: String,
+    /// `co_qualname` (3.11+) or `co_name` (3.10).
+    pub name: String,
+    /// `co_firstlineno`.
+    pub firstlineno: i32,
+    /// Encoding of `linetable`.
+    pub linetable_format: LineTableFormat,
+    /// `co_linetable`'s bytes (possibly cut short: offsets past its end have no line).
+    pub linetable: Vec<u8>,
+}
+
+/// One Python frame of a [`PyStack`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PyFrame {
+    /// The [`PyCode`] id.
+    pub code: u32,
+    /// Byte offset of the executing instruction in the code's bytecode; [`PY_NO_OFFSET`] before
+    /// the first instruction (the line is then `firstlineno`).
+    pub offset: u32,
+    /// True if and only if this frame is the outermost one run by its native call of the
+    /// interpreter loop (`_PyEval_EvalFrameDefault`): frames from the previous entry frame (or
+    /// the innermost) up to this one stand where that native frame stands.
+    pub entry: bool,
+}
+
+/// [`PyFrame::offset`] of a frame that has not started its first instruction.
+pub const PY_NO_OFFSET: u32 = u32::MAX;
+
+/// The Python frames of the thread that made the allocations of stack `id`, innermost first,
+/// sent right after that [`Stack`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyStack {
+    /// The stack id (of a [`Stack`] already sent).
+    pub id: u32,
+    /// Innermost first.
+    pub frames: Vec<PyFrame>,
+}
+
 /// One frame of the stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -302,6 +379,12 @@ pub enum Event {
     MemInfo(MemInfo),
     /// Tag 10: a line the shim wants the user to see in the report (e.g. events it lost).
     Note(String),
+    /// Tag 20 (tags 20 to 29 are kept for Python frames).
+    PyRuntime(PyRuntime),
+    /// Tag 21.
+    PyCode(PyCode),
+    /// Tag 22.
+    PyStack(PyStack),
 }
 
 /// Why a stream could not be read.
@@ -442,6 +525,30 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
         Event::Note(s) => {
             w.u8(10);
             w.str(s);
+        }
+        Event::PyRuntime(p) => {
+            w.u8(20);
+            w.u32(p.version);
+        }
+        Event::PyCode(c) => {
+            w.u8(21);
+            w.u32(c.id);
+            w.str(&c.filename);
+            w.str(&c.name);
+            w.i32(c.firstlineno);
+            w.u8(c.linetable_format as u8);
+            w.u32(c.linetable.len() as u32);
+            w.0.extend_from_slice(&c.linetable);
+        }
+        Event::PyStack(p) => {
+            w.u8(22);
+            w.u32(p.id);
+            w.u32(p.frames.len() as u32);
+            for f in &p.frames {
+                w.u32(f.code);
+                w.u32(f.offset);
+                w.u8(u8::from(f.entry));
+            }
         }
     }
     let len = (out.len() - start - 4) as u32;
@@ -611,6 +718,33 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
             total: r.u64()?,
         }),
         10 => Event::Note(r.str()?),
+        20 => Event::PyRuntime(PyRuntime { version: r.u32()? }),
+        21 => {
+            let id = r.u32()?;
+            let filename = r.str()?;
+            let name = r.str()?;
+            let firstlineno = r.i32()?;
+            let linetable_format = LineTableFormat::from_u8(r.u8()?)?;
+            let n = r.count(1)?;
+            let linetable = r.take(n)?.to_vec();
+            Event::PyCode(PyCode { id, filename, name, firstlineno, linetable_format, linetable })
+        }
+        22 => {
+            let id = r.u32()?;
+            let n = r.count(9)?;
+            let mut frames = Vec::with_capacity(n);
+            for _ in 0..n {
+                let code = r.u32()?;
+                let offset = r.u32()?;
+                let entry = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    v => return Err(WireError::BadValue("python frame entry flag", u64::from(v))),
+                };
+                frames.push(PyFrame { code, offset, entry });
+            }
+            Event::PyStack(PyStack { id, frames })
+        }
         _ => return Ok(None),
     };
     r.done()?;
@@ -742,6 +876,30 @@ mod tests {
             Event::Exit(Exit { ts_ns: 14 }),
             Event::MemInfo(MemInfo { ts_ns: 15, device: 0, free: 1, total: 2 }),
             Event::Note("lost 3 events".into()),
+            Event::PyRuntime(PyRuntime { version: 0x030C_03F0 }),
+            Event::PyCode(PyCode {
+                id: 0,
+                filename: "/w/train.py".into(),
+                name: "Model.forward".into(),
+                firstlineno: 12,
+                linetable_format: LineTableFormat::Pep657,
+                linetable: vec![0x80, 0x00, 0xd8, 0x04],
+            }),
+            Event::PyCode(PyCode {
+                id: 1,
+                filename: "<stdin>".into(),
+                name: "<module>".into(),
+                firstlineno: -1,
+                linetable_format: LineTableFormat::Pep626,
+                linetable: vec![],
+            }),
+            Event::PyStack(PyStack {
+                id: 3,
+                frames: vec![
+                    PyFrame { code: 0, offset: 40, entry: false },
+                    PyFrame { code: 1, offset: PY_NO_OFFSET, entry: true },
+                ],
+            }),
         ]
     }
 
@@ -782,6 +940,68 @@ mod tests {
         buf.clear();
         encode(&Event::Stack(Stack { id: 1, frames: vec![0x10] }), &mut buf);
         assert_eq!(buf, [17, 0, 0, 0, 3, 1, 0, 0, 0, 1, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn golden_bytes_of_python_events() {
+        let mut buf = Vec::new();
+        encode(&Event::PyRuntime(PyRuntime { version: 0x030C_03F0 }), &mut buf);
+        assert_eq!(buf, [5, 0, 0, 0, 20, 0xF0, 0x03, 0x0C, 0x03]);
+        buf.clear();
+        encode(
+            &Event::PyCode(PyCode {
+                id: 2,
+                filename: "a.py".into(),
+                name: "f".into(),
+                firstlineno: 7,
+                linetable_format: LineTableFormat::Pep657,
+                linetable: vec![0x80, 0x01],
+            }),
+            &mut buf,
+        );
+        #[rustfmt::skip]
+        let want = [
+            29, 0, 0, 0, 21,
+            2, 0, 0, 0,
+            4, 0, 0, 0, b'a', b'.', b'p', b'y',
+            1, 0, 0, 0, b'f',
+            7, 0, 0, 0,
+            2,
+            2, 0, 0, 0, 0x80, 0x01,
+        ];
+        assert_eq!(buf, want);
+        buf.clear();
+        encode(
+            &Event::PyStack(PyStack {
+                id: 1,
+                frames: vec![PyFrame { code: 3, offset: 0x10, entry: true }],
+            }),
+            &mut buf,
+        );
+        assert_eq!(buf, [18, 0, 0, 0, 22, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0x10, 0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn bad_python_events_are_errors() {
+        // Unknown line table format.
+        let mut b = vec![21];
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&1i32.to_le_bytes());
+        b.push(9);
+        b.extend_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(decode_body(&b), Err(WireError::BadValue("line table format", 9))));
+        // A line table longer than the frame.
+        let n = b.len();
+        b[n - 5] = 1;
+        b[n - 4] = 200;
+        assert!(matches!(decode_body(&b), Err(WireError::BadFrame(21))));
+        // An entry flag that is neither 0 nor 1.
+        let b = [22, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 7];
+        assert!(matches!(decode_body(&b), Err(WireError::BadValue("python frame entry flag", 7))));
+        // A huge frame count in a tiny frame must not allocate.
+        assert!(matches!(decode_body(&[22, 0, 0, 0, 0, 255, 255, 255, 255]), Err(WireError::BadFrame(22))));
     }
 
     #[test]

@@ -1,0 +1,99 @@
+//! Chrome trace-event JSON (`{"traceEvents": [...]}`), which ui.perfetto.dev and
+//! chrome://tracing open: counter tracks of live bytes over time, per kind (`live bytes
+//! device`, …), per device (`live bytes on GPU 0`, …) and for each of the top suspects, plus
+//! an instant event per failed allocation.
+//!
+//! Times (`ts`) are microseconds after the report's first event. A counter event's `args`
+//! hold one value per series; Perfetto names each track `name` + space + series.
+
+use std::io::{self, Write};
+
+use serde_json::{json, Value};
+
+use super::{first_user_frame, fmt_bytes, frame_label, shell_words, Render};
+use crate::report::Report;
+
+/// At most this many suspects get a track of their own.
+pub const MAX_SUSPECT_TRACKS: usize = 10;
+
+/// The Perfetto (Chrome trace-event JSON) format.
+pub struct Perfetto;
+
+fn us(t_s: f64) -> f64 {
+    // Whole nanoseconds, in microseconds.
+    (t_s * 1e9).round() / 1e3
+}
+
+/// The trace's events, in time order within each track.
+pub fn events(r: &Report) -> Vec<Value> {
+    let pid = r.pid;
+    let mut ev = vec![
+        json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "ts": 0,
+               "args": {"name": format!("pid {pid}: {}", shell_words(&r.command))}}),
+        json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": 0, "ts": 0,
+               "args": {"name": "gpushim"}}),
+    ];
+    let tl = &r.timeline;
+    for p in &tl.points {
+        ev.push(
+            json!({"name": "live bytes", "ph": "C", "pid": pid, "tid": 0, "ts": us(p.t_s),
+                       "args": {"device": p.kinds[0], "managed": p.kinds[1],
+                                "pinned_host": p.kinds[2]}}),
+        );
+    }
+    if !tl.devices.is_empty() {
+        for p in &tl.points {
+            let args: serde_json::Map<String, Value> = tl
+                .devices
+                .iter()
+                .zip(&p.devices)
+                .map(|(d, &b)| (d.to_string(), json!(b)))
+                .collect();
+            ev.push(
+                json!({"name": "live bytes on GPU", "ph": "C", "pid": pid, "tid": 0,
+                           "ts": us(p.t_s), "args": args}),
+            );
+        }
+    }
+    for (i, s) in r.suspects.iter().take(MAX_SUSPECT_TRACKS).enumerate() {
+        let Some(site) = r.site(s.site) else { continue };
+        let at = first_user_frame(site).map_or_else(String::new, |f| {
+            format!(" {}", f.function.split('(').next().unwrap_or(&f.function))
+        });
+        let name = format!("suspect #{} site {}{at}", i + 1, s.site);
+        for &(t, v) in &site.series {
+            ev.push(
+                json!({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": us(t),
+                           "args": {"live bytes": v}}),
+            );
+        }
+    }
+    for f in &r.failures {
+        let at = f
+            .frames
+            .iter()
+            .find(|f| !f.internal)
+            .map(frame_label)
+            .unwrap_or_default();
+        ev.push(
+            json!({"name": format!("{} of {} failed ({})", f.api, fmt_bytes(f.size), f.result),
+                       "ph": "i", "s": "p", "pid": pid, "tid": 0, "ts": us(f.ts_s),
+                       "args": {"size": f.size, "kind": f.kind, "device": f.device,
+                                "result": f.result, "at": at}}),
+        );
+    }
+    ev
+}
+
+impl Render for Perfetto {
+    fn render(&self, r: &Report, out: &mut dyn Write) -> io::Result<()> {
+        let doc = json!({
+            "traceEvents": events(r),
+            "displayTimeUnit": "ms",
+            "otherData": {"generator": "gpushim", "schema": r.schema, "pid": r.pid,
+                          "reason": r.reason.name(), "duration_s": r.duration_s},
+        });
+        serde_json::to_writer(&mut *out, &doc)?;
+        writeln!(out)
+    }
+}

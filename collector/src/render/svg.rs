@@ -1,0 +1,71 @@
+//! A flame graph of live bytes as an SVG, drawn by the inferno crate from the folded lines.
+//! A frame's width is the live bytes allocated under it; hovering shows bytes and share, and
+//! clicking zooms (the SVG's own script, in a browser).
+
+use std::io::{self, Write};
+
+use inferno::flamegraph::color::{BasicPalette, Palette};
+use inferno::flamegraph::{self, Options};
+
+use super::{fmt_bytes, shell_words, Render, TextOptions};
+use crate::report::Report;
+
+/// The SVG format.
+pub struct Svg(pub TextOptions);
+
+/// The graph's title: it names the process and what is measured.
+pub fn title(r: &Report) -> String {
+    let what = match (r.snapshot, r.reason.name()) {
+        (Some(n), _) => format!("snapshot {n}"),
+        (None, reason) => reason.to_string(),
+    };
+    format!("gpushim: live bytes of pid {} ({what})", r.pid)
+}
+
+impl Render for Svg {
+    fn render(&self, r: &Report, out: &mut dyn Write) -> io::Result<()> {
+        let lines: Vec<String> = super::folded::lines(r, self.0.all_frames)
+            .into_iter()
+            .map(|(stack, bytes)| format!("{stack} {bytes}"))
+            .collect();
+        if lines.is_empty() {
+            return empty(r, out);
+        }
+        let mut opts = Options::default();
+        opts.title = title(r);
+        opts.subtitle = Some(format!(
+            "{}: {} live in {} allocations; width is live bytes",
+            shell_words(&r.command),
+            fmt_bytes(r.totals.live_bytes),
+            r.totals.live_count
+        ));
+        opts.count_name = "bytes".to_string();
+        opts.name_type = "Function:".to_string();
+        opts.colors = Palette::Basic(BasicPalette::Mem);
+        // Colours from the function names, so the same report always gives the same file.
+        opts.hash = true;
+        opts.deterministic = true;
+        flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), out)
+    }
+}
+
+/// A small SVG that says there is nothing to draw (inferno refuses empty input).
+fn empty(r: &Report, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        r##"<?xml version="1.0" standalone="no"?>
+<svg version="1.1" width="1200" height="80" viewBox="0 0 1200 80" xmlns="http://www.w3.org/2000/svg">
+<rect x="0" y="0" width="100%" height="100%" fill="#eeeeee"/>
+<text x="600" y="30" text-anchor="middle" font-family="Verdana" font-size="17">{}</text>
+<text x="600" y="60" text-anchor="middle" font-family="Verdana" font-size="12">no live allocations in this report</text>
+</svg>"##,
+        xml_escape(&title(r))
+    )
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}

@@ -1,0 +1,288 @@
+//! Python frames: a CPython program calls the runtime stand-in through ctypes (which releases
+//! the GIL around the call) from nested functions, from a `threading.Thread`, and from a native
+//! pthread with no Python on it; the report's sites show the Python frames with the exact lines
+//! of the calls, innermost first, where the interpreter's native frames were.
+//!
+//! `python3` on PATH is required (CI has 3.11). Other interpreters are tested too when
+//! `GPUSHIM_TEST_PYTHONS` lists them (colon-separated paths) or, failing that, when pyenv has
+//! 3.10, 3.12 or 3.13 installed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// The test program. `# @name` marks the lines whose numbers the report must show.
+const SCRIPT: &str = r#"import ctypes
+import sys
+import threading
+
+cudart = ctypes.CDLL(sys.argv[1])
+native = ctypes.CDLL(sys.argv[2])
+keep = []
+
+
+def inner(n):
+    p = ctypes.c_void_p()
+    rc = cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n))  # @malloc
+    if rc != 0:
+        raise SystemExit(f"cudaMalloc returned {rc}")
+    keep.append(p.value)
+
+
+def outer(n):
+    inner(n)  # @outer
+
+
+for _ in range(3):
+    outer(1 << 20)  # @loop
+inner(4096)  # @direct
+t = threading.Thread(target=outer, args=(2 << 20,))
+t.start()
+t.join()
+if native.alloc_in_native_thread(ctypes.c_size_t(8192)) != 0:
+    raise SystemExit("allocation in the native thread failed")
+print("allocated", len(keep))
+"#;
+
+/// A pthread started by native code: it has no Python thread state.
+const NATIVE_THREAD_C: &str = r#"
+#include <pthread.h>
+#include <stddef.h>
+int cudaMalloc(void **p, size_t n);
+__attribute__((noinline)) static void *native_thread_body(void *arg) {
+    void *p = NULL;
+    return (void *)(size_t)(cudaMalloc(&p, (size_t)arg) != 0 || p == NULL);
+}
+int alloc_in_native_thread(size_t n) {
+    pthread_t t;
+    void *failed = (void *)1;
+    if (pthread_create(&t, NULL, native_thread_body, (void *)n) != 0) return 1;
+    pthread_join(t, &failed);
+    return failed != NULL;
+}
+"#;
+
+/// The 1-based number of the script line marked `# @name`.
+fn line_of(marker: &str) -> u64 {
+    let tag = format!("# @{marker}");
+    SCRIPT.lines().position(|l| l.ends_with(&tag)).unwrap_or_else(|| panic!("no {tag} in the script")) as u64 + 1
+}
+
+/// The interpreter `python3` on PATH runs (through a pyenv shim, if that is what PATH has).
+fn python3() -> PathBuf {
+    let which = Command::new("which").arg("python3").output().expect("running which");
+    let path = String::from_utf8_lossy(&which.stdout).trim().to_string();
+    assert!(
+        which.status.success() && !path.is_empty(),
+        "python3 is not on PATH: the Python frame tests need CPython 3.10 to 3.13 as `python3` (CI has 3.11)"
+    );
+    real_executable(Path::new(&path)).unwrap_or_else(|| panic!("{path} -c 'import sys' failed"))
+}
+
+/// `sys.executable` of `python`: the real binary behind a shim script.
+fn real_executable(python: &Path) -> Option<PathBuf> {
+    let out = Command::new(python).args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
+    let exe = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !exe.is_empty()).then(|| PathBuf::from(exe))
+}
+
+/// Other interpreters to run the scenario under: `GPUSHIM_TEST_PYTHONS`, else pyenv's 3.10, 3.12
+/// and 3.13 if installed.
+fn other_pythons() -> Vec<PathBuf> {
+    if let Ok(list) = std::env::var("GPUSHIM_TEST_PYTHONS") {
+        return list.split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
+    }
+    let Ok(out) = Command::new("pyenv").args(["versions", "--bare"]).output() else { return Vec::new() };
+    let mut found = Vec::new();
+    for v in String::from_utf8_lossy(&out.stdout).lines().map(str::trim) {
+        if ["3.10.", "3.12.", "3.13."].iter().any(|p| v.starts_with(p)) && !v.contains('t') {
+            if let Ok(p) = Command::new("pyenv").args(["prefix", v]).output() {
+                let prefix = String::from_utf8_lossy(&p.stdout).trim().to_string();
+                let py = Path::new(&prefix).join("bin/python3");
+                if p.status.success() && py.exists() {
+                    found.push(py);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Builds the native-thread helper library into `dir`.
+fn native_helper(dir: &Path) -> PathBuf {
+    let src = dir.join("native_thread.c");
+    let lib = dir.join("libnative_thread.so");
+    std::fs::write(&src, NATIVE_THREAD_C).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-g", "-O0", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .arg(format!("-L{}", standins().display()))
+        .args(["-l:libcudart.so.13", "-lpthread"])
+        .arg(format!("-Wl,-rpath,{}", standins().display()))
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(status.success(), "{cc} failed to build {}", src.display());
+    lib
+}
+
+/// Runs the script under the shim with `python` and returns the run and its report.
+fn run_script(python: &Path, name: &str) -> (Outcome, Value, PathBuf) {
+    let t = Target::new(python, name);
+    let script = t.dir.path().join("alloc.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let helper = native_helper(t.dir.path());
+    let cudart = standin("libcudart.so.13");
+    let run = t
+        .args(&[script.to_str().unwrap(), cudart.to_str().unwrap(), helper.to_str().unwrap()])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .run();
+    run.success();
+    assert!(run.stdout.contains("allocated 5"), "{run}");
+    let r = run.report();
+    (run, r, script)
+}
+
+fn frames(site: &Value) -> &Vec<Value> {
+    site["frames"].as_array().unwrap()
+}
+
+fn is_python(f: &Value) -> bool {
+    f["python"] == true
+}
+
+/// `function:line` of each Python frame of `site`, innermost first.
+fn python_frames(site: &Value) -> Vec<String> {
+    frames(site)
+        .iter()
+        .filter(|f| is_python(f))
+        .map(|f| format!("{}:{}", f["function"].as_str().unwrap(), f["line"]))
+        .collect()
+}
+
+/// The one site with `bytes` live.
+fn site_with<'a>(r: &'a Value, bytes: u64, run: &Outcome) -> &'a Value {
+    let s: Vec<&Value> = r["sites"].as_array().unwrap().iter().filter(|s| s["live_bytes"] == bytes).collect();
+    assert_eq!(s.len(), 1, "one site with {bytes} live bytes{run}\n{r:#}");
+    s[0]
+}
+
+/// The sites whose Python frames satisfy `pick` (more than one where the native stacks differ,
+/// as when a later call takes a specialized path of the interpreter), with their live bytes
+/// summed.
+fn sites_where(r: &Value, pick: impl Fn(&[String]) -> bool) -> (Vec<&Value>, u64) {
+    let s: Vec<&Value> = r["sites"].as_array().unwrap().iter().filter(|s| pick(&python_frames(s))).collect();
+    let bytes = s.iter().map(|s| s["live_bytes"].as_u64().unwrap()).sum();
+    (s, bytes)
+}
+
+/// The checks every supported version must pass.
+fn check_report(r: &Value, run: &Outcome, script: &Path) {
+    let (malloc, outer, lp, direct) = (line_of("malloc"), line_of("outer"), line_of("loop"), line_of("direct"));
+    assert_eq!(total(r, "live_count"), 6, "{run}");
+
+    // outer() → inner() three times from the loop.
+    let want = [format!("inner:{malloc}"), format!("outer:{outer}"), format!("<module>:{lp}")];
+    let (looped, bytes) = sites_where(r, |p| p == want);
+    assert_eq!(bytes, 3 << 20, "Python frames {want:?} on 3 MiB{run}\n{r:#}");
+    for site in &looped {
+        assert_eq!(site["python"], true, "{run}");
+        let fs = frames(site);
+        let first = fs.iter().position(is_python).unwrap();
+        // Innermost native frames first (the stand-in and ctypes), then the Python frames where
+        // the interpreter's frames stood: no interpreter-loop frame is left between or after them.
+        assert!(first > 0 && !is_python(&fs[first - 1]), "{site:#}");
+        assert!(fs[..first].iter().any(|f| f["module"].as_str().is_some_and(|m| m.contains("_ctypes"))), "{site:#}");
+        assert!(
+            !fs.iter().any(|f| f["function"].as_str().is_some_and(|n| n.starts_with("_PyEval_EvalFrameDefault"))),
+            "every interpreter frame is replaced by its Python frames{run}\n{site:#}"
+        );
+        assert!(fs.last().is_some_and(|f| !is_python(f)), "native frames stay below the Python frames{site:#}");
+        let f = &fs[first];
+        assert_eq!(f["file"], script.to_str().unwrap(), "{f:#}");
+        assert_eq!(
+            (&f["module"], &f["address"], &f["internal"]),
+            (&Value::from("python"), &Value::from(""), &Value::from(false)),
+            "{f:#}"
+        );
+    }
+
+    // inner() called from the module directly: sites of their own.
+    let want = [format!("inner:{malloc}"), format!("<module>:{direct}")];
+    let (direct_sites, bytes) = sites_where(r, |p| p == want);
+    assert_eq!(bytes, 4096, "Python frames {want:?} on 4 KiB{run}\n{r:#}");
+    assert!(direct_sites.iter().all(|d| looped.iter().all(|l| l["id"] != d["id"])), "{run}");
+
+    // A threading.Thread: the thread's own Python frames, down to threading.py.
+    let head = [format!("inner:{malloc}"), format!("outer:{outer}")];
+    let (threaded, bytes) =
+        sites_where(r, |p| p.len() > 2 && p[..2] == head && p[2..].iter().any(|f| f.contains("run:")));
+    assert_eq!(bytes, 2 << 20, "thread's Python frames{run}\n{r:#}");
+    for site in threaded {
+        assert_eq!(site["python"], true, "{run}");
+        assert!(
+            frames(site)
+                .iter()
+                .any(|f| is_python(f) && f["file"].as_str().is_some_and(|p| p.ends_with("threading.py"))),
+            "{site:#}"
+        );
+    }
+
+    // A native pthread: no Python frames, and the site says so.
+    let native = site_with(r, 8192, run);
+    assert_eq!(native["python"], false, "{run}\n{native:#}");
+    assert!(python_frames(native).is_empty(), "{native:#}");
+    assert!(site_has(native, "native_thread_body"), "{native:#}");
+}
+
+#[test]
+fn python_frames_show_file_function_and_line_where_the_interpreter_was() {
+    let python = python3();
+    let (run, r, script) = run_script(&python, "py-default");
+    check_report(&r, &run, &script);
+    // The two sites of inner() differ only in their Python frames: the native stacks are the
+    // same, so the Python frames must be part of what makes a site.
+    let native = |bytes: u64| -> Vec<Value> {
+        frames(site_with(&r, bytes, &run)).iter().filter(|f| !is_python(f)).map(|f| f["address"].clone()).collect()
+    };
+    assert_eq!(native(3 << 20), native(4096), "{run}");
+}
+
+#[test]
+fn python_frames_on_other_interpreters() {
+    let others = other_pythons();
+    if others.is_empty() {
+        eprintln!("no other CPython found (set GPUSHIM_TEST_PYTHONS); only python3 was tested");
+    }
+    for py in others {
+        let Some(exe) = real_executable(&py) else { panic!("{} does not run", py.display()) };
+        let (run, r, script) = run_script(&exe, "py-other");
+        check_report(&r, &run, &script);
+    }
+}
+
+#[test]
+fn python_frames_can_be_switched_off_and_native_programs_have_no_python_field() {
+    let python = python3();
+    let t = Target::new(&python, "py-off").env("GPUSHIM_PYTHON", "0");
+    let script = t.dir.path().join("alloc.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let helper = native_helper(t.dir.path());
+    let cudart = standin("libcudart.so.13");
+    let run = t.args(&[script.to_str().unwrap(), cudart.to_str().unwrap(), helper.to_str().unwrap()]).run();
+    run.success();
+    let r = run.report();
+    for s in r["sites"].as_array().unwrap() {
+        assert!(s.get("python").is_none() && python_frames(s).is_empty(), "{run}\n{s:#}");
+    }
+    let run = Target::new("target_dynamic", "py-native").args(&["kinds"]).run();
+    run.success();
+    for s in run.report()["sites"].as_array().unwrap() {
+        assert!(s.get("python").is_none(), "{run}");
+        assert!(frames(s).iter().all(|f| f.get("python").is_none()), "{run}");
+    }
+}
