@@ -131,11 +131,14 @@ impl Python {
 
     /// `native` (the symbolized frames of stack `id`, innermost first) with the stack's Python
     /// frames merged in (see the module docs); `native` unchanged if it has none. Native frames
-    /// inner to the first Python frame that belong to the interpreter, ctypes or a framework
-    /// package are marked internal, so that the first frame shown is the Python call.
+    /// inner to the first Python frame of the user's own code (not a framework package) that
+    /// belong to the interpreter, ctypes or a framework package are marked internal, so that
+    /// the first frame shown is the user's Python line: with PyTorch, `nn.Module.__call__`
+    /// runs through `_PyObject_Call_Prepend` between the model's frames (seen on the H200).
     pub fn merge(&mut self, id: u32, native: Vec<Frame>) -> Vec<Frame> {
         let mut out = self.merge_frames(id, native);
-        if let Some(first) = out.iter().position(|f| f.python) {
+        let first_user = out.iter().position(|f| f.python && !f.internal);
+        if let Some(first) = first_user.or_else(|| out.iter().position(|f| f.python)) {
             for f in &mut out[..first] {
                 f.internal |= is_interpreter_or_framework(&f.module);
             }
@@ -475,6 +478,27 @@ mod tests {
                 _ => f.function.clone(),
             })
             .collect()
+    }
+
+    /// PyTorch's shape, from S1 on the H200: a framework Python frame (internal), then the
+    /// interpreter's `_PyObject_Call_Prepend` of `nn.Module.__call__`, then the user's line.
+    #[test]
+    fn first_shown_frame_is_the_users_python_line() {
+        let mut p = python();
+        p.add_code(PyCode { filename: "/v/site-packages/torch/nn/modules/activation.py".into(), ..code(3, "ReLU.forward", 140) });
+        p.add_stack(PyStack {
+            id: 7,
+            frames: vec![
+                PyFrame { code: 3, offset: 8, entry: true },
+                PyFrame { code: 1, offset: 0, entry: true },
+            ],
+        });
+        let n = vec![native("THPVariable_relu"), native(EVAL_FRAME), native("_PyObject_Call_Prepend"), native(EVAL_FRAME), native("main")];
+        let got = p.merge(7, n);
+        let first_shown = got.iter().find(|f| !f.internal).unwrap();
+        assert_eq!(names(std::slice::from_ref(first_shown)), ["outer:21"], "{:#?}", names(&got));
+        assert!(got.iter().any(|f| f.function == "_PyObject_Call_Prepend" && f.internal));
+        assert!(!got.last().unwrap().internal, "frames outer to the user's line stay as they are");
     }
 
     #[test]
