@@ -113,9 +113,9 @@ pub struct Totals {
     pub free_count: u64,
     /// Failed allocation calls.
     pub failed_count: u64,
-    /// Successful frees of addresses that were not live.
+    /// Free calls (successful or not) of an address or handle that was not live.
     pub unknown_free_count: u64,
-    /// Free calls that returned an error.
+    /// Free calls of a live allocation that returned an error (it stays live).
     pub failed_free_count: u64,
     /// Allocations that returned an address still live (a free was missed).
     pub replaced_count: u64,
