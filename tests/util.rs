@@ -102,10 +102,6 @@ impl Target {
         self.env.insert(k.into(), v.to_string());
         self
     }
-    pub fn env_remove(mut self, k: &str) -> Self {
-        self.env.remove(k);
-        self
-    }
     /// Sets LD_PRELOAD exactly (None: no preload at all).
     pub fn preload(mut self, p: Option<String>) -> Self {
         self.preload = p;
@@ -234,9 +230,4 @@ pub fn site_has(site: &Value, function: &str) -> bool {
 /// The sites whose stacks contain `function`.
 pub fn sites_with<'a>(r: &'a Value, function: &str) -> Vec<&'a Value> {
     r["sites"].as_array().unwrap().iter().filter(|s| site_has(s, function)).collect()
-}
-
-/// The site with id `id`.
-pub fn site<'a>(r: &'a Value, id: u64) -> &'a Value {
-    r["sites"].as_array().unwrap().iter().find(|s| s["id"].as_u64() == Some(id)).unwrap_or_else(|| panic!("no site {id}"))
 }

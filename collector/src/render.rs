@@ -108,12 +108,12 @@ impl Render for Text {
         let t = &r.totals;
         writeln!(
             out,
-            "live: {} in {} allocations; peak {}; {} allocations, {} frees, {} failed",
+            "live: {} in {}; peak {}; {}, {}, {} failed",
             fmt_bytes(t.live_bytes),
-            t.live_count,
+            count(t.live_count, "allocation"),
             fmt_bytes(t.peak_live_bytes),
-            t.alloc_count,
-            t.free_count,
+            count(t.alloc_count, "allocation"),
+            count(t.free_count, "free"),
             t.failed_count,
         )?;
         for (name, k) in r.kinds.iter() {
@@ -193,15 +193,15 @@ impl Render for Text {
             for s in r.sites.iter().take(n) {
                 writeln!(
                     out,
-                    "  site {}: {} live in {} ({}, {}); {} allocations ({}), {} frees, peak {}",
+                    "  site {}: {} live in {} ({}, {}); {} ({}), {}, peak {}",
                     site_name(s),
                     fmt_bytes(s.live_bytes),
                     s.live_count,
                     s.kind,
                     s.apis.join(", "),
-                    s.alloc_count,
+                    count(s.alloc_count, "allocation"),
                     fmt_bytes(s.alloc_bytes),
-                    s.free_count,
+                    count(s.free_count, "free"),
                     fmt_bytes(s.peak_live_bytes),
                 )?;
                 write_frames(out, &s.frames, opts, "      ")?;
@@ -510,6 +510,15 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         )?;
     }
     writeln!(out, "gpushim: report written to {}", path.display())
+}
+
+/// `n` and `noun`, with an "s" unless `n` is 1: "1 allocation", "3 frees".
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 #[cfg(test)]

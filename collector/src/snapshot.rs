@@ -58,6 +58,14 @@ impl Signal {
 /// found or read, or no snapshot appears in time.
 pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> {
     send(pid, 0)?;
+    let mut pid = pid;
+    if !has_shim(pid).unwrap_or(true) {
+        // `gpushim run` (or a shell) holds the traced program as its child: follow it.
+        if let [child] = traced_children(pid).as_slice() {
+            eprintln!("gpushim: pid {pid} runs pid {child} under gpushim; snapshotting pid {child}");
+            pid = *child;
+        }
+    }
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
     if let Ok(maps) = fs::read_to_string(proc_dir.join("maps")) {
         if !maps.contains("libgpushim") {
@@ -111,6 +119,26 @@ pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> 
         }
         thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
     }
+}
+
+/// Whether `pid` has libgpushim.so mapped; `None` if its maps cannot be read.
+fn has_shim(pid: i32) -> Option<bool> {
+    fs::read_to_string(format!("/proc/{pid}/maps")).ok().map(|m| m.contains("libgpushim"))
+}
+
+/// The direct children of `pid` (from `/proc/PID/task/*/children`) that have the shim loaded.
+fn traced_children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    for t in tasks.flatten() {
+        let Ok(list) = fs::read_to_string(t.path().join("children")) else { continue };
+        for c in list.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+            if has_shim(c) == Some(true) && !out.contains(&c) {
+                out.push(c);
+            }
+        }
+    }
+    out
 }
 
 /// `kill(pid, sig)` with errors in words (sig 0 only checks).

@@ -54,8 +54,11 @@ impl Config {
         if env("GPUSHIM_UNWIND").as_deref() == Some("libgcc") {
             record::FAST_UNWIND.store(false, Relaxed);
         }
-        if let Some(n) = env("GPUSHIM_MAX_FRAMES").and_then(|v| v.parse::<usize>().ok()) {
-            MAX_FRAMES.store(n.clamp(1, 256), Relaxed);
+        if let Some(v) = env("GPUSHIM_MAX_FRAMES") {
+            match v.parse::<usize>() {
+                Ok(n @ 1..=256) => MAX_FRAMES.store(n, Relaxed),
+                _ => eprintln!("gpushim: GPUSHIM_MAX_FRAMES={v} is not a number from 1 to 256; using {}", MAX_FRAMES.load(Relaxed)),
+            }
         }
         let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| ".".into());
         let output_dir = match env("GPUSHIM_OUTPUT") {
