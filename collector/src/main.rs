@@ -225,6 +225,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Collect { input, output } => {
             let opts = collect::Options { output_dir: output };
+            run::ignore_file_size_signal();
             let mut err = io::stderr().lock();
             let outcome = match input.filter(|p| p.as_os_str() != "-") {
                 Some(path) => {
@@ -234,7 +235,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                 }
                 None => {
                     run::ignore_interrupts();
-                    collect::collect(io::stdin().lock(), &opts, &mut err)?
+                    let outcome = collect::collect(io::stdin().lock(), &opts, &mut err);
+                    confirm_to_shim();
+                    outcome?
                 }
             };
             Ok(if outcome.broken.is_some() {
@@ -243,6 +246,16 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
+    }
+}
+
+/// Tells the shim, through the socket that is our stdin, that the whole stream was read (and
+/// the report written, or its failure reported): one byte. Without it the shim says on the
+/// program's stderr that the collector died. Errors are ignored: the program may be gone.
+fn confirm_to_shim() {
+    use std::os::fd::AsFd;
+    if let Ok(fd) = io::stdin().as_fd().try_clone_to_owned() {
+        let _ = File::from(fd).write_all(b"\n");
     }
 }
 

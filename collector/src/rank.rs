@@ -82,7 +82,7 @@ pub fn suspects(state: &State, run_start_ns: u64, run_end_ns: u64) -> Vec<Suspec
                 .iter()
                 .filter(|&&(t, _)| t > times[0])
                 .map(|&(_, size)| size)
-                .sum();
+                .fold(0, u64::saturating_add);
             judge(site, &times, grown, run, run_end_ns)
         })
         .collect();

@@ -212,6 +212,13 @@ fn empty_sigaction() -> libc::sigaction {
     unsafe { std::mem::zeroed() }
 }
 
+/// For `gpushim collect`: past a file-size limit (`ulimit -f`) a write fails with EFBIG, which
+/// the report writer handles (the next directory, then a clear error), instead of SIGXFSZ
+/// ending the collector and leaving a partial temporary file behind.
+pub fn ignore_file_size_signal() {
+    ignore(&[libc::SIGXFSZ]);
+}
+
 /// For `gpushim collect` as spawned by the shim: keeps going (and writes the report) when the
 /// terminal sends SIGINT, SIGQUIT or SIGHUP; the end of the event stream ends it.
 pub fn ignore_interrupts() {

@@ -54,6 +54,13 @@ macro_rules! real_fn {
     }};
 }
 
+/// Bytes of a pitched allocation, `row × height`; saturates instead of overflowing, because
+/// the caller may pass any sizes (the real function rejects those that overflow) and an
+/// overflow would panic inside the hook in a debug build.
+fn pitched(row: usize, height: usize) -> u64 {
+    (row as u64).saturating_mul(height as u64)
+}
+
 /// A hook for an allocation function that returns its result through `$out`.
 /// `size` is evaluated after success (it may read other out-parameters); `req` is the size
 /// requested, recorded on failure.
@@ -170,8 +177,8 @@ alloc_hook! {
     /// recorded size is pitch × height bytes.
     fn cudaMallocPitch(ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize)
         via CudaMallocPitch as CudaMallocPitch, Device;
-    out = ptr; size = if pitch.is_null() { (width * height) as u64 } else { (*pitch * height) as u64 };
-    req = (width * height) as u64; device = DEV_CURRENT; stream = 0;
+    out = ptr; size = pitched(if pitch.is_null() { width } else { *pitch }, height);
+    req = pitched(width, height); device = DEV_CURRENT; stream = 0;
 }
 alloc_hook! {
     /// `cudaError_t cudaMallocHost(void **ptr, size_t size)`: pinned host memory.
@@ -205,8 +212,8 @@ alloc_hook! {
     /// size_t Height, unsigned int ElementSizeBytes)`: recorded size is pitch × height bytes.
     fn cuMemAllocPitch_v2(ptr: *mut DevPtr, pitch: *mut usize, width: usize, height: usize, elem: c_uint)
         via CuMemAllocPitchV2 as CuMemAllocPitch, Device;
-    out = ptr; size = if pitch.is_null() { (width * height) as u64 } else { (*pitch * height) as u64 };
-    req = (width * height) as u64; device = DEV_CURRENT; stream = 0;
+    out = ptr; size = pitched(if pitch.is_null() { width } else { *pitch }, height);
+    req = pitched(width, height); device = DEV_CURRENT; stream = 0;
 }
 alloc_hook! {
     /// `CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)`.

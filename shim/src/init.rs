@@ -41,6 +41,7 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 
 extern "C" fn constructor() {
     let _ = std::panic::catch_unwind(|| {
+        quiet_panics();
         real::init_real_dlsym();
         // SAFETY: registering a plain function as the child handler.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
@@ -48,6 +49,19 @@ extern "C" fn constructor() {
             install(sig);
         }
     });
+}
+
+/// Every panic inside the shim is caught (no panic crosses the FFI boundary); this hook makes
+/// the first one print one line on stderr instead of Rust's multi-line message, and later ones
+/// nothing. It is this library's own copy of std's hook: a Rust program we run in keeps its own.
+fn quiet_panics() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    std::panic::set_hook(Box::new(|info| {
+        if !SAID.swap(true, Relaxed) {
+            let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            eprintln!("gpushim: internal error{at}; that event was not recorded, the program goes on");
+        }
+    }));
 }
 
 /// `GPUSHIM_SIGNAL`: `USR1` (default), `USR2`, or `none`.

@@ -191,17 +191,38 @@ pub fn own_range() -> (usize, usize) {
 
 /// Stores `addr` as the real function of `h` unless it is one of ours.
 pub fn set_real(h: Hook, addr: usize) {
-    if addr != 0 && !is_own(addr) {
-        REAL[h as usize].store(addr, Relaxed);
+    if addr != 0 && !is_own(addr) && REAL[h as usize].swap(addr, Relaxed) != addr {
+        pin(addr);
     }
 }
 
+/// Keeps the library that holds `addr` loaded for the rest of the process (a reference taken
+/// with `RTLD_NOLOAD` and never dropped). A slot must never point into a library the program
+/// has `dlclose`d: the program may still reach our export of the same name (through
+/// `RTLD_DEFAULT`, or a later `dlopen` of the library at another address), and the hook would
+/// jump into unmapped memory.
+fn pin(addr: usize) {
+    let mut info = unsafe_zeroed_dl_info();
+    // SAFETY: dladdr writes into `info` and reads nothing else; any address value is accepted.
+    if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return;
+    }
+    // SAFETY: dli_fname is the loader's NUL-terminated name of a loaded object; RTLD_NOLOAD
+    // never loads anything or runs a constructor, it only adds a reference.
+    unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+}
+
 /// The real function of `h`, looked up on first use; `None` if no CUDA library defines it.
+/// Never panics (the lookup runs under `catch_unwind`): hooks call it outside their guard.
 pub fn real(h: Hook) -> Option<usize> {
     let a = REAL[h as usize].load(Relaxed);
     if a != 0 {
         return Some(a);
     }
+    std::panic::catch_unwind(|| look_up(h)).ok().flatten()
+}
+
+fn look_up(h: Hook) -> Option<usize> {
     let mut a = dlsym(libc::RTLD_NEXT, h.name());
     if a == 0 || is_own(a) {
         a = lookup_in_cuda_libraries(h.name(), Hook::DRIVER[h as usize]);
@@ -209,7 +230,7 @@ pub fn real(h: Hook) -> Option<usize> {
     if a == 0 || is_own(a) {
         return None;
     }
-    REAL[h as usize].store(a, Relaxed);
+    set_real(h, a);
     Some(a)
 }
 

@@ -269,8 +269,14 @@ pub fn finish(timeout: std::time::Duration) {
         // SAFETY: see `sender`.
         let Some(tx) = (unsafe { CHANNEL.load(Acquire).as_ref() }) else { return };
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        send(tx, Msg::Exit { ts_ns: now_ns(), done: done_tx });
+        // The whole wait, queueing included, is bounded: with a collector that stopped
+        // reading, the channel may be full (other threads wait in their hooks), and a plain
+        // send would keep the program from exiting.
+        let deadline = std::time::Instant::now() + timeout;
+        let queued = tx.send_deadline(Msg::Exit { ts_ns: now_ns(), done: done_tx }, deadline).is_ok();
         STATE.store(FINISHED, Release);
-        let _ = done_rx.recv_timeout(timeout);
+        if queued {
+            let _ = done_rx.recv_deadline(deadline);
+        }
     });
 }

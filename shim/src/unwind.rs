@@ -105,7 +105,7 @@ struct Cfi {
 /// The loaded objects' CFI, replaced (and the old list leaked) when the set of loaded objects
 /// changes; readers never wait.
 static MODULES: AtomicPtr<Vec<Cfi>> = AtomicPtr::new(std::ptr::null_mut());
-/// `dlpi_adds` when MODULES was built.
+/// `dlpi_adds + dlpi_subs` (objects loaded plus unloaded so far) when MODULES was built.
 static MODULES_ADDS: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 fn modules() -> &'static [Cfi] {
@@ -117,7 +117,7 @@ fn rescan() {
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `data` is the Vec passed below; `info` is valid during the call.
         let (out, info) = unsafe { (&mut *(data as *mut (Vec<Cfi>, u64)), &*info) };
-        out.1 = info.dlpi_adds;
+        out.1 = info.dlpi_adds.wrapping_add(info.dlpi_subs);
         let bias = info.dlpi_addr;
         let mut hdr = None;
         let (mut start, mut end) = (u64::MAX, 0u64);
@@ -152,15 +152,12 @@ fn rescan() {
 /// Computes the packed rule for `addr` from its object's `.eh_frame`.
 fn compute(addr: u64) -> u64 {
     let find = || modules().iter().position(|m| addr >= m.start && addr < m.end);
-    let idx = match find() {
-        Some(i) => Some(i),
-        None => {
-            if current_adds() != MODULES_ADDS.load(Acquire) {
-                rescan();
-            }
-            find()
-        }
-    };
+    // Any load or unload since the list was built (dlpi_adds + dlpi_subs changed): rebuild it
+    // first, so that an unloaded library's tables are never read.
+    if current_adds() != MODULES_ADDS.load(Acquire) {
+        rescan();
+    }
+    let idx = find();
     let Some(m) = idx.map(|i| &modules()[i]) else { return pack(BASE_FP, 0, RBP_SAME, 0) };
     from_cfi(m, addr).unwrap_or(pack(BASE_FP, 0, RBP_SAME, 0))
 }
@@ -168,7 +165,7 @@ fn compute(addr: u64) -> u64 {
 fn current_adds() -> usize {
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut libc::c_void) -> libc::c_int {
         // SAFETY: as in rescan; stop after the first object.
-        unsafe { *(data as *mut u64) = (*info).dlpi_adds };
+        unsafe { *(data as *mut u64) = (*info).dlpi_adds.wrapping_add((*info).dlpi_subs) };
         1
     }
     let mut adds = 0u64;
@@ -264,8 +261,12 @@ pub fn capture(out: &mut [u64]) -> usize {
         return 0;
     }
     let read = |a: u64, lo: u64| -> Option<u64> {
+        // `a` comes from registers and stack slots of frames that may have no frame pointer:
+        // any value, up to u64::MAX, so the end is computed without overflow (an overflow
+        // panics in debug builds and, wrapped, would pass the check in release builds).
+        let inside = a % 8 == 0 && a >= lo && a.checked_add(8).is_some_and(|end| end <= top);
         // SAFETY: `a` is 8-aligned and within [lo, top), the live part of this thread's stack.
-        (a % 8 == 0 && a >= lo && a + 8 <= top).then(|| unsafe { (a as *const u64).read() })
+        inside.then(|| unsafe { (a as *const u64).read() })
     };
     let mut n = 0;
     let mut lookup = ip; // exact for the first frame, return address - 1 after

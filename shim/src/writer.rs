@@ -105,14 +105,32 @@ pub fn start() -> Option<Sender<Msg>> {
     }
     // SAFETY: socketpair returned two fresh descriptors that nothing else owns.
     let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let child = Command::new(&cfg.collector)
-        .arg("collect")
+    let mut cmd = Command::new(&cfg.collector);
+    cmd.arg("collect")
         .stdin(Stdio::from(theirs))
         .env_remove("LD_PRELOAD")
         // Its own process group: Ctrl-C and SIGTERM sent to the target's group do not stop it
         // before it has written the report.
-        .process_group(0)
-        .spawn();
+        .process_group(0);
+    // The collector must not be the program's child: a program that reaps every child
+    // (`wait()` until ECHILD, as shells and supervisors do) would wait for it forever (it ends
+    // after the program), and a SIGCHLD handler would see it. So an intermediate process
+    // starts it and exits at once: the collector is reparented to init (or a subreaper).
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe system calls: a raw clone (which, unlike fork(), runs no fork
+    // handlers of the program's libraries) and _exit.
+    unsafe {
+        cmd.pre_exec(|| match libc::syscall(libc::SYS_clone, libc::c_long::from(libc::SIGCHLD), 0, 0, 0, 0) {
+            0 => Ok(()),
+            n if n > 0 => libc::_exit(0),
+            _ => Err(std::io::Error::last_os_error()),
+        });
+    }
+    let child = cmd.spawn().map(|mut intermediate| {
+        // It has exited (spawn returns once the collector has exec'd); reap it now.
+        let _ = intermediate.wait();
+        intermediate
+    });
     let child = match child {
         Ok(c) => c,
         Err(e) => {
@@ -395,22 +413,32 @@ impl Writer {
     }
 
     /// Ends the stream and waits until the collector has read it all and exited (it closes its
-    /// end of the socket when done).
+    /// end of the socket when done). The collector writes a byte back once it has read the
+    /// stream to its end; if the socket closes without one, the collector died or is not
+    /// `gpushim` (one line on stderr says so).
     fn close_and_wait(&mut self) {
         let fd: RawFd = self.sock.as_raw_fd();
         // SAFETY: shutting down the write side of our own socket.
         unsafe { libc::shutdown(fd, libc::SHUT_WR) };
         let mut b = [0u8; 64];
+        let mut confirmed = false;
         loop {
             // SAFETY: reading into a valid buffer from our socket.
             let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
             if n > 0 {
+                confirmed = true;
                 continue;
             }
             if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
             break;
+        }
+        if !confirmed {
+            eprintln!(
+                "gpushim: the collector ended without confirming that it read the {} events; its report may be missing or incomplete",
+                self.events
+            );
         }
         let _ = self.child.wait();
     }

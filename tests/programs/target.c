@@ -9,16 +9,22 @@
  */
 #define _GNU_SOURCE
 #include "cudart_standin.h"
+#include "cuda_standin.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NOINLINE __attribute__((noinline))
@@ -394,12 +400,470 @@ static int scenario_sleep_snapshot(void)
     return 0;
 }
 
+/* ------------------------------------------------------------- faults
+ * Scenarios for tests/faults.rs: the program must behave the same whatever
+ * happens to gpushim's side.
+ */
+
+NOINLINE void *pause_before(void) { return device_alloc_named(1 * MiB); }
+NOINLINE void *pause_after(void) { return device_alloc_named(2 * MiB); }
+
+/* Reads stdin to its end; 0 at EOF, 1 on a read error.  EINTR is retried
+ * unless *stop is set. */
+static int read_to_eof(volatile sig_atomic_t *stop)
+{
+    char buf[256];
+    for (;;) {
+        ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
+        if (n > 0)
+            continue;
+        if (n == 0)
+            return 0;
+        if (errno == EINTR) {
+            if (stop != NULL && *stop)
+                return 0;
+            continue;
+        }
+        perror("target: read stdin");
+        return 1;
+    }
+}
+
+/* pause N: 1 MiB kept, "ready", stdin to its end, N alloc/free pairs of
+ * 4 KiB, 2 MiB kept.  Live at exit: 3 MiB. */
+static int scenario_pause(int argc, char **argv)
+{
+    long n = argc > 2 ? strtol(argv[2], NULL, 10) : 0;
+    if (n < 0) {
+        fprintf(stderr, "target: pause N: bad argument\n");
+        return 2;
+    }
+    (void)pause_before();
+    printf("ready\n");
+    fflush(stdout);
+    if (read_to_eof(NULL) != 0)
+        return 1;
+    for (long i = 0; i < n; i++)
+        thread_alloc_free();
+    (void)pause_after();
+    return 0;
+}
+
+/* stuck-exit: 1 MiB kept, a thread that allocates and frees without end,
+ * "ready", stdin to its end, then main returns (the exit path runs while the
+ * other thread is still allocating). */
+static void *alloc_forever(void *arg)
+{
+    (void)arg;
+    for (;;)
+        thread_alloc_free();
+    return NULL;
+}
+
+static int scenario_stuck_exit(void)
+{
+    (void)pause_before();
+    pthread_t t;
+    int e = pthread_create(&t, NULL, alloc_forever, NULL);
+    if (e != 0) {
+        fprintf(stderr, "target: pthread_create: %s\n", strerror(e));
+        return 1;
+    }
+    printf("ready\n");
+    fflush(stdout);
+    return read_to_eof(NULL);
+}
+
+/* sigint-exit: like pause 0 up to "ready", but a SIGINT handler ends the
+ * wait and main returns 130 (the exit path runs). */
+static volatile sig_atomic_t got_sigint;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    got_sigint = 1;
+}
+
+static int scenario_sigint_exit(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: read() returns EINTR */
+    if (sigaction(SIGINT, &sa, NULL) != 0) {
+        perror("target: sigaction");
+        return 1;
+    }
+    (void)pause_before();
+    printf("ready\n");
+    fflush(stdout);
+    if (read_to_eof(&got_sigint) != 0)
+        return 1;
+    printf("interrupted %d\n", (int)got_sigint);
+    return got_sigint ? 130 : 1;
+}
+
+/* burst N: one thread sends N SIGUSR1 to the process as fast as it can while
+ * the main thread keeps allocating 4 KiB (never freed).  Prints the number of
+ * allocations.  Without the shim SIGUSR1 would end the program. */
+static atomic_int burst_done;
+static long burst_signals;
+
+NOINLINE void *burst_alloc(void)
+{
+    void *p = NULL;
+    check("cudaMalloc", cudaMalloc(&p, 4 * KiB));
+    return p;
+}
+
+static void *burst_signaller(void *arg)
+{
+    (void)arg;
+    for (long i = 0; i < burst_signals; i++)
+        kill(getpid(), SIGUSR1);
+    atomic_store(&burst_done, 1);
+    return NULL;
+}
+
+static int scenario_burst(int argc, char **argv)
+{
+    burst_signals = argc > 2 ? strtol(argv[2], NULL, 10) : 1000;
+    if (burst_signals < 1) {
+        fprintf(stderr, "target: burst N: bad argument\n");
+        return 2;
+    }
+    long k = 0;
+    (void)burst_alloc(); /* tracing is on before the first signal */
+    k++;
+    pthread_t t;
+    int e = pthread_create(&t, NULL, burst_signaller, NULL);
+    if (e != 0) {
+        fprintf(stderr, "target: pthread_create: %s\n", strerror(e));
+        return 1;
+    }
+    while (!atomic_load(&burst_done)) {
+        (void)burst_alloc();
+        k++;
+    }
+    pthread_join(t, NULL);
+    printf("allocs %ld\n", k);
+    return 0;
+}
+
+/* A "Field:   value" line of /proc/self/status, as a number; -1 if absent. */
+static long status_field(const char *field)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    long v = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, field, n) == 0) {
+            v = strtol(line + n, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+static uint64_t monotonic_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* churn N: 1 MiB kept, "ready <VmHWM kB>", then N alloc/free pairs of 4 KiB;
+ * prints the peak resident size and the slowest pair. */
+static int scenario_churn(int argc, char **argv)
+{
+    long n = argc > 2 ? strtol(argv[2], NULL, 10) : 1000;
+    if (n < 0) {
+        fprintf(stderr, "target: churn N: bad argument\n");
+        return 2;
+    }
+    (void)pause_before();
+    printf("ready %ld\n", status_field("VmHWM:"));
+    fflush(stdout);
+    uint64_t slowest = 0;
+    for (long i = 0; i < n; i++) {
+        uint64_t t0 = monotonic_us();
+        thread_alloc_free();
+        uint64_t dt = monotonic_us() - t0;
+        if (dt > slowest)
+            slowest = dt;
+    }
+    printf("vmhwm_kb %ld\n", status_field("VmHWM:"));
+    printf("slowest_pair_us %" PRIu64 "\n", slowest);
+    return 0;
+}
+
+/* query: an nvidia-smi-like tool: asks the runtime about the device, never
+ * allocates, and prints its own thread count. */
+static int scenario_query(void)
+{
+    int dev = -1;
+    size_t free_b = 0, total_b = 0;
+    check("cudaGetDevice", cudaGetDevice(&dev));
+    check("cudaMemGetInfo", cudaMemGetInfo(&free_b, &total_b));
+    printf("query device %d total %zu\n", dev, total_b);
+    printf("query threads %ld\n", status_field("Threads:"));
+    return 0;
+}
+
+/* forkexec-tools: with tracing on, fork+exec a shell and this program's
+ * `query` (both inherit LD_PRELOAD); they must run as without the shim. */
+NOINLINE void *tools_parent_alloc(void) { return device_alloc_named(1 * MiB); }
+
+static int spawn_and_wait(const char *path, char *const argv[])
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("target: fork");
+        return 1;
+    }
+    if (pid == 0) {
+        execv(path, argv);
+        perror("target: execv");
+        _exit(127);
+    }
+    return wait_child(pid, path);
+}
+
+static int scenario_forkexec_tools(void)
+{
+    (void)tools_parent_alloc();
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        perror("target: readlink /proc/self/exe");
+        return 1;
+    }
+    self[n] = '\0';
+    char *sh[] = {"sh", "-c", "echo child-sh; grep '^Threads:' /proc/$$/status", NULL};
+    char *query[] = {self, "query", NULL};
+    if (spawn_and_wait("/bin/sh", sh) != 0 || spawn_and_wait(self, query) != 0)
+        return 1;
+    return 0;
+}
+
+/* reap: forks a child that exits at once, then reaps children with wait()
+ * until there are none (as shells and process supervisors do). */
+NOINLINE void *reap_parent_alloc(void) { return device_alloc_named(1 * MiB); }
+
+static int scenario_reap(void)
+{
+    (void)reap_parent_alloc();
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("target: fork");
+        return 1;
+    }
+    if (pid == 0)
+        _exit(0);
+    int reaped = 0, others = 0;
+    for (;;) {
+        int status = 0;
+        pid_t w = wait(&status);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != ECHILD) {
+                perror("target: wait");
+                return 1;
+            }
+            break;
+        }
+        if (w == pid)
+            reaped++;
+        else
+            others++;
+    }
+    printf("reaped %d others %d\n", reaped, others);
+    return reaped == 1 && others == 0 ? 0 : 1;
+}
+
+/* pitch-overflow: cudaMallocPitch with width x height beyond size_t; the
+ * runtime's error must come back unchanged, out-parameters untouched. */
+static int scenario_pitch_overflow(void)
+{
+    void *sentinel = (void *)0x5a5a;
+    void *p = sentinel;
+    size_t pitch = 7;
+    cudaError_t e = cudaMallocPitch(&p, &pitch, (size_t)1 << 40, (size_t)1 << 40);
+    printf("pitch-overflow %d\n", e);
+    if (e != cudaErrorMemoryAllocation)
+        fail("cudaMallocPitch(2^40, 2^40)", e, cudaErrorMemoryAllocation);
+    if (p != sentinel || pitch != 7) {
+        fprintf(stderr, "target: failed cudaMallocPitch changed its out-parameters\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* dlreload: the driver loaded, used, unloaded and loaded again at run time,
+ * then wrapped names looked up with RTLD_DEFAULT and RTLD_NEXT.
+ * Live at exit: 2 + 4 + 8 + 16 MiB; two unknown frees. */
+struct extent {
+    uintptr_t lo, hi;
+};
+
+static int find_libcuda(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct extent *x = data;
+    const char *slash = strrchr(info->dlpi_name, '/');
+    const char *base = slash != NULL ? slash + 1 : info->dlpi_name;
+    if (strcmp(base, "libcuda.so.1") != 0)
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        uintptr_t hi = lo + ph->p_memsz;
+        if (x->lo == 0 || lo < x->lo)
+            x->lo = lo;
+        if (hi > x->hi)
+            x->hi = hi;
+    }
+    return 1;
+}
+
+static void *need_sym(void *handle, const char *name)
+{
+    void *f = dlsym(handle, name);
+    if (f == NULL) {
+        fprintf(stderr, "target: dlsym(%s): %s\n", name, dlerror());
+        exit(1);
+    }
+    return f;
+}
+
+NOINLINE CUdeviceptr dl_second_alloc(PFN_cuMemAlloc_v2 f)
+{
+    CUdeviceptr d = 0;
+    check("cuMemAlloc_v2", f(&d, 2 * MiB));
+    return d;
+}
+
+NOINLINE void *dl_default_alloc(cudaError_t (*f)(void **, size_t))
+{
+    void *p = NULL;
+    check("dlsym(RTLD_DEFAULT) cudaMalloc", f(&p, 4 * MiB));
+    return p;
+}
+
+NOINLINE void *dl_next_alloc(cudaError_t (*f)(void **, size_t))
+{
+    void *p = NULL;
+    check("dlsym(RTLD_NEXT) cudaMalloc", f(&p, 8 * MiB));
+    return p;
+}
+
+NOINLINE CUdeviceptr dl_default_driver_alloc(PFN_cuMemAlloc_v2 f)
+{
+    CUdeviceptr d = 0;
+    check("dlsym(RTLD_DEFAULT) cuMemAlloc_v2", f(&d, 16 * MiB));
+    return d;
+}
+
+static int scenario_dlreload(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        fprintf(stderr, "target: dlopen libcuda.so.1: %s\n", dlerror());
+        return 1;
+    }
+    PFN_cuMemFree_v2 free1 = (PFN_cuMemFree_v2)need_sym(h, "cuMemFree_v2");
+    /* An unknown free: the driver answers CUDA_ERROR_INVALID_VALUE. */
+    printf("first unknown-free %d\n", free1(0x1234));
+    struct extent old = {0, 0};
+    dl_iterate_phdr(find_libcuda, &old);
+    dlclose(h);
+    void *still = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    int unloaded = still == NULL;
+    if (still != NULL)
+        dlclose(still);
+    /* Keep the old addresses taken, so that a new load lands elsewhere and a
+     * stale pointer into the old one faults. */
+    if (unloaded && old.hi > old.lo) {
+        size_t len = (old.hi - old.lo + 4095) & ~(size_t)4095;
+        void *m = mmap((void *)(old.lo & ~(uintptr_t)4095), len, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (m == MAP_FAILED)
+            fprintf(stderr, "target: cannot reserve the old libcuda range: %s\n", strerror(errno));
+    }
+    h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (h == NULL) {
+        fprintf(stderr, "target: dlopen libcuda.so.1 again: %s\n", dlerror());
+        return 1;
+    }
+    PFN_cuMemAlloc_v2 alloc2 = (PFN_cuMemAlloc_v2)need_sym(h, "cuMemAlloc_v2");
+    (void)dl_second_alloc(alloc2);
+    PFN_cuMemFree_v2 free_default = (PFN_cuMemFree_v2)need_sym(RTLD_DEFAULT, "cuMemFree_v2");
+    printf("default unknown-free %d\n", free_default(0x1234));
+
+    typedef cudaError_t (*malloc_fn)(void **, size_t);
+    malloc_fn by_default = (malloc_fn)need_sym(RTLD_DEFAULT, "cudaMalloc");
+    malloc_fn by_next = (malloc_fn)need_sym(RTLD_NEXT, "cudaMalloc");
+    printf("default-is-linked %s\n", by_default == cudaMalloc ? "yes" : "no");
+    (void)dl_default_alloc(by_default);
+    (void)dl_next_alloc(by_next);
+    PFN_cuMemAlloc_v2 drv_default = (PFN_cuMemAlloc_v2)need_sym(RTLD_DEFAULT, "cuMemAlloc_v2");
+    (void)dl_default_driver_alloc(drv_default);
+    return 0;
+}
+
+/* odd-rbp: cudaMalloc called from a frame that has no unwind information and
+ * holds rbp = -8 (code without CFI may use rbp as a general register).
+ * Live at exit: 1 MiB. */
+#if defined(__x86_64__)
+int odd_rbp_call(void *fn, void *a, size_t b);
+__asm__(".text\n"
+        ".globl odd_rbp_call\n"
+        ".type odd_rbp_call, @function\n"
+        "odd_rbp_call:\n"
+        "    push %rbp\n"
+        "    mov $-8, %rbp\n"
+        "    mov %rdi, %rax\n"
+        "    mov %rsi, %rdi\n"
+        "    mov %rdx, %rsi\n"
+        "    call *%rax\n"
+        "    pop %rbp\n"
+        "    ret\n"
+        ".size odd_rbp_call, .-odd_rbp_call\n");
+#endif
+
+static int scenario_odd_rbp(void)
+{
+#if defined(__x86_64__)
+    void *p = NULL;
+    check("cudaMalloc through a frame without CFI", odd_rbp_call((void *)cudaMalloc, &p, 1 * MiB));
+    printf("odd-rbp %s\n", p != NULL ? "allocated" : "null");
+    return 0;
+#else
+    printf("odd-rbp allocated\n");
+    return device_alloc_named(1 * MiB) != NULL ? 0 : 1;
+#endif
+}
+
 /* ----------------------------------------------------------------- main */
 
 static void usage(void)
 {
     fprintf(stderr, "usage: target kinds | threads N M | leak N | snapshot | kill | fork | "
-                    "forkexec | errors | none | sleep-snapshot\n");
+                    "forkexec | errors | none | sleep-snapshot | pause N | sigint-exit | "
+                    "burst N | churn N | query | forkexec-tools | reap | pitch-overflow | "
+                    "dlreload | odd-rbp | stuck-exit\n");
 }
 
 int main(int argc, char **argv)
@@ -431,6 +895,28 @@ int main(int argc, char **argv)
         rc = scenario_errors();
     } else if (strcmp(s, "sleep-snapshot") == 0) {
         rc = scenario_sleep_snapshot();
+    } else if (strcmp(s, "pause") == 0) {
+        rc = scenario_pause(argc, argv);
+    } else if (strcmp(s, "stuck-exit") == 0) {
+        rc = scenario_stuck_exit();
+    } else if (strcmp(s, "sigint-exit") == 0) {
+        rc = scenario_sigint_exit();
+    } else if (strcmp(s, "burst") == 0) {
+        rc = scenario_burst(argc, argv);
+    } else if (strcmp(s, "churn") == 0) {
+        rc = scenario_churn(argc, argv);
+    } else if (strcmp(s, "query") == 0) {
+        rc = scenario_query();
+    } else if (strcmp(s, "forkexec-tools") == 0) {
+        rc = scenario_forkexec_tools();
+    } else if (strcmp(s, "reap") == 0) {
+        rc = scenario_reap();
+    } else if (strcmp(s, "pitch-overflow") == 0) {
+        rc = scenario_pitch_overflow();
+    } else if (strcmp(s, "dlreload") == 0) {
+        rc = scenario_dlreload();
+    } else if (strcmp(s, "odd-rbp") == 0) {
+        rc = scenario_odd_rbp();
     } else {
         usage();
         return 2;

@@ -42,6 +42,9 @@ pub const HEADER_LEN: usize = 12;
 /// Largest frame a reader accepts, in bytes. Frames are small (a stack of 256 frames is about
 /// 2 KiB); anything larger is corruption.
 pub const MAX_FRAME: u32 = 16 << 20;
+/// Frames up to this length (all that the shim writes in practice) are read into a buffer
+/// sized in advance; longer ones as their bytes arrive.
+const SMALL_FRAME: u32 = 64 << 10;
 /// The stack id that means "no backtrace was recorded" (backtraces switched off).
 pub const NO_STACK: u32 = u32::MAX;
 
@@ -792,9 +795,22 @@ impl<Rd: Read> Decoder<Rd> {
             if len == 0 || len > MAX_FRAME {
                 return Err(WireError::BadLength(len));
             }
-            self.buf.resize(len as usize, 0);
-            if !read_full(&mut self.inner, &mut self.buf)? {
-                return Err(WireError::Truncated);
+            if len <= SMALL_FRAME {
+                self.buf.resize(len as usize, 0);
+                if !read_full(&mut self.inner, &mut self.buf)? {
+                    return Err(WireError::Truncated);
+                }
+            } else {
+                // Read as it arrives: a corrupt length in a short stream then costs only the
+                // bytes that are there, not a buffer of up to MAX_FRAME zeroed in advance.
+                self.buf.clear();
+                let got = (&mut self.inner)
+                    .take(u64::from(len))
+                    .read_to_end(&mut self.buf)
+                    .map_err(WireError::Io)?;
+                if got < len as usize {
+                    return Err(WireError::Truncated);
+                }
             }
             if let Some(ev) = decode_body(&self.buf)? {
                 return Ok(Some(ev));
