@@ -3,7 +3,7 @@
 //!
 //! The signal handler only touches atomics: it records the current sequence number as the
 //! snapshot's boundary and bumps a request counter that the writer thread polls. Requests that
-//! arrive faster than the writer polls (every 0.5 to 20 ms) are coalesced into one snapshot whose boundary
+//! arrive faster than the writer polls (every 0.5 to 5 ms) are coalesced into one snapshot whose boundary
 //! is the latest signal's.
 
 use std::cell::UnsafeCell;

@@ -29,7 +29,7 @@ const FLUSH_BYTES: usize = 64 * 1024;
 /// The writer's sleep when the channel is empty: doubling from IDLE_MIN to IDLE_MAX while
 /// nothing arrives. It bounds the delay of an event, a snapshot request and the exit handshake.
 const IDLE_MIN: Duration = Duration::from_micros(500);
-const IDLE_MAX: Duration = Duration::from_millis(20);
+const IDLE_MAX: Duration = Duration::from_millis(5);
 
 /// Our end of the socket to the collector; -1 if none. Closed in a forked child.
 static SOCKET_FD: AtomicI32 = AtomicI32::new(-1);
