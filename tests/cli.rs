@@ -108,7 +108,7 @@ fn report_formats_folded_svg_perfetto() {
     let counters: Vec<_> = events.iter().filter(|e| e["ph"] == "C").collect();
     assert!(!counters.is_empty());
     // The per-kind track ends at the report's live bytes.
-    let per_kind = counters.iter().filter(|e| e["name"] == "live bytes").last().unwrap();
+    let per_kind = counters.iter().rfind(|e| e["name"] == "live bytes").unwrap();
     assert_eq!(per_kind["args"]["device"].as_u64(), Some(232 * MIB), "{per_kind}");
     assert_eq!(per_kind["args"]["managed"].as_u64(), Some(0), "{per_kind}");
 }

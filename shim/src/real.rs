@@ -387,7 +387,7 @@ pub fn for_each_module(mut f: impl FnMut(&ModuleInfo)) {
                 ranges.push((s, s + ph.p_memsz as usize));
             }
         }
-        f(&ModuleInfo { path, bias: info.dlpi_addr as u64, ranges });
+        f(&ModuleInfo { path, bias: info.dlpi_addr, ranges });
     };
     let mut dynf: &mut dyn FnMut(&libc::dl_phdr_info) = &mut each;
     // SAFETY: the callback only reads the loader's data for the duration of each call.

@@ -264,7 +264,7 @@ pub fn capture(out: &mut [u64]) -> usize {
         // `a` comes from registers and stack slots of frames that may have no frame pointer:
         // any value, up to u64::MAX, so the end is computed without overflow (an overflow
         // panics in debug builds and, wrapped, would pass the check in release builds).
-        let inside = a % 8 == 0 && a >= lo && a.checked_add(8).is_some_and(|end| end <= top);
+        let inside = a.is_multiple_of(8) && a >= lo && a.checked_add(8).is_some_and(|end| end <= top);
         // SAFETY: `a` is 8-aligned and within [lo, top), the live part of this thread's stack.
         inside.then(|| unsafe { (a as *const u64).read() })
     };
