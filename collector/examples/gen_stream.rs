@@ -168,7 +168,7 @@ fn run(a: &Args) -> io::Result<()> {
             );
         } else {
             allocs += 1;
-            let leak = allocs % a.leak_every == 0;
+            let leak = allocs.is_multiple_of(a.leak_every);
             let r = rng.next();
             let stack = if leak {
                 0

@@ -191,7 +191,7 @@ impl Series {
     /// Records that live bytes became `live_bytes` at `ts_ns`. Timestamps that go backwards
     /// (events of different threads) are clamped to the last point's, so points stay sorted.
     pub fn record(&mut self, ts_ns: u64, live_bytes: u64) {
-        if self.changes % self.stride == 0 {
+        if self.changes.is_multiple_of(self.stride) {
             if self.points.len() >= SERIES_MAX {
                 let mut i = 0;
                 self.points.retain(|_| {

@@ -142,7 +142,7 @@ impl Symbolizer {
         self.modules.push(m);
         // Addresses that were in no module may be in this one.
         self.cache
-            .retain(|_, frames| frames.first().map_or(true, |f| !f.module.is_empty()));
+            .retain(|_, frames| frames.first().is_none_or(|f| !f.module.is_empty()));
     }
 
     /// One line per module that could not be read, for the report's notes.

@@ -48,7 +48,7 @@ impl Timeline {
     /// Records the gauges after one change of the live set at `ts_ns`. Cheap when the change
     /// is not sampled. Timestamps that go backwards are clamped, so points stay sorted.
     pub fn record(&mut self, ts_ns: u64, kinds: &[Gauge; 3], devices: &BTreeMap<i32, Gauge>) {
-        let take = self.changes % self.stride == 0;
+        let take = self.changes.is_multiple_of(self.stride);
         self.changes += 1;
         if !take {
             return;
