@@ -1223,3 +1223,62 @@ fn report_rejects_malformed_json_in_one_line_and_never_panics() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Found by the adversarial review of 2026-11-30
+
+/// A fork while other threads start the shim (module scans hold the loader's write lock,
+/// which glibc does not reset in the child) must not leave the child hung. The race hit 7 of
+/// 40 runs before the fix; 10 runs here.
+#[test]
+fn fork_while_threads_start_the_shim_never_hangs_the_child() {
+    for i in 0..10 {
+        let t = Target::new("target_dynamic", &format!("fork-start-{i}")).args(&["fork-start"]);
+        let d = run_bounded(&t);
+        assert!(d.status.success(), "run {i}{d}");
+        assert!(d.stdout.iter().any(|l| l == "bad children 0"), "run {i}{d}");
+    }
+}
+
+/// `pthread_cancel` of a thread in its first allocations: the program behaves as without the
+/// shim (the thread is cancelled, the program goes on).
+#[test]
+fn pthread_cancel_of_an_allocating_thread_is_harmless() {
+    for us in ["0", "50", "1000"] {
+        let t = Target::new("target_dynamic", &format!("cancel-{us}")).args(&["cancel", us]);
+        let d = run_bounded(&t);
+        assert!(d.status.success(), "cancel after {us} µs{d}");
+        assert_eq!(d.stdout, ["cancelled 1", "ok"], "{d}");
+    }
+}
+
+/// A program that closes every descriptor (as daemons do) and reuses the numbers: the shim
+/// never writes to, shuts down or closes the program's new descriptors; it stops recording
+/// with one line.
+#[test]
+fn descriptors_closed_and_reused_by_the_program_are_left_alone() {
+    let t = Target::new("target_dynamic", "close-fds");
+    let prefix = t.dir.path().join("program-file");
+    let t = t.args(&["close-fds", prefix.to_str().unwrap()]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert!(d.stdout.iter().any(|l| l == "failed writes 0"), "{d}");
+    for i in 0..8 {
+        let f = format!("{}.{i}", prefix.display());
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "data\n", "{f} holds only the program's own write{d}");
+    }
+}
+
+/// `_exit`, `_Exit` and `quick_exit` run no atexit handler; the shim still ends the stream
+/// cleanly, so nothing recorded is lost and the reason is `exit`.
+#[test]
+fn quick_ends_keep_every_event() {
+    for how in ["_exit", "_Exit", "quick_exit"] {
+        let t = Target::new("target_dynamic", &format!("quick-{how}")).args(&["quick-end", how]);
+        let d = run_bounded(&t);
+        assert_eq!(d.status.code(), Some(5), "{how}{d}");
+        let r = report_at(&t.dir.path().join(format!("gpushim-{}.json", live_pid(&d))), &d);
+        assert_eq!(total(&r, "alloc_count"), 100, "{how}{d}");
+        assert_eq!(r["reason"], "exit", "{how}{d}");
+    }
+}

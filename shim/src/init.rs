@@ -44,7 +44,7 @@ extern "C" fn constructor() {
         quiet_panics();
         real::init_real_dlsym();
         // SAFETY: registering a plain function as the child handler.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
         if let Some(sig) = snapshot_signal() {
             install(sig);
         }
@@ -118,9 +118,20 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
     }
 }
 
+/// No shim thread may be inside `dl_iterate_phdr` when the process forks (see
+/// `real::PHDR_OWNER`): wait for any that is, and keep others out until the fork is done.
+extern "C" fn before_fork() {
+    real::phdr_lock();
+}
+
+extern "C" fn after_fork_in_parent() {
+    real::phdr_unlock();
+}
+
 /// In a forked child only the forking thread exists: forget the parent's writer, channel,
 /// socket and counters; the child starts its own collector at its first event.
 extern "C" fn after_fork_in_child() {
+    real::phdr_reset();
     writer::close_after_fork();
     record::reset_after_fork();
     SNAP_REQUESTS.store(0, Relaxed);

@@ -357,6 +357,61 @@ pub struct ModuleInfo {
     pub ranges: Vec<(usize, usize)>,
 }
 
+/// Thread id of the shim thread inside `dl_iterate_phdr` (0: none); a forking thread holds it from the
+/// fork's prepare handler to its end (init.rs). glibc does not reset the loader's write lock
+/// (`_dl_load_write_lock`, which `dl_iterate_phdr` takes) in a forked child: had one of our
+/// threads been inside it at the fork, the child's first module scan would wait forever (seen
+/// with 8 threads starting to allocate while the main thread forked: 7 hangs in 40 runs).
+static PHDR_OWNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Times the owner has taken it (it is reentrant, as the loader's own lock is: a scan's
+/// callback may scan again). Touched by the owner only.
+static PHDR_DEPTH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn this_thread() -> u64 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u64 }
+}
+
+/// Takes the lock, spinning while another thread holds it (for the length of one module scan).
+pub fn phdr_lock() {
+    let me = this_thread();
+    if PHDR_OWNER.load(std::sync::atomic::Ordering::Acquire) == me {
+        PHDR_DEPTH.fetch_add(1, Relaxed);
+        return;
+    }
+    while PHDR_OWNER.compare_exchange_weak(0, me, std::sync::atomic::Ordering::Acquire, Relaxed).is_err() {
+        std::thread::yield_now();
+    }
+    PHDR_DEPTH.store(1, Relaxed);
+}
+
+/// Releases one hold of the lock.
+pub fn phdr_unlock() {
+    if PHDR_DEPTH.fetch_sub(1, Relaxed) == 1 {
+        PHDR_OWNER.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// In a forked child: only the forking thread exists, and it held the lock (prepare handler).
+pub fn phdr_reset() {
+    PHDR_DEPTH.store(0, Relaxed);
+    PHDR_OWNER.store(0, std::sync::atomic::Ordering::Release);
+}
+
+/// `dl_iterate_phdr` under [`PHDR_OWNER`]; every call the shim makes goes through here.
+///
+/// # Safety
+/// As `dl_iterate_phdr`: `cb` must be a valid callback for `data`.
+pub unsafe fn iterate_phdr(
+    cb: unsafe extern "C" fn(*mut libc::dl_phdr_info, usize, *mut c_void) -> c_int,
+    data: *mut c_void,
+) {
+    phdr_lock();
+    // SAFETY: the caller's contract.
+    unsafe { libc::dl_iterate_phdr(Some(cb), data) };
+    phdr_unlock();
+}
+
 /// Calls `f` for every loaded object (takes the loader's lock while it runs: never call it
 /// from a signal handler).
 pub fn for_each_module(mut f: impl FnMut(&ModuleInfo)) {
@@ -391,5 +446,5 @@ pub fn for_each_module(mut f: impl FnMut(&ModuleInfo)) {
     };
     let mut dynf: &mut dyn FnMut(&libc::dl_phdr_info) = &mut each;
     // SAFETY: the callback only reads the loader's data for the duration of each call.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut dynf as *mut _ as *mut c_void) };
+    unsafe { iterate_phdr(cb, &mut dynf as *mut _ as *mut c_void) };
 }

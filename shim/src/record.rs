@@ -38,6 +38,12 @@ pub static FAST_UNWIND: AtomicBool = AtomicBool::new(true);
 /// Most frames kept per backtrace (`GPUSHIM_MAX_FRAMES`, 1 to 256, default 64).
 pub static MAX_FRAMES: AtomicUsize = AtomicUsize::new(64);
 
+/// Set by the writer once a [`Msg::QuickExit`] is flushed.
+pub static QUICK_EXIT_DONE: AtomicBool = AtomicBool::new(false);
+/// The process that started tracing (0 before); a vfork or fork child that calls `_exit`
+/// is not it.
+pub static TRACED_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
 /// Device ordinal placeholder: ask the driver for the current context's device.
 pub const DEV_CURRENT: i32 = i32::MIN;
 
@@ -63,6 +69,9 @@ pub enum Msg {
     Failed { seq: u64, ts_ns: u64, size: u64, kind: Kind, api: Api, device: i32, tid: u32, frames: Box<[u64]>, py: PyFrames, result: i32, mem: Option<(u64, u64)> },
     /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then answer on `done`.
     Exit { ts_ns: u64, done: Sender<()> },
+    /// `_exit`, `_Exit` or `quick_exit` (no atexit handlers run): send `Exit`, flush, then set
+    /// [`QUICK_EXIT_DONE`]. Nothing allocates on the exiting thread's side.
+    QuickExit { ts_ns: u64 },
 }
 
 /// Proof that this thread is inside the outermost intercepted call; dropping it leaves.
@@ -122,6 +131,8 @@ pub fn reset_after_fork() {
     CHANNEL.store(std::ptr::null_mut(), Release);
     crate::python::reset_after_fork();
     SEQ.store(0, Relaxed);
+    TRACED_PID.store(0, Relaxed);
+    QUICK_EXIT_DONE.store(false, Relaxed);
     let st = STATE.load(Relaxed);
     if st != DISABLED {
         STATE.store(UNINIT, Release);
@@ -201,7 +212,32 @@ fn capture() -> Box<[u64]> {
 }
 
 fn guarded(f: impl FnOnce()) {
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    no_cancel(|| {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    });
+}
+
+/// Runs `f` with this thread's cancellation disabled. The shim's own work has cancellation
+/// points (starting the collector closes descriptors, the writer's exit handshake reads): a
+/// `pthread_cancel` acted on there would unwind through Rust frames that cannot be unwound by
+/// a foreign (forced) unwind, and glibc aborts the whole process (seen: SIGABRT when a thread
+/// was cancelled during its first allocations). A pending cancel is acted on at the program's
+/// next cancellation point instead.
+fn no_cancel<T>(f: impl FnOnce() -> T) -> T {
+    extern "C" {
+        /// POSIX; not in the libc crate.
+        fn pthread_setcancelstate(state: libc::c_int, oldstate: *mut libc::c_int) -> libc::c_int;
+    }
+    /// `PTHREAD_CANCEL_DISABLE` in glibc's pthread.h (`enum { PTHREAD_CANCEL_ENABLE,
+    /// PTHREAD_CANCEL_DISABLE }`).
+    const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
+    let mut old: libc::c_int = 0;
+    // SAFETY: pthread_setcancelstate only sets this thread's state and writes the old one.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+    let r = f();
+    // SAFETY: as above; restores the caller's state.
+    unsafe { pthread_setcancelstate(old, &mut old) };
+    r
 }
 
 /// Records the outcome of an allocation call: a live allocation if `result` is 0 and `addr` is
@@ -242,12 +278,14 @@ pub fn free_begin(addr: u64) -> Option<FreeTicket> {
     if addr == 0 {
         return None;
     }
-    std::panic::catch_unwind(|| {
-        let tx = sender()?;
-        Some(FreeTicket { tx, seq: SEQ.fetch_add(1, AcqRel) })
+    no_cancel(|| {
+        std::panic::catch_unwind(|| {
+            let tx = sender()?;
+            Some(FreeTicket { tx, seq: SEQ.fetch_add(1, AcqRel) })
+        })
+        .ok()
+        .flatten()
     })
-    .ok()
-    .flatten()
 }
 
 /// Records the free whose ticket was taken, with the real call's result.
@@ -257,6 +295,29 @@ pub fn free_end(t: Option<FreeTicket>, api: Api, addr: u64, stream: u64, result:
         let msg = Msg::Free { seq: t.seq, ts_ns: now_ns(), addr, api, stream, tid: tid(), result };
         send(t.tx, msg);
     });
+}
+
+/// The exit path of `_exit`/`_Exit`/`quick_exit`, which may be called from a signal handler
+/// (crash handlers do): only a non-blocking send of a small message and a bounded wait on an
+/// atomic, no allocation and no lock; and only in the process that started tracing (a vfork
+/// child shares our memory but is not that process).
+pub fn quick_finish(timeout: std::time::Duration) {
+    // SAFETY: getpid has no arguments and cannot fail.
+    let me = unsafe { libc::syscall(libc::SYS_getpid) } as i32;
+    if STATE.load(Acquire) != ENABLED || TRACED_PID.load(Acquire) != me {
+        return;
+    }
+    // SAFETY: see `sender`.
+    let Some(tx) = (unsafe { CHANNEL.load(Acquire).as_ref() }) else { return };
+    if tx.try_send(Msg::QuickExit { ts_ns: now_ns() }).is_err() {
+        return;
+    }
+    STATE.store(FINISHED, Release);
+    let deadline = now_ns().saturating_add(timeout.as_nanos() as u64);
+    while !QUICK_EXIT_DONE.load(Acquire) && now_ns() < deadline {
+        // SAFETY: sched_yield has no arguments; async-signal-safe.
+        unsafe { libc::sched_yield() };
+    }
 }
 
 /// The exit path: asks the writer to send `Exit`, flush and close, and waits for it (bounded

@@ -8,10 +8,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, CStr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
@@ -33,6 +33,21 @@ const IDLE_MAX: Duration = Duration::from_millis(5);
 
 /// Our end of the socket to the collector; -1 if none. Closed in a forked child.
 static SOCKET_FD: AtomicI32 = AtomicI32::new(-1);
+/// Identity of that socket (`st_dev`, `st_ino`): a program may close every descriptor and
+/// reuse the number (daemons do); the shim then must not write to, shut down or close what is
+/// now the program's.
+static SOCKET_ID: (AtomicU64, AtomicU64) = (AtomicU64::new(0), AtomicU64::new(0));
+
+fn identity(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: fstat writes into `st` only; any fd value is accepted.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// True if and only if `fd` is still the socket the shim opened.
+fn still_ours(fd: RawFd) -> bool {
+    fd >= 0 && identity(fd) == Some((SOCKET_ID.0.load(Acquire), SOCKET_ID.1.load(Acquire)))
+}
 static ATEXIT_REGISTERED: AtomicBool = AtomicBool::new(false);
 
 /// Settings read from the environment when tracing starts.
@@ -141,7 +156,14 @@ pub fn start() -> Option<Sender<Msg>> {
             return None;
         }
     };
-    SOCKET_FD.store(ours.as_raw_fd(), Release);
+    // From here the socket is handled by number only, checked against its identity before
+    // each use, and closed only while it is still ours.
+    let ours = ours.into_raw_fd();
+    if let Some((dev, ino)) = identity(ours) {
+        SOCKET_ID.0.store(dev, Release);
+        SOCKET_ID.1.store(ino, Release);
+    }
+    SOCKET_FD.store(ours, Release);
     // The header, Hello and module map go out before the first event is queued, so that the
     // collector knows who and where even if the program is killed a moment later.
     let mut w = Writer::new(ours, child);
@@ -156,30 +178,56 @@ pub fn start() -> Option<Sender<Msg>> {
         eprintln!("gpushim: cannot start the writer thread: {e}; recording is off");
         return None;
     }
+    match env("GPUSHIM_EXIT_TIMEOUT").map(|v| v.parse::<u64>()) {
+        Some(Ok(s)) => EXIT_TIMEOUT_S.store(s, Relaxed),
+        Some(Err(_)) => eprintln!("gpushim: GPUSHIM_EXIT_TIMEOUT is not a number of seconds; using 60"),
+        None => {}
+    }
+    // SAFETY: getpid cannot fail.
+    record::TRACED_PID.store(unsafe { libc::getpid() }, Release);
     if !ATEXIT_REGISTERED.swap(true, AcqRel) {
-        // SAFETY: registering a plain extern "C" function with no arguments.
-        unsafe { libc::atexit(at_exit) };
+        extern "C" {
+            /// C11 / glibc; not in the libc crate.
+            fn at_quick_exit(f: extern "C" fn()) -> libc::c_int;
+        }
+        // SAFETY: registering plain extern "C" functions with no arguments.
+        unsafe {
+            libc::atexit(at_exit);
+            at_quick_exit(at_quick);
+        }
     }
     Some(tx)
 }
 
+extern "C" fn at_quick() {
+    record::quick_finish(exit_timeout());
+}
+
+/// `GPUSHIM_EXIT_TIMEOUT`, seconds, read when tracing starts (the exit paths may run in a
+/// signal handler, where the environment must not be read).
+static EXIT_TIMEOUT_S: AtomicU64 = AtomicU64::new(60);
+
+/// The longest the exit path waits for the collector (default 60 s).
+pub fn exit_timeout() -> Duration {
+    Duration::from_secs(EXIT_TIMEOUT_S.load(Relaxed))
+}
+
 extern "C" fn at_exit() {
-    let secs = env("GPUSHIM_EXIT_TIMEOUT").and_then(|v| v.parse::<u64>().ok()).unwrap_or(60);
-    record::finish(Duration::from_secs(secs));
+    record::finish(exit_timeout());
 }
 
 /// Closes the inherited socket in a forked child, so the parent's collector still sees the end
 /// of the parent's stream.
 pub fn close_after_fork() {
     let fd = SOCKET_FD.swap(-1, AcqRel);
-    if fd >= 0 {
+    if still_ours(fd) {
         // SAFETY: the fd is this process's copy of our socket; no thread of the child uses it.
         unsafe { libc::close(fd) };
     }
 }
 
 struct Writer {
-    sock: OwnedFd,
+    sock: RawFd,
     child: Child,
     buf: Vec<u8>,
     /// Stack ids by native and Python frames together (see the wire crate's docs).
@@ -196,7 +244,7 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(sock: OwnedFd, child: Child) -> Writer {
+    fn new(sock: RawFd, child: Child) -> Writer {
         Writer {
             sock,
             child,
@@ -255,6 +303,12 @@ impl Writer {
                     let _ = done.send(());
                     return;
                 }
+                Ok(Msg::QuickExit { ts_ns }) => {
+                    self.push(&Event::Exit(wire::Exit { ts_ns }));
+                    self.flush();
+                    record::QUICK_EXIT_DONE.store(true, Release);
+                    return;
+                }
                 Ok(msg) => {
                     idle = IDLE_MIN;
                     self.handle(msg);
@@ -306,7 +360,7 @@ impl Writer {
                 let stack = self.stack_id(frames, py);
                 self.push(&Event::Failed(wire::Failed { seq, ts_ns, size, kind, api, device, tid, stack, result }));
             }
-            Msg::Exit { .. } => unreachable!("handled in run"),
+            Msg::Exit { .. } | Msg::QuickExit { .. } => {} // handled in run
         }
     }
 
@@ -388,12 +442,21 @@ impl Writer {
     /// Writes the buffer out. False (after one line on stderr, and with recording switched
     /// off) if the collector has gone away.
     fn flush(&mut self) -> bool {
+        if !self.buf.is_empty() && !still_ours(self.sock) {
+            STATE.store(DISABLED, Release);
+            eprintln!(
+                "gpushim: the program closed or reused the collector's socket (fd {}); recording stopped after {} events",
+                self.sock, self.events
+            );
+            self.sock = -1;
+            return false;
+        }
         let mut off = 0;
         while off < self.buf.len() {
             let rest = &self.buf[off..];
             // SAFETY: writing from a valid buffer to our socket; MSG_NOSIGNAL turns a closed peer
             // into EPIPE instead of SIGPIPE.
-            let n = unsafe { libc::send(self.sock.as_raw_fd(), rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
+            let n = unsafe { libc::send(self.sock, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
             if n < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() == std::io::ErrorKind::Interrupted {
@@ -417,7 +480,10 @@ impl Writer {
     /// stream to its end; if the socket closes without one, the collector died or is not
     /// `gpushim` (one line on stderr says so).
     fn close_and_wait(&mut self) {
-        let fd: RawFd = self.sock.as_raw_fd();
+        let fd: RawFd = self.sock;
+        if !still_ours(fd) {
+            return;
+        }
         // SAFETY: shutting down the write side of our own socket.
         unsafe { libc::shutdown(fd, libc::SHUT_WR) };
         let mut b = [0u8; 64];
@@ -441,6 +507,16 @@ impl Writer {
             );
         }
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Writer {
+    /// Closes the socket if, and only if, it is still ours.
+    fn drop(&mut self) {
+        if still_ours(self.sock) && SOCKET_FD.compare_exchange(self.sock, -1, AcqRel, Acquire).is_ok() {
+            // SAFETY: the descriptor is the socket this writer opened (same device and inode).
+            unsafe { libc::close(self.sock) };
+        }
     }
 }
 

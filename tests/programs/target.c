@@ -13,6 +13,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <link.h>
 #include <pthread.h>
@@ -866,6 +867,121 @@ static void usage(void)
                     "dlreload | odd-rbp | stuck-exit\n");
 }
 
+/* ---- Found by the adversarial review of 2026-11-30 ------------------------------------ */
+
+static void *forkstart_worker(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 2000; i++) {
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 4096));
+        check("cudaFree", cudaFree(p));
+    }
+    return NULL;
+}
+
+/* fork-start: 8 threads start allocating (the shim starts up: module scans) while the main
+ * thread forks 3 children at once; each child allocates and exit(5)s. A child that hangs is a
+ * failure the test sees as a timeout. */
+static int scenario_fork_start(void)
+{
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++)
+        pthread_create(&t[i], NULL, forkstart_worker, NULL);
+    int bad = 0;
+    for (int k = 0; k < 3; k++) {
+        pid_t c = fork();
+        if (c == 0) {
+            void *p;
+            cudaMalloc(&p, 123);
+            exit(5);
+        }
+        int st;
+        waitpid(c, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 5)
+            bad++;
+    }
+    for (int i = 0; i < 8; i++)
+        pthread_join(t[i], NULL);
+    printf("bad children %d\n", bad);
+    return bad ? 1 : 0;
+}
+
+static void *cancel_worker(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        void *p;
+        if (cudaMalloc(&p, 4096) != cudaSuccess)
+            abort();
+        cudaFree(p);
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
+/* cancel US: a thread allocating in a loop (its first allocation starts the shim) is
+ * cancelled after US microseconds; then main allocates once more. */
+static int scenario_cancel(int argc, char **argv)
+{
+    int us = argc > 2 ? atoi(argv[2]) : 0;
+    pthread_t t;
+    pthread_create(&t, NULL, cancel_worker, NULL);
+    if (us > 0)
+        usleep(us);
+    pthread_cancel(t);
+    void *r;
+    pthread_join(t, &r);
+    void *p;
+    check("cudaMalloc", cudaMalloc(&p, 77));
+    printf("cancelled %d\n", r == PTHREAD_CANCELED);
+    return 0;
+}
+
+/* close-fds PREFIX: allocate, close every descriptor from 3 up (as daemons do), open eight
+ * files PREFIX.0 .. PREFIX.7 (they take the lowest free numbers, the shim's old socket's among
+ * them), allocate 200 more times, then write one line to each file: every write must succeed. */
+static int scenario_close_fds(int argc, char **argv)
+{
+    if (argc < 3)
+        return 2;
+    void *p;
+    check("cudaMalloc", cudaMalloc(&p, MiB));
+    for (int fd = 3; fd < 1024; fd++)
+        close(fd);
+    int f[8];
+    for (int i = 0; i < 8; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.%d", argv[2], i);
+        f[i] = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    }
+    for (int i = 0; i < 200; i++)
+        check("cudaMalloc", cudaMalloc(&p, 4096));
+    int bad = 0;
+    for (int i = 0; i < 8; i++)
+        if (write(f[i], "data\n", 5) != 5)
+            bad++;
+    printf("failed writes %d\n", bad);
+    return bad ? 1 : 0;
+}
+
+/* quick-end HOW: 100 allocations of 1 MiB, then end with _exit(5), _Exit(5) or
+ * quick_exit(5): no atexit handler runs. */
+static int scenario_quick_end(int argc, char **argv)
+{
+    const char *how = argc > 2 ? argv[2] : "_exit";
+    void *p;
+    for (int i = 0; i < 100; i++)
+        check("cudaMalloc", cudaMalloc(&p, MiB));
+    printf("ok\n");
+    fflush(stdout);
+    if (strcmp(how, "_Exit") == 0)
+        _Exit(5);
+    if (strcmp(how, "quick_exit") == 0)
+        quick_exit(5);
+    _exit(5);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -917,6 +1033,14 @@ int main(int argc, char **argv)
         rc = scenario_dlreload();
     } else if (strcmp(s, "odd-rbp") == 0) {
         rc = scenario_odd_rbp();
+    } else if (strcmp(s, "fork-start") == 0) {
+        rc = scenario_fork_start();
+    } else if (strcmp(s, "cancel") == 0) {
+        rc = scenario_cancel(argc, argv);
+    } else if (strcmp(s, "close-fds") == 0) {
+        rc = scenario_close_fds(argc, argv);
+    } else if (strcmp(s, "quick-end") == 0) {
+        rc = scenario_quick_end(argc, argv);
     } else {
         usage();
         return 2;
