@@ -316,8 +316,13 @@ pub fn first_user_frame(site: &Site) -> Option<&Frame> {
 }
 
 /// A frame for a person: `function (file:line)`, `function (module+0xoffset)`,
-/// `module+0xoffset`, or the bare address.
+/// `module+0xoffset`, or the bare address. Control characters (names come from the traced
+/// program's files: an escape sequence could drive the terminal) are shown as `?`.
 pub fn frame_label(f: &Frame) -> String {
+    frame_label_raw(f).chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+fn frame_label_raw(f: &Frame) -> String {
     let place = match (&f.file, f.line) {
         (Some(file), Some(line)) => Some(format!("{}:{line}", short_path(file))),
         (Some(file), None) => Some(short_path(file).to_string()),
@@ -578,6 +583,8 @@ pub(crate) mod tests {
         f.module.clear();
         f.offset = None;
         assert_eq!(frame_label(&f), "0x401234");
+        f.function = "evil\x1b]0;title\x07name".into();
+        assert_eq!(frame_label(&f), "evil?]0;title?name (0x401234)");
         assert_eq!(
             shell_words(&["python".into(), "a b.py".into()]),
             "python 'a b.py'"

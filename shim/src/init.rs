@@ -14,6 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use crate::record::{self, DISABLED, FINISHED, SEQ, STATE};
 use crate::{real, writer};
 
+/// `GPUSHIM_SIGNAL` held a value that is not USR1, USR2 or none (USR1 is used).
+pub static BAD_SIGNAL_SETTING: AtomicBool = AtomicBool::new(false);
+
 /// Snapshot requests received (by the signal handler) since tracing started in this process.
 pub static SNAP_REQUESTS: AtomicU64 = AtomicU64::new(0);
 /// Sequence number at the latest request: the snapshot holds the events before it.
@@ -70,8 +73,10 @@ fn snapshot_signal() -> Option<c_int> {
         None | Some("") | Some("USR1") | Some("SIGUSR1") => Some(libc::SIGUSR1),
         Some("USR2") | Some("SIGUSR2") => Some(libc::SIGUSR2),
         Some("NONE") => None,
-        Some(other) => {
-            eprintln!("gpushim: GPUSHIM_SIGNAL={other} is not USR1, USR2 or none; using USR1");
+        Some(_) => {
+            // Said when tracing starts (writer::start), not here: a process that never
+            // allocates CUDA memory must print nothing.
+            BAD_SIGNAL_SETTING.store(true, Relaxed);
             Some(libc::SIGUSR1)
         }
     }

@@ -178,6 +178,12 @@ pub fn start() -> Option<Sender<Msg>> {
         eprintln!("gpushim: cannot start the writer thread: {e}; recording is off");
         return None;
     }
+    if crate::init::BAD_SIGNAL_SETTING.load(Relaxed) {
+        eprintln!(
+            "gpushim: GPUSHIM_SIGNAL={} is not USR1, USR2 or none; snapshots use USR1",
+            env("GPUSHIM_SIGNAL").unwrap_or_default()
+        );
+    }
     match env("GPUSHIM_EXIT_TIMEOUT").map(|v| v.parse::<u64>()) {
         Some(Ok(s)) => EXIT_TIMEOUT_S.store(s, Relaxed),
         Some(Err(_)) => eprintln!("gpushim: GPUSHIM_EXIT_TIMEOUT is not a number of seconds; using 60"),
