@@ -92,7 +92,6 @@ enum Model {
 struct Layout {
     /// `PY_VERSION_HEX`.
     version: u32,
-    model: Model,
     linetable_format: LineTableFormat,
     /// `PyGILState_GetThisThreadState`.
     get_tstate: unsafe extern "C" fn() -> *mut c_void,
@@ -105,11 +104,19 @@ struct Layout {
     ob_size: usize,
     /// `PyBytesObject.ob_sval`.
     bytes_sval: usize,
-    /// `PyASCIIObject.length`, `.state`, `sizeof(PyASCIIObject)`, `sizeof(PyCompactUnicodeObject)`.
+    /// `PyASCIIObject.length` and `.state`.
     str_length: usize,
     str_state: usize,
-    ascii_data: usize,
-    compact_data: usize,
+    /// `FRAME_OWNED_BY_CSTACK`.
+    owned_by_cstack: u8,
+    /// Offsets from the version's headers, or from 3.13's `_Py_DebugOffsets`.
+    off: Table,
+}
+
+/// The offsets of one version known from its headers (everything but the symbol addresses).
+#[derive(Clone, Copy, Debug)]
+struct Table {
+    model: Model,
     /// 3.10 `PyThreadState.frame`; 3.11/3.12 `PyThreadState.cframe`; 3.13
     /// `PyThreadState.current_frame`.
     ts_frame: usize,
@@ -125,8 +132,6 @@ struct Layout {
     fr_owner: usize,
     /// `is_entry` (bool; 3.11).
     fr_is_entry: usize,
-    /// `FRAME_OWNED_BY_CSTACK`.
-    owned_by_cstack: u8,
     co_firstlineno: usize,
     co_filename: usize,
     /// `co_qualname` (3.11+) or `co_name` (3.10).
@@ -134,23 +139,7 @@ struct Layout {
     co_linetable: usize,
     /// 3.11+: `co_code_adaptive` (the bytecode, inline in the code object).
     co_code_adaptive: usize,
-}
-
-/// The offsets of one version known from its headers (everything but the symbol addresses).
-struct Table {
-    model: Model,
-    ts_frame: usize,
-    cframe_current: usize,
-    fr_code: usize,
-    fr_previous: usize,
-    fr_instr: usize,
-    fr_owner: usize,
-    fr_is_entry: usize,
-    co_firstlineno: usize,
-    co_filename: usize,
-    co_name: usize,
-    co_linetable: usize,
-    co_code_adaptive: usize,
+    /// `sizeof(PyASCIIObject)` and `sizeof(PyCompactUnicodeObject)`: where string data starts.
     ascii_data: usize,
     compact_data: usize,
 }
@@ -331,17 +320,17 @@ unsafe fn walk(l: &Layout, ts: usize, out: &mut [Raw; MAX_PY_FRAMES]) -> Option<
     // references to; each pointer is checked (`plausible`, `has_type`) before it is followed.
     unsafe {
         let mut n = 0usize;
-        let mut frame: usize = match l.model {
-            Model::Py310 | Model::Py313 => rd(ts + l.ts_frame),
+        let mut frame: usize = match l.off.model {
+            Model::Py310 | Model::Py313 => rd(ts + l.off.ts_frame),
             Model::Py311 | Model::Py312 => {
-                let cframe: usize = rd(ts + l.ts_frame);
+                let cframe: usize = rd(ts + l.off.ts_frame);
                 if cframe == 0 {
                     return Some(0);
                 }
                 if !plausible(cframe) {
                     return None;
                 }
-                rd(cframe + l.cframe_current)
+                rd(cframe + l.off.cframe_current)
             }
         };
         while frame != 0 {
@@ -351,16 +340,16 @@ unsafe fn walk(l: &Layout, ts: usize, out: &mut [Raw; MAX_PY_FRAMES]) -> Option<
             if n == MAX_PY_FRAMES {
                 break;
             }
-            match l.model {
+            match l.off.model {
                 Model::Py310 => {
                     if !has_type(frame, l.frame_type) {
                         return None;
                     }
-                    let code: usize = rd(frame + l.fr_code);
+                    let code: usize = rd(frame + l.off.fr_code);
                     if !has_type(code, l.code_type) {
                         return None;
                     }
-                    let lasti: i32 = rd(frame + l.fr_instr);
+                    let lasti: i32 = rd(frame + l.off.fr_instr);
                     // f_lasti counts 2-byte code units in 3.10 (PyFrame_GetLineNumber passes
                     // f_lasti * sizeof(_Py_CODEUNIT)).
                     let offset = if lasti < 0 { PY_NO_OFFSET } else { (lasti as u32).saturating_mul(2) };
@@ -368,20 +357,20 @@ unsafe fn walk(l: &Layout, ts: usize, out: &mut [Raw; MAX_PY_FRAMES]) -> Option<
                     n += 1;
                 }
                 Model::Py311 | Model::Py312 | Model::Py313 => {
-                    let owner: u8 = if l.model == Model::Py311 { 0 } else { rd(frame + l.fr_owner) };
-                    if owner == l.owned_by_cstack && l.model != Model::Py311 {
+                    let owner: u8 = if l.off.model == Model::Py311 { 0 } else { rd(frame + l.off.fr_owner) };
+                    if owner == l.owned_by_cstack && l.off.model != Model::Py311 {
                         // The shim frame of a native interpreter call: the frame above it is
                         // the outermost of that call.
                         if n > 0 {
                             out[n - 1].entry = true;
                         }
                     } else {
-                        let code: usize = rd(frame + l.fr_code);
+                        let code: usize = rd(frame + l.off.fr_code);
                         if !has_type(code, l.code_type) {
                             return None;
                         }
-                        let instr: usize = rd(frame + l.fr_instr);
-                        let start = code + l.co_code_adaptive;
+                        let instr: usize = rd(frame + l.off.fr_instr);
+                        let start = code + l.off.co_code_adaptive;
                         // Py_SIZE(code) is the number of code units (Include/cpython/code.h,
                         // _PyCode_NBYTES).
                         let units: isize = rd(code + l.ob_size);
@@ -393,13 +382,13 @@ unsafe fn walk(l: &Layout, ts: usize, out: &mut [Raw; MAX_PY_FRAMES]) -> Option<
                         } else {
                             return None;
                         };
-                        let entry = l.model == Model::Py311 && rd::<u8>(frame + l.fr_is_entry) != 0;
+                        let entry = l.off.model == Model::Py311 && rd::<u8>(frame + l.off.fr_is_entry) != 0;
                         out[n] = Raw { code, offset, entry };
                         n += 1;
                     }
                 }
             }
-            frame = rd(frame + l.fr_previous);
+            frame = rd(frame + l.off.fr_previous);
         }
         if n > 0 && frame == 0 {
             // The outermost frame of the thread is always the outermost of its native call.
@@ -522,10 +511,10 @@ unsafe fn check_of(l: &Layout, code: usize) -> [usize; 4] {
     // SAFETY: fields of a live code object.
     unsafe {
         [
-            rd::<i32>(code + l.co_firstlineno) as u32 as usize,
-            rd::<usize>(code + l.co_name),
-            rd::<usize>(code + l.co_filename),
-            rd::<usize>(code + l.co_linetable),
+            rd::<i32>(code + l.off.co_firstlineno) as u32 as usize,
+            rd::<usize>(code + l.off.co_name),
+            rd::<usize>(code + l.off.co_filename),
+            rd::<usize>(code + l.off.co_linetable),
         ]
     }
 }
@@ -564,10 +553,10 @@ unsafe fn copy_code(l: &Layout, code: usize) -> Option<CodeInfo> {
     // SAFETY: fields of a live code object; the strings and bytes it points to are immutable and
     // kept alive by it; each is type-checked before it is read.
     unsafe {
-        let filename = read_str(l, rd(code + l.co_filename))?;
-        let name = read_str(l, rd(code + l.co_name))?;
-        let firstlineno: i32 = rd(code + l.co_firstlineno);
-        let linetable = read_bytes(l, rd(code + l.co_linetable))?;
+        let filename = read_str(l, rd(code + l.off.co_filename))?;
+        let name = read_str(l, rd(code + l.off.co_name))?;
+        let firstlineno: i32 = rd(code + l.off.co_firstlineno);
+        let linetable = read_bytes(l, rd(code + l.off.co_linetable))?;
         Some(CodeInfo { filename, name, firstlineno, linetable })
     }
 }
@@ -589,7 +578,7 @@ unsafe fn read_str(l: &Layout, s: usize) -> Option<String> {
             return None;
         }
         let n = (len as usize).min(MAX_STR);
-        let data = s + if ascii { l.ascii_data } else { l.compact_data };
+        let data = s + if ascii { l.off.ascii_data } else { l.off.compact_data };
         let text = match kind {
             1 => {
                 let b = std::slice::from_raw_parts(data as *const u8, n);
@@ -766,7 +755,6 @@ fn detect() -> Result<Option<(Layout, Option<CodeRange>)>, u32> {
     let eval = symbol_range(sym.get(c"_PyEval_EvalFrameDefault"));
     let layout = Layout {
         version,
-        model: table.model,
         linetable_format: if table.model == Model::Py310 { LineTableFormat::Pep626 } else { LineTableFormat::Pep657 },
         // SAFETY: the exported `PyThreadState *PyGILState_GetThisThreadState(void)`.
         get_tstate: unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> *mut c_void>(get_tstate) },
@@ -778,21 +766,8 @@ fn detect() -> Result<Option<(Layout, Option<CodeRange>)>, u32> {
         bytes_sval: BYTES_SVAL,
         str_length: STR_LENGTH,
         str_state: STR_STATE,
-        ascii_data: table.ascii_data,
-        compact_data: table.compact_data,
-        ts_frame: table.ts_frame,
-        cframe_current: table.cframe_current,
-        fr_code: table.fr_code,
-        fr_previous: table.fr_previous,
-        fr_instr: table.fr_instr,
-        fr_owner: table.fr_owner,
-        fr_is_entry: table.fr_is_entry,
         owned_by_cstack: OWNED_BY_CSTACK,
-        co_firstlineno: table.co_firstlineno,
-        co_filename: table.co_filename,
-        co_name: table.co_name,
-        co_linetable: table.co_linetable,
-        co_code_adaptive: table.co_code_adaptive,
+        off: table,
     };
     Ok(Some((layout, eval)))
 }
