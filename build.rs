@@ -20,14 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Flags shared by every compile.
-const COMMON: &[&str] = &[
-    "-std=gnu11",
-    "-g",
-    "-O0",
-    "-fno-omit-frame-pointer",
-    "-Wall",
-    "-Wextra",
-];
+const COMMON: &[&str] = &["-std=gnu11", "-g", "-O0", "-fno-omit-frame-pointer", "-Wall", "-Wextra"];
 /// Extra flags for shared libraries and the static archive's object.
 const LIBRARY: &[&str] = &["-fPIC", "-fvisibility=hidden"];
 /// Extra flags for the test programs.
@@ -67,15 +60,12 @@ impl Ctx {
         let mut cmd = Command::new(&self.cc);
         cmd.args(COMMON).arg(self.include()).args(args).arg("-o").arg(&tmp);
         run(&mut cmd, name);
-        fs::rename(&tmp, self.out.join(name))
-            .unwrap_or_else(|e| panic!("renaming {} into place: {e}", tmp.display()));
+        fs::rename(&tmp, self.out.join(name)).unwrap_or_else(|e| panic!("renaming {} into place: {e}", tmp.display()));
     }
 }
 
 fn run(cmd: &mut Command, what: &str) {
-    let output = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("building {what}: cannot run {cmd:?}: {e}"));
+    let output = cmd.output().unwrap_or_else(|e| panic!("building {what}: cannot run {cmd:?}: {e}"));
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
         panic!(

@@ -40,7 +40,13 @@ fn rust_cudarc_example_through_dlsym() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| s["frames"].as_array().unwrap().iter().any(|f| f["function"].as_str().is_some_and(|n| n.contains("cache_batch"))))
+        .filter(|s| {
+            s["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["function"].as_str().is_some_and(|n| n.contains("cache_batch")))
+        })
         .collect();
     assert_eq!(cache.len(), 1, "{run}");
     assert_eq!(cache[0]["live_count"].as_u64(), Some(100), "{run}");

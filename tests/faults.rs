@@ -1,4 +1,4 @@
-//! Issue 7: the shim never harms the program it watches. Whatever goes wrong on gpushim's side
+//! The shim never harms the program it watches. Whatever goes wrong on gpushim's side
 //! (the collector killed, missing, stalled; the output directory unwritable; a file in the
 //! report's way; signal bursts, forks, threads, libraries unloaded), the program keeps its
 //! output and exit status, and what was collected is not lost where it can be kept. Each test
@@ -350,7 +350,8 @@ fn asleep_in(pid: i32, tid: i32, nr: libc::c_long) -> bool {
         .ok()
         .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(String::from)));
     let call = fs::read_to_string(format!("{base}/syscall")).ok();
-    state.as_deref() == Some("S") && call.and_then(|c| c.split_whitespace().next()?.parse::<libc::c_long>().ok()) == Some(nr)
+    state.as_deref() == Some("S")
+        && call.and_then(|c| c.split_whitespace().next()?.parse::<libc::c_long>().ok()) == Some(nr)
 }
 
 fn writer_thread(pid: i32) -> Option<i32> {
@@ -377,7 +378,8 @@ fn wait_held_up(live: &Live, tid: i32) -> Instant {
     let mut streak = 0;
     let mut since = Instant::now();
     while streak < 5 {
-        let held = writer_thread(pid).is_some_and(|w| asleep_in(pid, w, libc::SYS_sendto)) && asleep_in(pid, tid, libc::SYS_futex);
+        let held = writer_thread(pid).is_some_and(|w| asleep_in(pid, w, libc::SYS_sendto))
+            && asleep_in(pid, tid, libc::SYS_futex);
         if held {
             if streak == 0 {
                 since = Instant::now();
@@ -476,7 +478,8 @@ fn shim_memory_stays_bounded_while_the_collector_does_not_read() {
     let dir = TempDir::new("slow-collector");
     let gate = Gate::new(dir.path().join("gate"));
     // A collector that reads nothing until the test opens the gate, then everything.
-    let slow = script(dir.path(), "slow-collector", "#!/bin/sh\nread -r _ < \"$GPUSHIM_TEST_GATE\"\nexec cat > /dev/null\n");
+    let slow =
+        script(dir.path(), "slow-collector", "#!/bin/sh\nread -r _ < \"$GPUSHIM_TEST_GATE\"\nexec cat > /dev/null\n");
     let t = Target::new("target_dynamic", "slow-collector")
         .args(&["churn", &CHURN_PAIRS.to_string()])
         .env("GPUSHIM_COLLECTOR", slow.display())
@@ -577,11 +580,15 @@ fn output_beyond_the_file_size_limit_leaves_no_file_and_says_so() {
         .and_then(|r| r.split(':').next())
         .unwrap_or_else(|| panic!("unexpected message{d}"));
     assert!(err[0].contains("File too large"), "{d}");
-    assert!(err[0].contains(&t.dir.path().display().to_string()) && err[0].contains(&fallback.path().display().to_string()), "{d}");
+    assert!(
+        err[0].contains(&t.dir.path().display().to_string()) && err[0].contains(&fallback.path().display().to_string()),
+        "{d}"
+    );
     assert!(names_in(t.dir.path()).is_empty(), "{:?}{d}", names_in(t.dir.path()));
     assert!(names_in(fallback.path()).is_empty(), "{:?}{d}", names_in(fallback.path()));
     let stem = format!("gpushim-{pid}.");
-    let in_tmp: Vec<String> = names_in(Path::new("/tmp")).into_iter().filter(|n| n.trim_start_matches('.').starts_with(&stem)).collect();
+    let in_tmp: Vec<String> =
+        names_in(Path::new("/tmp")).into_iter().filter(|n| n.trim_start_matches('.').starts_with(&stem)).collect();
     assert!(in_tmp.is_empty(), "{in_tmp:?}{d}");
 }
 
@@ -627,7 +634,11 @@ const PAIRS_PER_THREAD: u64 = 100_000;
 
 #[test]
 fn sixty_four_threads_give_exact_totals_without_deadlock() {
-    let t = Target::new("target_dynamic", "threads64").args(&["threads", &THREADS.to_string(), &PAIRS_PER_THREAD.to_string()]);
+    let t = Target::new("target_dynamic", "threads64").args(&[
+        "threads",
+        &THREADS.to_string(),
+        &PAIRS_PER_THREAD.to_string(),
+    ]);
     let d = run_bounded(&t);
     assert!(d.status.success(), "{d}");
     let r = report_at(&t.dir.path().join(format!("gpushim-{}.json", live_pid(&d))), &d);
@@ -880,13 +891,19 @@ fn random_event(g: &mut Rng, seq: &mut u64, tame: bool) -> wire::Event {
             frames: (0..g.below(6)).map(|_| g.edgy()).collect(),
         }),
         _ => match g.below(6) {
-            3 => wire::Event::PyRuntime(wire::PyRuntime { version: [0x030A_00F0, 0x030C_03F0, 0x030D_00F0, g.next() as u32][g.below(4) as usize] }),
+            3 => wire::Event::PyRuntime(wire::PyRuntime {
+                version: [0x030A_00F0, 0x030C_03F0, 0x030D_00F0, g.next() as u32][g.below(4) as usize],
+            }),
             4 => wire::Event::PyCode(wire::PyCode {
                 id: g.below(6) as u32,
                 filename: "train.py".into(),
                 name: "step".into(),
                 firstlineno: g.next() as i32,
-                linetable_format: if g.chance(2) { wire::LineTableFormat::Pep626 } else { wire::LineTableFormat::Pep657 },
+                linetable_format: if g.chance(2) {
+                    wire::LineTableFormat::Pep626
+                } else {
+                    wire::LineTableFormat::Pep657
+                },
                 linetable: (0..g.below(40)).map(|_| g.next() as u8).collect(),
             }),
             5 => wire::Event::PyStack(wire::PyStack {
@@ -895,7 +912,12 @@ fn random_event(g: &mut Rng, seq: &mut u64, tame: bool) -> wire::Event {
                     .map(|_| wire::PyFrame { code: g.below(8) as u32, offset: g.edgy() as u32, entry: g.chance(2) })
                     .collect(),
             }),
-            0 => wire::Event::MemInfo(wire::MemInfo { ts_ns: g.edgy(), device: g.next() as i32, free: g.edgy(), total: g.edgy() }),
+            0 => wire::Event::MemInfo(wire::MemInfo {
+                ts_ns: g.edgy(),
+                device: g.next() as i32,
+                free: g.edgy(),
+                total: g.edgy(),
+            }),
             1 => wire::Event::Note("note ✓ with unicode".into()),
             _ => wire::Event::Module(wire::Module {
                 path: "/nonexistent/libx.so".into(),
@@ -1060,9 +1082,17 @@ fn collector_reports_what_was_valid_in_a_broken_stream_with_one_error() {
     let mut last = Vec::new();
     wire::encode(&random_event(&mut g, &mut seq, true), &mut last);
     let cases: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
-        ("truncated", [&good[..], &last[..last.len() - 3]].concat(), Some("event stream ends in the middle of a frame")),
+        (
+            "truncated",
+            [&good[..], &last[..last.len() - 3]].concat(),
+            Some("event stream ends in the middle of a frame"),
+        ),
         ("garbage", [&good[..], &[0xee; 40][..]].concat(), Some("frame length")),
-        ("bad value", [&good[..], &[6, 0, 0, 0, 4, 0, 0, 0, 0, 0][..]].concat(), Some("frame with tag 4 has the wrong size")),
+        (
+            "bad value",
+            [&good[..], &[6, 0, 0, 0, 4, 0, 0, 0, 0, 0][..]].concat(),
+            Some("frame with tag 4 has the wrong size"),
+        ),
     ];
     for (what, bytes, want) in cases {
         let input = dir.path().join(format!("{what}.stream"));
@@ -1074,7 +1104,8 @@ fn collector_reports_what_was_valid_in_a_broken_stream_with_one_error() {
         assert_eq!(broken.len(), 1, "{what}: one error line: {err}");
         assert!(broken[0].contains(want.unwrap()), "{what}: {err}");
         let path = out.join("gpushim-4242.json");
-        let r: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}: {err}"));
+        let r: Value =
+            serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}: {err}"));
         assert_eq!(r["reason"], "killed", "{what}");
         assert_eq!(total(&r, "alloc_count"), 10, "{what}");
         assert_eq!(total(&r, "free_count"), 2, "{what}");
@@ -1130,8 +1161,10 @@ fn collector_survives_random_event_streams() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(matches!(o.status.code(), Some(0 | 1)), "seed {seed}: {:?}: {err}", o.status);
         assert!(!err.contains("panicked"), "seed {seed}: {err}");
-        let r: Value = serde_json::from_str(&fs::read_to_string(out.join("gpushim-4242.json")).unwrap_or_else(|e| panic!("seed {seed}: {e}: {err}")))
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let r: Value = serde_json::from_str(
+            &fs::read_to_string(out.join("gpushim-4242.json")).unwrap_or_else(|e| panic!("seed {seed}: {e}: {err}")),
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         assert_eq!(r["pid"], 4242, "seed {seed}");
     }
 }
@@ -1212,7 +1245,11 @@ fn report_rejects_malformed_json_in_one_line_and_never_panics() {
         rewrite_numbers(&mut v, "", f);
         let p = dir.join(format!("extreme-{}.json", what.replace(' ', "-")));
         fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-        for args in [vec!["report".as_ref(), p.as_os_str()], vec!["report".as_ref(), "--format".as_ref(), "json".as_ref(), p.as_os_str()], vec!["diff".as_ref(), good_path.as_os_str(), p.as_os_str()]] {
+        for args in [
+            vec!["report".as_ref(), p.as_os_str()],
+            vec!["report".as_ref(), "--format".as_ref(), "json".as_ref(), p.as_os_str()],
+            vec!["diff".as_ref(), good_path.as_os_str(), p.as_os_str()],
+        ] {
             let o = gpushim(&args);
             let err = String::from_utf8_lossy(&o.stderr);
             assert!(matches!(o.status.code(), Some(0 | 2)), "{what} {args:?}: {:?}: {err}", o.status);

@@ -59,7 +59,8 @@ fn dynamic_runtime_by_symbol_counts_each_kind_once() {
     assert_eq!(site_apis(&r, "kinds_host_kept"), ["cudaMallocHost"], "{run}");
     // The program's own output is what it prints without the shim.
     let bare = Target::new("target_dynamic", "kinds-bare").args(&["kinds"]).preload(None).run();
-    let lines = |s: &str| s.lines().map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).collect::<Vec<_>>();
+    let lines =
+        |s: &str| s.lines().map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).collect::<Vec<_>>();
     assert_eq!(lines(&run.stdout), lines(&bare.stdout), "{run}{bare}");
 }
 

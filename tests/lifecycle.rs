@@ -7,7 +7,13 @@ use crate::util::*;
 fn killed_target_still_gets_a_report_with_reason_killed() {
     use std::io::{BufRead, BufReader, Read};
     let t = Target::new("target_dynamic", "kill").args(&["sleep-snapshot"]);
-    let mut child = t.command().stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut child = t
+        .command()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
@@ -21,7 +27,8 @@ fn killed_target_still_gets_a_report_with_reason_killed() {
     let mut err = String::new();
     child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     let path = t.dir.path().join(format!("gpushim-{}.json", child.id()));
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}: {err}"))).unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}: {err}"))).unwrap();
     assert_eq!(r["reason"], "killed", "{err}");
     assert_eq!(total(&r, "live_bytes"), MIB, "{err}");
     assert_eq!(sites_with(&r, "sleeper_before").len(), 1, "{err}");
@@ -70,7 +77,10 @@ fn a_process_that_never_allocates_is_untouched() {
 
 #[test]
 fn missing_collector_leaves_the_program_unharmed_with_one_warning() {
-    let run = Target::new("target_dynamic", "nocollector").args(&["kinds"]).env("GPUSHIM_COLLECTOR", "/nonexistent/gpushim").run();
+    let run = Target::new("target_dynamic", "nocollector")
+        .args(&["kinds"])
+        .env("GPUSHIM_COLLECTOR", "/nonexistent/gpushim")
+        .run();
     run.success();
     assert!(run.stdout.ends_with("ok\n"), "{run}");
     let warnings: Vec<&str> = run.stderr.lines().collect();

@@ -31,10 +31,7 @@ fn gpushim_snapshot_from_outside() {
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
-    let snap = std::process::Command::new(collector())
-        .args(["snapshot", &child.id().to_string()])
-        .output()
-        .unwrap();
+    let snap = std::process::Command::new(collector()).args(["snapshot", &child.id().to_string()]).output().unwrap();
     let printed = String::from_utf8_lossy(&snap.stdout).trim().to_string();
     assert!(snap.status.success(), "gpushim snapshot failed: {}", String::from_utf8_lossy(&snap.stderr));
     let expected = t.dir.path().join(format!("gpushim-{}-snapshot-1.json", child.id()));

@@ -5,12 +5,12 @@
 
 mod util;
 
-mod cli;            // gpushim run / report / diff / snapshot from outside
-mod concurrency;    // many threads, exact totals
-mod examples;       // the bundled C and Rust examples
-mod faults;         // issue 7: whatever fails on our side, the program is unharmed (docs/guarantees.md)
-mod interception;   // every allocation path: symbol, static runtime, dlsym, RTLD_NEXT neighbours
-mod lifecycle;      // fork, SIGKILL, exit, non-CUDA processes, missing collector
-mod python;         // Python frames (file, function, line) in CPython programs, 3.10 to 3.13
-mod snapshots;      // SIGUSR1 snapshots hold exactly the allocations made before the signal
-mod unwinding;      // the cached unwinder agrees with libgcc's
+mod cli; // gpushim run / report / diff / snapshot from outside
+mod concurrency; // many threads, exact totals
+mod examples; // the bundled C and Rust examples
+mod faults; // whatever fails on our side, the program is unharmed (docs/guarantees.md)
+mod interception; // every allocation path: symbol, static runtime, dlsym, RTLD_NEXT neighbours
+mod lifecycle; // fork, SIGKILL, exit, non-CUDA processes, missing collector
+mod python; // Python frames (file, function, line) in CPython programs, 3.10 to 3.13
+mod snapshots; // SIGUSR1 snapshots hold exactly the allocations made before the signal
+mod unwinding; // the cached unwinder agrees with libgcc's

@@ -18,7 +18,9 @@ fn stacks(unwind: &str, program: &str, args: &[&str]) -> Vec<Vec<String>> {
 
 #[test]
 fn cached_unwinder_matches_libgcc() {
-    for (program, args) in [("target_dynamic", &["kinds"][..]), ("target_static", &["kinds"][..]), ("leak_example", &["20"][..])] {
+    for (program, args) in
+        [("target_dynamic", &["kinds"][..]), ("target_static", &["kinds"][..]), ("leak_example", &["20"][..])]
+    {
         let fast = stacks("cached", program, args);
         let slow = stacks("libgcc", program, args);
         assert!(fast.iter().all(|s| s.len() >= 3), "{program}: {fast:#?}");

@@ -17,9 +17,7 @@
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use gpushim_wire::{
-    encode, write_header, Alloc, Api, Event, Exit, Free, Hello, Kind, Module, Stack,
-};
+use gpushim_wire::{encode, write_header, Alloc, Api, Event, Exit, Free, Hello, Kind, Module, Stack};
 
 struct Args {
     events: u64,
@@ -29,19 +27,11 @@ struct Args {
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        events: 10_000_000,
-        stacks: 1000,
-        live: 10_000,
-        leak_every: 10_000,
-    };
+    let mut a = Args { events: 10_000_000, stacks: 1000, live: 10_000, leak_every: 10_000 };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let n: u64 = value
-            .replace('_', "")
-            .parse()
-            .map_err(|_| format!("{flag} {value}: not a number"))?;
+        let n: u64 = value.replace('_', "").parse().map_err(|_| format!("{flag} {value}: not a number"))?;
         match flag.as_str() {
             "--events" => a.events = n,
             "--stacks" => a.stacks = u32::try_from(n).map_err(|_| "--stacks too large")?,
@@ -72,9 +62,7 @@ impl Rng {
 /// `/proc/self/maps`, and the range of its code (where the made-up return addresses go, so
 /// that they symbolize to real functions).
 fn this_module() -> (Module, (u64, u64)) {
-    let exe = std::fs::read_link("/proc/self/exe")
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let exe = std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let mut ranges = Vec::new();
     let mut bias = None;
@@ -102,14 +90,7 @@ fn this_module() -> (Module, (u64, u64)) {
     }
     let here = main as *const () as usize as u64;
     let text = text.unwrap_or((here, here + 1));
-    (
-        Module {
-            path: exe,
-            bias: bias.unwrap_or(0),
-            ranges,
-        },
-        text,
-    )
+    (Module { path: exe, bias: bias.unwrap_or(0), ranges }, text)
 }
 
 fn run(a: &Args) -> io::Result<()> {
@@ -154,27 +135,12 @@ fn run(a: &Args) -> io::Result<()> {
         if live.len() >= a.live {
             let i = (rng.next() % live.len() as u64) as usize;
             let addr = live.swap_remove(i);
-            encode(
-                &Event::Free(Free {
-                    seq,
-                    ts_ns,
-                    addr,
-                    api: Api::CudaFree,
-                    stream: 0,
-                    tid: 1,
-                    result: 0,
-                }),
-                &mut buf,
-            );
+            encode(&Event::Free(Free { seq, ts_ns, addr, api: Api::CudaFree, stream: 0, tid: 1, result: 0 }), &mut buf);
         } else {
             allocs += 1;
             let leak = allocs.is_multiple_of(a.leak_every);
             let r = rng.next();
-            let stack = if leak {
-                0
-            } else {
-                1 + (r % u64::from(a.stacks.max(2) - 1)) as u32
-            };
+            let stack = if leak { 0 } else { 1 + (r % u64::from(a.stacks.max(2) - 1)) as u32 };
             let size = if leak { 1 << 20 } else { 512 << (r >> 60) };
             next_addr += 0x1000;
             encode(
@@ -183,11 +149,7 @@ fn run(a: &Args) -> io::Result<()> {
                     ts_ns,
                     addr: next_addr,
                     size,
-                    kind: if r & 0x30 == 0x30 {
-                        Kind::PinnedHost
-                    } else {
-                        Kind::Device
-                    },
+                    kind: if r & 0x30 == 0x30 { Kind::PinnedHost } else { Kind::Device },
                     api: Api::CudaMalloc,
                     device: (r >> 8 & 1) as i32,
                     stream: 0,
@@ -206,12 +168,7 @@ fn run(a: &Args) -> io::Result<()> {
             buf.clear();
         }
     }
-    encode(
-        &Event::Exit(Exit {
-            ts_ns: 1_000_000_000 + seq * 1000,
-        }),
-        &mut buf,
-    );
+    encode(&Event::Exit(Exit { ts_ns: 1_000_000_000 + seq * 1000 }), &mut buf);
     out.write_all(&buf)?;
     out.flush()
 }

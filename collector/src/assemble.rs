@@ -8,8 +8,7 @@ use gpushim_wire::{Hello, Kind, MemInfo, NO_STACK};
 use crate::live::{Gauge, State, MAX_FAILURES};
 use crate::rank;
 use crate::report::{
-    DeviceTotals, FailureRecord, KindTotals, Kinds, MemInfoRecord, Reason, Report, Site, Totals,
-    SCHEMA,
+    DeviceTotals, FailureRecord, KindTotals, Kinds, MemInfoRecord, Reason, Report, Site, Totals, SCHEMA,
 };
 use crate::symbolize::Symbolizer;
 
@@ -38,11 +37,7 @@ pub struct Context<'a> {
 }
 
 fn kind_totals(g: &Gauge) -> KindTotals {
-    KindTotals {
-        live_bytes: g.live_bytes,
-        live_count: g.live_count,
-        peak_live_bytes: g.peak_live_bytes,
-    }
+    KindTotals { live_bytes: g.live_bytes, live_count: g.live_count, peak_live_bytes: g.peak_live_bytes }
 }
 
 /// Builds the report of `state`.
@@ -55,11 +50,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
 
     let mut order: Vec<_> = state.sites.values().collect();
     order.sort_by(|a, b| {
-        b.gauge
-            .live_bytes
-            .cmp(&a.gauge.live_bytes)
-            .then(b.alloc_bytes.cmp(&a.alloc_bytes))
-            .then(a.id.cmp(&b.id))
+        b.gauge.live_bytes.cmp(&a.gauge.live_bytes).then(b.alloc_bytes.cmp(&a.alloc_bytes)).then(a.id.cmp(&b.id))
     });
     if order.len() > MAX_SITES {
         let keep: HashSet<u32> = suspects.iter().map(|s| s.site).collect();
@@ -98,12 +89,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             peak_live_bytes: s.gauge.peak_live_bytes,
             first_alloc_s: secs(s.first_alloc_ns),
             last_alloc_s: secs(s.last_alloc_ns),
-            series: s
-                .series
-                .points()
-                .iter()
-                .map(|&(t, v)| (secs(t), v))
-                .collect(),
+            series: s.series.points().iter().map(|&(t, v)| (secs(t), v)).collect(),
             frames: frames_of(s.id, sym),
             python: sym.python().site_flag(s.id),
         })
@@ -123,15 +109,10 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         })
         .collect();
     if missing_stacks > 0 {
-        notes.push(format!(
-            "{missing_stacks} sites name a stack the stream never described; they show no frames"
-        ));
+        notes.push(format!("{missing_stacks} sites name a stack the stream never described; they show no frames"));
     }
     if state.totals.failed_count > failures.len() as u64 {
-        notes.push(format!(
-            "{} failed allocations; the first {MAX_FAILURES} are listed",
-            state.totals.failed_count
-        ));
+        notes.push(format!("{} failed allocations; the first {MAX_FAILURES} are listed", state.totals.failed_count));
     }
     notes.extend(sym.problems().iter().cloned());
 
@@ -191,9 +172,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
                 ts_s: (m.ts_ns as f64 - start as f64) / 1e9,
             })
             .collect(),
-        timeline: state
-            .timeline
-            .to_report(start, end, &state.kinds, &state.devices),
+        timeline: state.timeline.to_report(start, end, &state.kinds, &state.devices),
         notes,
     }
 }

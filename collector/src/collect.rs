@@ -81,11 +81,7 @@ impl Sink<'_> {
             "{} of {}{}",
             f.api.name(),
             fmt_bytes(f.size),
-            if f.device >= 0 {
-                format!(" on GPU {}", f.device)
-            } else {
-                String::new()
-            }
+            if f.device >= 0 { format!(" on GPU {}", f.device) } else { String::new() }
         );
         if n > MAX_OOM_REPORTS {
             if n == MAX_OOM_REPORTS + 1 {
@@ -117,18 +113,12 @@ impl Sink<'_> {
         let stem = format!("gpushim-{}-oom-{n}", self.hello.pid);
         match write_report(&report, &self.out_dir, &stem, self.err) {
             Ok(path) => {
-                let _ = writeln!(
-                    self.err,
-                    "gpushim: out of memory: {what} failed; report written to {}",
-                    path.display()
-                );
+                let _ =
+                    writeln!(self.err, "gpushim: out of memory: {what} failed; report written to {}", path.display());
                 self.ooms.push(path);
             }
             Err(e) => {
-                let _ = writeln!(
-                    self.err,
-                    "gpushim: out of memory: {what} failed; cannot write its report: {e:#}"
-                );
+                let _ = writeln!(self.err, "gpushim: out of memory: {what} failed; cannot write its report: {e:#}");
             }
         }
     }
@@ -145,10 +135,7 @@ impl Sink<'_> {
             ));
         }
         if p.missing > 0 {
-            notes.push(format!(
-                "{} events before this snapshot's boundary never arrived",
-                p.missing
-            ));
+            notes.push(format!("{} events before this snapshot's boundary never arrived", p.missing));
         }
         let ctx = Context {
             hello: &self.hello,
@@ -164,20 +151,11 @@ impl Sink<'_> {
         let stem = format!("gpushim-{}-snapshot-{}", self.hello.pid, p.number);
         match write_report(&report, &self.out_dir, &stem, self.err) {
             Ok(path) => {
-                let _ = writeln!(
-                    self.err,
-                    "gpushim: snapshot {} written to {}",
-                    p.number,
-                    path.display()
-                );
+                let _ = writeln!(self.err, "gpushim: snapshot {} written to {}", p.number, path.display());
                 self.snapshots.push(path);
             }
             Err(e) => {
-                let _ = writeln!(
-                    self.err,
-                    "gpushim: cannot write snapshot {}: {e:#}",
-                    p.number
-                );
+                let _ = writeln!(self.err, "gpushim: cannot write snapshot {}: {e:#}", p.number);
             }
         }
     }
@@ -205,45 +183,19 @@ fn write_report(report: &Report, dir: &Path, stem: &str, err: &mut dyn Write) ->
 /// is not an error: it is returned in [`Outcome::broken`] after the report is written.
 pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<Outcome> {
     let mut input = BufReader::with_capacity(1 << 16, input);
-    if input
-        .fill_buf()
-        .context("reading the event stream")?
-        .is_empty()
-    {
+    if input.fill_buf().context("reading the event stream")?.is_empty() {
         // The target exited (or the shim gave up) before saying anything: nothing to report.
-        return Ok(Outcome {
-            report: None,
-            snapshots: Vec::new(),
-            ooms: Vec::new(),
-            broken: None,
-        });
+        return Ok(Outcome { report: None, snapshots: Vec::new(), ooms: Vec::new(), broken: None });
     }
-    let mut dec = Decoder::new(input).map_err(|e| {
-        crate::coded(
-            1,
-            format!("event stream broken at its start: {e}; no report written"),
-        )
-    })?;
+    let mut dec = Decoder::new(input)
+        .map_err(|e| crate::coded(1, format!("event stream broken at its start: {e}; no report written")))?;
     let hello = match dec.next_event() {
         Ok(Some(Event::Hello(h))) => h,
         Ok(Some(_)) => {
-            return Err(crate::coded(
-                1,
-                "event stream does not start with a Hello event; no report written",
-            ))
+            return Err(crate::coded(1, "event stream does not start with a Hello event; no report written"))
         }
-        Ok(None) => {
-            return Err(crate::coded(
-                1,
-                "event stream ended before its Hello event; no report written",
-            ))
-        }
-        Err(e) => {
-            return Err(crate::coded(
-                1,
-                format!("event stream broken at its start: {e}; no report written"),
-            ))
-        }
+        Ok(None) => return Err(crate::coded(1, "event stream ended before its Hello event; no report written")),
+        Err(e) => return Err(crate::coded(1, format!("event stream broken at its start: {e}; no report written"))),
     };
     let out_dir = match &opts.output_dir {
         Some(d) => d.clone(),
@@ -289,9 +241,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             Event::PyRuntime(p) => sink.sym.python_mut().set_runtime(p.version),
             Event::PyCode(c) => sink.sym.python_mut().add_code(c),
             Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
-            Event::Hello(_) => sink
-                .notes
-                .push("the stream held a second Hello event; it was ignored".into()),
+            Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
         }
         sink.lost = tracker.lost();
     };
@@ -302,14 +252,10 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
     let pid = sink.hello.pid;
     let mut notes = std::mem::take(&mut sink.notes);
     if let Some(e) = &broken {
-        notes.push(format!(
-            "event stream broken: {e}; the report holds what was received before"
-        ));
+        notes.push(format!("event stream broken: {e}; the report holds what was received before"));
     }
     if lost > 0 {
-        notes.push(format!(
-            "{lost} events never arrived (gaps in the sequence numbers)"
-        ));
+        notes.push(format!("{lost} events never arrived (gaps in the sequence numbers)"));
     }
     if sink.oom_count > MAX_OOM_REPORTS {
         notes.push(format!(
@@ -326,11 +272,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
     }
     let ctx = Context {
         hello: &sink.hello,
-        reason: if exit_ts.is_some() {
-            Reason::Exit
-        } else {
-            Reason::Killed
-        },
+        reason: if exit_ts.is_some() { Reason::Exit } else { Reason::Killed },
         snapshot: None,
         // The state's own latest event time is used if later.
         end_ts_ns: exit_ts.unwrap_or(0),
@@ -341,31 +283,19 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
     };
     let report = assemble::build(tracker.state(), ctx, &mut sink.sym);
     if let Some(e) = &broken {
-        let _ = writeln!(
-            sink.err,
-            "gpushim: event stream from pid {pid} broken: {e}; report holds what was received"
-        );
+        let _ = writeln!(sink.err, "gpushim: event stream from pid {pid} broken: {e}; report holds what was received");
     }
     let path = write_report(&report, &sink.out_dir, &format!("gpushim-{pid}"), sink.err)
         .with_context(|| format!("cannot write the report of pid {pid}"))?;
     let _ = render::summary(&report, &path, sink.err);
-    Ok(Outcome {
-        report: Some(path),
-        snapshots: sink.snapshots,
-        ooms: sink.ooms,
-        broken,
-    })
+    Ok(Outcome { report: Some(path), snapshots: sink.snapshots, ooms: sink.ooms, broken })
 }
 
 /// Where the target wants reports: Hello's output directory, relative to its working
 /// directory if relative, else its working directory, else ours.
 fn output_dir_of(h: &Hello) -> PathBuf {
     let cwd = Path::new(&h.cwd);
-    let dir = if h.output_dir.is_empty() {
-        cwd
-    } else {
-        Path::new(&h.output_dir)
-    };
+    let dir = if h.output_dir.is_empty() { cwd } else { Path::new(&h.output_dir) };
     if dir.as_os_str().is_empty() {
         PathBuf::from(".")
     } else if dir.is_relative() && cwd.is_absolute() {
@@ -380,9 +310,7 @@ mod tests {
     use super::*;
     use crate::output::tests::TempDir;
     use crate::report::Report;
-    use gpushim_wire::{
-        encode, write_header, Alloc, Api, Exit, Free, Kind, Snapshot, Stack, NO_STACK,
-    };
+    use gpushim_wire::{encode, write_header, Alloc, Api, Exit, Free, Kind, Snapshot, Stack, NO_STACK};
 
     const MS: u64 = 1_000_000;
 
@@ -414,15 +342,7 @@ mod tests {
     }
 
     fn free(seq: u64, ts: u64, addr: u64) -> Event {
-        Event::Free(Free {
-            seq,
-            ts_ns: ts,
-            addr,
-            api: Api::CudaFree,
-            stream: 0,
-            tid: 7,
-            result: 0,
-        })
+        Event::Free(Free { seq, ts_ns: ts, addr, api: Api::CudaFree, stream: 0, tid: 7, result: 0 })
     }
 
     /// The events of a "render loop": stack 0 leaks 1 MiB every 10 ms (30 times), stack 1
@@ -435,14 +355,8 @@ mod tests {
         let here = crate::symbolize::tests::module_holding(events as *const () as usize as u64);
         let ret = events as *const () as usize as u64 + 1;
         ev.push(Event::Module(here));
-        ev.push(Event::Stack(Stack {
-            id: 0,
-            frames: vec![ret, 0x10],
-        }));
-        ev.push(Event::Stack(Stack {
-            id: 1,
-            frames: vec![],
-        }));
+        ev.push(Event::Stack(Stack { id: 0, frames: vec![ret, 0x10] }));
+        ev.push(Event::Stack(Stack { id: 1, frames: vec![] }));
         let mut seq = 0;
         for i in 0..30u64 {
             let t = 10 * MS * (i + 1);
@@ -457,10 +371,7 @@ mod tests {
             }
             if i == 9 {
                 // Seqs 0..27 are applied; 27..30 arrive after the request.
-                ev.push(Event::Snapshot(Snapshot {
-                    boundary: 30,
-                    ts_ns: 95 * MS,
-                }));
+                ev.push(Event::Snapshot(Snapshot { boundary: 30, ts_ns: 95 * MS }));
             }
             ev.extend(f);
         }
@@ -494,10 +405,7 @@ mod tests {
         assert!(out.broken.is_none());
         let path = out.report.unwrap();
         assert_eq!(path, d.0.join("gpushim-4242.json"));
-        assert_eq!(
-            out.snapshots,
-            vec![d.0.join("gpushim-4242-snapshot-1.json")]
-        );
+        assert_eq!(out.snapshots, vec![d.0.join("gpushim-4242-snapshot-1.json")]);
 
         let r = Report::read(&path).unwrap();
         assert_eq!(r.reason, Reason::Exit);
@@ -513,21 +421,11 @@ mod tests {
         assert_eq!(r.kinds.managed.live_count, 0);
         assert_eq!(r.devices.len(), 1);
         assert!((r.duration_s - 0.39).abs() < 1e-9, "{}", r.duration_s);
-        assert_eq!(
-            r.sites.iter().map(|s| s.id).collect::<Vec<_>>(),
-            vec![0, NO_STACK, 1]
-        );
+        assert_eq!(r.sites.iter().map(|s| s.id).collect::<Vec<_>>(), vec![0, NO_STACK, 1]);
         let leak = &r.sites[0];
-        assert_eq!(
-            (leak.live_count, leak.alloc_count, leak.free_count),
-            (30, 30, 0)
-        );
+        assert_eq!((leak.live_count, leak.alloc_count, leak.free_count), (30, 30, 0));
         assert_eq!(leak.apis, vec!["cudaMalloc"]);
-        assert!(
-            leak.frames[0].function.ends_with("collect::tests::events"),
-            "{:?}",
-            leak.frames[0]
-        );
+        assert!(leak.frames[0].function.ends_with("collect::tests::events"), "{:?}", leak.frames[0]);
         assert_eq!(leak.frames.last().unwrap().module, "");
         assert_eq!(r.suspects.len(), 1);
         assert_eq!(r.suspects[0].site, 0);
@@ -541,10 +439,7 @@ mod tests {
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(
             lines[0],
-            format!(
-                "gpushim: snapshot 1 written to {}",
-                d.0.join("gpushim-4242-snapshot-1.json").display()
-            )
+            format!("gpushim: snapshot 1 written to {}", d.0.join("gpushim-4242-snapshot-1.json").display())
         );
         assert_eq!(
             lines[1],
@@ -557,15 +452,8 @@ mod tests {
             "{}",
             lines[2]
         );
-        assert!(
-            lines[2].contains(" at gpushim::collect::tests::events (src/collect.rs:"),
-            "{}",
-            lines[2]
-        );
-        assert_eq!(
-            lines[3],
-            format!("gpushim: report written to {}", path.display())
-        );
+        assert!(lines[2].contains(" at gpushim::collect::tests::events (src/collect.rs:"), "{}", lines[2]);
+        assert_eq!(lines[3], format!("gpushim: report written to {}", path.display()));
         assert_eq!(lines.len(), 4);
 
         // A second run does not overwrite.
@@ -573,13 +461,7 @@ mod tests {
         let out = collect(&stream(&d.0, false)[..], &Options::default(), &mut err).unwrap();
         assert_eq!(out.report.unwrap(), d.0.join("gpushim-4242.1.json"));
         let err = String::from_utf8(err).unwrap();
-        assert!(
-            err.contains(&format!(
-                "{} already exists; wrote",
-                d.0.join("gpushim-4242.json").display()
-            )),
-            "{err}"
-        );
+        assert!(err.contains(&format!("{} already exists; wrote", d.0.join("gpushim-4242.json").display())), "{err}");
         assert!(err.contains("(killed)"), "{err}");
     }
 
@@ -596,10 +478,7 @@ mod tests {
         let mut err = Vec::new();
         let out = collect(&cut[..], &Options::default(), &mut err).unwrap();
         let err = String::from_utf8(err).unwrap();
-        assert_eq!(
-            out.broken.as_deref(),
-            Some("event stream ends in the middle of a frame")
-        );
+        assert_eq!(out.broken.as_deref(), Some("event stream ends in the middle of a frame"));
         let r = Report::read(&out.report.unwrap()).unwrap();
         assert_eq!(r.reason, Reason::Killed);
         assert_eq!(r.totals.alloc_count, 60);
@@ -619,18 +498,8 @@ mod tests {
         let sub = d.0.join("sub");
         std::fs::create_dir(&sub).unwrap();
         let mut err = Vec::new();
-        let out = collect(
-            &g[..],
-            &Options {
-                output_dir: Some(sub.clone()),
-            },
-            &mut err,
-        )
-        .unwrap();
-        assert_eq!(
-            out.broken.as_deref(),
-            Some("frame length 4294967295 is out of range")
-        );
+        let out = collect(&g[..], &Options { output_dir: Some(sub.clone()) }, &mut err).unwrap();
+        assert_eq!(out.broken.as_deref(), Some("frame length 4294967295 is out of range"));
         assert_eq!(out.report.unwrap(), sub.join("gpushim-4242.json"));
     }
 
@@ -673,26 +542,15 @@ mod tests {
         let mut ev = vec![
             hello(&d.0),
             Event::Module(here),
-            Event::Stack(Stack {
-                id: 0,
-                frames: vec![],
-            }),
-            Event::Stack(Stack {
-                id: 5,
-                frames: vec![ret],
-            }),
+            Event::Stack(Stack { id: 0, frames: vec![] }),
+            Event::Stack(Stack { id: 5, frames: vec![ret] }),
         ];
         for i in 0..6u64 {
             ev.push(alloc(i, (i + 1) * MS, 0x1000 * (i + 1), 1 << 20, 0));
         }
         // seq 6 frees the fourth; 7 and 8 arrive after the failure (seq 9).
         ev.push(free(6, 7 * MS, 0x4000));
-        ev.push(Event::MemInfo(MemInfo {
-            ts_ns: 10 * MS,
-            device: 0,
-            free: 123 << 20,
-            total: 80 << 30,
-        }));
+        ev.push(Event::MemInfo(MemInfo { ts_ns: 10 * MS, device: 0, free: 123 << 20, total: 80 << 30 }));
         ev.push(failed(9, 10 * MS, 8 << 30, 5, 2));
         ev.push(alloc(8, 9 * MS, 0x8000, 2 << 20, 0));
         ev.push(alloc(7, 8 * MS, 0x7000, 1 << 20, 0));
@@ -716,34 +574,17 @@ mod tests {
                 out.ooms[0].display()
             )
         );
-        assert_eq!(
-            lines
-                .iter()
-                .filter(|l| l.contains("no more out-of-memory reports"))
-                .count(),
-            1,
-            "{err}"
-        );
+        assert_eq!(lines.iter().filter(|l| l.contains("no more out-of-memory reports")).count(), 1, "{err}");
 
         let r = Report::read(&out.ooms[0]).unwrap();
         assert_eq!(r.reason, Reason::Oom);
         assert_eq!(r.snapshot, None);
         let o = r.oom.as_ref().unwrap();
-        assert_eq!(
-            (o.size, o.api.as_str(), o.kind.as_str()),
-            (8 << 30, "cudaMalloc", "device")
-        );
+        assert_eq!((o.size, o.api.as_str(), o.kind.as_str()), (8 << 30, "cudaMalloc", "device"));
         assert_eq!((o.device, o.result, o.site), (0, 2, 5));
-        assert_eq!(
-            (o.device_free_bytes, o.device_total_bytes),
-            (Some(123 << 20), Some(80 << 30))
-        );
+        assert_eq!((o.device_free_bytes, o.device_total_bytes), (Some(123 << 20), Some(80 << 30)));
         assert!((o.ts_s - 0.009).abs() < 1e-9, "{}", o.ts_s);
-        assert!(
-            o.frames[0].function.ends_with("collect::tests::events"),
-            "{:?}",
-            o.frames
-        );
+        assert!(o.frames[0].function.ends_with("collect::tests::events"), "{:?}", o.frames);
         // The live set as of seq 9: six allocations, one freed, two more (seqs 7, 8).
         assert_eq!(r.totals.live_count, 7);
         assert_eq!(r.totals.live_bytes, (5 + 1 + 2) << 20);
@@ -754,10 +595,7 @@ mod tests {
         // The failed request is on top, right after the reason.
         let text = std::fs::read_to_string(&out.ooms[0]).unwrap();
         let at = |key: &str| text.find(&format!("\n  \"{key}\": ")).unwrap();
-        assert!(
-            text.contains("\n  \"reason\": \"oom\",\n  \"oom\": {"),
-            "{text}"
-        );
+        assert!(text.contains("\n  \"reason\": \"oom\",\n  \"oom\": {"), "{text}");
         assert!(at("oom") < at("start_unix_ns") && at("oom") < at("sites"));
 
         // The second report: the failure of result 1 is listed but wrote no report.

@@ -45,9 +45,7 @@ struct Row {
 
 impl Row {
     fn nums(s: &Option<Side>) -> (u64, u64, u64, u64) {
-        s.as_ref().map_or((0, 0, 0, 0), |s| {
-            (s.live_bytes, s.live_count, s.alloc_count, s.free_count)
-        })
+        s.as_ref().map_or((0, 0, 0, 0), |s| (s.live_bytes, s.live_count, s.alloc_count, s.free_count))
     }
 
     /// True if and only if the site is in only one report, or any number differs.
@@ -76,24 +74,13 @@ impl Row {
 /// The key two sites are matched by: their frames' keys, innermost first.
 fn site_key(s: &Site) -> String {
     if s.frames.is_empty() {
-        return if s.no_backtrace() {
-            "<no backtrace>".into()
-        } else {
-            format!("<site {} without frames>", s.id)
-        };
+        return if s.no_backtrace() { "<no backtrace>".into() } else { format!("<site {} without frames>", s.id) };
     }
-    s.frames
-        .iter()
-        .map(|f| f.match_key())
-        .collect::<Vec<_>>()
-        .join(" <- ")
+    s.frames.iter().map(|f| f.match_key()).collect::<Vec<_>>().join(" <- ")
 }
 
 fn add(side: &mut Option<Side>, s: &Site) {
-    let side = side.get_or_insert_with(|| Side {
-        id: s.id,
-        ..Side::default()
-    });
+    let side = side.get_or_insert_with(|| Side { id: s.id, ..Side::default() });
     side.live_bytes += s.live_bytes;
     side.live_count += s.live_count;
     side.alloc_count += s.alloc_count;
@@ -106,8 +93,7 @@ fn rows(old: &Report, new: &Report) -> Vec<Row> {
     for (is_new, r) in [(false, old), (true, new)] {
         for s in &r.sites {
             let row = map.entry(site_key(s)).or_insert_with(|| Row {
-                label: first_user_frame(s)
-                    .map_or_else(|| "(no backtrace)".to_string(), frame_label),
+                label: first_user_frame(s).map_or_else(|| "(no backtrace)".to_string(), frame_label),
                 frames: s.frames.clone(),
                 old: None,
                 new: None,
@@ -130,11 +116,7 @@ fn user_frames_label(frames: &[Frame], depth: usize) -> String {
     } else {
         user.into_iter().take(depth).collect()
     };
-    shown
-        .into_iter()
-        .map(frame_label)
-        .collect::<Vec<_>>()
-        .join(" <- ")
+    shown.into_iter().map(frame_label).collect::<Vec<_>>().join(" <- ")
 }
 
 /// Rows whose labels read the same (two sites reached through one helper function) get their
@@ -145,10 +127,7 @@ fn disambiguate(rows: &mut [Row]) {
         for r in rows.iter() {
             *seen.entry(r.label.as_str()).or_default() += 1;
         }
-        let dup: Vec<bool> = rows
-            .iter()
-            .map(|r| seen[r.label.as_str()] > 1 && !r.frames.is_empty())
-            .collect();
+        let dup: Vec<bool> = rows.iter().map(|r| seen[r.label.as_str()] > 1 && !r.frames.is_empty()).collect();
         if !dup.contains(&true) {
             return;
         }
@@ -212,23 +191,14 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
         describe(old),
         new.pid,
         describe(new),
-        if same_process(old, new) {
-            "; same process"
-        } else {
-            ""
-        }
+        if same_process(old, new) { "; same process" } else { "" }
     )?;
     let rows = rows(old, new);
     let changed: Vec<&Row> = rows.iter().filter(|r| r.changed()).collect();
     if changed.is_empty() {
         writeln!(out, "no site changed")?;
     } else {
-        writeln!(
-            out,
-            "sites by live-bytes growth ({} of {} changed):",
-            changed.len().min(top),
-            changed.len()
-        )?;
+        writeln!(out, "sites by live-bytes growth ({} of {} changed):", changed.len().min(top), changed.len())?;
         for r in changed.iter().take(top) {
             let (o, n) = (Row::nums(&r.old), Row::nums(&r.new));
             writeln!(
@@ -250,13 +220,7 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
     }
     writeln!(out, "totals:")?;
     let (a, b) = (&old.totals, &new.totals);
-    line(
-        out,
-        "live",
-        a.live_bytes,
-        b.live_bytes,
-        Some((a.live_count, b.live_count)),
-    )?;
+    line(out, "live", a.live_bytes, b.live_bytes, Some((a.live_count, b.live_count)))?;
     line(out, "peak", a.peak_live_bytes, b.peak_live_bytes, None)?;
     for ((name, ka), (_, kb)) in old.kinds.iter().into_iter().zip(new.kinds.iter()) {
         kind_line(out, name, ka, kb)?;
@@ -270,12 +234,7 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
         a.alloc_count, b.alloc_count, a.free_count, b.free_count, a.failed_count, b.failed_count
     )?;
     let count = |status: &str| rows.iter().filter(|r| r.status() == status).count();
-    let bytes = |status: &str| -> i128 {
-        rows.iter()
-            .filter(|r| r.status() == status)
-            .map(Row::growth)
-            .sum()
-    };
+    let bytes = |status: &str| -> i128 { rows.iter().filter(|r| r.status() == status).map(Row::growth).sum() };
     writeln!(
         out,
         "sites: {} new ({}), {} vanished ({}), {} grown, {} shrunk, {} unchanged",
@@ -295,12 +254,7 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
 
 /// Per device ordinal in either report: (ordinal, old, new).
 fn device_pairs(old: &Report, new: &Report) -> Vec<(i32, KindTotals, KindTotals)> {
-    let mut ordinals: Vec<i32> = old
-        .devices
-        .iter()
-        .chain(&new.devices)
-        .map(|d| d.ordinal)
-        .collect();
+    let mut ordinals: Vec<i32> = old.devices.iter().chain(&new.devices).map(|d| d.ordinal).collect();
     ordinals.sort_unstable();
     ordinals.dedup();
     let get = |r: &Report, o: i32| {
@@ -314,32 +268,15 @@ fn device_pairs(old: &Report, new: &Report) -> Vec<(i32, KindTotals, KindTotals)
             })
             .unwrap_or_default()
     };
-    ordinals
-        .into_iter()
-        .map(|o| (o, get(old, o), get(new, o)))
-        .collect()
+    ordinals.into_iter().map(|o| (o, get(old, o), get(new, o))).collect()
 }
 
 fn kind_line(out: &mut dyn Write, name: &str, a: &KindTotals, b: &KindTotals) -> io::Result<()> {
-    line(
-        out,
-        name,
-        a.live_bytes,
-        b.live_bytes,
-        Some((a.live_count, b.live_count)),
-    )
+    line(out, name, a.live_bytes, b.live_bytes, Some((a.live_count, b.live_count)))
 }
 
-fn line(
-    out: &mut dyn Write,
-    name: &str,
-    a: u64,
-    b: u64,
-    counts: Option<(u64, u64)>,
-) -> io::Result<()> {
-    let counts = counts
-        .map(|(x, y)| format!(" in {x} -> {y} allocations"))
-        .unwrap_or_default();
+fn line(out: &mut dyn Write, name: &str, a: u64, b: u64, counts: Option<(u64, u64)>) -> io::Result<()> {
+    let counts = counts.map(|(x, y)| format!(" in {x} -> {y} allocations")).unwrap_or_default();
     writeln!(
         out,
         "  {name:<12} {} -> {} ({}){counts}",
@@ -383,11 +320,7 @@ struct Change {
 impl Change {
     fn of(old: u64, new: u64) -> Change {
         let g = i128::from(new) - i128::from(old);
-        Change {
-            old,
-            new,
-            growth: g.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
-        }
+        Change { old, new, growth: g.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64 }
     }
 }
 
@@ -552,10 +485,7 @@ mod tests {
             duration_s: 1.0,
             shim_version: "0.1.0".into(),
             collector_version: "0.1.0".into(),
-            totals: Totals {
-                live_bytes: live,
-                ..Totals::default()
-            },
+            totals: Totals { live_bytes: live, ..Totals::default() },
             kinds: Default::default(),
             devices: vec![],
             sites,
@@ -570,46 +500,20 @@ mod tests {
 
     #[test]
     fn matches_by_frames_and_ranks_by_growth() {
-        let old = report(
-            1,
-            vec![
-                site(0, "render", 1 << 20, 1),
-                site(1, "load", 5 << 20, 5),
-                site(2, "gone", 100, 1),
-            ],
-        );
-        let new = report(
-            2,
-            vec![
-                site(7, "render", 10 << 20, 10),
-                site(3, "load", 5 << 20, 5),
-                site(9, "fresh", 2 << 20, 2),
-            ],
-        );
+        let old = report(1, vec![site(0, "render", 1 << 20, 1), site(1, "load", 5 << 20, 5), site(2, "gone", 100, 1)]);
+        let new =
+            report(2, vec![site(7, "render", 10 << 20, 10), site(3, "load", 5 << 20, 5), site(9, "fresh", 2 << 20, 2)]);
         let mut out = Vec::new();
         diff(&old, &new, 10, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "pid 1 (exit, 1.0 s) -> pid 2 (exit, 1.0 s)");
         assert_eq!(lines[1], "sites by live-bytes growth (3 of 3 changed):");
-        assert!(
-            lines[2].contains("+9.0 MiB")
-                && lines[2].contains("site 7 (old 0): render (src/app.c:10)"),
-            "{text}"
-        );
-        assert!(
-            lines[3].contains("+2.0 MiB") && lines[3].contains("new site 9: fresh"),
-            "{text}"
-        );
-        assert!(
-            lines[4].contains("-100 B") && lines[4].contains("site 2 (old only): gone"),
-            "{text}"
-        );
+        assert!(lines[2].contains("+9.0 MiB") && lines[2].contains("site 7 (old 0): render (src/app.c:10)"), "{text}");
+        assert!(lines[3].contains("+2.0 MiB") && lines[3].contains("new site 9: fresh"), "{text}");
+        assert!(lines[4].contains("-100 B") && lines[4].contains("site 2 (old only): gone"), "{text}");
         assert_eq!(lines[5], "totals:");
-        assert_eq!(
-            lines[6],
-            "  live         6.0 MiB -> 17.0 MiB (+11.0 MiB) in 0 -> 0 allocations"
-        );
+        assert_eq!(lines[6], "  live         6.0 MiB -> 17.0 MiB (+11.0 MiB) in 0 -> 0 allocations");
         assert_eq!(
             lines.last().unwrap(),
             &"sites: 1 new (+2.0 MiB), 1 vanished (-100 B), 1 grown, 0 shrunk, 1 unchanged"
@@ -627,32 +531,20 @@ mod tests {
         let mut out = Vec::new();
         diff(&old, &new, 10, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(
-            text.contains("new site 1: helper (src/app.c:10) <- after (src/app.c:30)\n"),
-            "{text}"
-        );
+        assert!(text.contains("new site 1: helper (src/app.c:10) <- after (src/app.c:30)\n"), "{text}");
     }
 
     /// The SIGUSR1 workflow: snapshots 1 and 5 of one process. Ids are the same; a site that
     /// appeared between them is new; the header says it is one process.
     #[test]
     fn snapshots_of_one_process_and_json() {
-        let mut old = report(
-            7,
-            vec![site(0, "render", 1 << 20, 1), site(1, "load", 5 << 20, 5)],
-        );
+        let mut old = report(7, vec![site(0, "render", 1 << 20, 1), site(1, "load", 5 << 20, 5)]);
         old.reason = Reason::Snapshot;
         old.snapshot = Some(1);
         old.start_unix_ns = 1_700_000_000_000_000_000;
         old.duration_s = 2.0;
-        let mut new = report(
-            7,
-            vec![
-                site(0, "render", 5 << 20, 5),
-                site(1, "load", 5 << 20, 5),
-                site(2, "late", 3 << 10, 3),
-            ],
-        );
+        let mut new =
+            report(7, vec![site(0, "render", 5 << 20, 5), site(1, "load", 5 << 20, 5), site(2, "late", 3 << 10, 3)]);
         new.reason = Reason::Snapshot;
         new.snapshot = Some(5);
         new.start_unix_ns = old.start_unix_ns;
@@ -661,19 +553,13 @@ mod tests {
         diff(&old, &new, 10, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(
-            lines[0],
-            "pid 7 (snapshot 1, 2.0 s) -> pid 7 (snapshot 5, 10 s); same process"
-        );
+        assert_eq!(lines[0], "pid 7 (snapshot 1, 2.0 s) -> pid 7 (snapshot 5, 10 s); same process");
         assert_eq!(lines[1], "sites by live-bytes growth (2 of 2 changed):");
         assert_eq!(
             lines[2],
             "    +4.0 MiB  live 1.0 MiB -> 5.0 MiB in 1 -> 5; allocations 1 -> 5, frees 0 -> 0; site 0: render (src/app.c:10)"
         );
-        assert!(
-            lines[3].contains("+3.0 KiB") && lines[3].contains("new site 2: late"),
-            "{text}"
-        );
+        assert!(lines[3].contains("+3.0 KiB") && lines[3].contains("new site 2: late"), "{text}");
 
         let mut out = Vec::new();
         diff_json(&old, &new, 10, &mut out).unwrap();

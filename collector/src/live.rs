@@ -179,11 +179,7 @@ pub struct Series {
 
 impl Default for Series {
     fn default() -> Self {
-        Series {
-            points: Vec::new(),
-            stride: 1,
-            changes: 0,
-        }
+        Series { points: Vec::new(), stride: 1, changes: 0 }
     }
 }
 
@@ -546,9 +542,7 @@ impl Tracker {
             late_by: self.next_seq.saturating_sub(boundary),
             missing: 0,
         };
-        let at = self
-            .snapshots
-            .partition_point(|s| (s.boundary, s.number) <= (boundary, point.number));
+        let at = self.snapshots.partition_point(|s| (s.boundary, s.number) <= (boundary, point.number));
         self.snapshots.insert(at, point);
         self.emit_ready(obs);
     }
@@ -560,9 +554,7 @@ impl Tracker {
             self.skip_gap(obs);
         }
         for mut s in std::mem::take(&mut self.snapshots) {
-            s.missing = s
-                .missing
-                .saturating_add(s.boundary.saturating_sub(self.next_seq));
+            s.missing = s.missing.saturating_add(s.boundary.saturating_sub(self.next_seq));
             obs.snapshot(&s, &self.state);
         }
     }
@@ -587,9 +579,7 @@ impl Tracker {
         };
         let gap = first - self.next_seq;
         for s in &mut self.snapshots {
-            s.missing = s
-                .missing
-                .saturating_add(s.boundary.min(first).saturating_sub(self.next_seq));
+            s.missing = s.missing.saturating_add(s.boundary.min(first).saturating_sub(self.next_seq));
         }
         self.lost = self.lost.saturating_add(gap);
         self.next_seq = first;
@@ -597,9 +587,7 @@ impl Tracker {
     }
 
     fn emit_ready(&mut self, obs: &mut dyn Observer) {
-        let n = self
-            .snapshots
-            .partition_point(|s| s.boundary <= self.next_seq);
+        let n = self.snapshots.partition_point(|s| s.boundary <= self.next_seq);
         for s in self.snapshots.drain(..n) {
             obs.snapshot(&s, &self.state);
         }
@@ -612,45 +600,18 @@ pub(crate) mod tests {
     use gpushim_wire::NO_STACK;
 
     /// An allocation event for tests.
-    pub(crate) fn alloc(
-        seq: u64,
-        ts: u64,
-        addr: u64,
-        size: u64,
-        kind: Kind,
-        device: i32,
-        stack: u32,
-    ) -> Op {
+    pub(crate) fn alloc(seq: u64, ts: u64, addr: u64, size: u64, kind: Kind, device: i32, stack: u32) -> Op {
         let api = match kind {
             Kind::Device => Api::CudaMalloc,
             Kind::Managed => Api::CudaMallocManaged,
             Kind::PinnedHost => Api::CudaMallocHost,
         };
-        Op::Alloc(Alloc {
-            seq,
-            ts_ns: ts,
-            addr,
-            size,
-            kind,
-            api,
-            device,
-            stream: 0,
-            tid: 1,
-            stack,
-        })
+        Op::Alloc(Alloc { seq, ts_ns: ts, addr, size, kind, api, device, stream: 0, tid: 1, stack })
     }
 
     /// A free event for tests.
     pub(crate) fn free(seq: u64, ts: u64, addr: u64, result: i32) -> Op {
-        Op::Free(Free {
-            seq,
-            ts_ns: ts,
-            addr,
-            api: Api::CudaFree,
-            stream: 0,
-            tid: 1,
-            result,
-        })
+        Op::Free(Free { seq, ts_ns: ts, addr, api: Api::CudaFree, stream: 0, tid: 1, result })
     }
 
     fn failed(seq: u64, ts: u64, size: u64) -> Op {
@@ -668,11 +629,7 @@ pub(crate) mod tests {
     }
 
     fn g(live_bytes: u64, live_count: u64, peak_live_bytes: u64) -> Gauge {
-        Gauge {
-            live_bytes,
-            live_count,
-            peak_live_bytes,
-        }
+        Gauge { live_bytes, live_count, peak_live_bytes }
     }
 
     fn apply_all(ops: &[Op]) -> State {
@@ -718,24 +675,15 @@ pub(crate) mod tests {
         assert_eq!(s.devices[&0], g(70, 1, 130));
         assert_eq!(s.devices[&1], g(50, 1, 50));
         let s1 = &s.sites[&1];
-        assert_eq!(
-            (s1.gauge, s1.alloc_count, s1.alloc_bytes, s1.free_count),
-            (g(50, 1, 150), 2, 150, 1)
-        );
+        assert_eq!((s1.gauge, s1.alloc_count, s1.alloc_bytes, s1.free_count), (g(50, 1, 150), 2, 150, 1));
         assert_eq!((s1.first_alloc_ns, s1.last_alloc_ns), (100, 110));
         assert_eq!(s1.apis, vec![Api::CudaMalloc]);
         let s2 = &s.sites[&2];
-        assert_eq!(
-            (s2.gauge, s2.alloc_count, s2.free_count, s2.kind),
-            (g(70, 1, 70), 2, 0, Kind::Managed)
-        );
+        assert_eq!((s2.gauge, s2.alloc_count, s2.free_count, s2.kind), (g(70, 1, 70), 2, 0, Kind::Managed));
         assert_eq!(s.sites[&NO_STACK].gauge, g(10, 1, 10));
         assert!(!s.sites.contains_key(&7), "a failure makes no site");
         assert_eq!(s.failures.len(), 1);
-        assert_eq!(
-            (s.failures[0].size, s.failures[0].site, s.failures[0].result),
-            (1 << 40, 7, 2)
-        );
+        assert_eq!((s.failures[0].size, s.failures[0].site, s.failures[0].result), (1 << 40, 7, 2));
         assert_eq!(s.live().count(), 4);
         assert_eq!((s.first_ts_ns, s.last_ts_ns), (Some(100), 190));
     }
@@ -756,19 +704,8 @@ pub(crate) mod tests {
             stack: 0,
         }));
         s.apply(&free(1, 2, 5, 0)); // cudaFree(5) is a pointer, not the handle
-        assert_eq!(
-            (s.totals.gauge.live_count, s.totals.unknown_free_count),
-            (1, 1)
-        );
-        s.apply(&Op::Free(Free {
-            seq: 2,
-            ts_ns: 3,
-            addr: 5,
-            api: Api::CuMemRelease,
-            stream: 0,
-            tid: 1,
-            result: 0,
-        }));
+        assert_eq!((s.totals.gauge.live_count, s.totals.unknown_free_count), (1, 1));
+        s.apply(&Op::Free(Free { seq: 2, ts_ns: 3, addr: 5, api: Api::CuMemRelease, stream: 0, tid: 1, result: 0 }));
         assert_eq!((s.totals.gauge.live_count, s.totals.free_count), (0, 1));
     }
 
@@ -793,15 +730,7 @@ pub(crate) mod tests {
         let mut ops = Vec::new();
         for i in 0..40u64 {
             let seq = ops.len() as u64;
-            ops.push(alloc(
-                seq,
-                1000 + seq,
-                0x1000 + i * 0x100,
-                10 + i,
-                Kind::Device,
-                (i % 2) as i32,
-                (i % 3) as u32,
-            ));
+            ops.push(alloc(seq, 1000 + seq, 0x1000 + i * 0x100, 10 + i, Kind::Device, (i % 2) as i32, (i % 3) as u32));
             if i % 4 == 1 {
                 let seq = ops.len() as u64;
                 ops.push(free(seq, 1000 + seq, 0x1000 + (i - 1) * 0x100, 0));
@@ -811,26 +740,12 @@ pub(crate) mod tests {
     }
 
     /// Totals, kinds, devices, and (id, gauge, allocs, frees) per site, sorted.
-    type Summary = (
-        Totals,
-        [Gauge; 3],
-        Vec<(i32, Gauge)>,
-        Vec<(u32, Gauge, u64, u64)>,
-    );
+    type Summary = (Totals, [Gauge; 3], Vec<(i32, Gauge)>, Vec<(u32, Gauge, u64, u64)>);
 
     fn summary(s: &State) -> Summary {
-        let mut sites: Vec<_> = s
-            .sites
-            .values()
-            .map(|x| (x.id, x.gauge, x.alloc_count, x.free_count))
-            .collect();
+        let mut sites: Vec<_> = s.sites.values().map(|x| (x.id, x.gauge, x.alloc_count, x.free_count)).collect();
         sites.sort_by_key(|x| x.0);
-        (
-            s.totals,
-            s.kinds,
-            s.devices.iter().map(|(&k, &v)| (k, v)).collect(),
-            sites,
-        )
+        (s.totals, s.kinds, s.devices.iter().map(|(&k, &v)| (k, v)).collect(), sites)
     }
 
     /// Shuffles deterministically within windows of `w` events (the shim's threads race by a
@@ -879,16 +794,7 @@ pub(crate) mod tests {
         }
         t.finish(&mut on);
         assert_eq!(got.len(), 1);
-        assert_eq!(
-            got[0].0,
-            SnapshotPoint {
-                number: 1,
-                boundary: 23,
-                ts_ns: 5,
-                late_by: 0,
-                missing: 0
-            }
-        );
+        assert_eq!(got[0].0, SnapshotPoint { number: 1, boundary: 23, ts_ns: 5, late_by: 0, missing: 0 });
         assert_eq!(got[0].1, summary(&want));
     }
 
@@ -897,9 +803,7 @@ pub(crate) mod tests {
         let ops = scenario();
         let mut t = Tracker::new();
         let mut got = Vec::new();
-        let mut on = |p: &SnapshotPoint, s: &State| {
-            got.push((*p, s.totals.alloc_count + s.totals.free_count))
-        };
+        let mut on = |p: &SnapshotPoint, s: &State| got.push((*p, s.totals.alloc_count + s.totals.free_count));
         t.request_snapshot(3, 1, &mut on);
         t.request_snapshot(1000, 2, &mut on);
         // Drop seq 2 (lost): nothing after it can be applied until the end.
@@ -913,19 +817,7 @@ pub(crate) mod tests {
         let n = ops.len() as u64;
         assert_eq!(got.len(), 2);
         // Snapshot 1 (boundary 3) holds seqs 0 and 1; seq 2 is missing.
-        assert_eq!(
-            got[0],
-            (
-                SnapshotPoint {
-                    number: 1,
-                    boundary: 3,
-                    ts_ns: 1,
-                    late_by: 0,
-                    missing: 1
-                },
-                2
-            )
-        );
+        assert_eq!(got[0], (SnapshotPoint { number: 1, boundary: 3, ts_ns: 1, late_by: 0, missing: 1 }, 2));
         assert_eq!(got[1].0.missing, 1 + 1000 - n);
         assert_eq!(got[1].1, n - 1);
         assert_eq!((t.lost(), t.duplicates()), (1, 1));
@@ -938,8 +830,7 @@ pub(crate) mod tests {
         impl Observer for Seen {
             fn snapshot(&mut self, _: &SnapshotPoint, _: &State) {}
             fn out_of_memory(&mut self, f: &Failed, s: &State) {
-                self.0
-                    .push((f.seq, s.totals.alloc_count, s.totals.failed_count));
+                self.0.push((f.seq, s.totals.alloc_count, s.totals.failed_count));
             }
         }
         let mut not_oom = failed(4, 40, 10);
@@ -973,15 +864,6 @@ pub(crate) mod tests {
             t.push(op, &mut on);
         }
         t.request_snapshot(3, 9, &mut on);
-        assert_eq!(
-            got,
-            vec![SnapshotPoint {
-                number: 1,
-                boundary: 3,
-                ts_ns: 9,
-                late_by: 2,
-                missing: 0
-            }]
-        );
+        assert_eq!(got, vec![SnapshotPoint { number: 1, boundary: 3, ts_ns: 9, late_by: 2, missing: 0 }]);
     }
 }

@@ -55,12 +55,7 @@ enum Command {
         #[arg(short, long, value_name = "DIR")]
         output: Option<PathBuf>,
         /// The program and its arguments (put them after `--`).
-        #[arg(
-            required = true,
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "CMD"
-        )]
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<OsString>,
     },
     /// Print a report for a person, as JSON, as folded stacks, as a flame graph (SVG) or as a
@@ -139,10 +134,7 @@ impl std::error::Error for Coded {}
 
 /// An error with message `message` that makes `gpushim` exit with `code`.
 pub fn coded(code: u8, message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(Coded {
-        code,
-        message: message.into(),
-    })
+    anyhow::Error::new(Coded { code, message: message.into() })
 }
 
 fn main() -> ExitCode {
@@ -150,16 +142,11 @@ fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
-            if err.chain().any(|e| {
-                e.downcast_ref::<io::Error>()
-                    .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
-            }) {
+            if err.chain().any(|e| e.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
+            {
                 return ExitCode::SUCCESS;
             }
-            let code = err
-                .chain()
-                .find_map(|e| e.downcast_ref::<Coded>())
-                .map_or(2, |c| c.code);
+            let code = err.chain().find_map(|e| e.downcast_ref::<Coded>()).map_or(2, |c| c.code);
             let _ = writeln!(io::stderr(), "gpushim: {err:#}");
             ExitCode::from(code)
         }
@@ -169,53 +156,24 @@ fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run { output, command } => run::run(&run::Options { output, command }),
-        Command::Report {
-            file,
-            format,
-            output,
-            top,
-            depth,
-            all_frames,
-        } => {
-            let report = Report::read(&file)
-                .with_context(|| format!("cannot read report {}", file.display()))?;
-            let renderer = render::renderer(
-                format,
-                TextOptions {
-                    top,
-                    depth,
-                    all_frames,
-                },
-            );
+        Command::Report { file, format, output, top, depth, all_frames } => {
+            let report = Report::read(&file).with_context(|| format!("cannot read report {}", file.display()))?;
+            let renderer = render::renderer(format, TextOptions { top, depth, all_frames });
             write_output(output.as_deref(), &mut |out| renderer.render(&report, out))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Diff {
-            old,
-            new,
-            top,
-            format,
-        } => {
-            let a = Report::read(&old)
-                .with_context(|| format!("cannot read report {}", old.display()))?;
-            let b = Report::read(&new)
-                .with_context(|| format!("cannot read report {}", new.display()))?;
+        Command::Diff { old, new, top, format } => {
+            let a = Report::read(&old).with_context(|| format!("cannot read report {}", old.display()))?;
+            let b = Report::read(&new).with_context(|| format!("cannot read report {}", new.display()))?;
             write_output(None, &mut |out| match format {
                 diff::DiffFormat::Text => diff::diff(&a, &b, top, out),
                 diff::DiffFormat::Json => diff::diff_json(&a, &b, top, out),
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Snapshot {
-            pid,
-            signal,
-            timeout,
-        } => {
+        Command::Snapshot { pid, signal, timeout } => {
             if !(timeout.is_finite() && timeout >= 0.0) {
-                return Err(coded(
-                    2,
-                    format!("--timeout {timeout} is not a number of seconds >= 0"),
-                ));
+                return Err(coded(2, format!("--timeout {timeout} is not a number of seconds >= 0")));
             }
             let path = snapshot::snapshot(pid, signal, Duration::from_secs_f64(timeout))?;
             let mut out = io::stdout().lock();
@@ -229,8 +187,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             let mut err = io::stderr().lock();
             let outcome = match input.filter(|p| p.as_os_str() != "-") {
                 Some(path) => {
-                    let f = File::open(&path)
-                        .with_context(|| format!("cannot read event stream {}", path.display()))?;
+                    let f =
+                        File::open(&path).with_context(|| format!("cannot read event stream {}", path.display()))?;
                     collect::collect(f, &opts, &mut err)?
                 }
                 None => {
@@ -240,11 +198,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                     outcome?
                 }
             };
-            Ok(if outcome.broken.is_some() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(if outcome.broken.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
     }
 }
@@ -261,10 +215,7 @@ fn confirm_to_shim() {
 
 /// Runs `write` on a buffered standard output, or on `path` (created or truncated) if given;
 /// a failure to write names the file.
-fn write_output(
-    path: Option<&std::path::Path>,
-    write: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
-) -> Result<()> {
+fn write_output(path: Option<&std::path::Path>, write: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>) -> Result<()> {
     match path {
         None => {
             let mut out = BufWriter::new(io::stdout().lock());
@@ -274,9 +225,7 @@ fn write_output(
         Some(p) => {
             let f = File::create(p).with_context(|| format!("cannot create {}", p.display()))?;
             let mut out = BufWriter::new(f);
-            write(&mut out)
-                .and_then(|()| out.flush())
-                .with_context(|| format!("cannot write {}", p.display()))?;
+            write(&mut out).and_then(|()| out.flush()).with_context(|| format!("cannot write {}", p.display()))?;
         }
     }
     Ok(())
@@ -294,8 +243,7 @@ mod tests {
 
     #[test]
     fn run_takes_the_command_after_dashes() {
-        let cli = Cli::try_parse_from(["gpushim", "run", "-o", "/tmp", "--", "python", "-c", "x"])
-            .unwrap();
+        let cli = Cli::try_parse_from(["gpushim", "run", "-o", "/tmp", "--", "python", "-c", "x"]).unwrap();
         match cli.command {
             Command::Run { output, command } => {
                 assert_eq!(output, Some(PathBuf::from("/tmp")));
@@ -303,10 +251,7 @@ mod tests {
             }
             c => panic!("{c:?}"),
         }
-        assert!(
-            Cli::try_parse_from(["gpushim", "snapshot", "0"]).is_err(),
-            "pid 0 would signal a group"
-        );
+        assert!(Cli::try_parse_from(["gpushim", "snapshot", "0"]).is_err(), "pid 0 would signal a group");
         assert!(Cli::try_parse_from(["gpushim", "collect"]).is_ok());
     }
 
@@ -332,16 +277,7 @@ mod tests {
             ("perfetto", "r.trace.json", "\"traceEvents\""),
         ] {
             let o = out(name);
-            run_cli(&[
-                "gpushim",
-                "report",
-                f,
-                "--format",
-                format,
-                "-o",
-                o.to_str().unwrap(),
-            ])
-            .unwrap();
+            run_cli(&["gpushim", "report", f, "--format", format, "-o", o.to_str().unwrap()]).unwrap();
             let text = std::fs::read_to_string(&o).unwrap();
             assert!(text.contains(want), "{format}: {text}");
         }
@@ -351,15 +287,7 @@ mod tests {
         let f2 = out("gpushim-1234.2.json");
         std::fs::write(&f2, serde_json::to_vec(&grown).unwrap()).unwrap();
         // Diff writes to stdout; check its JSON through the library call instead.
-        assert!(Cli::try_parse_from([
-            "gpushim",
-            "diff",
-            f,
-            f2.to_str().unwrap(),
-            "--format",
-            "json"
-        ])
-        .is_ok());
+        assert!(Cli::try_parse_from(["gpushim", "diff", f, f2.to_str().unwrap(), "--format", "json"]).is_ok());
         let mut buf = Vec::new();
         diff::diff_json(&r, &grown, 20, &mut buf).unwrap();
         std::fs::write(&o, &buf).unwrap();
@@ -367,28 +295,13 @@ mod tests {
         assert_eq!(v["sites"][0]["growth_bytes"], 3 << 20);
         // A file that cannot be created is an error naming it.
         let bad = d.0.join("no/such/dir/x.svg");
-        let e = run_cli(&[
-            "gpushim",
-            "report",
-            f,
-            "--format",
-            "svg",
-            "-o",
-            bad.to_str().unwrap(),
-        ])
-        .unwrap_err();
-        assert!(
-            format!("{e:#}").starts_with(&format!("cannot create {}", bad.display())),
-            "{e:#}"
-        );
+        let e = run_cli(&["gpushim", "report", f, "--format", "svg", "-o", bad.to_str().unwrap()]).unwrap_err();
+        assert!(format!("{e:#}").starts_with(&format!("cannot create {}", bad.display())), "{e:#}");
     }
 
     #[test]
     fn collect_reads_stdin_for_a_dash() {
-        match Cli::try_parse_from(["gpushim", "collect", "--input", "-"])
-            .unwrap()
-            .command
-        {
+        match Cli::try_parse_from(["gpushim", "collect", "--input", "-"]).unwrap().command {
             Command::Collect { input, .. } => assert_eq!(input, Some(PathBuf::from("-"))),
             c => panic!("{c:?}"),
         }

@@ -78,12 +78,7 @@ mod tests {
     }
 
     fn mem(device: i32, ts_ns: u64, free: u64) -> MemInfo {
-        MemInfo {
-            ts_ns,
-            device,
-            free,
-            total: 80 << 30,
-        }
+        MemInfo { ts_ns, device, free, total: 80 << 30 }
     }
 
     #[test]
@@ -102,20 +97,12 @@ mod tests {
             log.push(mem(5, i, i));
         }
         assert_eq!(log.0.len(), MEM_INFO_KEEP);
-        let r = record(
-            &failed(5, 2_000_000_050),
-            log.for_failure(&failed(5, 99)),
-            50,
-            vec![],
-        );
+        let r = record(&failed(5, 2_000_000_050), log.for_failure(&failed(5, 99)), 50, vec![]);
         assert_eq!(
             (r.size, r.api.as_str(), r.kind.as_str(), r.result, r.site),
             (1 << 30, "cuMemAlloc", "device", 2, 3)
         );
-        assert_eq!(
-            (r.device_free_bytes, r.device_total_bytes),
-            (Some(99), Some(80 << 30))
-        );
+        assert_eq!((r.device_free_bytes, r.device_total_bytes), (Some(99), Some(80 << 30)));
         assert!((r.ts_s - 2.0).abs() < 1e-12);
     }
 }

@@ -34,18 +34,10 @@ impl Written {
     pub fn messages(&self) -> Vec<String> {
         let mut v = Vec::new();
         for (dir, e) in &self.fell_back {
-            v.push(format!(
-                "cannot write to {}: {e}; wrote {} instead",
-                dir.display(),
-                self.path.display()
-            ));
+            v.push(format!("cannot write to {}: {e}; wrote {} instead", dir.display(), self.path.display()));
         }
         if let Some(t) = &self.taken {
-            v.push(format!(
-                "{} already exists; wrote {}",
-                t.display(),
-                self.path.display()
-            ));
+            v.push(format!("{} already exists; wrote {}", t.display(), self.path.display()));
         }
         v
     }
@@ -82,24 +74,12 @@ pub fn write_new_with(
     let mut fell_back = Vec::new();
     for d in dirs {
         match write_in(&d, stem, ext, write) {
-            Ok((path, taken)) => {
-                return Ok(Written {
-                    path,
-                    taken,
-                    fell_back,
-                })
-            }
+            Ok((path, taken)) => return Ok(Written { path, taken, fell_back }),
             Err(e) => fell_back.push((d, e)),
         }
     }
-    let why: Vec<String> = fell_back
-        .iter()
-        .map(|(d, e)| format!("{}: {e}", d.display()))
-        .collect();
-    Err(io::Error::other(format!(
-        "no directory would take {stem}.{ext} ({})",
-        why.join("; ")
-    )))
+    let why: Vec<String> = fell_back.iter().map(|(d, e)| format!("{}: {e}", d.display())).collect();
+    Err(io::Error::other(format!("no directory would take {stem}.{ext} ({})", why.join("; "))))
 }
 
 /// Writes into one directory; returns the path and, if the plain name was taken, that name.
@@ -118,11 +98,7 @@ fn write_in(
         drop(file);
         let want = dir.join(format!("{stem}.{ext}"));
         for n in 0..=MAX_SUFFIX {
-            let path = if n == 0 {
-                want.clone()
-            } else {
-                dir.join(format!("{stem}.{n}.{ext}"))
-            };
+            let path = if n == 0 { want.clone() } else { dir.join(format!("{stem}.{n}.{ext}")) };
             match fs::hard_link(&tmp, &path) {
                 Ok(()) => {
                     // Make the new name durable; a failure here loses nothing already written.
@@ -148,13 +124,9 @@ fn write_in(
 fn create_temp(dir: &Path, stem: &str, ext: &str) -> io::Result<(PathBuf, File)> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     for _ in 0..100 {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tag = mix(nanos
-            ^ (u64::from(std::process::id()) << 32)
-            ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let tag = mix(nanos ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let mut name = OsString::from(format!(".{stem}.{ext}.tmp-"));
         name.push(format!("{tag:016x}"));
         let path = dir.join(name);
@@ -170,10 +142,7 @@ fn create_temp(dir: &Path, stem: &str, ext: &str) -> io::Result<(PathBuf, File)>
             Err(e) => return Err(e),
         }
     }
-    Err(io::Error::new(
-        io::ErrorKind::AlreadyExists,
-        "could not find a free temporary name",
-    ))
+    Err(io::Error::new(io::ErrorKind::AlreadyExists, "could not find a free temporary name"))
 }
 
 /// A 64-bit finalizer (splitmix64), to spread the bits of the temporary name.
@@ -195,14 +164,8 @@ pub(crate) mod tests {
         pub(crate) fn new(tag: &str) -> TempDir {
             static N: AtomicU64 = AtomicU64::new(0);
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos();
-            let p = std::env::temp_dir().join(format!(
-                "gpushim-test-{tag}-{}-{n}-{nanos}",
-                std::process::id()
-            ));
+            let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+            let p = std::env::temp_dir().join(format!("gpushim-test-{tag}-{}-{n}-{nanos}", std::process::id()));
             fs::create_dir_all(&p).unwrap();
             TempDir(p)
         }
@@ -215,10 +178,8 @@ pub(crate) mod tests {
     }
 
     fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
+        let mut v: Vec<String> =
+            fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         v.sort();
         v
     }
@@ -231,25 +192,14 @@ pub(crate) mod tests {
         assert!(w.taken.is_none() && w.fell_back.is_empty() && w.messages().is_empty());
         let w = write_new(&d.0, "gpushim-7", "json", b"two").unwrap();
         assert_eq!(w.path, d.0.join("gpushim-7.1.json"));
-        assert_eq!(
-            w.taken.as_deref(),
-            Some(d.0.join("gpushim-7.json").as_path())
-        );
+        assert_eq!(w.taken.as_deref(), Some(d.0.join("gpushim-7.json").as_path()));
         assert_eq!(
             w.messages(),
-            vec![format!(
-                "{}/gpushim-7.json already exists; wrote {}/gpushim-7.1.json",
-                d.0.display(),
-                d.0.display()
-            )]
+            vec![format!("{}/gpushim-7.json already exists; wrote {}/gpushim-7.1.json", d.0.display(), d.0.display())]
         );
         assert_eq!(fs::read(d.0.join("gpushim-7.json")).unwrap(), b"one");
         assert_eq!(fs::read(d.0.join("gpushim-7.1.json")).unwrap(), b"two");
-        assert_eq!(
-            names(&d.0),
-            vec!["gpushim-7.1.json", "gpushim-7.json"],
-            "no temporary file is left"
-        );
+        assert_eq!(names(&d.0), vec!["gpushim-7.1.json", "gpushim-7.json"], "no temporary file is left");
     }
 
     #[test]
@@ -264,10 +214,7 @@ pub(crate) mod tests {
         assert_eq!(w.path, d.0.join("gpushim-8.2.json"));
         assert_eq!(fs::read(&victim).unwrap(), b"precious");
         assert!(!d.0.join("nowhere").exists());
-        assert!(fs::symlink_metadata(d.0.join("gpushim-8.json"))
-            .unwrap()
-            .file_type()
-            .is_symlink());
+        assert!(fs::symlink_metadata(d.0.join("gpushim-8.json")).unwrap().file_type().is_symlink());
         assert_eq!(fs::read(&w.path).unwrap(), b"report");
     }
 

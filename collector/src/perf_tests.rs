@@ -36,12 +36,7 @@ fn addresses(path: &Path, n: usize) -> (Vec<u64>, Vec<u64>) {
         .unwrap();
     funcs.sort_unstable();
     funcs.dedup_by_key(|f| f.0);
-    assert!(
-        funcs.len() >= 2 * n,
-        "{} has {} functions of {all} symbols",
-        path.display(),
-        funcs.len()
-    );
+    assert!(funcs.len() >= 2 * n, "{} has {} functions of {all} symbols", path.display(), funcs.len());
     let step = funcs.len() / (2 * n);
     let pick: Vec<u64> = (0..2 * n)
         .map(|i| {
@@ -55,11 +50,7 @@ fn addresses(path: &Path, n: usize) -> (Vec<u64>, Vec<u64>) {
 
 fn measure(path: &Path) {
     let (cold, warm) = addresses(path, 1000);
-    let module = Module {
-        path: path.to_string_lossy().into_owned(),
-        bias: 0,
-        ranges: vec![(0, u64::MAX)],
-    };
+    let module = Module { path: path.to_string_lossy().into_owned(), bias: 0, ranges: vec![(0, u64::MAX)] };
     let mut s = Symbolizer::new();
     s.add_module(module.clone());
     let t = Instant::now();
@@ -72,17 +63,10 @@ fn measure(path: &Path) {
     let _ = s.stack(&cold);
     let cached_t = t.elapsed();
     let size = std::fs::metadata(path).unwrap().len();
-    let named = first
-        .iter()
-        .chain(&second)
-        .filter(|f| f.function != "??")
-        .count();
+    let named = first.iter().chain(&second).filter(|f| f.function != "??").count();
     let inlined = first.iter().chain(&second).filter(|f| f.inlined).count();
-    let mangled = first
-        .iter()
-        .chain(&second)
-        .filter(|f| f.function.starts_with("_Z") || f.function.starts_with("_R"))
-        .count();
+    let mangled =
+        first.iter().chain(&second).filter(|f| f.function.starts_with("_Z") || f.function.starts_with("_R")).count();
     println!(
         "{} ({:.1} MiB): 1000 addresses, first batch (parses the file) {:.1} ms; \
          1000 other addresses (file cached) {:.1} ms; the first 1000 again (address cache) \

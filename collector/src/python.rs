@@ -26,24 +26,13 @@ const EVAL_FRAME: &str = "_PyEval_EvalFrameDefault";
 
 /// Path fragments of framework packages whose Python frames are marked internal, so that the
 /// first frame shown is the user's.
-const INTERNAL_PACKAGES: &[&str] = &[
-    "torch/",
-    "jax/",
-    "jaxlib/",
-    "cupy/",
-    "cupy_backends/",
-    "numba/",
-];
+const INTERNAL_PACKAGES: &[&str] = &["torch/", "jax/", "jaxlib/", "cupy/", "cupy_backends/", "numba/"];
 
 /// True if and only if `filename` is a Python file of a GPU framework installed as a package
 /// (under `site-packages/` or `dist-packages/`).
 pub fn is_internal_file(filename: &str) -> bool {
     ["/site-packages/", "/dist-packages/"].iter().any(|sp| {
-        filename.find(sp).is_some_and(|i| {
-            INTERNAL_PACKAGES
-                .iter()
-                .any(|p| filename[i + sp.len()..].starts_with(p))
-        })
+        filename.find(sp).is_some_and(|i| INTERNAL_PACKAGES.iter().any(|p| filename[i + sp.len()..].starts_with(p)))
     })
 }
 
@@ -105,17 +94,9 @@ impl Python {
     /// The report frame of one Python frame.
     fn frame(&mut self, f: &PyFrame) -> Frame {
         let Some(c) = self.codes.get(&f.code) else {
-            return Frame {
-                function: "??".into(),
-                module: MODULE.into(),
-                python: true,
-                ..Frame::default()
-            };
+            return Frame { function: "??".into(), module: MODULE.into(), python: true, ..Frame::default() };
         };
-        let line = *self
-            .lines
-            .entry((f.code, f.offset))
-            .or_insert_with(|| line_of(c, f.offset));
+        let line = *self.lines.entry((f.code, f.offset)).or_insert_with(|| line_of(c, f.offset));
         Frame {
             function: c.name.clone(),
             file: Some(c.filename.clone()),
@@ -165,12 +146,7 @@ impl Python {
         if groups.last().is_some_and(Vec::is_empty) {
             groups.pop();
         }
-        let evals: Vec<usize> = native
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| is_eval_frame(f))
-            .map(|(i, _)| i)
-            .collect();
+        let evals: Vec<usize> = native.iter().enumerate().filter(|(_, f)| is_eval_frame(f)).map(|(i, _)| i).collect();
         if evals.len() == groups.len() {
             let mut out = Vec::with_capacity(native.len() + py.len());
             let mut groups = groups.into_iter();
@@ -184,10 +160,7 @@ impl Python {
             return out;
         }
         let at = evals.first().copied().unwrap_or_else(|| {
-            native
-                .iter()
-                .position(|f| f.module_name().starts_with("libpython"))
-                .unwrap_or(native.len())
+            native.iter().position(|f| f.module_name().starts_with("libpython")).unwrap_or(native.len())
         });
         let mut out = native;
         out.splice(at..at, groups.into_iter().flatten());
@@ -199,18 +172,12 @@ impl Python {
 /// ctypes' native parts (`_ctypes*`, `libffi*`) or a framework package's native library.
 fn is_interpreter_or_framework(module: &str) -> bool {
     let name = module.rsplit('/').next().unwrap_or(module);
-    ["python", "libpython", "_ctypes", "libffi"]
-        .iter()
-        .any(|p| name.starts_with(p))
-        || is_internal_file(module)
+    ["python", "libpython", "_ctypes", "libffi"].iter().any(|p| name.starts_with(p)) || is_internal_file(module)
 }
 
 /// True if and only if `f` is a native frame of the interpreter loop (`.cold` parts included).
 fn is_eval_frame(f: &Frame) -> bool {
-    !f.python
-        && f.function
-            .strip_prefix(EVAL_FRAME)
-            .is_some_and(|r| r.is_empty() || r.starts_with('.'))
+    !f.python && f.function.strip_prefix(EVAL_FRAME).is_some_and(|r| r.is_empty() || r.starts_with('.'))
 }
 
 fn line_of(c: &Code, offset: u32) -> Option<u32> {
@@ -412,31 +379,19 @@ mod tests {
     fn interpreter_and_framework_modules() {
         assert!(is_interpreter_or_framework("/usr/bin/python3.12"));
         assert!(is_interpreter_or_framework("/p/lib/libpython3.11.so.1.0"));
-        assert!(is_interpreter_or_framework(
-            "/p/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so"
-        ));
-        assert!(is_interpreter_or_framework(
-            "/usr/lib/x86_64-linux-gnu/libffi.so.8"
-        ));
-        assert!(is_interpreter_or_framework(
-            "/v/lib/python3.12/site-packages/torch/lib/libtorch_python.so"
-        ));
+        assert!(is_interpreter_or_framework("/p/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so"));
+        assert!(is_interpreter_or_framework("/usr/lib/x86_64-linux-gnu/libffi.so.8"));
+        assert!(is_interpreter_or_framework("/v/lib/python3.12/site-packages/torch/lib/libtorch_python.so"));
         assert!(!is_interpreter_or_framework("/w/build/libmyext.so"));
     }
 
     #[test]
     fn framework_files_are_internal() {
-        assert!(is_internal_file(
-            "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py"
-        ));
-        assert!(is_internal_file(
-            "/usr/lib/python3/dist-packages/jax/_src/api.py"
-        ));
+        assert!(is_internal_file("/venv/lib/python3.12/site-packages/torch/nn/modules/module.py"));
+        assert!(is_internal_file("/usr/lib/python3/dist-packages/jax/_src/api.py"));
         assert!(is_internal_file("/x/site-packages/cupy/_creation/basic.py"));
         assert!(!is_internal_file("/home/u/torch/train.py"));
-        assert!(!is_internal_file(
-            "/x/site-packages/torchvision/models/resnet.py"
-        ));
+        assert!(!is_internal_file("/x/site-packages/torchvision/models/resnet.py"));
         assert!(!is_internal_file("/home/u/train.py"));
     }
 
@@ -485,15 +440,21 @@ mod tests {
     #[test]
     fn first_shown_frame_is_the_users_python_line() {
         let mut p = python();
-        p.add_code(PyCode { filename: "/v/site-packages/torch/nn/modules/activation.py".into(), ..code(3, "ReLU.forward", 140) });
+        p.add_code(PyCode {
+            filename: "/v/site-packages/torch/nn/modules/activation.py".into(),
+            ..code(3, "ReLU.forward", 140)
+        });
         p.add_stack(PyStack {
             id: 7,
-            frames: vec![
-                PyFrame { code: 3, offset: 8, entry: true },
-                PyFrame { code: 1, offset: 0, entry: true },
-            ],
+            frames: vec![PyFrame { code: 3, offset: 8, entry: true }, PyFrame { code: 1, offset: 0, entry: true }],
         });
-        let n = vec![native("THPVariable_relu"), native(EVAL_FRAME), native("_PyObject_Call_Prepend"), native(EVAL_FRAME), native("main")];
+        let n = vec![
+            native("THPVariable_relu"),
+            native(EVAL_FRAME),
+            native("_PyObject_Call_Prepend"),
+            native(EVAL_FRAME),
+            native("main"),
+        ];
         let got = p.merge(7, n);
         let first_shown = got.iter().find(|f| !f.internal).unwrap();
         assert_eq!(names(std::slice::from_ref(first_shown)), ["outer:21"], "{:#?}", names(&got));
@@ -508,21 +469,9 @@ mod tests {
         p.add_stack(PyStack {
             id: 4,
             frames: vec![
-                PyFrame {
-                    code: 0,
-                    offset: 8,
-                    entry: false,
-                },
-                PyFrame {
-                    code: 1,
-                    offset: 0,
-                    entry: true,
-                },
-                PyFrame {
-                    code: 2,
-                    offset: PY_NO_OFFSET,
-                    entry: true,
-                },
+                PyFrame { code: 0, offset: 8, entry: false },
+                PyFrame { code: 1, offset: 0, entry: true },
+                PyFrame { code: 2, offset: PY_NO_OFFSET, entry: true },
             ],
         });
         let n = vec![
@@ -536,24 +485,11 @@ mod tests {
         let got = p.merge(4, n.clone());
         assert_eq!(
             names(&got),
-            [
-                "cudaMalloc",
-                "ffi_call",
-                "inner:12",
-                "outer:21",
-                "PyObject_Call",
-                "<module>:0",
-                "main"
-            ]
+            ["cudaMalloc", "ffi_call", "inner:12", "outer:21", "PyObject_Call", "<module>:0", "main"]
         );
         let f = &got[2];
         assert_eq!(
-            (
-                f.module.as_str(),
-                f.address.as_str(),
-                f.offset.as_deref(),
-                f.file.as_deref()
-            ),
+            (f.module.as_str(), f.address.as_str(), f.offset.as_deref(), f.file.as_deref()),
             (MODULE, "", None, Some("/w/t.py"))
         );
         // Interpreter frames inner to the first Python frame are internal; outer ones are not.
@@ -565,58 +501,23 @@ mod tests {
         assert_eq!(p.merge(5, n.clone()), n);
 
         // Counts that do not match: all Python frames before the innermost interpreter frame.
-        let got = p.merge(
-            4,
-            vec![native("cudaMalloc"), native(EVAL_FRAME), native("main")],
-        );
-        assert_eq!(
-            names(&got),
-            [
-                "cudaMalloc",
-                "inner:12",
-                "outer:21",
-                "<module>:0",
-                EVAL_FRAME,
-                "main"
-            ]
-        );
+        let got = p.merge(4, vec![native("cudaMalloc"), native(EVAL_FRAME), native("main")]);
+        assert_eq!(names(&got), ["cudaMalloc", "inner:12", "outer:21", "<module>:0", EVAL_FRAME, "main"]);
         // No interpreter frame: before the first libpython frame, else at the end.
-        let mut n = vec![
-            Frame {
-                function: "cudaMalloc".into(),
-                ..Frame::default()
-            },
-            native("PyObject_Call"),
-        ];
+        let mut n = vec![Frame { function: "cudaMalloc".into(), ..Frame::default() }, native("PyObject_Call")];
         assert_eq!(
             names(&p.merge(4, n.clone())),
-            [
-                "cudaMalloc",
-                "inner:12",
-                "outer:21",
-                "<module>:0",
-                "PyObject_Call"
-            ]
+            ["cudaMalloc", "inner:12", "outer:21", "<module>:0", "PyObject_Call"]
         );
         n.truncate(1);
-        assert_eq!(
-            names(&p.merge(4, n)),
-            ["cudaMalloc", "inner:12", "outer:21", "<module>:0"]
-        );
+        assert_eq!(names(&p.merge(4, n)), ["cudaMalloc", "inner:12", "outer:21", "<module>:0"]);
     }
 
     #[test]
     fn no_runtime_means_no_flag_and_unknown_codes_are_marked() {
         let mut p = Python::default();
         assert_eq!(p.site_flag(0), None);
-        p.add_stack(PyStack {
-            id: 0,
-            frames: vec![PyFrame {
-                code: 9,
-                offset: 0,
-                entry: true,
-            }],
-        });
+        p.add_stack(PyStack { id: 0, frames: vec![PyFrame { code: 9, offset: 0, entry: true }] });
         assert_eq!(p.site_flag(0), Some(true));
         let got = p.merge(0, vec![native(EVAL_FRAME)]);
         assert_eq!(got.len(), 1);

@@ -64,10 +64,7 @@ pub fn suspects(state: &State, run_start_ns: u64, run_end_ns: u64) -> Vec<Suspec
     // Per site: (time, size) of each live allocation.
     let mut live_times: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
     for (_, e) in state.live() {
-        live_times
-            .entry(e.site)
-            .or_default()
-            .push((e.ts_ns, e.size));
+        live_times.entry(e.site).or_default().push((e.ts_ns, e.size));
     }
     let mut out: Vec<Suspect> = state
         .sites
@@ -78,20 +75,12 @@ pub fn suspects(state: &State, run_start_ns: u64, run_end_ns: u64) -> Vec<Suspec
             let mut times: Vec<u64> = live.iter().map(|&(t, _)| t).collect();
             times.dedup();
             // Bytes kept from allocations made after the first live one.
-            let grown: u64 = live
-                .iter()
-                .filter(|&&(t, _)| t > times[0])
-                .map(|&(_, size)| size)
-                .fold(0, u64::saturating_add);
+            let grown: u64 =
+                live.iter().filter(|&&(t, _)| t > times[0]).map(|&(_, size)| size).fold(0, u64::saturating_add);
             judge(site, &times, grown, run, run_end_ns)
         })
         .collect();
-    out.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(b.live_bytes.cmp(&a.live_bytes))
-            .then(a.site.cmp(&b.site))
-    });
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.live_bytes.cmp(&a.live_bytes)).then(a.site.cmp(&b.site)));
     out
 }
 
@@ -129,9 +118,7 @@ fn judge(site: &SiteStats, times: &[u64], grown: u64, run: u64, run_end: u64) ->
     if !covers && !own_share && !recent {
         return None;
     }
-    let rises = (0..SLICES)
-        .filter(|&i| at(i + 1, SLICES) > at(i, SLICES))
-        .count();
+    let rises = (0..SLICES).filter(|&i| at(i + 1, SLICES) > at(i, SLICES)).count();
     let steadiness = rises as f64 / SLICES as f64;
     let kept = g.live_count.min(site.alloc_count) as f64 / site.alloc_count.max(1) as f64;
     let score = ((kept + steadiness) / 2.0 * 1000.0).round() / 1000.0;
@@ -187,27 +174,11 @@ mod tests {
         let mut ops = Vec::new();
         ops.push(alloc(0, 0, 0xa000_0000, 4 << 30, Kind::Device, 0, 2));
         for i in 0..3 {
-            ops.push(alloc(
-                0,
-                (i + 1) * MS / 2,
-                0xb000_0000 + i * 0x1000,
-                64 * MIB,
-                Kind::Device,
-                0,
-                4,
-            ));
+            ops.push(alloc(0, (i + 1) * MS / 2, 0xb000_0000 + i * 0x1000, 64 * MIB, Kind::Device, 0, 4));
         }
         for i in 0..30u64 {
             let t = 10 * MS + i * 30 * MS;
-            ops.push(alloc(
-                0,
-                t,
-                0x1000_0000 + i * 0x10_0000,
-                MIB,
-                Kind::Device,
-                0,
-                1,
-            ));
+            ops.push(alloc(0, t, 0x1000_0000 + i * 0x10_0000, MIB, Kind::Device, 0, 1));
         }
         for i in 0..100u64 {
             let t = i * 10 * MS;
@@ -216,15 +187,7 @@ mod tests {
         }
         for i in 0..40u64 {
             let t = 5 * MS + i * 20 * MS;
-            ops.push(alloc(
-                0,
-                t,
-                0x3000_0000 + i * 0x1000,
-                1024,
-                Kind::PinnedHost,
-                -1,
-                5,
-            ));
+            ops.push(alloc(0, t, 0x3000_0000 + i * 0x1000, 1024, Kind::PinnedHost, -1, 5));
             if i % 2 == 1 {
                 ops.push(free(0, t + 1, 0x3000_0000 + i * 0x1000, 0));
             }
@@ -253,10 +216,7 @@ mod tests {
         assert_eq!(top.score, 1.0);
         assert_eq!(top.live_bytes, 30 * MIB);
         assert_eq!(top.live_count, 30);
-        assert_eq!(
-            top.reason,
-            "+1.0 MiB per 30 ms over 870 ms, 30 live (30.0 MiB), none freed"
-        );
+        assert_eq!(top.reason, "+1.0 MiB per 30 ms over 870 ms, 30 live (30.0 MiB), none freed");
         assert_eq!(top.never_freed_share, 1.0);
         assert_eq!(top.rising_share, 1.0);
         // The oldest live allocation (10 ms) is 990 ms old at the end of the 1 s run.
@@ -265,10 +225,7 @@ mod tests {
         assert_eq!(top.slope_bytes_per_s, (29.0 * MIB as f64 / 0.87).round());
         // Site 5 kept half its allocations: score (0.5 + 1) / 2.
         assert_eq!(got[1].score, 0.75);
-        assert_eq!(
-            got[1].reason,
-            "+1.0 KiB per 40 ms over 760 ms, 20 live (20.0 KiB), 20 of 40 freed"
-        );
+        assert_eq!(got[1].reason, "+1.0 KiB per 40 ms over 760 ms, 20 live (20.0 KiB), 20 of 40 freed");
         assert_eq!(got[1].never_freed_share, 0.5);
     }
 
@@ -286,26 +243,10 @@ mod tests {
         let mut s = State::default();
         let mut ops = vec![alloc(0, 0, 0x100, 1, Kind::Device, 0, 9)];
         for i in 0..3u64 {
-            ops.push(alloc(
-                0,
-                MS + i * MS,
-                0xc000_0000 + i * 0x1000,
-                16 * MIB,
-                Kind::Device,
-                0,
-                7,
-            ));
+            ops.push(alloc(0, MS + i * MS, 0xc000_0000 + i * 0x1000, 16 * MIB, Kind::Device, 0, 7));
         }
         for i in 0..6u64 {
-            ops.push(alloc(
-                0,
-                5480 * MS + i * 12 * MS,
-                0xd000_0000 + i * 0x10_0000,
-                20 * MIB,
-                Kind::Device,
-                0,
-                8,
-            ));
+            ops.push(alloc(0, 5480 * MS + i * 12 * MS, 0xd000_0000 + i * 0x10_0000, 20 * MIB, Kind::Device, 0, 8));
         }
         ops.push(free(0, 5600 * MS, 0x100, 0));
         for (seq, mut op) in ops.into_iter().enumerate() {
@@ -317,16 +258,9 @@ mod tests {
             s.apply(&op);
         }
         let got = suspects(&s, 0, 5600 * MS);
-        assert_eq!(
-            got.iter().map(|x| x.site).collect::<Vec<_>>(),
-            vec![8],
-            "{got:#?}"
-        );
+        assert_eq!(got.iter().map(|x| x.site).collect::<Vec<_>>(), vec![8], "{got:#?}");
         assert_eq!(got[0].live_bytes, 120 * MIB);
-        assert_eq!(
-            got[0].reason,
-            "+20.0 MiB per 12 ms over 60 ms, 6 live (120.0 MiB), none freed"
-        );
+        assert_eq!(got[0].reason, "+20.0 MiB per 12 ms over 60 ms, 6 live (120.0 MiB), none freed");
         // Young against the run (120 ms of 5.6 s), but still growing at the end.
         assert_eq!(got[0].oldest_live_age_share, 0.021);
     }

@@ -54,11 +54,7 @@ pub struct TextOptions {
 
 impl Default for TextOptions {
     fn default() -> Self {
-        TextOptions {
-            top: 10,
-            depth: 12,
-            all_frames: false,
-        }
+        TextOptions { top: 10, depth: 12, all_frames: false }
     }
 }
 
@@ -99,11 +95,7 @@ impl Render for Text {
             r.pid,
             shell_words(&r.command),
             fmt_seconds(r.duration_s),
-            if r.shim_version.is_empty() {
-                "?"
-            } else {
-                &r.shim_version
-            },
+            if r.shim_version.is_empty() { "?" } else { &r.shim_version },
         )?;
         let t = &r.totals;
         writeln!(
@@ -141,11 +133,7 @@ impl Render for Text {
         }
         if let Some(o) = &r.oom {
             writeln!(out)?;
-            let dev = if o.device >= 0 {
-                format!(" on GPU {}", o.device)
-            } else {
-                String::new()
-            };
+            let dev = if o.device >= 0 { format!(" on GPU {}", o.device) } else { String::new() };
             writeln!(
                 out,
                 "out of memory: {} of {} ({}){dev} returned {} at {}",
@@ -156,12 +144,7 @@ impl Render for Text {
                 fmt_seconds(o.ts_s)
             )?;
             if let (Some(free), Some(total)) = (o.device_free_bytes, o.device_total_bytes) {
-                writeln!(
-                    out,
-                    "  the driver reported {} free of {}",
-                    fmt_bytes(free),
-                    fmt_bytes(total)
-                )?;
+                writeln!(out, "  the driver reported {} free of {}", fmt_bytes(free), fmt_bytes(total))?;
             }
             write_frames(out, &o.frames, opts, "      ")?;
         }
@@ -172,14 +155,7 @@ impl Render for Text {
         } else {
             writeln!(out, "leak suspects:")?;
             for (i, s) in r.suspects.iter().enumerate() {
-                writeln!(
-                    out,
-                    "  #{} site {} (score {:.2}): {}",
-                    i + 1,
-                    s.site,
-                    s.score,
-                    s.reason
-                )?;
+                writeln!(out, "  #{} site {} (score {:.2}): {}", i + 1, s.site, s.score, s.reason)?;
                 if let Some(f) = r.site(s.site).and_then(first_user_frame) {
                     writeln!(out, "      at {}", frame_label(f))?;
                 }
@@ -212,11 +188,7 @@ impl Render for Text {
             writeln!(out)?;
             writeln!(out, "failed allocations ({}):", t.failed_count)?;
             for f in r.failures.iter().take(opts.top) {
-                let dev = if f.device >= 0 {
-                    format!(" on GPU {}", f.device)
-                } else {
-                    String::new()
-                };
+                let dev = if f.device >= 0 { format!(" on GPU {}", f.device) } else { String::new() };
                 writeln!(
                     out,
                     "  {} of {} ({}){dev} returned {} at {}",
@@ -229,11 +201,7 @@ impl Render for Text {
                 write_frames(out, &f.frames, opts, "      ")?;
             }
             if r.failures.len() > opts.top {
-                writeln!(
-                    out,
-                    "  … {} more in the report",
-                    r.failures.len() - opts.top
-                )?;
+                writeln!(out, "  … {} more in the report", r.failures.len() - opts.top)?;
             }
         }
         for m in &r.mem_info {
@@ -258,16 +226,8 @@ impl Render for Text {
 }
 
 /// Writes up to `opts.depth` frames, one per line, internal ones only with `all_frames`.
-fn write_frames(
-    out: &mut dyn Write,
-    frames: &[Frame],
-    opts: TextOptions,
-    indent: &str,
-) -> io::Result<()> {
-    let shown: Vec<&Frame> = frames
-        .iter()
-        .filter(|f| opts.all_frames || !f.internal)
-        .collect();
+fn write_frames(out: &mut dyn Write, frames: &[Frame], opts: TextOptions, indent: &str) -> io::Result<()> {
+    let shown: Vec<&Frame> = frames.iter().filter(|f| opts.all_frames || !f.internal).collect();
     for f in shown.iter().take(opts.depth) {
         writeln!(out, "{indent}{}", frame_label(f))?;
     }
@@ -286,10 +246,7 @@ fn anomalies(r: &Report) -> Vec<String> {
     [
         (t.unknown_free_count, "frees of unknown addresses"),
         (t.failed_free_count, "failed frees"),
-        (
-            t.replaced_count,
-            "addresses returned again while live (missed frees)",
-        ),
+        (t.replaced_count, "addresses returned again while live (missed frees)"),
         (t.lost_events, "events lost"),
     ]
     .iter()
@@ -309,10 +266,7 @@ pub fn site_name(s: &Site) -> String {
 
 /// The innermost frame that is the user's code (not internal), else the innermost frame.
 pub fn first_user_frame(site: &Site) -> Option<&Frame> {
-    site.frames
-        .iter()
-        .find(|f| !f.internal)
-        .or(site.frames.first())
+    site.frames.iter().find(|f| !f.internal).or(site.frames.first())
 }
 
 /// A frame for a person: `function (file:line)`, `function (module+0xoffset)`,
@@ -326,11 +280,7 @@ fn frame_label_raw(f: &Frame) -> String {
     let place = match (&f.file, f.line) {
         (Some(file), Some(line)) => Some(format!("{}:{line}", short_path(file))),
         (Some(file), None) => Some(short_path(file).to_string()),
-        _ if !f.module.is_empty() => Some(format!(
-            "{}+{}",
-            f.module_name(),
-            f.offset.as_deref().unwrap_or(&f.address)
-        )),
+        _ if !f.module.is_empty() => Some(format!("{}+{}", f.module_name(), f.offset.as_deref().unwrap_or(&f.address))),
         _ => None,
     };
     match (f.function.as_str(), place) {
@@ -427,11 +377,7 @@ fn round_period(s: f64) -> f64 {
     }
     let (unit, _) = period_unit(s);
     let v = s / unit;
-    let r = if v >= 10.0 {
-        v.round()
-    } else {
-        (v * 10.0).round() / 10.0
-    };
+    let r = if v >= 10.0 { v.round() } else { (v * 10.0).round() / 10.0 };
     r * unit
 }
 
@@ -461,12 +407,8 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         }
         let mut p = format!("{name} {}", fmt_bytes(k.live_bytes));
         if name == "device" {
-            let gpus: Vec<String> = r
-                .devices
-                .iter()
-                .filter(|d| d.live_count > 0)
-                .map(|d| d.ordinal.to_string())
-                .collect();
+            let gpus: Vec<String> =
+                r.devices.iter().filter(|d| d.live_count > 0).map(|d| d.ordinal.to_string()).collect();
             match gpus.len() {
                 0 => {}
                 1 => p += &format!(" on GPU {}", gpus[0]),
@@ -475,11 +417,7 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         }
         parts.push(p);
     }
-    let kinds = if parts.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", parts.join("; "))
-    };
+    let kinds = if parts.is_empty() { String::new() } else { format!(" ({})", parts.join("; ")) };
     writeln!(
         out,
         "gpushim: pid {} ({}): {} allocation{} live, {}{kinds}; peak {}",
@@ -494,25 +432,12 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         writeln!(out, "gpushim: no leak suspects")?;
     }
     for (i, s) in r.suspects.iter().take(3).enumerate() {
-        let at = r
-            .site(s.site)
-            .and_then(first_user_frame)
-            .map(|f| format!(" at {}", frame_label(f)))
-            .unwrap_or_default();
-        writeln!(
-            out,
-            "gpushim: suspect #{} site {}: {}{at}",
-            i + 1,
-            s.site,
-            s.reason
-        )?;
+        let at =
+            r.site(s.site).and_then(first_user_frame).map(|f| format!(" at {}", frame_label(f))).unwrap_or_default();
+        writeln!(out, "gpushim: suspect #{} site {}: {}{at}", i + 1, s.site, s.reason)?;
     }
     if r.suspects.len() > 3 {
-        writeln!(
-            out,
-            "gpushim: {} more suspects in the report",
-            r.suspects.len() - 3
-        )?;
+        writeln!(out, "gpushim: {} more suspects in the report", r.suspects.len() - 3)?;
     }
     writeln!(out, "gpushim: report written to {}", path.display())
 }
@@ -585,10 +510,7 @@ pub(crate) mod tests {
         assert_eq!(frame_label(&f), "0x401234");
         f.function = "evil\x1b]0;title\x07name".into();
         assert_eq!(frame_label(&f), "evil?]0;title?name (0x401234)");
-        assert_eq!(
-            shell_words(&["python".into(), "a b.py".into()]),
-            "python 'a b.py'"
-        );
+        assert_eq!(shell_words(&["python".into(), "a b.py".into()]), "python 'a b.py'");
     }
 
     /// A report with only the contract's fields (no optional extras), as JSON.
@@ -623,26 +545,18 @@ pub(crate) mod tests {
             String::from_utf8(out).unwrap()
         };
         let t = text(TextOptions::default());
-        assert!(
-            t.starts_with("pid 1234 (exit): ./target; 300 ms, shim 0.1.0\n"),
-            "{t}"
-        );
-        assert!(
-            t.contains("anomalies: 2 frees of unknown addresses\n"),
-            "{t}"
-        );
+        assert!(t.starts_with("pid 1234 (exit): ./target; 300 ms, shim 0.1.0\n"), "{t}");
+        assert!(t.contains("anomalies: 2 frees of unknown addresses\n"), "{t}");
         assert!(t.contains("  #1 site 3 (score 1.00): 10 allocations live (10.0 MiB), none freed\n      at render_frame (app/target.c:42)\n"), "{t}");
         assert!(!t.contains("cudaMalloc (libcudart"), "{t}");
-        let all = text(TextOptions {
-            all_frames: true,
-            ..TextOptions::default()
-        });
-        assert!(all.contains("      cudaMalloc (libcudart.so.13+0x7f0000001234)\n      render_frame (app/target.c:42)\n"), "{all}");
+        let all = text(TextOptions { all_frames: true, ..TextOptions::default() });
+        assert!(
+            all.contains("      cudaMalloc (libcudart.so.13+0x7f0000001234)\n      render_frame (app/target.c:42)\n"),
+            "{all}"
+        );
 
         let mut json = Vec::new();
-        renderer(Format::Json, TextOptions::default())
-            .render(&r, &mut json)
-            .unwrap();
+        renderer(Format::Json, TextOptions::default()).render(&r, &mut json).unwrap();
         assert_eq!(Report::from_slice(&json).unwrap(), r);
 
         let mut err = Vec::new();
@@ -705,11 +619,7 @@ pub(crate) mod tests {
                 ],
             ),
             site(gpushim_wire::NO_STACK, 10, vec![]),
-            site(
-                4,
-                0,
-                vec![frame("freed_all", "/w/app", "0x400", false), main.clone()],
-            ),
+            site(4, 0, vec![frame("freed_all", "/w/app", "0x400", false), main.clone()]),
             site(5, 1 << 20, vec![cuda, render, main]),
         ];
         r.sites[0].series = vec![(0.0, 1 << 20), (0.5, 2 << 20), (1.0, 3 << 20)];
@@ -734,21 +644,9 @@ pub(crate) mod tests {
         r.timeline = Timeline {
             devices: vec![0, 1],
             points: vec![
-                TimelinePoint {
-                    t_s: 0.0,
-                    kinds: [1 << 20, 0, 0],
-                    devices: vec![1 << 20, 0],
-                },
-                TimelinePoint {
-                    t_s: 0.5,
-                    kinds: [2 << 20, 0, 4096],
-                    devices: vec![1 << 20, 1 << 20],
-                },
-                TimelinePoint {
-                    t_s: 1.000_002,
-                    kinds: [3 << 20, 0, 0],
-                    devices: vec![2 << 20, 1 << 20],
-                },
+                TimelinePoint { t_s: 0.0, kinds: [1 << 20, 0, 0], devices: vec![1 << 20, 0] },
+                TimelinePoint { t_s: 0.5, kinds: [2 << 20, 0, 4096], devices: vec![1 << 20, 1 << 20] },
+                TimelinePoint { t_s: 1.000_002, kinds: [3 << 20, 0, 0], devices: vec![2 << 20, 1 << 20] },
             ],
         };
         r
@@ -756,10 +654,7 @@ pub(crate) mod tests {
 
     fn render(format: Format, r: &Report, all_frames: bool) -> String {
         let mut out = Vec::new();
-        let opts = TextOptions {
-            all_frames,
-            ..TextOptions::default()
-        };
+        let opts = TextOptions { all_frames, ..TextOptions::default() };
         renderer(format, opts).render(r, &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
@@ -795,10 +690,7 @@ pub(crate) mod tests {
         let mut empty = sample();
         empty.sites.clear();
         let svg = render(Format::Svg, &empty, false);
-        assert!(
-            svg.contains("<svg") && svg.contains("no live allocations"),
-            "{svg}"
-        );
+        assert!(svg.contains("<svg") && svg.contains("no live allocations"), "{svg}");
     }
 
     #[test]
@@ -811,10 +703,7 @@ pub(crate) mod tests {
             assert!(e["ts"].is_number() && e["pid"] == 1234, "{e}");
         }
         let track = |name: &str| -> Vec<&serde_json::Value> {
-            events
-                .iter()
-                .filter(|e| e["ph"] == "C" && e["name"] == name)
-                .collect()
+            events.iter().filter(|e| e["ph"] == "C" && e["name"] == name).collect()
         };
         let kinds = track("live bytes");
         assert_eq!(kinds.len(), 3);
@@ -834,9 +723,7 @@ pub(crate) mod tests {
         assert_eq!(failed.len(), 1);
         assert_eq!(failed[0]["name"], "cudaMalloc of 1024.0 GiB failed (2)");
         assert_eq!(failed[0]["ts"], 1_250_000.0);
-        assert!(events
-            .iter()
-            .any(|e| e["ph"] == "M" && e["name"] == "process_name"));
+        assert!(events.iter().any(|e| e["ph"] == "M" && e["name"] == "process_name"));
     }
 
     #[test]

@@ -149,11 +149,7 @@ pub struct Kinds {
 impl Kinds {
     /// The three kinds with their report names, in report order.
     pub fn iter(&self) -> [(&'static str, &KindTotals); 3] {
-        [
-            ("device", &self.device),
-            ("managed", &self.managed),
-            ("pinned_host", &self.pinned_host),
-        ]
+        [("device", &self.device), ("managed", &self.managed), ("pinned_host", &self.pinned_host)]
     }
 }
 
@@ -259,11 +255,7 @@ impl Frame {
             (Some(f), Some(l)) if self.function != "??" => format!("{} {f}:{l}", self.function),
             (Some(f), None) if self.python => format!("{} {f}", self.function),
             _ if !self.module.is_empty() => {
-                format!(
-                    "{}+{}",
-                    self.module_name(),
-                    self.offset.as_deref().unwrap_or(&self.address)
-                )
+                format!("{}+{}", self.module_name(), self.offset.as_deref().unwrap_or(&self.address))
             }
             _ => self.address.clone(),
         }
@@ -437,28 +429,14 @@ mod tests {
             collector_version: "0.1.0".into(),
             totals: Totals::default(),
             kinds: Kinds::default(),
-            devices: vec![DeviceTotals {
-                ordinal: 0,
-                live_bytes: 1,
-                live_count: 1,
-                peak_live_bytes: 1,
-            }],
-            sites: vec![Site {
-                id: 3,
-                frames: vec![Frame::default()],
-                series: vec![(0.25, 7)],
-                ..Site::default()
-            }],
+            devices: vec![DeviceTotals { ordinal: 0, live_bytes: 1, live_count: 1, peak_live_bytes: 1 }],
+            sites: vec![Site { id: 3, frames: vec![Frame::default()], series: vec![(0.25, 7)], ..Site::default() }],
             suspects: vec![],
             failures: vec![],
             mem_info: vec![],
             timeline: Timeline {
                 devices: vec![0],
-                points: vec![TimelinePoint {
-                    t_s: 0.5,
-                    kinds: [1, 0, 0],
-                    devices: vec![1],
-                }],
+                points: vec![TimelinePoint { t_s: 0.5, kinds: [1, 0, 0], devices: vec![1] }],
             },
             notes: vec!["n".into()],
             oom: None,
@@ -476,10 +454,7 @@ mod tests {
         let mut exit = r.clone();
         exit.snapshot = None;
         let v = serde_json::to_value(&exit).unwrap();
-        assert!(
-            v.get("snapshot").is_none(),
-            "no snapshot field outside snapshots"
-        );
+        assert!(v.get("snapshot").is_none(), "no snapshot field outside snapshots");
     }
 
     #[test]
@@ -490,22 +465,12 @@ mod tests {
             (b"[1, 2]", "not a gpushim report"),
             (b"{}", "not a gpushim report"),
             (b"{\"schema\": \"other.v9\"}", "schema is \"other.v9\""),
-            (
-                b"{\"schema\": \"gpushim.report.v1\", \"pid\": -1}",
-                "malformed gpushim report",
-            ),
-            (
-                b"{\"schema\": \"gpushim.report.v1\"}",
-                "malformed gpushim report: missing field",
-            ),
+            (b"{\"schema\": \"gpushim.report.v1\", \"pid\": -1}", "malformed gpushim report"),
+            (b"{\"schema\": \"gpushim.report.v1\"}", "malformed gpushim report: missing field"),
         ];
         for (input, want) in cases {
             let e = Report::from_slice(input).unwrap_err();
-            assert!(
-                format!("{e:#}").starts_with(want),
-                "{:?}: {e:#}",
-                String::from_utf8_lossy(input)
-            );
+            assert!(format!("{e:#}").starts_with(want), "{:?}: {e:#}", String::from_utf8_lossy(input));
         }
         let e = Report::read(Path::new("/nonexistent/gpushim-1.json")).unwrap_err();
         assert!(format!("{e:#}").contains("No such file"), "{e:#}");

@@ -55,28 +55,19 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
         ));
     }
     let Some((prog, args)) = opts.command.split_first() else {
-        return Err(coded(
-            2,
-            "no command given; usage: gpushim run [--output DIR] -- CMD ARGS...",
-        ));
+        return Err(coded(2, "no command given; usage: gpushim run [--output DIR] -- CMD ARGS..."));
     };
     let mut cmd = Command::new(prog);
     cmd.args(args)
-        .env(
-            "LD_PRELOAD",
-            preload_value(lib.as_os_str(), env::var_os("LD_PRELOAD").as_deref()),
-        )
+        .env("LD_PRELOAD", preload_value(lib.as_os_str(), env::var_os("LD_PRELOAD").as_deref()))
         .env("GPUSHIM_COLLECTOR", &exe);
     if let Some(dir) = &opts.output {
-        let abs = std::path::absolute(dir)
-            .with_context(|| format!("cannot resolve output directory {}", dir.display()))?;
+        let abs =
+            std::path::absolute(dir).with_context(|| format!("cannot resolve output directory {}", dir.display()))?;
         if !abs.is_dir() {
             return Err(coded(
                 2,
-                format!(
-                    "output directory {} does not exist; create it or choose another --output",
-                    dir.display()
-                ),
+                format!("output directory {} does not exist; create it or choose another --output", dir.display()),
             ));
         }
         cmd.env("GPUSHIM_OUTPUT", abs);
@@ -103,9 +94,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
         let name = Path::new(prog).display();
         match e.kind() {
             io::ErrorKind::NotFound => coded(127, format!("cannot run {name}: command not found")),
-            io::ErrorKind::PermissionDenied => {
-                coded(126, format!("cannot run {name}: permission denied"))
-            }
+            io::ErrorKind::PermissionDenied => coded(126, format!("cannot run {name}: permission denied")),
             _ => coded(126, format!("cannot run {name}: {e}")),
         }
     })?;
@@ -155,11 +144,7 @@ fn wait_for_eof(read: OwnedFd, limit: Duration) -> bool {
         if left.is_zero() {
             return false;
         }
-        let mut p = libc::pollfd {
-            fd: file.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let mut p = libc::pollfd { fd: file.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
         // SAFETY: `p` is one valid pollfd for the duration of the call.
         let n = unsafe { libc::poll(&mut p, 1, ms) };
@@ -231,19 +216,10 @@ mod tests {
 
     #[test]
     fn preload_goes_first() {
+        assert_eq!(preload_value(OsStr::new("/a/libgpushim.so"), None), "/a/libgpushim.so");
+        assert_eq!(preload_value(OsStr::new("/a/libgpushim.so"), Some(OsStr::new(""))), "/a/libgpushim.so");
         assert_eq!(
-            preload_value(OsStr::new("/a/libgpushim.so"), None),
-            "/a/libgpushim.so"
-        );
-        assert_eq!(
-            preload_value(OsStr::new("/a/libgpushim.so"), Some(OsStr::new(""))),
-            "/a/libgpushim.so"
-        );
-        assert_eq!(
-            preload_value(
-                OsStr::new("/a/libgpushim.so"),
-                Some(OsStr::new("/b/x.so:/c/y.so"))
-            ),
+            preload_value(OsStr::new("/a/libgpushim.so"), Some(OsStr::new("/b/x.so:/c/y.so"))),
             "/a/libgpushim.so:/b/x.so:/c/y.so"
         );
     }

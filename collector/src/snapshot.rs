@@ -79,21 +79,10 @@ pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> 
             ));
         }
     }
-    let dir = output_dir(&proc_dir).map_err(|e| {
-        coded(
-            2,
-            format!("cannot find where pid {pid} writes reports: {e:#}"),
-        )
-    })?;
-    let before = snapshot_names(&dir, pid).map_err(|e| {
-        coded(
-            2,
-            format!(
-                "cannot read the output directory {} of pid {pid}: {e}",
-                dir.display()
-            ),
-        )
-    })?;
+    let dir =
+        output_dir(&proc_dir).map_err(|e| coded(2, format!("cannot find where pid {pid} writes reports: {e:#}")))?;
+    let before = snapshot_names(&dir, pid)
+        .map_err(|e| coded(2, format!("cannot read the output directory {} of pid {pid}: {e}", dir.display())))?;
     send(pid, signal.number())?;
     let deadline = Instant::now() + timeout;
     loop {
@@ -103,11 +92,7 @@ pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> 
             }
         }
         if Instant::now() >= deadline {
-            let gone = if send(pid, 0).is_err() {
-                " (the process has ended)"
-            } else {
-                ""
-            };
+            let gone = if send(pid, 0).is_err() { " (the process has ended)" } else { "" };
             return Err(coded(
                 2,
                 format!(
@@ -150,10 +135,7 @@ fn send(pid: i32, sig: libc::c_int) -> Result<()> {
     let e = io::Error::last_os_error();
     Err(match e.raw_os_error() {
         Some(libc::ESRCH) => coded(2, format!("no process with pid {pid}")),
-        Some(libc::EPERM) => coded(
-            2,
-            format!("not allowed to signal pid {pid} (it belongs to another user)"),
-        ),
+        Some(libc::EPERM) => coded(2, format!("not allowed to signal pid {pid} (it belongs to another user)")),
         _ => coded(2, format!("cannot signal pid {pid}: {e}")),
     })
 }
@@ -212,10 +194,7 @@ mod tests {
         }
         let mut got: Vec<_> = snapshot_names(&d.0, 5).unwrap().into_iter().collect();
         got.sort();
-        assert_eq!(
-            got,
-            vec!["gpushim-5-snapshot-1.json", "gpushim-5-snapshot-2.1.json"]
-        );
+        assert_eq!(got, vec!["gpushim-5-snapshot-1.json", "gpushim-5-snapshot-2.1.json"]);
     }
 
     #[test]
@@ -231,16 +210,8 @@ mod tests {
     #[test]
     fn refuses_a_process_without_the_shim_and_a_missing_one() {
         // This test process has no libgpushim loaded: the signal would kill it.
-        let e = snapshot(
-            std::process::id() as i32,
-            Signal::Usr1,
-            Duration::from_millis(10),
-        )
-        .unwrap_err();
-        assert!(
-            e.to_string().contains("is not running under gpushim"),
-            "{e}"
-        );
+        let e = snapshot(std::process::id() as i32, Signal::Usr1, Duration::from_millis(10)).unwrap_err();
+        assert!(e.to_string().contains("is not running under gpushim"), "{e}");
         let e = snapshot(i32::MAX, Signal::Usr1, Duration::from_millis(10)).unwrap_err();
         assert_eq!(e.to_string(), format!("no process with pid {}", i32::MAX));
     }

@@ -65,10 +65,9 @@ const INTERNAL_SOURCE_PARTS: &[&str] = &["/cudarc-"];
 /// [`INTERNAL_SOURCE_PARTS`] followed by a version number, as in the cargo registry's
 /// `.../cudarc-0.19.10/src/...` (a user's own `cudarc-leak/` directory is not one).
 pub fn is_internal_source(file: &str) -> bool {
-    INTERNAL_SOURCE_PARTS.iter().any(|p| {
-        file.match_indices(p)
-            .any(|(i, _)| file[i + p.len()..].starts_with(|c: char| c.is_ascii_digit()))
-    })
+    INTERNAL_SOURCE_PARTS
+        .iter()
+        .any(|p| file.match_indices(p).any(|(i, _)| file[i + p.len()..].starts_with(|c: char| c.is_ascii_digit())))
 }
 
 /// True if and only if a frame in module `path` running `function` is CUDA or framework
@@ -77,20 +76,16 @@ pub fn is_internal(path: &str, function: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     INTERNAL_MODULE_PREFIXES.iter().any(|p| name.starts_with(p))
         || INTERNAL_PATH_PARTS.iter().any(|p| path.contains(p))
-        || INTERNAL_FUNCTION_PREFIXES
-            .iter()
-            .any(|p| function.starts_with(p))
+        || INTERNAL_FUNCTION_PREFIXES.iter().any(|p| function.starts_with(p))
         || is_cuda_api_name(function)
 }
 
 /// True if and only if `function` is one of the intercepted CUDA entry points, with or without
 /// a `_v2`/`_ptsz`-style suffix (statically linked runtimes have them in the user's binary).
 fn is_cuda_api_name(function: &str) -> bool {
-    Api::ALL.iter().any(|a| {
-        function
-            .strip_prefix(a.name())
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
-    })
+    Api::ALL
+        .iter()
+        .any(|a| function.strip_prefix(a.name()).is_some_and(|rest| rest.is_empty() || rest.starts_with('_')))
 }
 
 fn is_shim(path: &str) -> bool {
@@ -132,17 +127,12 @@ impl Symbolizer {
     /// Adds a loaded module. Where ranges of two modules overlap (one was unloaded and
     /// another loaded in its place), the later one wins.
     pub fn add_module(&mut self, m: Module) {
-        if self
-            .modules
-            .iter()
-            .any(|x| x.path == m.path && x.bias == m.bias && x.ranges == m.ranges)
-        {
+        if self.modules.iter().any(|x| x.path == m.path && x.bias == m.bias && x.ranges == m.ranges) {
             return;
         }
         self.modules.push(m);
         // Addresses that were in no module may be in this one.
-        self.cache
-            .retain(|_, frames| frames.first().is_none_or(|f| !f.module.is_empty()));
+        self.cache.retain(|_, frames| frames.first().is_none_or(|f| !f.module.is_empty()));
     }
 
     /// One line per module that could not be read, for the report's notes.
@@ -183,11 +173,7 @@ impl Symbolizer {
                     }
                 }
                 None => {
-                    let f = Frame {
-                        function: "??".into(),
-                        address: hex(a),
-                        ..Frame::default()
-                    };
+                    let f = Frame { function: "??".into(), address: hex(a), ..Frame::default() };
                     self.cache.insert(a, vec![f]);
                 }
             }
@@ -195,17 +181,12 @@ impl Symbolizer {
         for (i, list) in todo {
             self.resolve(i, &list);
         }
-        addrs
-            .iter()
-            .flat_map(|a| self.cache.get(a).into_iter().flatten().cloned())
-            .collect()
+        addrs.iter().flat_map(|a| self.cache.get(a).into_iter().flatten().cloned()).collect()
     }
 
     /// The index of the module holding `addr`, the latest added if several do.
     fn module_of(&self, addr: u64) -> Option<usize> {
-        self.modules
-            .iter()
-            .rposition(|m| m.ranges.iter().any(|&(s, e)| s <= addr && addr < e))
+        self.modules.iter().rposition(|m| m.ranges.iter().any(|&(s, e)| s <= addr && addr < e))
     }
 
     /// Symbolizes `addrs`, all in module `i`, into the cache.
@@ -220,10 +201,7 @@ impl Symbolizer {
             return;
         }
         // One byte back from the return address lands inside the call instruction.
-        let offsets: Vec<u64> = addrs
-            .iter()
-            .map(|&a| a.saturating_sub(1).wrapping_sub(bias))
-            .collect();
+        let offsets: Vec<u64> = addrs.iter().map(|&a| a.saturating_sub(1).wrapping_sub(bias)).collect();
         let unknown = |a: u64, off: u64| {
             let function = "??".to_string();
             Frame {
@@ -239,16 +217,12 @@ impl Symbolizer {
             Err("module has no path".to_string())
         } else {
             let src = Source::Elf(Elf::new(Path::new(&path)));
-            self.inner
-                .symbolize(&src, Input::VirtOffset(&offsets))
-                .map_err(|e| e.to_string())
+            self.inner.symbolize(&src, Input::VirtOffset(&offsets)).map_err(|e| e.to_string())
         };
         let syms = match results {
             Ok(s) => s,
             Err(e) => {
-                self.problems.push(format!(
-                    "cannot read symbols of {path}: {e}; its frames show as module+offset"
-                ));
+                self.problems.push(format!("cannot read symbols of {path}: {e}; its frames show as module+offset"));
                 for (&a, &off) in addrs.iter().zip(&offsets) {
                     self.cache.insert(a, vec![unknown(a, off)]);
                 }
@@ -260,8 +234,7 @@ impl Symbolizer {
                 Symbolized::Sym(sym) => {
                     let make = |name: &str, code: Option<&CodeInfo<'_>>, inlined: bool| {
                         let (file, line) = code_location(code);
-                        let internal = is_internal(&path, name)
-                            || file.as_deref().is_some_and(is_internal_source);
+                        let internal = is_internal(&path, name) || file.as_deref().is_some_and(is_internal_source);
                         Frame {
                             function: name.to_string(),
                             file,
@@ -274,12 +247,8 @@ impl Symbolizer {
                             python: false,
                         }
                     };
-                    let mut v: Vec<Frame> = sym
-                        .inlined
-                        .iter()
-                        .rev()
-                        .map(|f| make(&f.name, f.code_info.as_ref(), true))
-                        .collect();
+                    let mut v: Vec<Frame> =
+                        sym.inlined.iter().rev().map(|f| make(&f.name, f.code_info.as_ref(), true)).collect();
                     v.push(make(&sym.name, sym.code_info.as_deref(), false));
                     v
                 }
@@ -336,25 +305,17 @@ pub(crate) mod tests {
                     ranges.push((bias + ph.p_vaddr, bias + ph.p_vaddr + ph.p_memsz));
                 }
             }
-            if !ranges
-                .iter()
-                .any(|&(s, e)| s <= search.addr && search.addr < e)
-            {
+            if !ranges.iter().any(|&(s, e)| s <= search.addr && search.addr < e) {
                 return 0;
             }
             let name = if info.dlpi_name.is_null() {
                 String::new()
             } else {
                 // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader.
-                unsafe { CStr::from_ptr(info.dlpi_name) }
-                    .to_string_lossy()
-                    .into_owned()
+                unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
             };
             let path = if name.is_empty() {
-                std::fs::read_link("/proc/self/exe")
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned()
+                std::fs::read_link("/proc/self/exe").unwrap().to_string_lossy().into_owned()
             } else {
                 name
             };
@@ -363,9 +324,7 @@ pub(crate) mod tests {
         }
         let mut search = Search { addr, found: None };
         // SAFETY: `each` matches the callback type and only uses `data` as the `Search` we pass.
-        unsafe {
-            libc::dl_iterate_phdr(Some(each), &mut search as *mut Search as *mut libc::c_void)
-        };
+        unsafe { libc::dl_iterate_phdr(Some(each), &mut search as *mut Search as *mut libc::c_void) };
         search.found.expect("address is in no loaded module")
     }
 
@@ -383,16 +342,8 @@ pub(crate) mod tests {
         assert_eq!(outer.len(), 2, "{frames:#?}");
         assert!(frames.iter().filter(|f| f.inlined).all(|f| f.address == hex(addr + 1)), "{frames:#?}");
         let f = outer[0];
-        assert!(
-            f.function.ends_with("marker_function_for_symbolizer_test"),
-            "{f:?}"
-        );
-        assert!(
-            f.file
-                .as_deref()
-                .is_some_and(|p| p.ends_with("symbolize.rs")),
-            "{f:?}"
-        );
+        assert!(f.function.ends_with("marker_function_for_symbolizer_test"), "{f:?}");
+        assert!(f.file.as_deref().is_some_and(|p| p.ends_with("symbolize.rs")), "{f:?}");
         assert!(f.line.is_some(), "{f:?}");
         assert_eq!(f.address, hex(addr + 1));
         assert!(!f.internal && !f.inlined);
@@ -419,11 +370,7 @@ pub(crate) mod tests {
         assert_eq!(frames[0].offset.as_deref(), Some("0x100"));
         assert!(frames[0].internal);
         assert_eq!(
-            (
-                frames[1].function.as_str(),
-                frames[1].module.as_str(),
-                frames[1].address.as_str()
-            ),
+            (frames[1].function.as_str(), frames[1].module.as_str(), frames[1].address.as_str()),
             ("??", "", "0x99")
         );
         assert_eq!(s.problems().len(), 1);
@@ -435,10 +382,7 @@ pub(crate) mod tests {
         assert!(is_internal("/w/app", "cudaMalloc"));
         assert!(is_internal("/w/app", "cuMemAlloc_v2"));
         assert!(is_internal("/w/app", "cudarc::driver::result::malloc_sync"));
-        assert!(is_internal(
-            "/p/site-packages/cupy/cuda/memory.cpython-312.so",
-            "f"
-        ));
+        assert!(is_internal("/p/site-packages/cupy/cuda/memory.cpython-312.so", "f"));
         assert!(!is_internal("/w/app", "cudaMallocWrapperOfMine"));
         assert!(!is_internal("/w/app", "render_frame"));
         assert!(is_internal_source("/root/.cargo/registry/src/x/cudarc-0.19.10/src/driver/result.rs"));

@@ -35,12 +35,7 @@ pub struct Timeline {
 
 impl Default for Timeline {
     fn default() -> Self {
-        Timeline {
-            devices: Vec::new(),
-            points: Vec::new(),
-            stride: 1,
-            changes: 0,
-        }
+        Timeline { devices: Vec::new(), points: Vec::new(), stride: 1, changes: 0 }
     }
 }
 
@@ -74,16 +69,8 @@ impl Timeline {
         }
         Point {
             ts_ns,
-            kinds: [
-                kinds[0].live_bytes,
-                kinds[1].live_bytes,
-                kinds[2].live_bytes,
-            ],
-            devices: self
-                .devices
-                .iter()
-                .map(|d| devices.get(d).map_or(0, |g| g.live_bytes))
-                .collect(),
+            kinds: [kinds[0].live_bytes, kinds[1].live_bytes, kinds[2].live_bytes],
+            devices: self.devices.iter().map(|d| devices.get(d).map_or(0, |g| g.live_bytes)).collect(),
         }
     }
 
@@ -118,10 +105,7 @@ impl Timeline {
                 .map(|p| report::TimelinePoint {
                     t_s: p.ts_ns.saturating_sub(start_ns) as f64 / 1e9,
                     kinds: p.kinds,
-                    devices: order
-                        .iter()
-                        .map(|&i| p.devices.get(i).copied().unwrap_or(0))
-                        .collect(),
+                    devices: order.iter().map(|&i| p.devices.get(i).copied().unwrap_or(0)).collect(),
                 })
                 .collect(),
         }
@@ -133,11 +117,7 @@ mod tests {
     use super::*;
 
     fn g(live_bytes: u64) -> Gauge {
-        Gauge {
-            live_bytes,
-            live_count: 1,
-            peak_live_bytes: live_bytes,
-        }
+        Gauge { live_bytes, live_count: 1, peak_live_bytes: live_bytes }
     }
 
     #[test]
@@ -151,11 +131,7 @@ mod tests {
             }
             t.record(1_000 + i * 10, &[g(i), g(0), g(7)], &devs);
         }
-        assert!(
-            t.len() <= TIMELINE_MAX && t.len() >= TIMELINE_MAX / 2,
-            "{}",
-            t.len()
-        );
+        assert!(t.len() <= TIMELINE_MAX && t.len() >= TIMELINE_MAX / 2, "{}", t.len());
         let r = t.to_report(1_000, 1_000 + 99_999 * 10, &[g(99_999), g(0), g(7)], &devs);
         assert_eq!(r.devices, vec![0, 1]);
         assert!(r.points.windows(2).all(|w| w[0].t_s <= w[1].t_s));

@@ -126,7 +126,7 @@ def case_numba():
     return keep, pinned
 
 
-# ---- leak scenarios (../shared/SCENARIOS.md) ----
+# ---- leak scenarios (the leak patterns seen in the field) ----
 
 def s1_aux_loss(steps=2000):
     import torch

@@ -33,15 +33,23 @@ trait OutPtr: Copy {
 
 impl OutPtr for *mut *mut c_void {
     unsafe fn value(self) -> u64 {
-        // SAFETY: non-NULL and written by the real call (the caller's contract).
-        if self.is_null() { 0 } else { unsafe { *self as u64 } }
+        if self.is_null() {
+            0
+        } else {
+            // SAFETY: non-NULL and written by the real call (the caller's contract).
+            unsafe { *self as u64 }
+        }
     }
 }
 
 impl OutPtr for *mut DevPtr {
     unsafe fn value(self) -> u64 {
-        // SAFETY: as above.
-        if self.is_null() { 0 } else { unsafe { *self } }
+        if self.is_null() {
+            0
+        } else {
+            // SAFETY: non-NULL and written by the real call (the caller's contract).
+            unsafe { *self }
+        }
     }
 }
 
@@ -351,7 +359,12 @@ fn swap_proc(real_cgpa: usize, symbol: *const c_char, version: c_int, flags: u64
 /// # Safety
 /// The same contract as CUDA's function; arguments are forwarded unchanged.
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int {
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> c_int {
     type F = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> c_int;
     let f: F = real_fn!(CuGetProcAddress, F, NOT_FOUND);
     // SAFETY: the caller's arguments, unchanged, to the real function.

@@ -2,7 +2,7 @@
 //! and free of device, managed and pinned host memory, with the native backtrace of the caller,
 //! and streams the events to the `gpushim` collector.
 //!
-//! How an allocation reaches us (see `../shared/CUDA-FACTS.md` for the measurements):
+//! How an allocation reaches us (measured on the GPU machine; docs/gpu-matrix.md has the results):
 //! - by symbol: the runtime and driver entry points are exported from this library, so a
 //!   program that links `libcudart.so`/`libcuda.so` dynamically binds to them first;
 //! - by `dlsym(handle, name)`: our `dlsym` hands out our wrapper for the exact names we wrap

@@ -497,6 +497,7 @@ fn cache() -> &'static Mutex<Cache> {
         Err(other) => {
             // SAFETY: `fresh` never escaped; `other` is a leaked cache.
             drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: `other` is the cache another thread leaked; it is never freed.
             unsafe { &*other }
         }
     }

@@ -418,7 +418,9 @@ pub fn for_each_module(mut f: impl FnMut(&ModuleInfo)) {
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
         // SAFETY: `data` is the `&mut dyn FnMut` passed below; `info` is valid for this call.
         let f = unsafe { &mut *(data as *mut &mut dyn FnMut(&libc::dl_phdr_info)) };
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(unsafe { &*info })));
+        // SAFETY: `info` is valid for the duration of this callback.
+        let info = unsafe { &*info };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(info)));
         0
     }
     let mut each = |info: &libc::dl_phdr_info| {

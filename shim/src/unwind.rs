@@ -15,7 +15,9 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 
-use gimli::{BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, RegisterRule, UnwindContext, UnwindSection, X86_64};
+use gimli::{
+    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, RegisterRule, UnwindContext, UnwindSection, X86_64,
+};
 
 /// Slots in the rule cache (a power of two); 2 × 8 bytes each: 2 MiB of zero pages until used.
 const SLOTS: usize = 1 << 17;
@@ -46,7 +48,11 @@ const RBP_SAVED: u64 = 1;
 const RBP_OFF_SHIFT: u32 = 37;
 
 fn pack(base: u64, cfa_off: i32, rbp: u64, rbp_off: i16) -> u64 {
-    VALID | base << BASE_SHIFT | u64::from(cfa_off as u32) << CFA_SHIFT | rbp << RBP_SHIFT | u64::from(rbp_off as u16) << RBP_OFF_SHIFT
+    VALID
+        | base << BASE_SHIFT
+        | u64::from(cfa_off as u32) << CFA_SHIFT
+        | rbp << RBP_SHIFT
+        | u64::from(rbp_off as u16) << RBP_OFF_SHIFT
 }
 
 fn base(rule: u64) -> u64 {
@@ -235,7 +241,6 @@ fn stack_top() -> u64 {
         })
         .unwrap_or(0)
 }
-
 
 /// Fills `out` with the return addresses of the calling thread's stack, innermost first,
 /// starting with this function's caller's caller chain (frames inside this library included;

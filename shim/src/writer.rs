@@ -18,9 +18,9 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use gpushim_wire::{self as wire, Event};
 
 use crate::init::{SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS};
+use crate::python;
 use crate::real;
 use crate::record::{self, Msg, PyFrames, BACKTRACES, DISABLED, MAX_FRAMES, STATE};
-use crate::python;
 
 /// Events the channel holds before hooks wait (backpressure), about 1.3 MiB of slots.
 const CHANNEL_CAPACITY: usize = 16 * 1024;
@@ -39,8 +39,9 @@ static SOCKET_FD: AtomicI32 = AtomicI32::new(-1);
 static SOCKET_ID: (AtomicU64, AtomicU64) = (AtomicU64::new(0), AtomicU64::new(0));
 
 fn identity(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: fstat writes into `st` only; any fd value is accepted.
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into `st` only; any fd value is accepted.
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
@@ -72,7 +73,10 @@ impl Config {
         if let Some(v) = env("GPUSHIM_MAX_FRAMES") {
             match v.parse::<usize>() {
                 Ok(n @ 1..=256) => MAX_FRAMES.store(n, Relaxed),
-                _ => eprintln!("gpushim: GPUSHIM_MAX_FRAMES={v} is not a number from 1 to 256; using {}", MAX_FRAMES.load(Relaxed)),
+                _ => eprintln!(
+                    "gpushim: GPUSHIM_MAX_FRAMES={v} is not a number from 1 to 256; using {}",
+                    MAX_FRAMES.load(Relaxed)
+                ),
             }
         }
         let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| ".".into());
@@ -115,7 +119,10 @@ pub fn start() -> Option<Sender<Msg>> {
     let mut fds = [0 as c_int; 2];
     // SAFETY: `fds` has room for the two descriptors socketpair writes.
     if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
-        eprintln!("gpushim: cannot create a socket for the collector: {}; recording is off", std::io::Error::last_os_error());
+        eprintln!(
+            "gpushim: cannot create a socket for the collector: {}; recording is off",
+            std::io::Error::last_os_error()
+        );
         return None;
     }
     // SAFETY: socketpair returned two fresh descriptors that nothing else owns.
@@ -528,15 +535,16 @@ impl Drop for Writer {
 
 fn hello(cfg: &Config) -> wire::Hello {
     let command = std::fs::read("/proc/self/cmdline")
-        .map(|b| b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
+        .map(|b| {
+            b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+        })
         .unwrap_or_default();
-    let start_unix_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
+    let start_unix_ns =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     wire::Hello {
-        // SAFETY: getpid and getppid cannot fail.
+        // SAFETY: getpid cannot fail.
         pid: unsafe { libc::getpid() } as u32,
+        // SAFETY: getppid cannot fail.
         ppid: unsafe { libc::getppid() } as u32,
         start_unix_ns,
         command,

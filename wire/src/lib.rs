@@ -714,12 +714,7 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
         }),
         7 => Event::Snapshot(Snapshot { boundary: r.u64()?, ts_ns: r.u64()? }),
         8 => Event::Exit(Exit { ts_ns: r.u64()? }),
-        9 => Event::MemInfo(MemInfo {
-            ts_ns: r.u64()?,
-            device: r.i32()?,
-            free: r.u64()?,
-            total: r.u64()?,
-        }),
+        9 => Event::MemInfo(MemInfo { ts_ns: r.u64()?, device: r.i32()?, free: r.u64()?, total: r.u64()? }),
         10 => Event::Note(r.str()?),
         20 => Event::PyRuntime(PyRuntime { version: r.u32()? }),
         21 => {
@@ -804,10 +799,7 @@ impl<Rd: Read> Decoder<Rd> {
                 // Read as it arrives: a corrupt length in a short stream then costs only the
                 // bytes that are there, not a buffer of up to MAX_FRAME zeroed in advance.
                 self.buf.clear();
-                let got = (&mut self.inner)
-                    .take(u64::from(len))
-                    .read_to_end(&mut self.buf)
-                    .map_err(WireError::Io)?;
+                let got = (&mut self.inner).take(u64::from(len)).read_to_end(&mut self.buf).map_err(WireError::Io)?;
                 if got < len as usize {
                     return Err(WireError::Truncated);
                 }
@@ -939,7 +931,10 @@ mod tests {
         write_header(&mut buf);
         assert_eq!(buf, b"GPUSHIM\0\x01\x00\x00\x00");
         buf.clear();
-        encode(&Event::Free(Free { seq: 1, ts_ns: 2, addr: 3, api: Api::CudaFree, stream: 4, tid: 5, result: -1 }), &mut buf);
+        encode(
+            &Event::Free(Free { seq: 1, ts_ns: 2, addr: 3, api: Api::CudaFree, stream: 4, tid: 5, result: -1 }),
+            &mut buf,
+        );
         let want: Vec<u8> = [
             &42u32.to_le_bytes()[..],
             &[5],
@@ -988,10 +983,7 @@ mod tests {
         assert_eq!(buf, want);
         buf.clear();
         encode(
-            &Event::PyStack(PyStack {
-                id: 1,
-                frames: vec![PyFrame { code: 3, offset: 0x10, entry: true }],
-            }),
+            &Event::PyStack(PyStack { id: 1, frames: vec![PyFrame { code: 3, offset: 0x10, entry: true }] }),
             &mut buf,
         );
         assert_eq!(buf, [18, 0, 0, 0, 22, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0x10, 0, 0, 0, 1]);

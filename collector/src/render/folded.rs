@@ -14,11 +14,7 @@ pub fn frame_name(f: &Frame) -> String {
     let name = if f.function != "??" && !f.function.is_empty() {
         f.function.clone()
     } else if !f.module.is_empty() {
-        format!(
-            "{}+{}",
-            f.module_name(),
-            f.offset.as_deref().unwrap_or(&f.address)
-        )
+        format!("{}+{}", f.module_name(), f.offset.as_deref().unwrap_or(&f.address))
     } else {
         f.address.clone()
     };
@@ -35,18 +31,9 @@ fn stack_of(s: &Site, all_frames: bool) -> String {
         s.frames.iter().filter(|f| !f.internal).collect()
     };
     if shown.is_empty() {
-        return if s.no_backtrace() {
-            "[no backtrace]".to_string()
-        } else {
-            format!("[site {}]", s.id)
-        };
+        return if s.no_backtrace() { "[no backtrace]".to_string() } else { format!("[site {}]", s.id) };
     }
-    shown
-        .iter()
-        .rev()
-        .map(|f| frame_name(f))
-        .collect::<Vec<_>>()
-        .join(";")
+    shown.iter().rev().map(|f| frame_name(f)).collect::<Vec<_>>().join(";")
 }
 
 /// The folded stacks of the report's live bytes: `(stack, bytes)`, sorted by stack, identical

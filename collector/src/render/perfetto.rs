@@ -35,52 +35,34 @@ pub fn events(r: &Report) -> Vec<Value> {
     ];
     let tl = &r.timeline;
     for p in &tl.points {
-        ev.push(
-            json!({"name": "live bytes", "ph": "C", "pid": pid, "tid": 0, "ts": us(p.t_s),
+        ev.push(json!({"name": "live bytes", "ph": "C", "pid": pid, "tid": 0, "ts": us(p.t_s),
                        "args": {"device": p.kinds[0], "managed": p.kinds[1],
-                                "pinned_host": p.kinds[2]}}),
-        );
+                                "pinned_host": p.kinds[2]}}));
     }
     if !tl.devices.is_empty() {
         for p in &tl.points {
-            let args: serde_json::Map<String, Value> = tl
-                .devices
-                .iter()
-                .zip(&p.devices)
-                .map(|(d, &b)| (d.to_string(), json!(b)))
-                .collect();
-            ev.push(
-                json!({"name": "live bytes on GPU", "ph": "C", "pid": pid, "tid": 0,
-                           "ts": us(p.t_s), "args": args}),
-            );
+            let args: serde_json::Map<String, Value> =
+                tl.devices.iter().zip(&p.devices).map(|(d, &b)| (d.to_string(), json!(b))).collect();
+            ev.push(json!({"name": "live bytes on GPU", "ph": "C", "pid": pid, "tid": 0,
+                           "ts": us(p.t_s), "args": args}));
         }
     }
     for (i, s) in r.suspects.iter().take(MAX_SUSPECT_TRACKS).enumerate() {
         let Some(site) = r.site(s.site) else { continue };
-        let at = first_user_frame(site).map_or_else(String::new, |f| {
-            format!(" {}", f.function.split('(').next().unwrap_or(&f.function))
-        });
+        let at = first_user_frame(site)
+            .map_or_else(String::new, |f| format!(" {}", f.function.split('(').next().unwrap_or(&f.function)));
         let name = format!("suspect #{} site {}{at}", i + 1, s.site);
         for &(t, v) in &site.series {
-            ev.push(
-                json!({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": us(t),
-                           "args": {"live bytes": v}}),
-            );
+            ev.push(json!({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": us(t),
+                           "args": {"live bytes": v}}));
         }
     }
     for f in &r.failures {
-        let at = f
-            .frames
-            .iter()
-            .find(|f| !f.internal)
-            .map(frame_label)
-            .unwrap_or_default();
-        ev.push(
-            json!({"name": format!("{} of {} failed ({})", f.api, fmt_bytes(f.size), f.result),
+        let at = f.frames.iter().find(|f| !f.internal).map(frame_label).unwrap_or_default();
+        ev.push(json!({"name": format!("{} of {} failed ({})", f.api, fmt_bytes(f.size), f.result),
                        "ph": "i", "s": "p", "pid": pid, "tid": 0, "ts": us(f.ts_s),
                        "args": {"size": f.size, "kind": f.kind, "device": f.device,
-                                "result": f.result, "at": at}}),
-        );
+                                "result": f.result, "at": at}}));
     }
     ev
 }
