@@ -1,4 +1,4 @@
-//! What runs when the library loads: the snapshot signal handler and the fork handler. Nothing
+//! What runs when the library loads: the snapshot signal handler and the fork handlers. Nothing
 //! else starts here; tracing starts lazily at the first event.
 //!
 //! The signal handler only touches atomics: it records the current sequence number as the
@@ -9,21 +9,10 @@
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, Ordering::*};
 
-use crate::record::{self, DISABLED, FINISHED, SEQ, STATE};
-use crate::{real, writer};
-
-/// `GPUSHIM_SIGNAL` held a value that is not USR1, USR2 or none (USR1 is used).
-pub static BAD_SIGNAL_SETTING: AtomicBool = AtomicBool::new(false);
-
-/// Snapshot requests received (by the signal handler) since tracing started in this process.
-pub static SNAP_REQUESTS: AtomicU64 = AtomicU64::new(0);
-/// Sequence number at the latest request: the snapshot holds the events before it.
-pub static SNAP_BOUNDARY: AtomicU64 = AtomicU64::new(0);
-/// Monotonic time of the latest request, ns (`clock_gettime` is async-signal-safe, POSIX
-/// signal-safety(7)).
-pub static SNAP_TS: AtomicU64 = AtomicU64::new(0);
+use crate::state::{self, SEQ, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS};
+use crate::{config, loader, record, socket, sys};
 
 /// The signal's previous disposition, written once by the constructor before our handler is
 /// installed and only read afterwards.
@@ -45,10 +34,10 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 extern "C" fn constructor() {
     let _ = std::panic::catch_unwind(|| {
         quiet_panics();
-        real::init_real_dlsym();
-        // SAFETY: registering a plain function as the child handler.
+        loader::init_real_dlsym();
+        // SAFETY: registering plain functions as the fork handlers.
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
-        if let Some(sig) = snapshot_signal() {
+        if let Some(sig) = config::snapshot_signal() {
             install(sig);
         }
     });
@@ -67,21 +56,6 @@ fn quiet_panics() {
     }));
 }
 
-/// `GPUSHIM_SIGNAL`: `USR1` (default), `USR2`, or `none`.
-fn snapshot_signal() -> Option<c_int> {
-    match std::env::var("GPUSHIM_SIGNAL").ok().as_deref().map(str::to_ascii_uppercase).as_deref() {
-        None | Some("") | Some("USR1") | Some("SIGUSR1") => Some(libc::SIGUSR1),
-        Some("USR2") | Some("SIGUSR2") => Some(libc::SIGUSR2),
-        Some("NONE") => None,
-        Some(_) => {
-            // Said when tracing starts (writer::start), not here: a process that never
-            // allocates CUDA memory must print nothing.
-            BAD_SIGNAL_SETTING.store(true, Relaxed);
-            Some(libc::SIGUSR1)
-        }
-    }
-}
-
 fn install(sig: c_int) {
     // SAFETY: zeroed sigaction is a valid "no handler, empty mask" value; we fill what we use.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -97,10 +71,9 @@ fn install(sig: c_int) {
 }
 
 extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    let st = STATE.load(Acquire);
-    if st != DISABLED && st != FINISHED {
+    if state::recording() {
         SNAP_BOUNDARY.store(SEQ.load(Acquire), Release);
-        SNAP_TS.store(record::now_ns(), Release);
+        SNAP_TS.store(sys::now_ns(), Release);
         SNAP_REQUESTS.fetch_add(1, AcqRel);
     }
     if !OLD.set.load(Acquire) {
@@ -124,22 +97,19 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
 }
 
 /// No shim thread may be inside `dl_iterate_phdr` when the process forks (see
-/// `real::PHDR_OWNER`): wait for any that is, and keep others out until the fork is done.
+/// `loader::phdr_lock`): wait for any that is, and keep others out until the fork is done.
 extern "C" fn before_fork() {
-    real::phdr_lock();
+    loader::phdr_lock();
 }
 
 extern "C" fn after_fork_in_parent() {
-    real::phdr_unlock();
+    loader::phdr_unlock();
 }
 
 /// In a forked child only the forking thread exists: forget the parent's writer, channel,
 /// socket and counters; the child starts its own collector at its first event.
 extern "C" fn after_fork_in_child() {
-    real::phdr_reset();
-    writer::close_after_fork();
+    loader::phdr_reset();
+    socket::close_after_fork();
     record::reset_after_fork();
-    SNAP_REQUESTS.store(0, Relaxed);
-    SNAP_BOUNDARY.store(0, Relaxed);
-    SNAP_TS.store(0, Relaxed);
 }

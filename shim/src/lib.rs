@@ -21,13 +21,33 @@
 //!   snapshot signal handler and a fork handler; the writer thread and the collector start at
 //!   the first event.
 //! - The signal handler touches atomics only.
-#![deny(unsafe_op_in_unsafe_fn)]
-#![allow(clippy::missing_safety_doc)] // each export has its `# Safety` section in hooks.rs
+//!
+//! Modules, from the exports down to the platform helpers (each imports only those below it):
+//! - `exports` (every exported symbol, generated from the list in `hook`), `init` (the
+//!   constructor, the snapshot signal handler, the fork handlers);
+//! - `record` (the hot path), `exit` (the end of the stream at exit);
+//! - `writer` (the writer thread), `launch` (starting the collector), `socket` (the socket's
+//!   identity);
+//! - `real` (the real functions behind our exports), `python` (Python frames), `unwind` (native
+//!   backtraces);
+//! - `hook` (the one list of intercepted functions), `config` (settings), `state` (process-wide
+//!   atomics), `event` (the hot path's event), `loader` (the dynamic loader), `hash`, `sys`.
+#![allow(clippy::missing_safety_doc)] // each export has its `# Safety` section in exports/
 
-mod hooks;
+mod config;
+mod event;
+mod exit;
+mod exports;
+mod hash;
+mod hook;
 mod init;
+mod launch;
+mod loader;
 mod python;
 mod real;
 mod record;
+mod socket;
+mod state;
+mod sys;
 mod unwind;
 mod writer;

@@ -150,7 +150,7 @@ fn rescan() {
     }
     let mut acc: (Vec<Cfi>, u64) = (Vec::new(), 0);
     // SAFETY: the callback only reads the loader's data during each call.
-    unsafe { crate::real::iterate_phdr(cb, &mut acc as *mut _ as *mut libc::c_void) };
+    unsafe { crate::loader::iterate_phdr(cb, &mut acc as *mut _ as *mut libc::c_void) };
     MODULES_ADDS.store(acc.1 as usize, Release);
     MODULES.store(Box::into_raw(Box::new(acc.0)), Release);
 }
@@ -176,7 +176,7 @@ fn current_adds() -> usize {
     }
     let mut adds = 0u64;
     // SAFETY: as in rescan.
-    unsafe { crate::real::iterate_phdr(cb, &mut adds as *mut _ as *mut libc::c_void) };
+    unsafe { crate::loader::iterate_phdr(cb, &mut adds as *mut _ as *mut libc::c_void) };
     adds as usize
 }
 

@@ -7,20 +7,19 @@
 //! stderr says how many events were sent before.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_int, CStr};
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
+use std::os::fd::RawFd;
+use std::process::Child;
+use std::sync::atomic::Ordering::*;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use gpushim_wire::{self as wire, Event};
 
-use crate::init::{SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS};
-use crate::python;
-use crate::real;
-use crate::record::{self, Msg, PyFrames, BACKTRACES, DISABLED, MAX_FRAMES, STATE};
+use crate::config::{self, Config};
+use crate::event::{Msg, PyFrames};
+use crate::hash::FastHash;
+use crate::state::{DISABLED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
+use crate::{launch, loader, python, socket};
 
 /// Events the channel holds before hooks wait (backpressure), about 1.3 MiB of slots.
 const CHANNEL_CAPACITY: usize = 16 * 1024;
@@ -31,149 +30,19 @@ const FLUSH_BYTES: usize = 64 * 1024;
 const IDLE_MIN: Duration = Duration::from_micros(500);
 const IDLE_MAX: Duration = Duration::from_millis(5);
 
-/// Our end of the socket to the collector; -1 if none. Closed in a forked child.
-static SOCKET_FD: AtomicI32 = AtomicI32::new(-1);
-/// Identity of that socket (`st_dev`, `st_ino`): a program may close every descriptor and
-/// reuse the number (daemons do); the shim then must not write to, shut down or close what is
-/// now the program's.
-static SOCKET_ID: (AtomicU64, AtomicU64) = (AtomicU64::new(0), AtomicU64::new(0));
-
-fn identity(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes into `st` only; any fd value is accepted.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
-}
-
-/// True if and only if `fd` is still the socket the shim opened.
-fn still_ours(fd: RawFd) -> bool {
-    fd >= 0 && identity(fd) == Some((SOCKET_ID.0.load(Acquire), SOCKET_ID.1.load(Acquire)))
-}
-static ATEXIT_REGISTERED: AtomicBool = AtomicBool::new(false);
-
-/// Settings read from the environment when tracing starts.
-struct Config {
-    collector: String,
-    output_dir: String,
-    cwd: String,
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()).filter(|v| !v.is_empty())
-}
-
-impl Config {
-    fn from_env() -> Config {
-        if env("GPUSHIM_BACKTRACE").as_deref() == Some("0") {
-            BACKTRACES.store(false, Relaxed);
-        }
-        if env("GPUSHIM_UNWIND").as_deref() == Some("libgcc") {
-            record::FAST_UNWIND.store(false, Relaxed);
-        }
-        if let Some(v) = env("GPUSHIM_MAX_FRAMES") {
-            match v.parse::<usize>() {
-                Ok(n @ 1..=256) => MAX_FRAMES.store(n, Relaxed),
-                _ => eprintln!(
-                    "gpushim: GPUSHIM_MAX_FRAMES={v} is not a number from 1 to 256; using {}",
-                    MAX_FRAMES.load(Relaxed)
-                ),
-            }
-        }
-        let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| ".".into());
-        let output_dir = match env("GPUSHIM_OUTPUT") {
-            Some(d) if d.starts_with('/') => d,
-            Some(d) => format!("{cwd}/{d}"),
-            None => cwd.clone(),
-        };
-        let collector = env("GPUSHIM_COLLECTOR").unwrap_or_else(default_collector);
-        Config { collector, output_dir, cwd }
-    }
-}
-
-/// `gpushim` in the directory this library was loaded from.
-fn default_collector() -> String {
-    let mut info = libc::Dl_info {
-        dli_fname: std::ptr::null(),
-        dli_fbase: std::ptr::null_mut(),
-        dli_sname: std::ptr::null(),
-        dli_saddr: std::ptr::null_mut(),
-    };
-    // SAFETY: dladdr only writes `info`.
-    let ok = unsafe { libc::dladdr(default_collector as *const libc::c_void, &mut info) } != 0;
-    if ok && !info.dli_fname.is_null() {
-        // SAFETY: the loader's NUL-terminated path.
-        let me = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
-        if let Some((dir, _)) = me.rsplit_once('/') {
-            return format!("{dir}/gpushim");
-        }
-    }
-    "gpushim".into()
-}
-
 /// Starts the collector and the writer thread. `None` (with one line on stderr) if the
 /// collector cannot be started: the program then runs on unrecorded.
 pub fn start() -> Option<Sender<Msg>> {
     let cfg = Config::from_env();
-    real::own_range();
-    python::init(BACKTRACES.load(Relaxed));
-    let mut fds = [0 as c_int; 2];
-    // SAFETY: `fds` has room for the two descriptors socketpair writes.
-    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
-        eprintln!(
-            "gpushim: cannot create a socket for the collector: {}; recording is off",
-            std::io::Error::last_os_error()
-        );
-        return None;
-    }
-    // SAFETY: socketpair returned two fresh descriptors that nothing else owns.
-    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let mut cmd = Command::new(&cfg.collector);
-    cmd.arg("collect")
-        .stdin(Stdio::from(theirs))
-        .env_remove("LD_PRELOAD")
-        // Its own process group: Ctrl-C and SIGTERM sent to the target's group do not stop it
-        // before it has written the report.
-        .process_group(0);
-    // The collector must not be the program's child: a program that reaps every child
-    // (`wait()` until ECHILD, as shells and supervisors do) would wait for it forever (it ends
-    // after the program), and a SIGCHLD handler would see it. So an intermediate process
-    // starts it and exits at once: the collector is reparented to init (or a subreaper).
-    // SAFETY: the closure runs in the child between fork and exec and makes only
-    // async-signal-safe system calls: a raw clone (which, unlike fork(), runs no fork
-    // handlers of the program's libraries) and _exit.
-    unsafe {
-        cmd.pre_exec(|| match libc::syscall(libc::SYS_clone, libc::c_long::from(libc::SIGCHLD), 0, 0, 0, 0) {
-            0 => Ok(()),
-            n if n > 0 => libc::_exit(0),
-            _ => Err(std::io::Error::last_os_error()),
-        });
-    }
-    let child = cmd.spawn().map(|mut intermediate| {
-        // It has exited (spawn returns once the collector has exec'd); reap it now.
-        let _ = intermediate.wait();
-        intermediate
-    });
-    let child = match child {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!(
-                "gpushim: cannot start the collector '{}': {e}; recording is off (set GPUSHIM_COLLECTOR to the gpushim binary)",
-                cfg.collector
-            );
-            return None;
-        }
-    };
+    loader::own_range();
+    python::init(config::python_frames());
+    let (sock, child) = launch::collector(&cfg)?;
     // From here the socket is handled by number only, checked against its identity before
     // each use, and closed only while it is still ours.
-    let ours = ours.into_raw_fd();
-    if let Some((dev, ino)) = identity(ours) {
-        SOCKET_ID.0.store(dev, Release);
-        SOCKET_ID.1.store(ino, Release);
-    }
-    SOCKET_FD.store(ours, Release);
+    socket::adopt(sock);
     // The header, Hello and module map go out before the first event is queued, so that the
     // collector knows who and where even if the program is killed a moment later.
-    let mut w = Writer::new(ours, child);
+    let mut w = Writer::new(sock, child);
     if !w.begin(&cfg) {
         return None;
     }
@@ -185,58 +54,10 @@ pub fn start() -> Option<Sender<Msg>> {
         eprintln!("gpushim: cannot start the writer thread: {e}; recording is off");
         return None;
     }
-    if crate::init::BAD_SIGNAL_SETTING.load(Relaxed) {
-        eprintln!(
-            "gpushim: GPUSHIM_SIGNAL={} is not USR1, USR2 or none; snapshots use USR1",
-            env("GPUSHIM_SIGNAL").unwrap_or_default()
-        );
-    }
-    match env("GPUSHIM_EXIT_TIMEOUT").map(|v| v.parse::<u64>()) {
-        Some(Ok(s)) => EXIT_TIMEOUT_S.store(s, Relaxed),
-        Some(Err(_)) => eprintln!("gpushim: GPUSHIM_EXIT_TIMEOUT is not a number of seconds; using 60"),
-        None => {}
-    }
+    cfg.warn_after_start();
     // SAFETY: getpid cannot fail.
-    record::TRACED_PID.store(unsafe { libc::getpid() }, Release);
-    if !ATEXIT_REGISTERED.swap(true, AcqRel) {
-        extern "C" {
-            /// C11 / glibc; not in the libc crate.
-            fn at_quick_exit(f: extern "C" fn()) -> libc::c_int;
-        }
-        // SAFETY: registering plain extern "C" functions with no arguments.
-        unsafe {
-            libc::atexit(at_exit);
-            at_quick_exit(at_quick);
-        }
-    }
+    TRACED_PID.store(unsafe { libc::getpid() }, Release);
     Some(tx)
-}
-
-extern "C" fn at_quick() {
-    record::quick_finish(exit_timeout());
-}
-
-/// `GPUSHIM_EXIT_TIMEOUT`, seconds, read when tracing starts (the exit paths may run in a
-/// signal handler, where the environment must not be read).
-static EXIT_TIMEOUT_S: AtomicU64 = AtomicU64::new(60);
-
-/// The longest the exit path waits for the collector (default 60 s).
-pub fn exit_timeout() -> Duration {
-    Duration::from_secs(EXIT_TIMEOUT_S.load(Relaxed))
-}
-
-extern "C" fn at_exit() {
-    record::finish(exit_timeout());
-}
-
-/// Closes the inherited socket in a forked child, so the parent's collector still sees the end
-/// of the parent's stream.
-pub fn close_after_fork() {
-    let fd = SOCKET_FD.swap(-1, AcqRel);
-    if still_ours(fd) {
-        // SAFETY: the fd is this process's copy of our socket; no thread of the child uses it.
-        unsafe { libc::close(fd) };
-    }
 }
 
 struct Writer {
@@ -245,7 +66,7 @@ struct Writer {
     buf: Vec<u8>,
     /// Stack ids by native and Python frames together (see the wire crate's docs).
     /// (Hashed with a fast hasher: a Python stack adds up to 64 frames to every key.)
-    stacks: HashMap<(Box<[u64]>, PyFrames), u32, python::FastHash>,
+    stacks: HashMap<(Box<[u64]>, PyFrames), u32, FastHash>,
     /// Per Python code id: whether its `PyCode` was sent.
     py_codes_sent: Vec<bool>,
     /// Whether `PyRuntime` (or the note that Python's layout is not supported) was sent.
@@ -319,7 +140,7 @@ impl Writer {
                 Ok(Msg::QuickExit { ts_ns }) => {
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
                     self.flush();
-                    record::QUICK_EXIT_DONE.store(true, Release);
+                    QUICK_EXIT_DONE.store(true, Release);
                     return;
                 }
                 Ok(msg) => {
@@ -431,7 +252,7 @@ impl Writer {
     fn scan_modules(&mut self) {
         let mut new = Vec::new();
         let mut libpython = false;
-        real::for_each_module(|m| {
+        loader::for_each_module(|m| {
             if m.ranges.is_empty() || m.path.is_empty() {
                 return;
             }
@@ -447,7 +268,7 @@ impl Writer {
         }
         if libpython && python::absent() {
             // A libpython loaded after tracing started (a program that embeds Python).
-            python::init(BACKTRACES.load(Relaxed));
+            python::init(config::python_frames());
             self.announce_python();
         }
     }
@@ -455,7 +276,7 @@ impl Writer {
     /// Writes the buffer out. False (after one line on stderr, and with recording switched
     /// off) if the collector has gone away.
     fn flush(&mut self) -> bool {
-        if !self.buf.is_empty() && !still_ours(self.sock) {
+        if !self.buf.is_empty() && !socket::still_ours(self.sock) {
             STATE.store(DISABLED, Release);
             eprintln!(
                 "gpushim: the program closed or reused the collector's socket (fd {}); recording stopped after {} events",
@@ -494,7 +315,7 @@ impl Writer {
     /// `gpushim` (one line on stderr says so).
     fn close_and_wait(&mut self) {
         let fd: RawFd = self.sock;
-        if !still_ours(fd) {
+        if !socket::still_ours(fd) {
             return;
         }
         // SAFETY: shutting down the write side of our own socket.
@@ -526,10 +347,7 @@ impl Writer {
 impl Drop for Writer {
     /// Closes the socket if, and only if, it is still ours.
     fn drop(&mut self) {
-        if still_ours(self.sock) && SOCKET_FD.compare_exchange(self.sock, -1, AcqRel, Acquire).is_ok() {
-            // SAFETY: the descriptor is the socket this writer opened (same device and inode).
-            unsafe { libc::close(self.sock) };
-        }
+        socket::close_if_ours(self.sock);
     }
 }
 

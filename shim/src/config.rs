@@ -1,0 +1,147 @@
+//! Every `GPUSHIM_*` setting, each read once: the snapshot signal when the library loads (its
+//! handler is installed then), everything else into one [`Config`] when tracing starts in a
+//! process (so a program may still set them before its first CUDA allocation). What the hot
+//! path and the exit paths need is published in atomics, which a signal handler may read.
+//!
+//! A bad value is said in one line on stderr, and only by a process that traces: a process
+//! that never allocates CUDA memory prints nothing.
+
+use std::ffi::{c_int, CStr};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::loader;
+
+/// `GPUSHIM_BACKTRACE` is not `0`.
+static BACKTRACES: AtomicBool = AtomicBool::new(true);
+/// `GPUSHIM_UNWIND` is not `libgcc`: the cached unwinder is used.
+static FAST_UNWIND: AtomicBool = AtomicBool::new(true);
+/// `GPUSHIM_MAX_FRAMES`, 1 to 256 (default 64).
+static MAX_FRAMES: AtomicUsize = AtomicUsize::new(64);
+/// `GPUSHIM_PYTHON` is not `0`.
+static PYTHON: AtomicBool = AtomicBool::new(true);
+/// `GPUSHIM_EXIT_TIMEOUT`, seconds (default 60).
+static EXIT_TIMEOUT_S: AtomicU64 = AtomicU64::new(60);
+/// The value of a `GPUSHIM_SIGNAL` that is not USR1, USR2 or none (USR1 is used).
+static BAD_SIGNAL: OnceLock<String> = OnceLock::new();
+
+/// Whether to capture backtraces.
+pub fn backtraces() -> bool {
+    BACKTRACES.load(Relaxed)
+}
+
+/// Whether to use the cached unwinder (else libgcc's).
+pub fn fast_unwind() -> bool {
+    FAST_UNWIND.load(Relaxed)
+}
+
+/// Most frames kept per backtrace, 1 to 256.
+pub fn max_frames() -> usize {
+    MAX_FRAMES.load(Relaxed)
+}
+
+/// Whether to capture Python frames (they need backtraces too).
+pub fn python_frames() -> bool {
+    BACKTRACES.load(Relaxed) && PYTHON.load(Relaxed)
+}
+
+/// The longest the exit path waits for the collector. Safe in a signal handler.
+pub fn exit_timeout() -> Duration {
+    Duration::from_secs(EXIT_TIMEOUT_S.load(Relaxed))
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()).filter(|v| !v.is_empty())
+}
+
+/// `GPUSHIM_SIGNAL`, read once by the library's constructor: `USR1` (default), `USR2`, or
+/// `none`. Any other value is remembered, said when tracing starts, and USR1 is used.
+pub fn snapshot_signal() -> Option<c_int> {
+    let value = env("GPUSHIM_SIGNAL");
+    match value.as_deref().map(str::to_ascii_uppercase).as_deref() {
+        None | Some("USR1") | Some("SIGUSR1") => Some(libc::SIGUSR1),
+        Some("USR2") | Some("SIGUSR2") => Some(libc::SIGUSR2),
+        Some("NONE") => None,
+        Some(_) => {
+            let _ = BAD_SIGNAL.set(value.unwrap_or_default());
+            Some(libc::SIGUSR1)
+        }
+    }
+}
+
+/// The settings read when tracing starts.
+pub struct Config {
+    /// The `gpushim` binary (`GPUSHIM_COLLECTOR`, else `gpushim` beside this library).
+    pub collector: String,
+    /// Where reports go (`GPUSHIM_OUTPUT`, made absolute against `cwd`; default `cwd`).
+    pub output_dir: String,
+    /// The working directory when tracing started.
+    pub cwd: String,
+    /// `GPUSHIM_EXIT_TIMEOUT` did not parse as seconds.
+    bad_exit_timeout: bool,
+}
+
+impl Config {
+    /// Reads every setting from the environment and publishes those the hot path and the exit
+    /// paths read. A bad `GPUSHIM_MAX_FRAMES` is said here.
+    pub fn from_env() -> Config {
+        if env("GPUSHIM_BACKTRACE").as_deref() == Some("0") {
+            BACKTRACES.store(false, Relaxed);
+        }
+        if env("GPUSHIM_UNWIND").as_deref() == Some("libgcc") {
+            FAST_UNWIND.store(false, Relaxed);
+        }
+        if let Some(v) = env("GPUSHIM_MAX_FRAMES") {
+            match v.parse::<usize>() {
+                Ok(n @ 1..=256) => MAX_FRAMES.store(n, Relaxed),
+                _ => eprintln!(
+                    "gpushim: GPUSHIM_MAX_FRAMES={v} is not a number from 1 to 256; using {}",
+                    MAX_FRAMES.load(Relaxed)
+                ),
+            }
+        }
+        if env("GPUSHIM_PYTHON").as_deref() == Some("0") {
+            PYTHON.store(false, Relaxed);
+        }
+        let mut bad_exit_timeout = false;
+        match env("GPUSHIM_EXIT_TIMEOUT").map(|v| v.parse::<u64>()) {
+            Some(Ok(s)) => EXIT_TIMEOUT_S.store(s, Relaxed),
+            Some(Err(_)) => bad_exit_timeout = true,
+            None => {}
+        }
+        let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| ".".into());
+        let output_dir = match env("GPUSHIM_OUTPUT") {
+            Some(d) if d.starts_with('/') => d,
+            Some(d) => format!("{cwd}/{d}"),
+            None => cwd.clone(),
+        };
+        let collector = env("GPUSHIM_COLLECTOR").unwrap_or_else(default_collector);
+        Config { collector, output_dir, cwd, bad_exit_timeout }
+    }
+
+    /// Says, once tracing has started, the bad values that were replaced by defaults.
+    pub fn warn_after_start(&self) {
+        if let Some(v) = BAD_SIGNAL.get() {
+            eprintln!("gpushim: GPUSHIM_SIGNAL={v} is not USR1, USR2 or none; snapshots use USR1");
+        }
+        if self.bad_exit_timeout {
+            eprintln!("gpushim: GPUSHIM_EXIT_TIMEOUT is not a number of seconds; using 60");
+        }
+    }
+}
+
+/// `gpushim` in the directory this library was loaded from.
+fn default_collector() -> String {
+    let mut info = loader::empty_dl_info();
+    // SAFETY: dladdr only writes `info`.
+    let ok = unsafe { libc::dladdr(default_collector as *const libc::c_void, &mut info) } != 0;
+    if ok && !info.dli_fname.is_null() {
+        // SAFETY: the loader's NUL-terminated path.
+        let me = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+        if let Some((dir, _)) = me.rsplit_once('/') {
+            return format!("{dir}/gpushim");
+        }
+    }
+    "gpushim".into()
+}

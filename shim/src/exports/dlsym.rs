@@ -1,0 +1,80 @@
+//! Our `dlsym`: hands out our wrapper for the exact names we intercept, looked up in a
+//! specific library, and is a tail jump into libc's `dlsym` for everything else.
+
+use std::ffi::{c_char, c_void, CStr};
+
+use super::wrapper;
+use crate::hook::Hook;
+use crate::{loader, real};
+
+/// Decides a `dlsym(handle, name)` call: returns our wrapper for a name we wrap looked up in a
+/// specific library (remembering the real function found there), or 0 to let libc's `dlsym`
+/// answer the call itself. `RTLD_DEFAULT` and `RTLD_NEXT` lookups always go to libc: they
+/// depend on who the caller is, and through the tail jump below libc sees the original caller.
+/// Such lookups of a wrapped name find our export anyway when we come first.
+extern "C" fn dlsym_decide(handle: *mut c_void, name: *const c_char) -> usize {
+    std::panic::catch_unwind(|| {
+        loader::init_real_dlsym();
+        if name.is_null() || handle.is_null() || handle == libc::RTLD_NEXT {
+            return 0;
+        }
+        // SAFETY: dlsym's contract: `name` is a NUL-terminated string.
+        let cname = unsafe { CStr::from_ptr(name) };
+        let Some(h) = Hook::by_name(cname) else { return 0 };
+        let a = loader::dlsym(handle, cname);
+        if a == 0 || loader::is_own(a) {
+            return 0;
+        }
+        real::set_real(h, a);
+        wrapper(h)
+    })
+    .unwrap_or(0)
+}
+
+/// `void *dlsym(void *handle, const char *symbol)`.
+///
+/// Written in assembly so that, when [`dlsym_decide`] leaves the call to libc, it is a tail
+/// jump: libc's `dlsym` then sees the original caller's return address, which is what
+/// `RTLD_NEXT` is relative to (forwarding with an ordinary call would make the lookup relative
+/// to this library, and another interposer's `RTLD_NEXT` lookup could find itself).
+///
+/// # Safety
+/// The same contract as `dlsym(3)`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    std::arch::naked_asm!(
+        // Keep the arguments; the extra 8 bytes keep the stack 16-byte aligned for the call.
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {decide}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 2f",
+        "ret",
+        "2:",
+        "jmp qword ptr [rip + {real}]",
+        decide = sym dlsym_decide,
+        real = sym loader::REAL_DLSYM,
+    )
+}
+
+/// `void *dlsym(void *handle, const char *symbol)` on targets without the tail-jump version:
+/// `RTLD_NEXT` lookups are made relative to this library.
+///
+/// # Safety
+/// The same contract as `dlsym(3)`.
+#[cfg(not(target_arch = "x86_64"))]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    match dlsym_decide(handle, name) {
+        0 if name.is_null() => std::ptr::null_mut(),
+        // SAFETY: `name` is non-NULL and NUL-terminated (dlsym's contract).
+        0 => loader::dlsym(handle, unsafe { CStr::from_ptr(name) }) as *mut c_void,
+        w => w as *mut c_void,
+    }
+}

@@ -1,0 +1,155 @@
+//! Every symbol this library exports: the inventory of what we intercept.
+//!
+//! The CUDA functions are generated from the one list in `hook.rs`. Each has the same shape:
+//! find the real function (or return the error CUDA gives when the library is missing, `3`,
+//! not initialized), enter the re-entrancy guard (or forward at once if this thread is already
+//! inside an intercepted call), call the real function with the caller's arguments unchanged,
+//! record a small event, and return the real result unchanged. `custom` entries do the same in
+//! a handler of their own (`vmm.rs`, `procaddr.rs`). The other exports are `dlsym` (dlsym.rs)
+//! and the exits that run no atexit handler (quick.rs).
+//!
+//! Signatures are those of CUDA 13.0's `cuda_runtime_api.h` and `cuda.h`; the `_ptsz` variants
+//! are the per-thread-default-stream ABIs of the same functions.
+#![allow(non_snake_case)]
+
+mod dlsym;
+mod procaddr;
+mod quick;
+mod vmm;
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use gpushim_wire::{Api, Kind};
+
+use crate::hook::{for_each_hook, Hook};
+use crate::real;
+use crate::record::{self, Guard, DEV_CURRENT};
+
+/// `CUdeviceptr`.
+type DevPtr = u64;
+/// `CUresult` / `cudaError_t`: 3 is `CUDA_ERROR_NOT_INITIALIZED` / `cudaErrorInitializationError`.
+const NOT_INITIALIZED: c_int = 3;
+/// `CUDA_ERROR_NOT_FOUND`.
+const NOT_FOUND: c_int = 500;
+
+/// An out-pointer an allocation function writes its result through.
+trait OutPtr: Copy {
+    /// The value written, as an address; 0 for a NULL out-pointer.
+    ///
+    /// # Safety
+    /// Call only after the real function returned success, which means it wrote the target.
+    unsafe fn value(self) -> u64;
+}
+
+impl OutPtr for *mut *mut c_void {
+    unsafe fn value(self) -> u64 {
+        if self.is_null() {
+            0
+        } else {
+            // SAFETY: non-NULL and written by the real call (the caller's contract).
+            unsafe { *self as u64 }
+        }
+    }
+}
+
+impl OutPtr for *mut DevPtr {
+    unsafe fn value(self) -> u64 {
+        if self.is_null() {
+            0
+        } else {
+            // SAFETY: non-NULL and written by the real call (the caller's contract).
+            unsafe { *self }
+        }
+    }
+}
+
+/// Bytes of a pitched allocation, `row × height`; saturates instead of overflowing, because
+/// the caller may pass any sizes (the real function rejects those that overflow) and an
+/// overflow would panic inside the hook in a debug build.
+fn pitched(row: usize, height: usize) -> u64 {
+    (row as u64).saturating_mul(height as u64)
+}
+
+/// The body of one export, by the entry's shape (see `hook.rs`).
+macro_rules! hook_body {
+    // An allocation returned through an out-pointer.
+    (alloc($kind:ident, $api:ident) { out = $out:expr; size = $size:expr; req = $req:expr; device = $dev:expr; stream = $stream:expr }
+        $v:ident, ($($arg:ident),*), $f:ident) => {{
+        let Some(_g) = Guard::enter() else {
+            // SAFETY: the caller's arguments, unchanged, to the real function.
+            return unsafe { $f($($arg),*) };
+        };
+        // SAFETY: as above.
+        let r = unsafe { $f($($arg),*) };
+        if r == 0 {
+            // SAFETY: the real call succeeded, so it wrote its out-parameters.
+            let (addr, size) = unsafe { ($out.value(), $size) };
+            record::alloc(Api::$api, Kind::$kind, r, addr, size, $dev, $stream as u64);
+        } else {
+            record::alloc(Api::$api, Kind::$kind, r, 0, $req, $dev, $stream as u64);
+        }
+        r
+    }};
+    // A free.
+    (free($api:ident) { addr = $addr:expr; stream = $stream:expr } $v:ident, ($($arg:ident),*), $f:ident) => {{
+        let Some(_g) = Guard::enter() else {
+            // SAFETY: the caller's arguments, unchanged, to the real function.
+            return unsafe { $f($($arg),*) };
+        };
+        let addr = $addr as u64;
+        let ticket = record::free_begin(addr);
+        // SAFETY: as above.
+        let r = unsafe { $f($($arg),*) };
+        record::free_end(ticket, Api::$api, addr, $stream as u64, r);
+        r
+    }};
+    // A handler of its own.
+    (custom($handler:path, $missing:expr) $v:ident, ($($arg:ident),*), $f:ident) => {{
+        // SAFETY: the handler's contract is the export's: the real function and the caller's
+        // arguments, unchanged.
+        unsafe { $handler($f, $($arg),*) }
+    }};
+}
+
+/// The error an export returns when no CUDA library defines its real function.
+macro_rules! missing {
+    (custom($handler:path, $missing:expr)) => {
+        $missing
+    };
+    ($shape:ident($($sarg:tt)*)) => {
+        NOT_INITIALIZED
+    };
+}
+
+/// Generates every export and [`wrapper`] from the list.
+macro_rules! define_exports {
+    ($(
+        $(#[doc = $doc:literal])*
+        $v:ident = $name:ident($($arg:ident: $ty:ty),*) in $lib:ident $(($proc:literal, $minv:literal, $pt:ident))?
+            => $shape:ident ($($sarg:tt)*) $({ $($field:tt)* })?;
+    )*) => {
+        $(
+            $(#[doc = $doc])*
+            ///
+            /// # Safety
+            /// The same contract as the CUDA function of this name; arguments are forwarded unchanged.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+                type F = unsafe extern "C" fn($($ty),*) -> c_int;
+                let Some(a) = real::real(Hook::$v) else { return missing!($shape($($sarg)*)) };
+                // SAFETY: the slot holds the real function of exactly this ABI variant.
+                let f = unsafe { std::mem::transmute::<usize, F>(a) };
+                hook_body!($shape($($sarg)*) $({ $($field)* })? $v, ($($arg),*), f)
+            }
+        )*
+
+        /// Our exported function for `h`.
+        pub(crate) fn wrapper(h: Hook) -> usize {
+            match h {
+                $(Hook::$v => $name as *const () as usize,)*
+            }
+        }
+    };
+}
+
+for_each_hook!(define_exports);

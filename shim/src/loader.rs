@@ -1,0 +1,212 @@
+//! Everything the shim asks of the dynamic loader: the module walk (`dl_iterate_phdr`) under
+//! the shim's fork lock, libc's own `dlsym`, handles of libraries already loaded, and this
+//! library's own mapping (to refuse our own addresses and strip our frames from backtraces).
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+
+use crate::sys;
+
+/// Address of the real `dlsym` (libc's), 0 until resolved.
+pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+/// `[start, end)` of this library's own mapping, for refusing our own addresses and
+/// stripping our frames from backtraces.
+static OWN: (AtomicUsize, AtomicUsize) = (AtomicUsize::new(0), AtomicUsize::new(0));
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// Stand-in for `dlsym` if libc's cannot be found (it always can on glibc): finds nothing.
+unsafe extern "C" fn no_dlsym(_: *mut c_void, _: *const c_char) -> *mut c_void {
+    std::ptr::null_mut()
+}
+
+/// Resolves libc's `dlsym` without going through our own export: `dlvsym` with glibc's version
+/// tags (2.34 moved it into libc; 2.2.5 is the x86-64 base version).
+pub fn init_real_dlsym() {
+    if REAL_DLSYM.load(Relaxed) != 0 {
+        return;
+    }
+    let mut f = 0usize;
+    for ver in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+        // SAFETY: dlvsym takes NUL-terminated strings, which CStr literals are.
+        let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), ver.as_ptr()) };
+        if !p.is_null() {
+            f = p as usize;
+            break;
+        }
+    }
+    if f == 0 {
+        f = no_dlsym as *const () as usize;
+    }
+    REAL_DLSYM.store(f, Relaxed);
+}
+
+/// libc's `dlsym`. Lookups through it are made on behalf of this library: never use it for
+/// `RTLD_NEXT` on behalf of a caller.
+pub fn dlsym(handle: *mut c_void, name: &CStr) -> usize {
+    init_real_dlsym();
+    // SAFETY: REAL_DLSYM holds libc's dlsym or `no_dlsym`, both of this type.
+    let f: DlsymFn = unsafe { std::mem::transmute::<usize, DlsymFn>(REAL_DLSYM.load(Relaxed)) };
+    // SAFETY: `name` is NUL-terminated; dlsym accepts any handle value and reports errors by NULL.
+    unsafe { f(handle, name.as_ptr()) as usize }
+}
+
+/// True if and only if `addr` lies inside this library.
+pub fn is_own(addr: usize) -> bool {
+    let (s, e) = own_range();
+    addr >= s && addr < e
+}
+
+/// `[start, end)` of this library's mapping.
+pub fn own_range() -> (usize, usize) {
+    let s = OWN.0.load(Relaxed);
+    if s != 0 {
+        return (s, OWN.1.load(Relaxed));
+    }
+    let me = own_range as *const () as usize;
+    let mut found = (0usize, 0usize);
+    for_each_module(|m| {
+        if m.ranges.iter().any(|&(s, e)| me >= s && me < e) {
+            let s = m.ranges.iter().map(|r| r.0).min().unwrap_or(0);
+            let e = m.ranges.iter().map(|r| r.1).max().unwrap_or(0);
+            found = (s, e);
+        }
+    });
+    OWN.1.store(found.1, Relaxed);
+    OWN.0.store(found.0, Relaxed);
+    found
+}
+
+/// A handle of an already loaded library, without loading anything.
+pub fn noload_handle(path: &str) -> Option<*mut c_void> {
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: RTLD_NOLOAD never loads or runs a constructor; it only returns a handle (with a
+    // reference count we never drop: CUDA libraries stay loaded anyway).
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    (!h.is_null()).then_some(h)
+}
+
+/// Keeps the library that holds `addr` loaded for the rest of the process (a reference taken
+/// with `RTLD_NOLOAD` and never dropped). A slot must never point into a library the program
+/// has `dlclose`d: the program may still reach our export of the same name (through
+/// `RTLD_DEFAULT`, or a later `dlopen` of the library at another address), and the hook would
+/// jump into unmapped memory.
+pub fn pin(addr: usize) {
+    let mut info = empty_dl_info();
+    // SAFETY: dladdr writes into `info` and reads nothing else; any address value is accepted.
+    if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return;
+    }
+    // SAFETY: dli_fname is the loader's NUL-terminated name of a loaded object; RTLD_NOLOAD
+    // never loads anything or runs a constructor, it only adds a reference.
+    unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+}
+
+/// A zeroed `Dl_info`, for `dladdr` to fill.
+pub fn empty_dl_info() -> libc::Dl_info {
+    libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    }
+}
+
+/// One loaded ELF object as `dl_iterate_phdr` reports it.
+pub struct ModuleInfo {
+    /// Path; the main program's is read from `/proc/self/exe`.
+    pub path: String,
+    /// Load bias, bytes.
+    pub bias: u64,
+    /// Absolute `[start, end)` of each `PT_LOAD` segment.
+    pub ranges: Vec<(usize, usize)>,
+}
+
+/// Thread id of the shim thread inside `dl_iterate_phdr` (0: none); a forking thread holds it from the
+/// fork's prepare handler to its end (init.rs). glibc does not reset the loader's write lock
+/// (`_dl_load_write_lock`, which `dl_iterate_phdr` takes) in a forked child: had one of our
+/// threads been inside it at the fork, the child's first module scan would wait forever (seen
+/// with 8 threads starting to allocate while the main thread forked: 7 hangs in 40 runs).
+static PHDR_OWNER: AtomicU64 = AtomicU64::new(0);
+/// Times the owner has taken it (it is reentrant, as the loader's own lock is: a scan's
+/// callback may scan again). Touched by the owner only.
+static PHDR_DEPTH: AtomicU64 = AtomicU64::new(0);
+
+/// Takes the lock, spinning while another thread holds it (for the length of one module scan).
+pub fn phdr_lock() {
+    let me = u64::from(sys::gettid());
+    if PHDR_OWNER.load(Acquire) == me {
+        PHDR_DEPTH.fetch_add(1, Relaxed);
+        return;
+    }
+    while PHDR_OWNER.compare_exchange_weak(0, me, Acquire, Relaxed).is_err() {
+        std::thread::yield_now();
+    }
+    PHDR_DEPTH.store(1, Relaxed);
+}
+
+/// Releases one hold of the lock.
+pub fn phdr_unlock() {
+    if PHDR_DEPTH.fetch_sub(1, Relaxed) == 1 {
+        PHDR_OWNER.store(0, Release);
+    }
+}
+
+/// In a forked child: only the forking thread exists, and it held the lock (prepare handler).
+pub fn phdr_reset() {
+    PHDR_DEPTH.store(0, Relaxed);
+    PHDR_OWNER.store(0, Release);
+}
+
+/// `dl_iterate_phdr` under [`PHDR_OWNER`]; every call the shim makes goes through here.
+///
+/// # Safety
+/// As `dl_iterate_phdr`: `cb` must be a valid callback for `data`.
+pub unsafe fn iterate_phdr(
+    cb: unsafe extern "C" fn(*mut libc::dl_phdr_info, usize, *mut c_void) -> c_int,
+    data: *mut c_void,
+) {
+    phdr_lock();
+    // SAFETY: the caller's contract.
+    unsafe { libc::dl_iterate_phdr(Some(cb), data) };
+    phdr_unlock();
+}
+
+/// Calls `f` for every loaded object (takes the loader's lock while it runs: never call it
+/// from a signal handler).
+pub fn for_each_module(mut f: impl FnMut(&ModuleInfo)) {
+    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: `data` is the `&mut dyn FnMut` passed below; `info` is valid for this call.
+        let f = unsafe { &mut *(data as *mut &mut dyn FnMut(&libc::dl_phdr_info)) };
+        // SAFETY: `info` is valid for the duration of this callback.
+        let info = unsafe { &*info };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(info)));
+        0
+    }
+    let mut each = |info: &libc::dl_phdr_info| {
+        let name = if info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the loader gives a NUL-terminated name.
+            unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+        };
+        let path = if name.is_empty() {
+            std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
+        } else {
+            name
+        };
+        let mut ranges = Vec::new();
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type == libc::PT_LOAD {
+                let s = (info.dlpi_addr as usize).wrapping_add(ph.p_vaddr as usize);
+                ranges.push((s, s + ph.p_memsz as usize));
+            }
+        }
+        f(&ModuleInfo { path, bias: info.dlpi_addr, ranges });
+    };
+    let mut dynf: &mut dyn FnMut(&libc::dl_phdr_info) = &mut each;
+    // SAFETY: the callback only reads the loader's data for the duration of each call.
+    unsafe { iterate_phdr(cb, &mut dynf as *mut _ as *mut c_void) };
+}

@@ -1,0 +1,77 @@
+//! The process-wide state of tracing: the state machine, sequence numbers, the channel to the
+//! writer, the traced process, and the snapshot requests the signal handler leaves for the
+//! writer. Atomics only: every item here may be read from a signal handler.
+//!
+//! State machine (one byte, [`STATE`]):
+//! `UNINIT` → (first event) `STARTING` → `ENABLED` → `FINISHED` (exit path ran) or `DISABLED`
+//! (the collector could not be started or went away). A forked child goes back to `UNINIT`.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering::*};
+
+use crossbeam_channel::Sender;
+
+use crate::event::Msg;
+
+/// No event recorded yet; nothing started.
+pub const UNINIT: u8 = 0;
+/// One thread is starting the writer and the collector; others wait for it.
+pub const STARTING: u8 = 1;
+/// Recording.
+pub const ENABLED: u8 = 2;
+/// Recording stopped for good (collector missing or gone); hooks only forward.
+pub const DISABLED: u8 = 3;
+/// The exit path sent its last event; hooks only forward.
+pub const FINISHED: u8 = 4;
+
+/// The tracing state.
+pub static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+/// Next sequence number (see the wire crate's docs for the ordering rule).
+pub static SEQ: AtomicU64 = AtomicU64::new(0);
+/// The process that started tracing (0 before); a vfork or fork child that calls `_exit`
+/// is not it.
+pub static TRACED_PID: AtomicI32 = AtomicI32::new(0);
+/// Set by the writer once a [`Msg::QuickExit`] is flushed.
+pub static QUICK_EXIT_DONE: AtomicBool = AtomicBool::new(false);
+
+/// Snapshot requests received (by the signal handler) since tracing started in this process.
+pub static SNAP_REQUESTS: AtomicU64 = AtomicU64::new(0);
+/// Sequence number at the latest request: the snapshot holds the events before it.
+pub static SNAP_BOUNDARY: AtomicU64 = AtomicU64::new(0);
+/// Monotonic time of the latest request, ns.
+pub static SNAP_TS: AtomicU64 = AtomicU64::new(0);
+
+/// The sender half of the channel to the writer; null unless `ENABLED`. Leaked on purpose:
+/// hooks on other threads may hold a reference at any time.
+static CHANNEL: AtomicPtr<Sender<Msg>> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The channel to the writer, if tracing has started (it is never freed).
+pub fn channel() -> Option<&'static Sender<Msg>> {
+    // SAFETY: CHANNEL is null or a leaked Box that is never freed.
+    unsafe { CHANNEL.load(Acquire).as_ref() }
+}
+
+/// Publishes the channel to the writer (before `STATE` becomes `ENABLED`).
+pub fn set_channel(tx: Sender<Msg>) {
+    CHANNEL.store(Box::into_raw(Box::new(tx)), Release);
+}
+
+/// True while events are recorded or about to be (not `DISABLED` nor `FINISHED`).
+pub fn recording() -> bool {
+    let st = STATE.load(Acquire);
+    st != DISABLED && st != FINISHED
+}
+
+/// In a forked child (single-threaded at that point): forget the parent's writer and counters.
+/// The channel is leaked, not freed: the parent's writer thread does not exist here.
+pub fn reset_after_fork() {
+    CHANNEL.store(std::ptr::null_mut(), Release);
+    SEQ.store(0, Relaxed);
+    TRACED_PID.store(0, Relaxed);
+    QUICK_EXIT_DONE.store(false, Relaxed);
+    SNAP_REQUESTS.store(0, Relaxed);
+    SNAP_BOUNDARY.store(0, Relaxed);
+    SNAP_TS.store(0, Relaxed);
+    if STATE.load(Relaxed) != DISABLED {
+        STATE.store(UNINIT, Release);
+    }
+}

@@ -1,0 +1,54 @@
+//! Small wrappers of the system calls the shim makes for itself: clocks, thread and process
+//! ids, and running the shim's own work with cancellation off and panics caught.
+
+/// Monotonic clock, ns (`clock_gettime` is async-signal-safe, POSIX signal-safety(7)).
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The calling thread's kernel id (`gettid`, not cached: see `record` for the cached one).
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// The process id, by system call (glibc's `getpid` may answer from a cache that a raw
+/// `clone` or `vfork` child shares with its parent).
+pub fn getpid_raw() -> i32 {
+    // SAFETY: getpid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+}
+
+/// Runs `f` with this thread's cancellation disabled. The shim's own work has cancellation
+/// points (starting the collector closes descriptors, the writer's exit handshake reads): a
+/// `pthread_cancel` acted on there would unwind through Rust frames that cannot be unwound by
+/// a foreign (forced) unwind, and glibc aborts the whole process (seen: SIGABRT when a thread
+/// was cancelled during its first allocations). A pending cancel is acted on at the program's
+/// next cancellation point instead.
+pub fn no_cancel<T>(f: impl FnOnce() -> T) -> T {
+    extern "C" {
+        /// POSIX; not in the libc crate.
+        fn pthread_setcancelstate(state: libc::c_int, oldstate: *mut libc::c_int) -> libc::c_int;
+    }
+    /// `PTHREAD_CANCEL_DISABLE` in glibc's pthread.h (`enum { PTHREAD_CANCEL_ENABLE,
+    /// PTHREAD_CANCEL_DISABLE }`).
+    const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
+    let mut old: libc::c_int = 0;
+    // SAFETY: pthread_setcancelstate only sets this thread's state and writes the old one.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+    let r = f();
+    // SAFETY: as above; restores the caller's state.
+    unsafe { pthread_setcancelstate(old, &mut old) };
+    r
+}
+
+/// Runs `f` with cancellation off (see [`no_cancel`]) and any panic caught: no panic crosses
+/// the FFI boundary.
+pub fn guarded(f: impl FnOnce()) {
+    no_cancel(|| {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    });
+}
