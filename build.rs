@@ -11,6 +11,11 @@
 //! - `target_static`         tests/programs/target.c with libcudart_static.a inside
 //! - `driver_dlsym`          tests/programs/driver_dlsym.c (dlopen + dlsym of libcuda)
 //! - `librtldnext.so`        tests/programs/rtldnext.c (a second RTLD_NEXT interposer)
+//! - `hostile`               tests/programs/hostile.c linked to libcudart.so.13
+//! - `libcudauser.so`        tests/programs/cudauser.c (links libcudart; dlopen'ed RTLD_LOCAL)
+//! - `libloaderspy.so`       tests/programs/loaderspy.c (reports dlopen inside dl_iterate_phdr)
+//! - `nocuda`                tests/programs/nocuda.c (no CUDA library; probes for CUDA)
+//! - `localrt`               tests/programs/localrt.c (CUDA only through an RTLD_LOCAL library)
 //! - `leak_example`          examples/leak.c linked to libcudart.so.13
 
 use std::env;
@@ -97,6 +102,11 @@ fn main() {
         "tests/programs/target.c",
         "tests/programs/driver_dlsym.c",
         "tests/programs/rtldnext.c",
+        "tests/programs/hostile.c",
+        "tests/programs/cudauser.c",
+        "tests/programs/loaderspy.c",
+        "tests/programs/nocuda.c",
+        "tests/programs/localrt.c",
         "examples/leak.c",
     ] {
         println!("cargo:rerun-if-changed={src}");
@@ -160,6 +170,39 @@ fn main() {
     a.push(ctx.src("tests/programs/rtldnext.c"));
     a.push("-ldl".into());
     ctx.cc("librtldnext.so", &a);
+
+    let mut a = os(PROGRAM);
+    a.push(ctx.src("tests/programs/hostile.c"));
+    a.push(ctx.lib_dir());
+    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-ldl", "-lpthread"]));
+    a.extend(os(RUNPATH_ORIGIN));
+    ctx.cc("hostile", &a);
+
+    let mut a = os(LIBRARY);
+    a.extend(os(&["-shared", "-Wl,-soname,libcudauser.so"]));
+    a.push(ctx.src("tests/programs/cudauser.c"));
+    a.push(ctx.lib_dir());
+    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
+    a.extend(os(RUNPATH_ORIGIN));
+    ctx.cc("libcudauser.so", &a);
+
+    let mut a = os(LIBRARY);
+    a.extend(os(&["-shared", "-Wl,-soname,libloaderspy.so"]));
+    a.push(ctx.src("tests/programs/loaderspy.c"));
+    a.push("-ldl".into());
+    // Its dlopen calls search its own RUNPATH: the stand-ins' directory.
+    a.extend(os(RUNPATH_ORIGIN));
+    ctx.cc("libloaderspy.so", &a);
+
+    let mut a = os(PROGRAM);
+    a.push(ctx.src("tests/programs/nocuda.c"));
+    a.push("-ldl".into());
+    ctx.cc("nocuda", &a);
+
+    let mut a = os(PROGRAM);
+    a.push(ctx.src("tests/programs/localrt.c"));
+    a.push("-ldl".into());
+    ctx.cc("localrt", &a);
 
     // The example, built against the stand-in runtime.
     let mut a = os(PROGRAM);

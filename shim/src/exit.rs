@@ -1,37 +1,40 @@
-//! The end of the stream when the program ends: an `atexit` handler for `exit()`, an
+//! The end of the stream when the program ends: this library's destructor for `exit()`, an
 //! `at_quick_exit` handler, and the signal-safe path of `_exit`/`_Exit` (exports/quick.rs).
 //! Each asks the writer to send `Exit` and waits, bounded by `GPUSHIM_EXIT_TIMEOUT`, so that the
 //! collector's report exists when the program is gone.
 
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::Ordering::*;
 
 use crate::event::Msg;
 use crate::state::{self, ENABLED, FINISHED, QUICK_EXIT_DONE, STATE, TRACED_PID};
 use crate::{config, sys};
 
-static REGISTERED: AtomicBool = AtomicBool::new(false);
-
-/// Registers the exit handlers, once per process image (a forked child inherits them).
-pub fn register() {
-    if !REGISTERED.swap(true, AcqRel) {
-        extern "C" {
-            /// C11 / glibc; not in the libc crate.
-            fn at_quick_exit(f: extern "C" fn()) -> libc::c_int;
-        }
-        // SAFETY: registering plain extern "C" functions with no arguments.
-        unsafe {
-            libc::atexit(at_exit);
-            at_quick_exit(at_quick);
-        }
+/// Registers the `at_quick_exit` handler; called once by the library's constructor, so that
+/// the program's own handlers, registered later, run before it (they run in reverse order).
+pub fn register_quick_exit() {
+    extern "C" {
+        /// C11 / glibc; not in the libc crate.
+        fn at_quick_exit(f: extern "C" fn()) -> libc::c_int;
     }
-}
-
-extern "C" fn at_exit() {
-    finish();
+    // SAFETY: registering a plain extern "C" function with no arguments.
+    unsafe { at_quick_exit(at_quick) };
 }
 
 extern "C" fn at_quick() {
     quick_finish();
+}
+
+/// The end of `exit()`: the loader runs this library's destructor (`.fini_array`) after every
+/// `atexit` handler (the loader's own `_dl_fini` was registered before all of them) and after
+/// the destructors of every library loaded after this one (a preloaded library is initialised
+/// before them, so it is finalised after them). The program's last frees (in cleanup handlers
+/// and static destructors, whenever they were registered) are therefore in the stream.
+#[used]
+#[link_section = ".fini_array"]
+static DESTRUCTOR: extern "C" fn() = at_unload;
+
+extern "C" fn at_unload() {
+    finish();
 }
 
 /// The exit path of `_exit`/`_Exit`/`quick_exit`, which may be called from a signal handler

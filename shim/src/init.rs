@@ -1,5 +1,5 @@
-//! What runs when the library loads: the snapshot signal handler and the fork handlers. Nothing
-//! else starts here; tracing starts lazily at the first event.
+//! What runs when the library loads: the snapshot signal handler, the fork handlers and the
+//! `at_quick_exit` handler. Nothing else starts here; tracing starts lazily at the first event.
 //!
 //! The signal handler only touches atomics: it records the current sequence number as the
 //! snapshot's boundary and bumps a request counter that the writer thread polls. Requests that
@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 
 use crate::state::{self, SEQ, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS};
-use crate::{config, loader, record, socket, sys};
+use crate::{config, exit, loader, record, socket, sys};
 
 /// The signal's previous disposition, written once by the constructor before our handler is
 /// installed and only read afterwards.
@@ -37,6 +37,7 @@ extern "C" fn constructor() {
         loader::init_real_dlsym();
         // SAFETY: registering plain functions as the fork handlers.
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
+        exit::register_quick_exit();
         if let Some(sig) = config::snapshot_signal() {
             install(sig);
         }

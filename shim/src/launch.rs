@@ -1,61 +1,266 @@
 //! Starting the collector: a socketpair, and `gpushim collect` started through a short-lived
-//! intermediate process, so that the collector is not the program's child.
+//! intermediate process, so that the collector is not the program's child, with no side effect
+//! on the program:
+//! - both processes are made by a raw `clone` system call, not glibc's `fork()`, so none of the
+//!   program's `pthread_atfork` handlers run (an allocator that holds its own lock around
+//!   `cudaMalloc` and takes it in its prepare handler would deadlock in its first allocation);
+//! - the intermediate has no exit signal: the program gets no SIGCHLD, and its `wait()` (which
+//!   waits only for children with one, wait(2) `__WCLONE`) never sees it; the shim reaps it
+//!   with `__WALL`;
+//! - the collector starts with only its socket as standard input, stdout and stderr: every
+//!   other descriptor is closed before `exec` (a program that closes its pipe's write end to
+//!   give a reader EOF must not find a copy kept open in the collector);
+//! - the collector gets an empty signal mask and its own process group.
+//!
+//! Between `clone` and `exec` the children make system calls only, with memory prepared
+//! before: no allocation, no lock, nothing that reads the thread's cached id.
 
-use std::ffi::c_int;
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::ffi::{c_char, c_int, CString};
+use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use crate::config::Config;
 
-/// Starts the collector; our end of the socket to it and the (reaped) intermediate process.
-/// `None`, with one line on stderr, if it cannot be started.
-pub fn collector(cfg: &Config) -> Option<(RawFd, Child)> {
-    let mut fds = [0 as c_int; 2];
-    // SAFETY: `fds` has room for the two descriptors socketpair writes.
-    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
+/// Everything the children need, prepared before `clone`.
+struct Exec {
+    path: CString,
+    argv: Vec<*const c_char>,
+    envp: Vec<*const c_char>,
+    /// Owners of the strings `argv` and `envp` point to.
+    _strings: Vec<CString>,
+}
+
+impl Exec {
+    fn new(program: &str) -> Option<Exec> {
+        let path = CString::new(resolve(program)).ok()?;
+        let arg0 = CString::new(program).ok()?;
+        let arg1 = CString::new("collect").ok()?;
+        let mut strings = vec![arg0, arg1];
+        for (k, v) in std::env::vars_os() {
+            if k == "LD_PRELOAD" {
+                continue;
+            }
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            if let Ok(c) = CString::new(kv) {
+                strings.push(c);
+            }
+        }
+        let argv = vec![strings[0].as_ptr(), strings[1].as_ptr(), std::ptr::null()];
+        let mut envp: Vec<*const c_char> = strings[2..].iter().map(|s| s.as_ptr()).collect();
+        envp.push(std::ptr::null());
+        Some(Exec { path, argv, envp, _strings: strings })
+    }
+}
+
+/// `program` itself when it names a path, else the first executable file of that name in
+/// `PATH` (as `execvp` would find it), else `program` (whose `exec` then fails).
+fn resolve(program: &str) -> String {
+    if program.contains('/') {
+        return program.to_string();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join(program);
+        if is_executable(&candidate) {
+            return candidate.to_string_lossy().into_owned();
+        }
+    }
+    program.to_string()
+}
+
+fn is_executable(p: &Path) -> bool {
+    let Ok(c) = CString::new(p.as_os_str().as_bytes()) else { return false };
+    let regular = std::fs::metadata(p).is_ok_and(|m| m.is_file());
+    // SAFETY: access reads a NUL-terminated path.
+    regular && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
+}
+
+/// Starts the collector; our end of the socket to it. `None`, with one line on stderr, if it
+/// cannot be started.
+pub fn collector(cfg: &Config) -> Option<RawFd> {
+    let say = |e: std::io::Error| {
         eprintln!(
-            "gpushim: cannot create a socket for the collector: {}; recording is off",
-            std::io::Error::last_os_error()
+            "gpushim: cannot start the collector '{}': {e}; recording is off (set GPUSHIM_COLLECTOR to the gpushim binary)",
+            cfg.collector
         );
+    };
+    let Some(exec) = Exec::new(&cfg.collector) else {
+        say(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+        return None;
+    };
+    let mut sv = [0 as c_int; 2];
+    // SAFETY: `sv` has room for the two descriptors socketpair writes.
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, sv.as_mut_ptr()) } != 0 {
+        eprintln!("gpushim: cannot create a socket for the collector: {}; recording is off", std::io::Error::last_os_error());
         return None;
     }
-    // SAFETY: socketpair returned two fresh descriptors that nothing else owns.
-    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let mut cmd = Command::new(&cfg.collector);
-    cmd.arg("collect")
-        .stdin(Stdio::from(theirs))
-        .env_remove("LD_PRELOAD")
-        // Its own process group: Ctrl-C and SIGTERM sent to the target's group do not stop it
-        // before it has written the report.
-        .process_group(0);
-    // The collector must not be the program's child: a program that reaps every child
-    // (`wait()` until ECHILD, as shells and supervisors do) would wait for it forever (it ends
-    // after the program), and a SIGCHLD handler would see it. So an intermediate process
-    // starts it and exits at once: the collector is reparented to init (or a subreaper).
-    // SAFETY: the closure runs in the child between fork and exec and makes only
-    // async-signal-safe system calls: a raw clone (which, unlike fork(), runs no fork
-    // handlers of the program's libraries) and _exit.
-    unsafe {
-        cmd.pre_exec(|| match libc::syscall(libc::SYS_clone, libc::c_long::from(libc::SIGCHLD), 0, 0, 0, 0) {
-            0 => Ok(()),
-            n if n > 0 => libc::_exit(0),
-            _ => Err(std::io::Error::last_os_error()),
-        });
+    let (ours, theirs) = (sv[0], sv[1]);
+    // The children report a failed clone or exec through this pipe: 4 bytes of errno. Its end
+    // closes at a successful exec (close-on-exec) and when the intermediate exits.
+    let mut ep = [0 as c_int; 2];
+    // SAFETY: `ep` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(ep.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        let e = std::io::Error::last_os_error();
+        close(ours);
+        close(theirs);
+        say(e);
+        return None;
     }
-    let child = cmd.spawn().map(|mut intermediate| {
-        // It has exited (spawn returns once the collector has exec'd); reap it now.
-        let _ = intermediate.wait();
-        intermediate
-    });
-    match child {
-        Ok(c) => Some((ours.into_raw_fd(), c)),
-        Err(e) => {
-            eprintln!(
-                "gpushim: cannot start the collector '{}': {e}; recording is off (set GPUSHIM_COLLECTOR to the gpushim binary)",
-                cfg.collector
-            );
+    let (err_r, err_w) = (ep[0], ep[1]);
+    // SAFETY: a raw clone with no flags and no exit signal duplicates this process as fork()
+    // does, without running fork handlers; the child runs `intermediate`, which makes system
+    // calls only and never returns.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, 0 as libc::c_long, 0, 0, 0, 0) };
+    if pid == 0 {
+        // SAFETY: in the new child; see `intermediate`.
+        unsafe { intermediate(&exec, theirs, err_w) };
+    }
+    let clone_error = (pid < 0).then(std::io::Error::last_os_error);
+    close(theirs);
+    close(err_w);
+    let mut failure = clone_error;
+    if pid > 0 {
+        let mut buf = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            // SAFETY: reading into the rest of a valid buffer.
+            let n = unsafe { libc::read(err_r, buf[got..].as_mut_ptr().cast(), 4 - got) };
+            if n > 0 {
+                got += n as usize;
+            } else if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            } else {
+                break;
+            }
+        }
+        if got == 4 {
+            failure = Some(std::io::Error::from_raw_os_error(i32::from_ne_bytes(buf)));
+        }
+        // The intermediate has exited or is about to; reap it (it has no exit signal, so
+        // only __WALL or __WCLONE waits for it).
+        loop {
+            let mut status = 0;
+            // SAFETY: waiting for our own child; `status` is a valid out-pointer.
+            let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::__WALL) };
+            if r >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                break;
+            }
+        }
+    }
+    close(err_r);
+    match failure {
+        None => Some(ours),
+        Some(e) => {
+            close(ours);
+            say(e);
             None
+        }
+    }
+}
+
+fn close(fd: RawFd) {
+    // SAFETY: closing a descriptor this function created and still owns.
+    unsafe { libc::close(fd) };
+}
+
+/// Writes `errno` to `fd` (4 bytes). System calls only.
+///
+/// # Safety
+/// Only between `clone` and `exec` or `_exit`, on the child's own descriptors.
+unsafe fn report(fd: RawFd, errno: c_int) {
+    let b = errno.to_ne_bytes();
+    // SAFETY: writing a small buffer to our pipe; a failure cannot be reported anyway.
+    unsafe { libc::syscall(libc::SYS_write, fd as libc::c_long, b.as_ptr(), 4usize) };
+}
+
+fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot; the clone child is one thread
+    // whose TLS block is its own copy of the parent's.
+    unsafe { *libc::__errno_location() }
+}
+
+/// The intermediate process: starts the collector as its own child, then exits at once, so
+/// that the collector is reparented to init (or a subreaper) and is never the program's child.
+///
+/// # Safety
+/// Only in the child of the raw clone in [`collector`]: system calls only, memory prepared
+/// before the clone.
+unsafe fn intermediate(exec: &Exec, theirs: RawFd, err_w: RawFd) -> ! {
+    // SAFETY: as `collector`'s clone: a copy of this one-thread process, fork handlers not run.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, libc::c_long::from(libc::SIGCHLD), 0, 0, 0, 0) };
+    if pid == 0 {
+        // SAFETY: in the collector's process, before exec.
+        unsafe { collector_child(exec, theirs, err_w) };
+    }
+    if pid < 0 {
+        // SAFETY: our own pipe.
+        unsafe { report(err_w, errno()) };
+    }
+    loop {
+        // SAFETY: exit_group ends this process.
+        unsafe { libc::syscall(libc::SYS_exit_group, 0 as libc::c_long) };
+    }
+}
+
+/// The collector's process before `exec`: the socket as standard input, every descriptor but
+/// 0, 1, 2 and the error pipe closed, an empty signal mask, its own process group.
+///
+/// # Safety
+/// Only in the grandchild made by [`intermediate`]: system calls only.
+unsafe fn collector_child(exec: &Exec, theirs: RawFd, err_w: RawFd) -> ! {
+    // SAFETY: system calls on this process's own descriptors and attributes; the pointers in
+    // `exec` were prepared before the clone and stay valid in this copy of the memory.
+    unsafe {
+        if libc::dup2(theirs, 0) < 0 {
+            report(err_w, errno());
+            libc::syscall(libc::SYS_exit_group, 127 as libc::c_long);
+        }
+        close_from(3, err_w);
+        let empty: libc::sigset_t = std::mem::zeroed();
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as libc::c_long,
+            &empty as *const libc::sigset_t,
+            std::ptr::null_mut::<libc::sigset_t>(),
+            8usize,
+        );
+        libc::setpgid(0, 0);
+        libc::execve(exec.path.as_ptr(), exec.argv.as_ptr(), exec.envp.as_ptr());
+        report(err_w, errno());
+        loop {
+            libc::syscall(libc::SYS_exit_group, 127 as libc::c_long);
+        }
+    }
+}
+
+/// Closes every descriptor from `first` up, except `keep`: `close_range(2)` where the kernel
+/// has it (5.9 and later), else one `close` per number below the descriptor limit.
+///
+/// # Safety
+/// Only in the collector's process before `exec`.
+unsafe fn close_from(first: RawFd, keep: RawFd) {
+    let ranges = [(first as u32, (keep as u32).saturating_sub(1)), (keep as u32 + 1, u32::MAX)];
+    for (lo, hi) in ranges {
+        if lo > hi {
+            continue;
+        }
+        // SAFETY: close_range only closes descriptors of this process.
+        let r = unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0u32) };
+        if r != 0 {
+            let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            // SAFETY: getrlimit writes `lim`.
+            let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+                lim.rlim_cur.min(1 << 20) as u32
+            } else {
+                1024
+            };
+            for fd in lo..hi.min(max.saturating_sub(1)).saturating_add(1) {
+                // SAFETY: closing a descriptor number of this process; EBADF is harmless.
+                unsafe { libc::close(fd as c_int) };
+            }
         }
     }
 }

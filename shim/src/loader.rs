@@ -91,16 +91,39 @@ pub fn noload_handle(path: &str) -> Option<*mut c_void> {
 /// has `dlclose`d: the program may still reach our export of the same name (through
 /// `RTLD_DEFAULT`, or a later `dlopen` of the library at another address), and the hook would
 /// jump into unmapped memory.
-pub fn pin(addr: usize) {
+///
+/// False if and only if that library cannot be pinned: a library loaded with `dlmopen` into
+/// another link-map namespace is not found by `dlopen(RTLD_NOLOAD)` (or another copy of the
+/// same file is), so the reference would not hold it.
+pub fn pin(addr: usize) -> bool {
     let mut info = empty_dl_info();
-    // SAFETY: dladdr writes into `info` and reads nothing else; any address value is accepted.
-    if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
-        return;
+    let mut map: *mut c_void = std::ptr::null_mut();
+    // SAFETY: dladdr1 writes `info` and, with RTLD_DL_LINKMAP (2 in glibc's <dlfcn.h>), the
+    // `struct link_map *` of the object holding `addr`; any address value is accepted.
+    let found = unsafe { libc::dladdr1(addr as *const c_void, &mut info, &mut map, RTLD_DL_LINKMAP) } != 0;
+    if !found || info.dli_fname.is_null() || map.is_null() {
+        return false;
     }
     // SAFETY: dli_fname is the loader's NUL-terminated name of a loaded object; RTLD_NOLOAD
     // never loads anything or runs a constructor, it only adds a reference.
-    unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    let h = unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return false;
+    }
+    let mut held: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `h` is a valid handle; RTLD_DI_LINKMAP writes its `struct link_map *`.
+    let ok = unsafe { libc::dlinfo(h, libc::RTLD_DI_LINKMAP, (&mut held as *mut *mut c_void).cast()) } == 0;
+    if ok && held == map {
+        return true;
+    }
+    // Another copy of the same file: drop the reference just taken.
+    // SAFETY: `h` came from the dlopen above; the program still holds its own references.
+    unsafe { libc::dlclose(h) };
+    false
 }
+
+/// `RTLD_DL_LINKMAP` in glibc's <dlfcn.h>: `dladdr1` also returns the object's `link_map`.
+const RTLD_DL_LINKMAP: c_int = 2;
 
 /// A zeroed `Dl_info`, for `dladdr` to fill.
 pub fn empty_dl_info() -> libc::Dl_info {
@@ -172,9 +195,23 @@ pub unsafe fn iterate_phdr(
     phdr_unlock();
 }
 
-/// Calls `f` for every loaded object (takes the loader's lock while it runs: never call it
-/// from a signal handler).
+/// Calls `f` for every loaded object (lists them under the loader's lock: never call it from a
+/// signal handler).
+///
+/// The objects are listed inside `dl_iterate_phdr` and `f` runs after it returned: nothing
+/// `f` does (a `dlopen`, a `dlsym`) can then take the loader's locks in the order opposite to a
+/// `dlopen` on another thread, which holds its load lock and then takes the lock
+/// `dl_iterate_phdr` holds (seen: a first `cudaMalloc` through an `RTLD_LOCAL` runtime hung
+/// beside a thread that `dlopen`ed in a loop).
 pub fn for_each_module(mut f: impl FnMut(&ModuleInfo)) {
+    for m in modules() {
+        f(&m);
+    }
+}
+
+/// Every loaded object, listed inside `dl_iterate_phdr` with no call into the loader.
+pub fn modules() -> Vec<ModuleInfo> {
+    let mut all = Vec::new();
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
         // SAFETY: `data` is the `&mut dyn FnMut` passed below; `info` is valid for this call.
         let f = unsafe { &mut *(data as *mut &mut dyn FnMut(&libc::dl_phdr_info)) };
@@ -204,9 +241,10 @@ pub fn for_each_module(mut f: impl FnMut(&ModuleInfo)) {
                 ranges.push((s, s + ph.p_memsz as usize));
             }
         }
-        f(&ModuleInfo { path, bias: info.dlpi_addr, ranges });
+        all.push(ModuleInfo { path, bias: info.dlpi_addr, ranges });
     };
     let mut dynf: &mut dyn FnMut(&libc::dl_phdr_info) = &mut each;
     // SAFETY: the callback only reads the loader's data for the duration of each call.
     unsafe { iterate_phdr(cb, &mut dynf as *mut _ as *mut c_void) };
+    all
 }

@@ -23,11 +23,20 @@ static KNOWN: [AtomicUsize; N] = [ZERO; N];
 static CTX_GET_DEVICE: AtomicUsize = AtomicUsize::new(0);
 static MEM_GET_INFO: AtomicUsize = AtomicUsize::new(0);
 
-/// Stores `addr` as the real function of `h` unless it is one of ours.
-pub fn set_real(h: Hook, addr: usize) {
-    if addr != 0 && !is_own(addr) && REAL[h as usize].swap(addr, Relaxed) != addr {
-        loader::pin(addr);
+/// Stores `addr` as the real function of `h` unless it is one of ours or the library that holds
+/// it cannot be kept loaded (see `loader::pin`). True if and only if the slot now holds `addr`.
+pub fn set_real(h: Hook, addr: usize) -> bool {
+    if addr == 0 || is_own(addr) {
+        return false;
     }
+    if REAL[h as usize].load(Relaxed) == addr {
+        return true;
+    }
+    if !loader::pin(addr) {
+        return false;
+    }
+    REAL[h as usize].store(addr, Relaxed);
+    true
 }
 
 /// The real function of `h`, looked up on first use; `None` if no CUDA library defines it.

@@ -10,7 +10,7 @@ use gpushim_wire::{Api, Kind};
 
 use crate::event::Msg;
 use crate::state::{self, DISABLED, ENABLED, FINISHED, SEQ, STARTING, STATE, UNINIT};
-use crate::{config, exit, loader, python, real, sys, unwind, writer};
+use crate::{config, loader, python, real, sys, unwind, writer};
 
 /// Device ordinal placeholder: ask the driver for the current context's device.
 pub const DEV_CURRENT: i32 = i32::MIN;
@@ -81,7 +81,6 @@ fn sender() -> Option<&'static Sender<Msg>> {
                 if STATE.compare_exchange(UNINIT, STARTING, AcqRel, Acquire).is_ok() {
                     match writer::start() {
                         Some(tx) => {
-                            exit::register();
                             state::set_channel(tx);
                             STATE.store(ENABLED, Release);
                         }

@@ -52,3 +52,26 @@ pub fn guarded(f: impl FnOnce()) {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     });
 }
+
+/// Runs `f` with every asynchronous signal blocked on the calling thread, then restores the
+/// thread's mask. A thread started inside `f` inherits the blocked mask and keeps it: the
+/// shim's threads never take a signal meant for the program (a server that blocks SIGTERM in
+/// all its threads and takes it with `sigwait` would otherwise see it delivered to our thread
+/// and be killed by the default action). The synchronous signals a fault raises (SIGSEGV,
+/// SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS) stay unblocked: blocking them is undefined.
+pub fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: sigset operations on local, initialised sets; pthread_sigmask changes only this
+    // thread's mask and is restored below.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        for s in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS] {
+            libc::sigdelset(&mut all, s);
+        }
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        let r = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    }
+}

@@ -6,11 +6,12 @@
 //! measured with scripts/bench-cpu.sh (40-frame stack, 100 extra shared objects) that is about
 //! 12 µs per allocation, against a goal of 1 µs.
 //!
-//! Safety of the reads: every stack slot read lies between the capturing thread's current stack
-//! pointer and the top of its stack (from `pthread_getattr_np`), 8-byte aligned, and each frame's
-//! CFA must be above the previous one, so a wrong or missing rule ends the backtrace early instead
-//! of faulting. Code without CFI (JIT code) is crossed through its frame pointer when `rbp` points
-//! into the stack, else the backtrace ends there.
+//! Safety of the reads: the walk starts only when the stack pointer lies on the capturing
+//! thread's own stack (`pthread_getattr_np`); every stack slot read then lies between the
+//! stack pointer and the top of that stack, 8-byte aligned, and each frame's CFA must be above
+//! the previous one, so a wrong or missing rule ends the backtrace early instead of faulting.
+//! Code without CFI (JIT code) is crossed through its frame pointer when `rbp` points into the
+//! stack, else the backtrace ends there. On any other stack the fast walk does not start.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
@@ -216,14 +217,15 @@ fn from_cfi(m: &Cfi, addr: u64) -> Option<u64> {
 }
 
 thread_local! {
-    /// Top (highest address) of this thread's stack; 0 until read.
-    static STACK_TOP: Cell<u64> = const { Cell::new(0) };
+    /// `[low, high)` of this thread's stack; `(0, 0)` until read.
+    static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
 
-fn stack_top() -> u64 {
-    STACK_TOP
+/// `[low, high)` of the calling thread's stack (`pthread_getattr_np`), or `(0, 0)`.
+fn stack_bounds() -> (u64, u64) {
+    STACK
         .try_with(|t| {
-            if t.get() == 0 {
+            if t.get().1 == 0 {
                 // SAFETY: attr is initialised by pthread_getattr_np before use and destroyed after.
                 unsafe {
                     let mut attr: libc::pthread_attr_t = std::mem::zeroed();
@@ -231,7 +233,7 @@ fn stack_top() -> u64 {
                         let mut addr: *mut libc::c_void = std::ptr::null_mut();
                         let mut size: usize = 0;
                         if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 {
-                            t.set(addr as u64 + size as u64);
+                            t.set((addr as u64, addr as u64 + size as u64));
                         }
                         libc::pthread_attr_destroy(&mut attr);
                     }
@@ -239,7 +241,7 @@ fn stack_top() -> u64 {
             }
             t.get()
         })
-        .unwrap_or(0)
+        .unwrap_or((0, 0))
 }
 
 /// Fills `out` with the return addresses of the calling thread's stack, innermost first,
@@ -261,8 +263,12 @@ pub fn capture(out: &mut [u64]) -> usize {
             options(nomem, nostack, preserves_flags),
         );
     }
-    let top = stack_top();
-    if top == 0 || sp >= top {
+    let (low, top) = stack_bounds();
+    // Every read below lies in [sp, top), which is mapped only when sp is on this thread's own
+    // stack. On any other stack (a coroutine's, a green thread's, sigaltstack's) nothing is
+    // known to be readable between sp and top: no fast walk (the caller falls back to libgcc's
+    // unwinder, which follows unwind information only and stops at a frame without it).
+    if top == 0 || sp < low || sp >= top {
         return 0;
     }
     let read = |a: u64, lo: u64| -> Option<u64> {

@@ -8,7 +8,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::RawFd;
-use std::process::Child;
 use std::sync::atomic::Ordering::*;
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ use crate::config::{self, Config};
 use crate::event::{Msg, PyFrames};
 use crate::hash::FastHash;
 use crate::state::{DISABLED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
-use crate::{launch, loader, python, socket};
+use crate::{launch, loader, python, socket, sys};
 
 /// Events the channel holds before hooks wait (backpressure), about 1.3 MiB of slots.
 const CHANNEL_CAPACITY: usize = 16 * 1024;
@@ -36,19 +35,21 @@ pub fn start() -> Option<Sender<Msg>> {
     let cfg = Config::from_env();
     loader::own_range();
     python::init(config::python_frames());
-    let (sock, child) = launch::collector(&cfg)?;
+    let sock = launch::collector(&cfg)?;
     // From here the socket is handled by number only, checked against its identity before
     // each use, and closed only while it is still ours.
     socket::adopt(sock);
     // The header, Hello and module map go out before the first event is queued, so that the
     // collector knows who and where even if the program is killed a moment later.
-    let mut w = Writer::new(sock, child);
+    let mut w = Writer::new(sock);
     if !w.begin(&cfg) {
         return None;
     }
     let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
-    let spawned = std::thread::Builder::new().name("gpushim-writer".into()).spawn(move || {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.run(rx)));
+    let spawned = sys::with_async_signals_blocked(|| {
+        std::thread::Builder::new().name("gpushim-writer".into()).spawn(move || {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.run(rx)));
+        })
     });
     if let Err(e) = spawned {
         eprintln!("gpushim: cannot start the writer thread: {e}; recording is off");
@@ -62,7 +63,6 @@ pub fn start() -> Option<Sender<Msg>> {
 
 struct Writer {
     sock: RawFd,
-    child: Child,
     buf: Vec<u8>,
     /// Stack ids by native and Python frames together (see the wire crate's docs).
     /// (Hashed with a fast hasher: a Python stack adds up to 64 frames to every key.)
@@ -78,10 +78,9 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(sock: RawFd, child: Child) -> Writer {
+    fn new(sock: RawFd) -> Writer {
         Writer {
             sock,
-            child,
             buf: Vec::with_capacity(FLUSH_BYTES * 2),
             stacks: HashMap::default(),
             py_codes_sent: Vec::new(),
@@ -340,7 +339,6 @@ impl Writer {
                 self.events
             );
         }
-        let _ = self.child.wait();
     }
 }
 

@@ -7,28 +7,57 @@ use super::wrapper;
 use crate::hook::Hook;
 use crate::{loader, real};
 
+/// [`dlsym_decide`]'s answer that the lookup finds nothing: our `dlsym` returns NULL.
+const NOT_FOUND: usize = 1;
+
 /// Decides a `dlsym(handle, name)` call: returns our wrapper for a name we wrap looked up in a
-/// specific library (remembering the real function found there), or 0 to let libc's `dlsym`
-/// answer the call itself. `RTLD_DEFAULT` and `RTLD_NEXT` lookups always go to libc: they
-/// depend on who the caller is, and through the tail jump below libc sees the original caller.
-/// Such lookups of a wrapped name find our export anyway when we come first.
+/// specific library (remembering the real function found there), [`NOT_FOUND`] for an
+/// `RTLD_DEFAULT` lookup of a wrapped name that only this library defines, or 0 to let libc's
+/// `dlsym` answer the call itself. Other `RTLD_DEFAULT` and all `RTLD_NEXT` lookups go to
+/// libc: they depend on who the caller is, and through the tail jump below libc sees the
+/// original caller. Such lookups of a wrapped name find our export anyway when we come first.
 extern "C" fn dlsym_decide(handle: *mut c_void, name: *const c_char) -> usize {
     std::panic::catch_unwind(|| {
         loader::init_real_dlsym();
-        if name.is_null() || handle.is_null() || handle == libc::RTLD_NEXT {
+        if name.is_null() || handle == libc::RTLD_NEXT {
             return 0;
         }
         // SAFETY: dlsym's contract: `name` is a NUL-terminated string.
         let cname = unsafe { CStr::from_ptr(name) };
         let Some(h) = Hook::by_name(cname) else { return 0 };
+        if handle.is_null() {
+            return default_lookup(cname);
+        }
         let a = loader::dlsym(handle, cname);
         if a == 0 || loader::is_own(a) {
             return 0;
         }
-        real::set_real(h, a);
+        if !real::set_real(h, a) {
+            // A function we could not keep loaded (a runtime in another link-map namespace):
+            // the caller gets it unwrapped rather than a wrapper that could outlive it.
+            return 0;
+        }
         wrapper(h)
     })
     .unwrap_or(0)
+}
+
+/// An `RTLD_DEFAULT` lookup of a wrapped name: libc would find our export first whenever the
+/// program itself does not define the name. Without any CUDA library loaded, the lookup must
+/// fail as it would without us (a program that probes for CUDA this way would otherwise take
+/// its GPU path and see `cudaMalloc` fail with 3); so: [`NOT_FOUND`] when our export is the
+/// only definition, else 0 (libc answers).
+fn default_lookup(name: &CStr) -> usize {
+    let first = loader::dlsym(libc::RTLD_DEFAULT, name);
+    if first == 0 || !loader::is_own(first) {
+        return 0;
+    }
+    // Relative to this library, RTLD_NEXT is exactly what the global scope would give without us.
+    if loader::dlsym(libc::RTLD_NEXT, name) == 0 {
+        NOT_FOUND
+    } else {
+        0
+    }
 }
 
 /// `void *dlsym(void *handle, const char *symbol)`.
@@ -55,9 +84,14 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
         "pop rdi",
         "test rax, rax",
         "jz 2f",
+        "cmp rax, 1",
+        "je 3f",
         "ret",
         "2:",
         "jmp qword ptr [rip + {real}]",
+        "3:",
+        "xor eax, eax",
+        "ret",
         decide = sym dlsym_decide,
         real = sym loader::REAL_DLSYM,
     )
@@ -73,6 +107,7 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     match dlsym_decide(handle, name) {
         0 if name.is_null() => std::ptr::null_mut(),
+        NOT_FOUND => std::ptr::null_mut(),
         // SAFETY: `name` is non-NULL and NUL-terminated (dlsym's contract).
         0 => loader::dlsym(handle, unsafe { CStr::from_ptr(name) }) as *mut c_void,
         w => w as *mut c_void,

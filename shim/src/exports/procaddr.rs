@@ -29,8 +29,8 @@ fn swap_proc(real_cgpa: usize, symbol: *const c_char, version: c_int, flags: u64
             // SAFETY: the driver accepted `symbol` as a NUL-terminated name.
             Hook::by_proc_request(unsafe { CStr::from_ptr(symbol) }, version, flags)
         });
-        if let Some(h) = hook {
-            real::set_real(h, p);
+        // A driver we could not keep loaded (another link-map namespace) keeps its own pointer.
+        if let Some(h) = hook.filter(|&h| real::set_real(h, p)) {
             // SAFETY: *pfn is writable (the driver just wrote it).
             unsafe { *pfn = wrapper(h) as *mut c_void };
         }

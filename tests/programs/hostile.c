@@ -1,0 +1,230 @@
+/*
+ * Programs that do what real programs do and that a preloaded tool must not disturb
+ * (tests/never_harm.rs).  Linked to the stand-in libcudart.so.13.
+ *
+ * Usage: hostile <scenario>; each prints "ok" last on success.
+ */
+#define _GNU_SOURCE
+#include "cudart_standin.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+#define MiB ((size_t)1 << 20)
+
+static void check(const char *what, cudaError_t got)
+{
+    if (got != cudaSuccess) {
+        fprintf(stderr, "hostile: %s returned %d\n", what, got);
+        exit(1);
+    }
+}
+
+/* atfork-lock: an allocator that holds its own lock around cudaMalloc and takes the same
+ * lock in its fork prepare handler (as allocators that must fork safely do).  The shim's
+ * first allocation must not run the program's fork handlers.  Live at exit: 1 MiB. */
+static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+static void prepare(void) { pthread_mutex_lock(&alloc_lock); }
+static void release(void) { pthread_mutex_unlock(&alloc_lock); }
+
+NOINLINE static void *locked_alloc(size_t n)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&alloc_lock);
+    check("cudaMalloc", cudaMalloc(&p, n));
+    pthread_mutex_unlock(&alloc_lock);
+    return p;
+}
+
+static int scenario_atfork_lock(void)
+{
+    pthread_atfork(prepare, release, release);
+    (void)locked_alloc(1 * MiB);
+    return 0;
+}
+
+/* pipe-eof: the program's pipe (not close-on-exec) is open when the shim starts its collector;
+ * then the program closes the write end and expects EOF on the read end.  Live: 1 MiB. */
+static int scenario_pipe_eof(void)
+{
+    int p[2];
+    if (pipe(p) != 0)
+        return 1;
+    void *d = NULL;
+    check("cudaMalloc", cudaMalloc(&d, 1 * MiB));
+    close(p[1]);
+    char c;
+    ssize_t n = read(p[0], &c, 1);
+    printf("read %zd\n", n);
+    return n == 0 ? 0 : 1;
+}
+
+/* sigwait: a server that blocks SIGTERM and takes it with sigwait, after its first
+ * allocation started the shim's thread.  Live: 1 MiB. */
+static int scenario_sigwait(void)
+{
+    void *d = NULL;
+    check("cudaMalloc", cudaMalloc(&d, 1 * MiB));
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    kill(getpid(), SIGTERM);
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0)
+        return 1;
+    printf("sigwait %d\n", sig);
+    return sig == SIGTERM ? 0 : 1;
+}
+
+/* coroutine: cudaMalloc from a coroutine whose stack is mapped below the thread's stack, called
+ * through a frame without unwind information whose rbp points into an unmapped page between the
+ * coroutine's stack and the thread's stack.  Live: 1 MiB. */
+#if defined(__x86_64__)
+int stale_rbp_call(void *fn, void *a, size_t b, void *rbp);
+__asm__(".text\n"
+        ".globl stale_rbp_call\n"
+        ".type stale_rbp_call, @function\n"
+        "stale_rbp_call:\n"
+        "    push %rbp\n"
+        "    mov %rcx, %rbp\n"
+        "    mov %rdi, %rax\n"
+        "    mov %rsi, %rdi\n"
+        "    mov %rdx, %rsi\n"
+        "    call *%rax\n"
+        "    pop %rbp\n"
+        "    ret\n"
+        ".size stale_rbp_call, .-stale_rbp_call\n");
+#endif
+
+static ucontext_t main_ctx, co_ctx;
+static void *co_result;
+static char *co_hole;
+
+static void coroutine_body(void)
+{
+#if defined(__x86_64__)
+    check("cudaMalloc on a coroutine stack",
+          stale_rbp_call((void *)cudaMalloc, &co_result, 1 * MiB, co_hole + 64));
+#else
+    check("cudaMalloc on a coroutine stack", cudaMalloc(&co_result, 1 * MiB));
+#endif
+}
+
+static int scenario_coroutine(void)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), stack = 64 * 1024;
+    /* [stack][hole]: the hole is unmapped again at once. */
+    char *m = mmap(NULL, stack + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return 1;
+    co_hole = m + stack;
+    munmap(co_hole, page);
+    getcontext(&co_ctx);
+    co_ctx.uc_stack.ss_sp = m;
+    co_ctx.uc_stack.ss_size = stack;
+    co_ctx.uc_link = &main_ctx;
+    makecontext(&co_ctx, coroutine_body, 0);
+    swapcontext(&main_ctx, &co_ctx);
+    printf("coroutine %s\n", co_result != NULL ? "allocated" : "null");
+    return co_result != NULL ? 0 : 1;
+}
+
+/* atexit-free: a cleanup handler registered before the first allocation frees 4 x 16 MiB, and
+ * the program's destructor frees 8 MiB more.  Live at exit: 0. */
+static void *cleanup_blocks[4];
+static void *destructor_block;
+
+static void cleanup(void)
+{
+    for (int i = 0; i < 4; i++)
+        check("cudaFree in an atexit handler", cudaFree(cleanup_blocks[i]));
+}
+
+__attribute__((destructor)) static void free_in_destructor(void)
+{
+    if (destructor_block != NULL)
+        check("cudaFree in a destructor", cudaFree(destructor_block));
+}
+
+NOINLINE static void *cleanup_owned_alloc(size_t n)
+{
+    void *p = NULL;
+    check("cudaMalloc", cudaMalloc(&p, n));
+    return p;
+}
+
+static int scenario_atexit_free(void)
+{
+    atexit(cleanup);
+    for (int i = 0; i < 4; i++)
+        cleanup_blocks[i] = cleanup_owned_alloc(16 * MiB);
+    destructor_block = cleanup_owned_alloc(8 * MiB);
+    return 0;
+}
+
+/* dlmopen: a second copy of the runtime in a new link-map namespace, used through dlsym and
+ * closed; then the program's own cudaMalloc.  Live: 2 MiB (1 MiB of them made by the second
+ * copy, which the shim cannot keep loaded and so does not intercept). */
+NOINLINE static void *own_alloc(size_t n)
+{
+    void *p = NULL;
+    check("cudaMalloc", cudaMalloc(&p, n));
+    return p;
+}
+
+static int scenario_dlmopen(void)
+{
+    void *h = dlmopen(LM_ID_NEWLM, "libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        fprintf(stderr, "hostile: dlmopen: %s\n", dlerror());
+        return 1;
+    }
+    cudaError_t (*other)(void **, size_t) = (cudaError_t(*)(void **, size_t))dlsym(h, "cudaMalloc");
+    void *p = NULL;
+    check("cudaMalloc of the second copy", other(&p, 1 * MiB));
+    dlclose(h);
+    (void)own_alloc(1 * MiB);
+    (void)own_alloc(1 * MiB);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: hostile <scenario>\n");
+        return 2;
+    }
+    const char *s = argv[1];
+    int rc;
+    if (strcmp(s, "atfork-lock") == 0)
+        rc = scenario_atfork_lock();
+    else if (strcmp(s, "pipe-eof") == 0)
+        rc = scenario_pipe_eof();
+    else if (strcmp(s, "sigwait") == 0)
+        rc = scenario_sigwait();
+    else if (strcmp(s, "coroutine") == 0)
+        rc = scenario_coroutine();
+    else if (strcmp(s, "atexit-free") == 0)
+        rc = scenario_atexit_free();
+    else if (strcmp(s, "dlmopen") == 0)
+        rc = scenario_dlmopen();
+    else {
+        fprintf(stderr, "hostile: unknown scenario %s\n", s);
+        return 2;
+    }
+    if (rc == 0)
+        printf("ok\n");
+    fflush(stdout);
+    return rc;
+}
