@@ -112,8 +112,8 @@ def case_jax(variant):
 
 
 def case_numba():
-    from numba import cuda
     import numpy as np
+    from numba import cuda
 
     keep = [cuda.device_array(n, dtype=np.uint8) for n in (2 * MIB, 6 * MIB)]
     tmp = cuda.device_array(MIB, dtype=np.uint8)
@@ -222,9 +222,10 @@ def s5_jax_closure(calls=20):
 
 
 def s6_numba_pinned(iters=30):
-    from numba import cuda
-    import numpy as np
     import gc
+
+    import numpy as np
+    from numba import cuda
 
     for _ in range(iters):
         p = cuda.pinned_array(4 * MIB, dtype=np.uint8)

@@ -13,17 +13,22 @@ RUN = sys.argv[1]
 rows = []
 
 
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def load(case):
     d = os.path.join(RUN, case)
     finals = [f for f in glob.glob(os.path.join(d, "gpushim-*.json")) if "-snapshot-" not in f and "-oom-" not in f]
     snaps = sorted(glob.glob(os.path.join(d, "gpushim-*-snapshot-*.json")))
     truth = {}
     if os.path.exists(os.path.join(d, "truth.json")):
-        truth = json.load(open(os.path.join(d, "truth.json")))
-    reports = [json.load(open(f)) for f in finals]
+        truth = read_json(os.path.join(d, "truth.json"))
+    reports = [read_json(f) for f in finals]
     # the report of the process that did the work: the one with most allocations
     report = max(reports, key=lambda r: r["totals"]["alloc_count"]) if reports else None
-    snap = json.load(open(snaps[0])) if snaps else None
+    snap = read_json(snaps[0]) if snaps else None
     return truth, report, snap
 
 
