@@ -7,9 +7,10 @@ import glob
 import json
 import os
 import sys
+import traceback
 
 MIB = 1 << 20
-RUN = sys.argv[1]
+RUN = None  # the RUN_DIR argument, set by main()
 rows = []
 
 
@@ -91,7 +92,7 @@ def torch_rows(case, live_vs="reserved", at_snapshot=False):
         row(case, "device peak >= max_memory_reserved", mib(t["max_reserved"]), mib(peak), peak >= t["max_reserved"])
 
 
-def main():
+def checks():
     torch_rows("torch_default")
     torch_rows("torch_expandable")
     t, r, _ = load("torch_expandable")
@@ -328,16 +329,22 @@ def main():
         missing("S8")
 
 
-try:
-    main()
-except Exception as e:  # keep the rows made so far
-    import traceback
+def main(argv=None):
+    global RUN
+    RUN = (sys.argv if argv is None else argv)[1]
+    rows.clear()
+    try:
+        checks()
+    except Exception as e:  # keep the rows made so far
+        traceback.print_exc()
+        rows.append(("compare.py", "crashed", "", repr(e), "FAIL", ""))
+    print("| case | check | expected | measured | result | note |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+    passed = sum(1 for r in rows if r[4] == "PASS")
+    print(f"\n{passed} passed, {len(rows) - passed} failed")
 
-    traceback.print_exc()
-    rows.append(("compare.py", "crashed", "", repr(e), "FAIL", ""))
-print("| case | check | expected | measured | result | note |")
-print("|---|---|---|---|---|---|")
-for r in rows:
-    print("| " + " | ".join(str(c) for c in r) + " |")
-passed = sum(1 for r in rows if r[4] == "PASS")
-print(f"\n{passed} passed, {len(rows) - passed} failed")
+
+if __name__ == "__main__":
+    main()
