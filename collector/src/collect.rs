@@ -310,39 +310,12 @@ mod tests {
     use super::*;
     use crate::output::tests::TempDir;
     use crate::report::Report;
-    use gpushim_wire::{encode, write_header, Alloc, Api, Exit, Free, Kind, Snapshot, Stack, NO_STACK};
+    use gpushim_testkit::{alloc, failed, free, stream_of, MS};
+    use gpushim_wire::{encode, write_header, Exit, Snapshot, Stack, NO_STACK};
 
-    const MS: u64 = 1_000_000;
-
+    /// The stream's Hello: pid 4242 running `./render --frames 30`, reports into `dir`.
     fn hello(dir: &Path) -> Event {
-        Event::Hello(Hello {
-            pid: 4242,
-            ppid: 1,
-            start_unix_ns: 1_700_000_000_000_000_000,
-            command: vec!["./render".into(), "--frames".into(), "30".into()],
-            cwd: "/nonexistent-cwd".into(),
-            output_dir: dir.to_string_lossy().into_owned(),
-            shim_version: "0.1.0".into(),
-        })
-    }
-
-    fn alloc(seq: u64, ts: u64, addr: u64, size: u64, stack: u32) -> Event {
-        Event::Alloc(Alloc {
-            seq,
-            ts_ns: ts,
-            addr,
-            size,
-            kind: Kind::Device,
-            api: Api::CudaMalloc,
-            device: 0,
-            stream: 0,
-            tid: 7,
-            stack,
-        })
-    }
-
-    fn free(seq: u64, ts: u64, addr: u64) -> Event {
-        Event::Free(Free { seq, ts_ns: ts, addr, api: Api::CudaFree, stream: 0, tid: 7, result: 0 })
+        gpushim_testkit::hello(dir, &["./render", "--frames", "30"])
     }
 
     /// The events of a "render loop": stack 0 leaks 1 MiB every 10 ms (30 times), stack 1
@@ -383,17 +356,8 @@ mod tests {
         ev
     }
 
-    fn bytes(events: &[Event]) -> Vec<u8> {
-        let mut buf = Vec::new();
-        write_header(&mut buf);
-        for e in events {
-            encode(e, &mut buf);
-        }
-        buf
-    }
-
     fn stream(dir: &Path, exit: bool) -> Vec<u8> {
-        bytes(&events(dir, exit))
+        stream_of(&events(dir, exit))
     }
 
     #[test]
@@ -471,7 +435,7 @@ mod tests {
         let ev = events(&d.0, true);
         let n = ev.len();
         // Cut in the middle of the last allocation (the one without a stack).
-        let mut cut = bytes(&ev[..n - 3]);
+        let mut cut = stream_of(&ev[..n - 3]);
         let mut last = Vec::new();
         encode(&ev[n - 3], &mut last);
         cut.extend_from_slice(&last[..20]);
@@ -493,7 +457,7 @@ mod tests {
         );
 
         // Garbage after valid events: same, here into an overriding output directory.
-        let mut g = bytes(&ev[..n - 3]);
+        let mut g = stream_of(&ev[..n - 3]);
         g.extend_from_slice(&[0xff; 64]);
         let sub = d.0.join("sub");
         std::fs::create_dir(&sub).unwrap();
@@ -514,20 +478,6 @@ mod tests {
         write_header(&mut buf);
         encode(&Event::Exit(Exit { ts_ns: 1 }), &mut buf);
         assert!(collect(&buf[..], &Options::default(), &mut err).is_err());
-    }
-
-    fn failed(seq: u64, ts: u64, size: u64, stack: u32, result: i32) -> Event {
-        Event::Failed(gpushim_wire::Failed {
-            seq,
-            ts_ns: ts,
-            size,
-            kind: Kind::Device,
-            api: Api::CudaMalloc,
-            device: 0,
-            tid: 7,
-            stack,
-            result,
-        })
     }
 
     /// Six allocations, the fourth freed, then an allocation that fails with out of memory
@@ -561,7 +511,7 @@ mod tests {
         }
         ev.push(Event::Exit(Exit { ts_ns: 20 * MS }));
         let mut err = Vec::new();
-        let out = collect(&bytes(&ev)[..], &Options::default(), &mut err).unwrap();
+        let out = collect(&stream_of(&ev)[..], &Options::default(), &mut err).unwrap();
         let err = String::from_utf8(err).unwrap();
         assert_eq!(out.ooms.len(), MAX_OOM_REPORTS as usize, "{err}");
         assert_eq!(out.ooms[0], d.0.join("gpushim-4242-oom-1.json"));

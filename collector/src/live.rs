@@ -597,35 +597,32 @@ impl Tracker {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use gpushim_wire::NO_STACK;
+    use gpushim_testkit as kit;
+    use gpushim_wire::{Event, NO_STACK};
 
-    /// An allocation event for tests.
+    /// The [`Op`] of an allocation, free or failure event.
+    pub(crate) fn op(e: Event) -> Op {
+        match e {
+            Event::Alloc(a) => Op::Alloc(a),
+            Event::Free(f) => Op::Free(f),
+            Event::Failed(f) => Op::Failed(f),
+            e => panic!("not an event in sequence order: {e:?}"),
+        }
+    }
+
+    /// An allocation of `kind` memory on `device` (see [`kit::alloc_on`]).
     pub(crate) fn alloc(seq: u64, ts: u64, addr: u64, size: u64, kind: Kind, device: i32, stack: u32) -> Op {
-        let api = match kind {
-            Kind::Device => Api::CudaMalloc,
-            Kind::Managed => Api::CudaMallocManaged,
-            Kind::PinnedHost => Api::CudaMallocHost,
-        };
-        Op::Alloc(Alloc { seq, ts_ns: ts, addr, size, kind, api, device, stream: 0, tid: 1, stack })
+        op(kit::alloc_on(seq, ts, addr, size, kind, device, stack))
     }
 
-    /// A free event for tests.
+    /// A `cudaFree` of `addr` that returned `result` (0: success).
     pub(crate) fn free(seq: u64, ts: u64, addr: u64, result: i32) -> Op {
-        Op::Free(Free { seq, ts_ns: ts, addr, api: Api::CudaFree, stream: 0, tid: 1, result })
+        op(kit::free_with_result(seq, ts, addr, result))
     }
 
+    /// A `cudaMalloc` of `size` bytes from stack 7 that failed with out of memory.
     fn failed(seq: u64, ts: u64, size: u64) -> Op {
-        Op::Failed(Failed {
-            seq,
-            ts_ns: ts,
-            size,
-            kind: Kind::Device,
-            api: Api::CudaMalloc,
-            device: 0,
-            tid: 1,
-            stack: 7,
-            result: 2,
-        })
+        op(kit::failed(seq, ts, size, 7, 2))
     }
 
     fn g(live_bytes: u64, live_count: u64, peak_live_bytes: u64) -> Gauge {

@@ -160,10 +160,8 @@ mod tests {
     use super::*;
     use crate::live::tests::{alloc, free};
     use crate::live::State;
+    use gpushim_testkit::{MIB, MS};
     use gpushim_wire::Kind;
-
-    const MS: u64 = 1_000_000;
-    const MIB: u64 = 1 << 20;
 
     /// A run of 1 s: site 1 leaks 1 MiB every 30 ms, site 2 allocates one 4 GiB pool at the
     /// start, site 3 allocates and frees 8 MiB every 10 ms, site 4 fills a 3-block pool in a
