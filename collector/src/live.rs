@@ -9,9 +9,10 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use gpushim_wire::{Alloc, Api, Failed, Free, Kind};
 
+use crate::series::Series;
 use crate::timeline::Timeline;
 
-/// At most this many points are kept in a site's [`Series`].
+/// At most this many points are kept in a site's [`SiteSeries`].
 pub const SERIES_MAX: usize = 256;
 
 /// If more than this many events wait for a missing sequence number, the number is given up
@@ -165,59 +166,9 @@ pub struct Entry {
     pub ts_ns: u64,
 }
 
-/// A bounded, evenly thinned record of a site's live bytes over time.
-///
-/// Every `stride`-th change is recorded; when [`SERIES_MAX`] points are held, every other one
-/// is dropped (each pair of neighbours merges into its later point, which is still an exact
-/// observation) and the stride doubles. Memory per site is therefore bounded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Series {
-    points: Vec<(u64, u64)>,
-    stride: u64,
-    changes: u64,
-}
-
-impl Default for Series {
-    fn default() -> Self {
-        Series { points: Vec::new(), stride: 1, changes: 0 }
-    }
-}
-
-impl Series {
-    /// Records that live bytes became `live_bytes` at `ts_ns`. Timestamps that go backwards
-    /// (events of different threads) are clamped to the last point's, so points stay sorted.
-    pub fn record(&mut self, ts_ns: u64, live_bytes: u64) {
-        if self.changes.is_multiple_of(self.stride) {
-            if self.points.len() >= SERIES_MAX {
-                let mut i = 0;
-                self.points.retain(|_| {
-                    i += 1;
-                    i % 2 == 0
-                });
-                self.stride *= 2;
-            }
-            let ts = self.points.last().map_or(ts_ns, |&(t, _)| t.max(ts_ns));
-            self.points.push((ts, live_bytes));
-        }
-        self.changes += 1;
-    }
-
-    /// The recorded `(ts_ns, live_bytes)` points, oldest first.
-    pub fn points(&self) -> &[(u64, u64)] {
-        &self.points
-    }
-
-    /// Live bytes at `ts_ns` as recorded: the value of the last point at or before it, or 0
-    /// before the first point.
-    pub fn value_at(&self, ts_ns: u64) -> u64 {
-        let i = self.points.partition_point(|&(t, _)| t <= ts_ns);
-        if i == 0 {
-            0
-        } else {
-            self.points[i - 1].1
-        }
-    }
-}
+/// A site's live bytes over time (bytes, at monotonic ns), at most [`SERIES_MAX`] points,
+/// evenly thinned (see [`Series`]), so memory per site is bounded.
+pub type SiteSeries = Series<u64, SERIES_MAX>;
 
 /// Everything known about one allocation site (one distinct stack).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -241,7 +192,7 @@ pub struct SiteStats {
     /// Monotonic time of the latest allocation, ns.
     pub last_alloc_ns: u64,
     /// Live bytes over time.
-    pub series: Series,
+    pub series: SiteSeries,
 }
 
 /// A failed allocation, as kept for the report.
@@ -350,7 +301,7 @@ impl State {
             free_count: 0,
             first_alloc_ns: a.ts_ns,
             last_alloc_ns: a.ts_ns,
-            series: Series::default(),
+            series: SiteSeries::default(),
         });
         if !site.apis.contains(&a.api) {
             site.apis.push(a.api);
@@ -708,7 +659,7 @@ pub(crate) mod tests {
 
     #[test]
     fn series_is_bounded_and_exact_at_its_points() {
-        let mut ser = Series::default();
+        let mut ser = SiteSeries::default();
         for i in 0..10_000u64 {
             ser.record(i * 10, i);
         }

@@ -21,6 +21,7 @@ mod rank;
 mod render;
 mod report;
 mod run;
+mod series;
 mod snapshot;
 mod symbolize;
 mod timeline;
