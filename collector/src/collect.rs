@@ -13,10 +13,11 @@ use anyhow::{Context as _, Result};
 use gpushim_wire::{Decoder, Event, Failed, Hello, MemInfo};
 
 use crate::assemble::{self, Context};
-use crate::live::{Observer, Op, SnapshotPoint, State, Tracker};
+use crate::live::{Op, State};
 use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
 use crate::render::{self, fmt_bytes};
+use crate::reorder::{Observer, SnapshotPoint, Tracker};
 use crate::report::{Reason, Report};
 use crate::symbolize::Symbolizer;
 

@@ -10,6 +10,7 @@
 mod assemble;
 mod collect;
 mod diff;
+mod gauge;
 mod json;
 mod live;
 mod oom;
@@ -19,6 +20,7 @@ mod perf_tests;
 mod python;
 mod rank;
 mod render;
+mod reorder;
 mod report;
 mod run;
 mod series;

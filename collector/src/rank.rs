@@ -33,7 +33,8 @@
 
 use std::collections::HashMap;
 
-use crate::live::{SiteStats, State};
+use crate::gauge::SiteStats;
+use crate::live::State;
 use crate::render::{fmt_bytes, fmt_period};
 use crate::report::Suspect;
 

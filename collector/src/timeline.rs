@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::live::Gauge;
+use crate::gauge::Gauge;
 use crate::report;
 use crate::series::Series;
 
