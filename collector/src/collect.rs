@@ -16,10 +16,11 @@ use crate::assemble::{self, Context};
 use crate::live::{Op, State};
 use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
-use crate::render::{self, fmt_bytes};
+use crate::render;
 use crate::reorder::{Observer, SnapshotPoint, Tracker};
 use crate::report::{Reason, Report};
 use crate::symbolize::Symbolizer;
+use crate::words::fmt_bytes;
 
 /// Options of `gpushim collect`.
 #[derive(Clone, Debug, Default)]

@@ -27,6 +27,7 @@ mod series;
 mod snapshot;
 mod symbolize;
 mod timeline;
+mod words;
 
 use std::ffi::OsString;
 use std::fmt;

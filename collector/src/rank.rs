@@ -35,8 +35,8 @@ use std::collections::HashMap;
 
 use crate::gauge::SiteStats;
 use crate::live::State;
-use crate::render::{fmt_bytes, fmt_period};
 use crate::report::Suspect;
+use crate::words::{fmt_bytes, fmt_period};
 
 /// Fewest live allocations (and distinct allocation times) a suspect must have.
 pub const MIN_LIVE: u64 = 3;

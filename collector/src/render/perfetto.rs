@@ -10,8 +10,9 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
-use super::{first_user_frame, fmt_bytes, frame_label, shell_words, Render};
+use super::Render;
 use crate::report::Report;
+use crate::words::{first_user_frame, fmt_bytes, frame_label, shell_words};
 
 /// At most this many suspects get a track of their own.
 pub const MAX_SUSPECT_TRACKS: usize = 10;

@@ -7,8 +7,9 @@ use std::io::{self, Write};
 use inferno::flamegraph::color::{BasicPalette, Palette};
 use inferno::flamegraph::{self, Options};
 
-use super::{fmt_bytes, shell_words, Render, TextOptions};
+use super::{Render, TextOptions};
 use crate::report::Report;
+use crate::words::{fmt_bytes, shell_words};
 
 /// The SVG format.
 pub struct Svg(pub TextOptions);
