@@ -16,7 +16,7 @@ use crate::assemble::{self, Context};
 use crate::live::{Op, State};
 use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
-use crate::render;
+use crate::render::text;
 use crate::reorder::{Observer, SnapshotPoint, Tracker};
 use crate::report::{Reason, Report};
 use crate::symbolize::Symbolizer;
@@ -289,7 +289,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
     }
     let path = write_report(&report, &sink.out_dir, &format!("gpushim-{pid}"), sink.err)
         .with_context(|| format!("cannot write the report of pid {pid}"))?;
-    let _ = render::summary(&report, &path, sink.err);
+    let _ = text::summary(&report, &path, sink.err);
     Ok(Outcome { report: Some(path), snapshots: sink.snapshots, ooms: sink.ooms, broken })
 }
 

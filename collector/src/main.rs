@@ -40,7 +40,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
-use crate::render::{Format, TextOptions};
+use crate::render::format::{self, Format};
+use crate::render::TextOptions;
 use crate::report::Report;
 
 /// Find GPU memory leaks: trace a program's CUDA allocations and report what it never freed.
@@ -162,7 +163,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Run { output, command } => run::run(&run::Options { output, command }),
         Command::Report { file, format, output, top, depth, all_frames } => {
             let report = Report::read(&file).with_context(|| format!("cannot read report {}", file.display()))?;
-            let renderer = render::renderer(format, TextOptions { top, depth, all_frames });
+            let renderer = format::renderer(format, TextOptions { top, depth, all_frames });
             write_output(output.as_deref(), &mut |out| renderer.render(&report, out))?;
             Ok(ExitCode::SUCCESS)
         }
