@@ -17,7 +17,7 @@ mod oom;
 mod output;
 #[cfg(test)]
 mod perf_tests;
-mod python;
+mod pyframes;
 mod rank;
 mod render;
 mod reorder;

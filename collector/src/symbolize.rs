@@ -12,7 +12,7 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 use gpushim_wire::{Api, Module};
 
-use crate::python::Python;
+use crate::pyframes::Python;
 use crate::report::Frame;
 
 /// Module file-name prefixes of the shim itself; its frames are dropped.
