@@ -13,6 +13,7 @@ use anyhow::{Context as _, Result};
 use gpushim_wire::{Decoder, Event, Failed, Hello, MemInfo};
 
 use crate::assemble::{self, Context};
+use crate::error::{coded, BROKEN_STREAM};
 use crate::live::{Op, State};
 use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
@@ -190,14 +191,16 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         return Ok(Outcome { report: None, snapshots: Vec::new(), ooms: Vec::new(), broken: None });
     }
     let mut dec = Decoder::new(input)
-        .map_err(|e| crate::coded(1, format!("event stream broken at its start: {e}; no report written")))?;
+        .map_err(|e| coded(BROKEN_STREAM, format!("event stream broken at its start: {e}; no report written")))?;
     let hello = match dec.next_event() {
         Ok(Some(Event::Hello(h))) => h,
         Ok(Some(_)) => {
-            return Err(crate::coded(1, "event stream does not start with a Hello event; no report written"))
+            return Err(coded(BROKEN_STREAM, "event stream does not start with a Hello event; no report written"))
         }
-        Ok(None) => return Err(crate::coded(1, "event stream ended before its Hello event; no report written")),
-        Err(e) => return Err(crate::coded(1, format!("event stream broken at its start: {e}; no report written"))),
+        Ok(None) => return Err(coded(BROKEN_STREAM, "event stream ended before its Hello event; no report written")),
+        Err(e) => {
+            return Err(coded(BROKEN_STREAM, format!("event stream broken at its start: {e}; no report written")))
+        }
     };
     let out_dir = match &opts.output_dir {
         Some(d) => d.clone(),

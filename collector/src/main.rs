@@ -10,6 +10,7 @@
 mod assemble;
 mod collect;
 mod diff;
+mod error;
 mod gauge;
 mod json;
 mod live;
@@ -30,7 +31,6 @@ mod timeline;
 mod words;
 
 use std::ffi::OsString;
-use std::fmt;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -40,6 +40,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
+use crate::error::{coded, BROKEN_STREAM, OK, USAGE};
 use crate::render::format::{self, Format};
 use crate::render::TextOptions;
 use crate::report::Report;
@@ -121,37 +122,15 @@ enum Command {
     },
 }
 
-/// An error that ends the program with a particular exit code.
-#[derive(Debug)]
-pub struct Coded {
-    /// The exit code.
-    pub code: u8,
-    message: String,
-}
-
-impl fmt::Display for Coded {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Coded {}
-
-/// An error with message `message` that makes `gpushim` exit with `code`.
-pub fn coded(code: u8, message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(Coded { code, message: message.into() })
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
-            if err.chain().any(|e| e.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
-            {
+            if error::is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
-            let code = err.chain().find_map(|e| e.downcast_ref::<Coded>()).map_or(2, |c| c.code);
+            let code = error::exit_code(&err);
             let _ = writeln!(io::stderr(), "gpushim: {err:#}");
             ExitCode::from(code)
         }
@@ -178,7 +157,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Snapshot { pid, signal, timeout } => {
             if !(timeout.is_finite() && timeout >= 0.0) {
-                return Err(coded(2, format!("--timeout {timeout} is not a number of seconds >= 0")));
+                return Err(coded(USAGE, format!("--timeout {timeout} is not a number of seconds >= 0")));
             }
             let path = snapshot::snapshot(pid, signal, Duration::from_secs_f64(timeout))?;
             let mut out = io::stdout().lock();
@@ -203,7 +182,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                     outcome?
                 }
             };
-            Ok(if outcome.broken.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+            Ok(ExitCode::from(if outcome.broken.is_some() { BROKEN_STREAM } else { OK }))
         }
     }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::coded;
+use crate::error::{coded, CANNOT_EXECUTE, NOT_FOUND, SIGNALLED, USAGE};
 
 /// Longest wait, after the program exits, for its collector to finish writing the report.
 pub const COLLECTOR_WAIT: Duration = Duration::from_secs(60);
@@ -47,7 +47,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     let lib = exe.with_file_name("libgpushim.so");
     if !lib.is_file() {
         return Err(coded(
-            2,
+            USAGE,
             format!(
                 "{} not found; build it with `cargo build --release` (it must sit next to the gpushim executable)",
                 lib.display()
@@ -55,7 +55,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
         ));
     }
     let Some((prog, args)) = opts.command.split_first() else {
-        return Err(coded(2, "no command given; usage: gpushim run [--output DIR] -- CMD ARGS..."));
+        return Err(coded(USAGE, "no command given; usage: gpushim run [--output DIR] -- CMD ARGS..."));
     };
     let mut cmd = Command::new(prog);
     cmd.args(args)
@@ -66,7 +66,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
             std::path::absolute(dir).with_context(|| format!("cannot resolve output directory {}", dir.display()))?;
         if !abs.is_dir() {
             return Err(coded(
-                2,
+                USAGE,
                 format!("output directory {} does not exist; create it or choose another --output", dir.display()),
             ));
         }
@@ -93,9 +93,9 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     let mut child = spawned.map_err(|e| {
         let name = Path::new(prog).display();
         match e.kind() {
-            io::ErrorKind::NotFound => coded(127, format!("cannot run {name}: command not found")),
-            io::ErrorKind::PermissionDenied => coded(126, format!("cannot run {name}: permission denied")),
-            _ => coded(126, format!("cannot run {name}: {e}")),
+            io::ErrorKind::NotFound => coded(NOT_FOUND, format!("cannot run {name}: command not found")),
+            io::ErrorKind::PermissionDenied => coded(CANNOT_EXECUTE, format!("cannot run {name}: permission denied")),
+            _ => coded(CANNOT_EXECUTE, format!("cannot run {name}: {e}")),
         }
     })?;
     let status = child.wait().context("waiting for the program")?;
@@ -108,7 +108,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     }
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => ExitCode::from(c as u8),
-        (None, Some(sig)) => ExitCode::from((128 + sig) as u8),
+        (None, Some(sig)) => ExitCode::from((libc::c_int::from(SIGNALLED) + sig) as u8),
         _ => ExitCode::from(1),
     })
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::coded;
+use crate::error::{coded, USAGE};
 
 /// How often the output directory is checked.
 const POLL: Duration = Duration::from_millis(50);
@@ -70,7 +70,7 @@ pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> 
     if let Ok(maps) = fs::read_to_string(proc_dir.join("maps")) {
         if !maps.contains("libgpushim") {
             return Err(coded(
-                2,
+                USAGE,
                 format!(
                     "pid {pid} is not running under gpushim (libgpushim.so is not loaded), and {} \
                      would likely kill it; start it with `gpushim run -- CMD`",
@@ -79,10 +79,10 @@ pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> 
             ));
         }
     }
-    let dir =
-        output_dir(&proc_dir).map_err(|e| coded(2, format!("cannot find where pid {pid} writes reports: {e:#}")))?;
+    let dir = output_dir(&proc_dir)
+        .map_err(|e| coded(USAGE, format!("cannot find where pid {pid} writes reports: {e:#}")))?;
     let before = snapshot_names(&dir, pid)
-        .map_err(|e| coded(2, format!("cannot read the output directory {} of pid {pid}: {e}", dir.display())))?;
+        .map_err(|e| coded(USAGE, format!("cannot read the output directory {} of pid {pid}: {e}", dir.display())))?;
     send(pid, signal.number())?;
     let deadline = Instant::now() + timeout;
     loop {
@@ -94,7 +94,7 @@ pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> 
         if Instant::now() >= deadline {
             let gone = if send(pid, 0).is_err() { " (the process has ended)" } else { "" };
             return Err(coded(
-                2,
+                USAGE,
                 format!(
                     "no snapshot of pid {pid} appeared in {} within {:.1} s{gone}",
                     dir.display(),
@@ -134,9 +134,9 @@ fn send(pid: i32, sig: libc::c_int) -> Result<()> {
     }
     let e = io::Error::last_os_error();
     Err(match e.raw_os_error() {
-        Some(libc::ESRCH) => coded(2, format!("no process with pid {pid}")),
-        Some(libc::EPERM) => coded(2, format!("not allowed to signal pid {pid} (it belongs to another user)")),
-        _ => coded(2, format!("cannot signal pid {pid}: {e}")),
+        Some(libc::ESRCH) => coded(USAGE, format!("no process with pid {pid}")),
+        Some(libc::EPERM) => coded(USAGE, format!("not allowed to signal pid {pid} (it belongs to another user)")),
+        _ => coded(USAGE, format!("cannot signal pid {pid}: {e}")),
     })
 }
 
