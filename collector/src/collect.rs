@@ -32,8 +32,6 @@ pub struct Options {
 
 /// What a collection produced.
 #[derive(Debug)]
-// The binary only needs `broken`; the paths are for tests and future callers.
-#[allow(dead_code)]
 pub struct Outcome {
     /// The final report's path; `None` only for an empty stream (nothing to report).
     pub report: Option<PathBuf>,
@@ -421,7 +419,7 @@ mod tests {
             "{}",
             lines[2]
         );
-        assert!(lines[2].contains(" at gpushim::collect::tests::events (src/collect.rs:"), "{}", lines[2]);
+        assert!(lines[2].contains(" at gpushim_collector::collect::tests::events (src/collect.rs:"), "{}", lines[2]);
         assert_eq!(lines[3], format!("gpushim: report written to {}", path.display()));
         assert_eq!(lines.len(), 4);
 

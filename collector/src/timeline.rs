@@ -42,7 +42,7 @@ impl Timeline {
 
     /// Number of points held.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.points.points().len()
     }
 

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use super::signals::{ignore, restore};
 use crate::error::{coded, CANNOT_EXECUTE, NOT_FOUND, SIGNALLED, USAGE};
 
 /// Longest wait, after the program exits, for its collector to finish writing the report.
@@ -164,50 +165,6 @@ fn wait_for_eof(read: OwnedFd, limit: Duration) -> bool {
             Err(_) => return true,
         }
     }
-}
-
-/// Signals with their dispositions from before [`ignore`] changed them.
-type Saved = Vec<(libc::c_int, libc::sigaction)>;
-
-/// Ignores the signals in `sigs`; returns what they were.
-fn ignore(sigs: &[libc::c_int]) -> Saved {
-    sigs.iter()
-        .map(|&sig| {
-            let mut ign = empty_sigaction();
-            ign.sa_sigaction = libc::SIG_IGN;
-            let mut old = empty_sigaction();
-            // SAFETY: both pointers are to valid sigaction structs; `sig` is a valid signal.
-            unsafe { libc::sigaction(sig, &ign, &mut old) };
-            (sig, old)
-        })
-        .collect()
-}
-
-/// Puts back what [`ignore`] changed. Async-signal-safe (no allocation).
-fn restore(saved: &Saved) {
-    for (sig, old) in saved {
-        // SAFETY: `old` is the valid disposition that sigaction returned for `sig`.
-        unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
-    }
-}
-
-fn empty_sigaction() -> libc::sigaction {
-    // SAFETY: sigaction is a plain C struct for which all-zero bytes is a valid value
-    // (SIG_DFL, no flags, empty mask).
-    unsafe { std::mem::zeroed() }
-}
-
-/// For `gpushim collect`: past a file-size limit (`ulimit -f`) a write fails with EFBIG, which
-/// the report writer handles (the next directory, then a clear error), instead of SIGXFSZ
-/// ending the collector and leaving a partial temporary file behind.
-pub fn ignore_file_size_signal() {
-    ignore(&[libc::SIGXFSZ]);
-}
-
-/// For `gpushim collect` as spawned by the shim: keeps going (and writes the report) when the
-/// terminal sends SIGINT, SIGQUIT or SIGHUP; the end of the event stream ends it.
-pub fn ignore_interrupts() {
-    ignore(&[libc::SIGINT, libc::SIGQUIT, libc::SIGHUP]);
 }
 
 #[cfg(test)]

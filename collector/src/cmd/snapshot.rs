@@ -1,4 +1,5 @@
-//! `gpushim snapshot PID`: asks a traced process for a snapshot and waits for the file.
+//! `gpushim snapshot PID`: asks a traced process for a snapshot, waits for the file and prints
+//! its path.
 //!
 //! The shim turns the signal into a snapshot request in its event stream; the collector
 //! writes `gpushim-PID-snapshot-N.json` into the target's output directory (its
@@ -9,9 +10,10 @@
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -47,6 +49,22 @@ impl Signal {
             Signal::Usr2 => "SIGUSR2",
         }
     }
+}
+
+/// Asks `pid` for a snapshot with `signal`, waits up to `timeout` seconds for its file and
+/// prints the file's path on standard output.
+///
+/// # Errors
+/// Exit code 2 if `timeout` is not a number of seconds >= 0; otherwise those of [`snapshot`].
+pub fn run(pid: i32, signal: Signal, timeout: f64) -> Result<ExitCode> {
+    if !(timeout.is_finite() && timeout >= 0.0) {
+        return Err(coded(USAGE, format!("--timeout {timeout} is not a number of seconds >= 0")));
+    }
+    let path = snapshot(pid, signal, Duration::from_secs_f64(timeout))?;
+    let mut out = io::stdout().lock();
+    writeln!(out, "{}", path.display())?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Sends `signal` to `pid` and returns the path of the snapshot file that appears within
