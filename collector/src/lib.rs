@@ -25,9 +25,11 @@
 //!   before the break. Report files never replace a file and never follow a symlink, and what is
 //!   written ([`report::Report`]) can always be read back.
 //! - Exit codes are those of [`error`].
-//! - No module imports one that imports it back: [`words`], [`report`] and [`series`] depend on
-//!   no other module, the accounting only on them and each other in the order above, the
-//!   report's makers on the accounting, and [`cmd`] on everything else.
+//! - No module imports one that imports it back. [`series`], [`report`], [`words`] and
+//!   [`error`] import no other module of the crate but `report`; the accounting imports only
+//!   those and itself, in the order series, gauge, timeline, live, reorder, rank; [`symbolize`],
+//!   [`render`], [`diff`] and [`collect`] build on those; [`cmd`] builds on everything, and
+//!   nothing imports it.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 

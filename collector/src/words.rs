@@ -63,7 +63,7 @@ pub fn shell_words(args: &[String]) -> String {
         .join(" ")
 }
 
-/// A size for a person: `512 B`, `1.5 KiB`, `14.0 MiB`, `2.3 GiB`.
+/// A size of `n` bytes for a person: `512 B`, `1.5 KiB`, `14.0 MiB`, `2.3 GiB`.
 pub fn fmt_bytes(n: u64) -> String {
     const K: f64 = 1024.0;
     let x = n as f64;
@@ -78,7 +78,7 @@ pub fn fmt_bytes(n: u64) -> String {
     }
 }
 
-/// A signed size difference: `+1.0 MiB`, `-512 B`, `0 B`.
+/// A signed size difference of `d` bytes: `+1.0 MiB`, `-512 B`, `0 B`.
 pub fn fmt_bytes_delta(d: i128) -> String {
     let mag = fmt_bytes(u64::try_from(d.unsigned_abs()).unwrap_or(u64::MAX));
     match d.signum() {
@@ -88,7 +88,7 @@ pub fn fmt_bytes_delta(d: i128) -> String {
     }
 }
 
-/// A duration for a person: `350 µs`, `870 ms`, `2.5 s`, `95 s`.
+/// A duration of `s` seconds for a person: `350 µs`, `870 ms`, `2.5 s`, `95 s`.
 pub fn fmt_seconds(s: f64) -> String {
     if !s.is_finite() || s < 0.0 {
         return format!("{s} s");
@@ -131,8 +131,8 @@ fn round_period(s: f64) -> f64 {
     r * unit
 }
 
-/// A period for a person, with up to two significant digits: `350 µs`, `1.5 ms`, `12 ms`,
-/// `2 s`, `95 s`, `2.5 min`, `3 h`.
+/// A period of `s` seconds for a person, with up to two significant digits: `350 µs`,
+/// `1.5 ms`, `12 ms`, `2 s`, `95 s`, `2.5 min`, `3 h`.
 pub fn fmt_period(s: f64) -> String {
     if !s.is_finite() || s <= 0.0 {
         return format!("{s} s");
