@@ -17,6 +17,8 @@
 use std::io::{self, Write};
 use std::process::ExitCode;
 
+// A small deterministic generator (xorshift64*), enough to spread frees over the live set.
+use gpushim_testkit::Rng;
 use gpushim_wire::{encode, write_header, Alloc, Api, Event, Exit, Free, Hello, Kind, Module, Stack};
 
 struct Args {
@@ -44,18 +46,6 @@ fn parse() -> Result<Args, String> {
         return Err("--stacks, --live and --leak-every must be at least 1".into());
     }
     Ok(a)
-}
-
-/// xorshift64*: a small deterministic generator, enough to spread frees over the live set.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
 }
 
 /// This executable as a module: its path, load bias and the ranges it is mapped at, read from
@@ -113,13 +103,13 @@ fn run(a: &Args) -> io::Result<()> {
     let (module, (text, text_end)) = this_module();
     encode(&Event::Module(module), &mut buf);
     let mut pick = Rng(0x5eed);
-    let outer: Vec<u64> = (0..8).map(|_| pick.next()).collect();
+    let outer: Vec<u64> = (0..8).map(|_| pick.next_u64()).collect();
     for id in 0..a.stacks {
         // 12 frames: 4 distinct inner ones, 8 outer ones shared by all stacks (like main and
         // a loop), at pseudo-random places in this executable's code.
         let frames = (0..12usize)
             .map(|j| {
-                let r = if j < 4 { pick.next() } else { outer[j - 4] };
+                let r = if j < 4 { pick.next_u64() } else { outer[j - 4] };
                 text + r % (text_end - text)
             })
             .collect();
@@ -133,13 +123,13 @@ fn run(a: &Args) -> io::Result<()> {
     while seq < a.events {
         let ts_ns = 1_000_000_000 + seq * 1000;
         if live.len() >= a.live {
-            let i = (rng.next() % live.len() as u64) as usize;
+            let i = (rng.next_u64() % live.len() as u64) as usize;
             let addr = live.swap_remove(i);
             encode(&Event::Free(Free { seq, ts_ns, addr, api: Api::CudaFree, stream: 0, tid: 1, result: 0 }), &mut buf);
         } else {
             allocs += 1;
             let leak = allocs.is_multiple_of(a.leak_every);
-            let r = rng.next();
+            let r = rng.next_u64();
             let stack = if leak { 0 } else { 1 + (r % u64::from(a.stacks.max(2) - 1)) as u32 };
             let size = if leak { 1 << 20 } else { 512 << (r >> 60) };
             next_addr += 0x1000;

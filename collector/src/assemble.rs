@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gpushim_wire::{Hello, Kind, MemInfo, NO_STACK};
 
-use crate::live::{Gauge, State, MAX_FAILURES};
+use crate::gauge::Gauge;
+use crate::live::{State, MAX_FAILURES};
 use crate::rank;
 use crate::report::{
     DeviceTotals, FailureRecord, KindTotals, Kinds, MemInfoRecord, Reason, Report, Site, Totals, SCHEMA,

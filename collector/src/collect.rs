@@ -13,12 +13,15 @@ use anyhow::{Context as _, Result};
 use gpushim_wire::{Decoder, Event, Failed, Hello, MemInfo};
 
 use crate::assemble::{self, Context};
-use crate::live::{Observer, Op, SnapshotPoint, State, Tracker};
+use crate::error::{coded, BROKEN_STREAM};
+use crate::live::{Op, State};
 use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
-use crate::render::{self, fmt_bytes};
+use crate::render::text;
+use crate::reorder::{Observer, SnapshotPoint, Tracker};
 use crate::report::{Reason, Report};
 use crate::symbolize::Symbolizer;
+use crate::words::fmt_bytes;
 
 /// Options of `gpushim collect`.
 #[derive(Clone, Debug, Default)]
@@ -29,8 +32,6 @@ pub struct Options {
 
 /// What a collection produced.
 #[derive(Debug)]
-// The binary only needs `broken`; the paths are for tests and future callers.
-#[allow(dead_code)]
 pub struct Outcome {
     /// The final report's path; `None` only for an empty stream (nothing to report).
     pub report: Option<PathBuf>,
@@ -188,14 +189,16 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         return Ok(Outcome { report: None, snapshots: Vec::new(), ooms: Vec::new(), broken: None });
     }
     let mut dec = Decoder::new(input)
-        .map_err(|e| crate::coded(1, format!("event stream broken at its start: {e}; no report written")))?;
+        .map_err(|e| coded(BROKEN_STREAM, format!("event stream broken at its start: {e}; no report written")))?;
     let hello = match dec.next_event() {
         Ok(Some(Event::Hello(h))) => h,
         Ok(Some(_)) => {
-            return Err(crate::coded(1, "event stream does not start with a Hello event; no report written"))
+            return Err(coded(BROKEN_STREAM, "event stream does not start with a Hello event; no report written"))
         }
-        Ok(None) => return Err(crate::coded(1, "event stream ended before its Hello event; no report written")),
-        Err(e) => return Err(crate::coded(1, format!("event stream broken at its start: {e}; no report written"))),
+        Ok(None) => return Err(coded(BROKEN_STREAM, "event stream ended before its Hello event; no report written")),
+        Err(e) => {
+            return Err(coded(BROKEN_STREAM, format!("event stream broken at its start: {e}; no report written")))
+        }
     };
     let out_dir = match &opts.output_dir {
         Some(d) => d.clone(),
@@ -287,7 +290,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
     }
     let path = write_report(&report, &sink.out_dir, &format!("gpushim-{pid}"), sink.err)
         .with_context(|| format!("cannot write the report of pid {pid}"))?;
-    let _ = render::summary(&report, &path, sink.err);
+    let _ = text::summary(&report, &path, sink.err);
     Ok(Outcome { report: Some(path), snapshots: sink.snapshots, ooms: sink.ooms, broken })
 }
 
@@ -310,39 +313,12 @@ mod tests {
     use super::*;
     use crate::output::tests::TempDir;
     use crate::report::Report;
-    use gpushim_wire::{encode, write_header, Alloc, Api, Exit, Free, Kind, Snapshot, Stack, NO_STACK};
+    use gpushim_testkit::{alloc, failed, free, stream_of, MS};
+    use gpushim_wire::{encode, write_header, Exit, Snapshot, Stack, NO_STACK};
 
-    const MS: u64 = 1_000_000;
-
+    /// The stream's Hello: pid 4242 running `./render --frames 30`, reports into `dir`.
     fn hello(dir: &Path) -> Event {
-        Event::Hello(Hello {
-            pid: 4242,
-            ppid: 1,
-            start_unix_ns: 1_700_000_000_000_000_000,
-            command: vec!["./render".into(), "--frames".into(), "30".into()],
-            cwd: "/nonexistent-cwd".into(),
-            output_dir: dir.to_string_lossy().into_owned(),
-            shim_version: "0.1.0".into(),
-        })
-    }
-
-    fn alloc(seq: u64, ts: u64, addr: u64, size: u64, stack: u32) -> Event {
-        Event::Alloc(Alloc {
-            seq,
-            ts_ns: ts,
-            addr,
-            size,
-            kind: Kind::Device,
-            api: Api::CudaMalloc,
-            device: 0,
-            stream: 0,
-            tid: 7,
-            stack,
-        })
-    }
-
-    fn free(seq: u64, ts: u64, addr: u64) -> Event {
-        Event::Free(Free { seq, ts_ns: ts, addr, api: Api::CudaFree, stream: 0, tid: 7, result: 0 })
+        gpushim_testkit::hello(dir, &["./render", "--frames", "30"])
     }
 
     /// The events of a "render loop": stack 0 leaks 1 MiB every 10 ms (30 times), stack 1
@@ -383,17 +359,8 @@ mod tests {
         ev
     }
 
-    fn bytes(events: &[Event]) -> Vec<u8> {
-        let mut buf = Vec::new();
-        write_header(&mut buf);
-        for e in events {
-            encode(e, &mut buf);
-        }
-        buf
-    }
-
     fn stream(dir: &Path, exit: bool) -> Vec<u8> {
-        bytes(&events(dir, exit))
+        stream_of(&events(dir, exit))
     }
 
     #[test]
@@ -452,7 +419,7 @@ mod tests {
             "{}",
             lines[2]
         );
-        assert!(lines[2].contains(" at gpushim::collect::tests::events (src/collect.rs:"), "{}", lines[2]);
+        assert!(lines[2].contains(" at gpushim_collector::collect::tests::events (src/collect.rs:"), "{}", lines[2]);
         assert_eq!(lines[3], format!("gpushim: report written to {}", path.display()));
         assert_eq!(lines.len(), 4);
 
@@ -471,7 +438,7 @@ mod tests {
         let ev = events(&d.0, true);
         let n = ev.len();
         // Cut in the middle of the last allocation (the one without a stack).
-        let mut cut = bytes(&ev[..n - 3]);
+        let mut cut = stream_of(&ev[..n - 3]);
         let mut last = Vec::new();
         encode(&ev[n - 3], &mut last);
         cut.extend_from_slice(&last[..20]);
@@ -493,7 +460,7 @@ mod tests {
         );
 
         // Garbage after valid events: same, here into an overriding output directory.
-        let mut g = bytes(&ev[..n - 3]);
+        let mut g = stream_of(&ev[..n - 3]);
         g.extend_from_slice(&[0xff; 64]);
         let sub = d.0.join("sub");
         std::fs::create_dir(&sub).unwrap();
@@ -514,20 +481,6 @@ mod tests {
         write_header(&mut buf);
         encode(&Event::Exit(Exit { ts_ns: 1 }), &mut buf);
         assert!(collect(&buf[..], &Options::default(), &mut err).is_err());
-    }
-
-    fn failed(seq: u64, ts: u64, size: u64, stack: u32, result: i32) -> Event {
-        Event::Failed(gpushim_wire::Failed {
-            seq,
-            ts_ns: ts,
-            size,
-            kind: Kind::Device,
-            api: Api::CudaMalloc,
-            device: 0,
-            tid: 7,
-            stack,
-            result,
-        })
     }
 
     /// Six allocations, the fourth freed, then an allocation that fails with out of memory
@@ -561,7 +514,7 @@ mod tests {
         }
         ev.push(Event::Exit(Exit { ts_ns: 20 * MS }));
         let mut err = Vec::new();
-        let out = collect(&bytes(&ev)[..], &Options::default(), &mut err).unwrap();
+        let out = collect(&stream_of(&ev)[..], &Options::default(), &mut err).unwrap();
         let err = String::from_utf8(err).unwrap();
         assert_eq!(out.ooms.len(), MAX_OOM_REPORTS as usize, "{err}");
         assert_eq!(out.ooms[0], d.0.join("gpushim-4242-oom-1.json"));

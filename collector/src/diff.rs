@@ -11,8 +11,8 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::render::{first_user_frame, fmt_bytes, fmt_bytes_delta, fmt_seconds, frame_label};
 use crate::report::{Frame, KindTotals, Report, Site};
+use crate::words::{first_user_frame, fmt_bytes, fmt_bytes_delta, fmt_seconds, frame_label};
 
 /// The formats `gpushim diff` offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -1,43 +1,26 @@
 //! `gpushim`: runs a program under `libgpushim.so`, collects its CUDA allocation events, and
 //! reports the memory it never freed.
 //!
-//! Exit codes: 0 success; 1 `collect` read a broken event stream (the report is still
-//! written); 2 usage or input errors; `run` exits with the program's own status (128 + signal
-//! if a signal ended it, 126 if it could not be executed, 127 if it was not found).
+//! This binary only reads the command line and hands each subcommand to the library
+//! (`gpushim_collector::cmd`). Exit codes (`gpushim_collector::error`): 0 success; 1 `collect`
+//! read a broken event stream (the report is still written); 2 usage or input errors; `run`
+//! exits with the program's own status (128 + signal if a signal ended it, 126 if it could not
+//! be executed, 127 if it was not found).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-mod assemble;
-mod collect;
-mod diff;
-mod json;
-mod live;
-mod oom;
-mod output;
-#[cfg(test)]
-mod perf_tests;
-mod python;
-mod rank;
-mod render;
-mod report;
-mod run;
-mod snapshot;
-mod symbolize;
-mod timeline;
-
 use std::ffi::OsString;
-use std::fmt;
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
-
-use crate::render::{Format, TextOptions};
-use crate::report::Report;
+use gpushim_collector::cmd::{self, snapshot::Signal};
+use gpushim_collector::diff::DiffFormat;
+use gpushim_collector::error;
+use gpushim_collector::render::format::Format;
+use gpushim_collector::render::TextOptions;
 
 /// Find GPU memory leaks: trace a program's CUDA allocations and report what it never freed.
 #[derive(Debug, Parser)]
@@ -89,8 +72,8 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 20)]
         top: usize,
         /// Output format.
-        #[arg(long, value_enum, default_value_t = diff::DiffFormat::Text)]
-        format: diff::DiffFormat,
+        #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
+        format: DiffFormat,
     },
     /// Ask a running traced process for a snapshot report, wait for it, print its path.
     Snapshot {
@@ -98,8 +81,8 @@ enum Command {
         #[arg(value_parser = clap::value_parser!(i32).range(1..))]
         pid: i32,
         /// The signal the shim listens to.
-        #[arg(long, value_enum, default_value_t = snapshot::Signal::Usr1)]
-        signal: snapshot::Signal,
+        #[arg(long, value_enum, default_value_t = Signal::Usr1)]
+        signal: Signal,
         /// Seconds to wait for the snapshot file.
         #[arg(long, value_name = "SECS", default_value_t = 10.0)]
         timeout: f64,
@@ -116,37 +99,15 @@ enum Command {
     },
 }
 
-/// An error that ends the program with a particular exit code.
-#[derive(Debug)]
-pub struct Coded {
-    /// The exit code.
-    pub code: u8,
-    message: String,
-}
-
-impl fmt::Display for Coded {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Coded {}
-
-/// An error with message `message` that makes `gpushim` exit with `code`.
-pub fn coded(code: u8, message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(Coded { code, message: message.into() })
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
-            if err.chain().any(|e| e.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
-            {
+            if error::is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
-            let code = err.chain().find_map(|e| e.downcast_ref::<Coded>()).map_or(2, |c| c.code);
+            let code = error::exit_code(&err);
             let _ = writeln!(io::stderr(), "gpushim: {err:#}");
             ExitCode::from(code)
         }
@@ -155,80 +116,14 @@ fn main() -> ExitCode {
 
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Run { output, command } => run::run(&run::Options { output, command }),
+        Command::Run { output, command } => cmd::run::run(&cmd::run::Options { output, command }),
         Command::Report { file, format, output, top, depth, all_frames } => {
-            let report = Report::read(&file).with_context(|| format!("cannot read report {}", file.display()))?;
-            let renderer = render::renderer(format, TextOptions { top, depth, all_frames });
-            write_output(output.as_deref(), &mut |out| renderer.render(&report, out))?;
-            Ok(ExitCode::SUCCESS)
+            cmd::report::run(&file, format, output.as_deref(), TextOptions { top, depth, all_frames })
         }
-        Command::Diff { old, new, top, format } => {
-            let a = Report::read(&old).with_context(|| format!("cannot read report {}", old.display()))?;
-            let b = Report::read(&new).with_context(|| format!("cannot read report {}", new.display()))?;
-            write_output(None, &mut |out| match format {
-                diff::DiffFormat::Text => diff::diff(&a, &b, top, out),
-                diff::DiffFormat::Json => diff::diff_json(&a, &b, top, out),
-            })?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Snapshot { pid, signal, timeout } => {
-            if !(timeout.is_finite() && timeout >= 0.0) {
-                return Err(coded(2, format!("--timeout {timeout} is not a number of seconds >= 0")));
-            }
-            let path = snapshot::snapshot(pid, signal, Duration::from_secs_f64(timeout))?;
-            let mut out = io::stdout().lock();
-            writeln!(out, "{}", path.display())?;
-            out.flush()?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Collect { input, output } => {
-            let opts = collect::Options { output_dir: output };
-            run::ignore_file_size_signal();
-            let mut err = io::stderr().lock();
-            let outcome = match input.filter(|p| p.as_os_str() != "-") {
-                Some(path) => {
-                    let f =
-                        File::open(&path).with_context(|| format!("cannot read event stream {}", path.display()))?;
-                    collect::collect(f, &opts, &mut err)?
-                }
-                None => {
-                    run::ignore_interrupts();
-                    let outcome = collect::collect(io::stdin().lock(), &opts, &mut err);
-                    confirm_to_shim();
-                    outcome?
-                }
-            };
-            Ok(if outcome.broken.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
-        }
+        Command::Diff { old, new, top, format } => cmd::diff::run(&old, &new, top, format),
+        Command::Snapshot { pid, signal, timeout } => cmd::snapshot::run(pid, signal, timeout),
+        Command::Collect { input, output } => cmd::collect::run(input, output),
     }
-}
-
-/// Tells the shim, through the socket that is our stdin, that the whole stream was read (and
-/// the report written, or its failure reported): one byte. Without it the shim says on the
-/// program's stderr that the collector died. Errors are ignored: the program may be gone.
-fn confirm_to_shim() {
-    use std::os::fd::AsFd;
-    if let Ok(fd) = io::stdin().as_fd().try_clone_to_owned() {
-        let _ = File::from(fd).write_all(b"\n");
-    }
-}
-
-/// Runs `write` on a buffered standard output, or on `path` (created or truncated) if given;
-/// a failure to write names the file.
-fn write_output(path: Option<&std::path::Path>, write: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>) -> Result<()> {
-    match path {
-        None => {
-            let mut out = BufWriter::new(io::stdout().lock());
-            write(&mut out)?;
-            out.flush()?;
-        }
-        Some(p) => {
-            let f = File::create(p).with_context(|| format!("cannot create {}", p.display()))?;
-            let mut out = BufWriter::new(f);
-            write(&mut out).and_then(|()| out.flush()).with_context(|| format!("cannot write {}", p.display()))?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -255,48 +150,28 @@ mod tests {
         assert!(Cli::try_parse_from(["gpushim", "collect"]).is_ok());
     }
 
-    fn run_cli(args: &[&str]) -> Result<ExitCode> {
-        dispatch(Cli::try_parse_from(args)?)
-    }
-
     /// `gpushim report FILE --format F -o OUT` for every format, and `gpushim diff --format
-    /// json`, in-process on a small report.
+    /// json`, reach their commands with those values (what the commands then write is tested
+    /// in the library, `cmd::report`).
     #[test]
-    fn report_formats_and_diff_write_files() {
-        let d = crate::output::tests::TempDir::new("cli");
-        let file = d.0.join("gpushim-1234.json");
-        let r = crate::render::tests::sample();
-        std::fs::write(&file, serde_json::to_vec(&r).unwrap()).unwrap();
-        let f = file.to_str().unwrap();
-        let out = |name: &str| d.0.join(name);
-        for (format, name, want) in [
-            ("text", "r.txt", "leak suspects:"),
-            ("json", "r.json", "\"schema\": \"gpushim.report.v1\""),
-            ("folded", "r.folded", "main;render_frame 4194304\n"),
-            ("svg", "r.svg", "<svg"),
-            ("perfetto", "r.trace.json", "\"traceEvents\""),
+    fn report_and_diff_take_their_format_and_output() {
+        for (format, want) in [
+            ("text", Format::Text),
+            ("json", Format::Json),
+            ("folded", Format::Folded),
+            ("svg", Format::Svg),
+            ("perfetto", Format::Perfetto),
         ] {
-            let o = out(name);
-            run_cli(&["gpushim", "report", f, "--format", format, "-o", o.to_str().unwrap()]).unwrap();
-            let text = std::fs::read_to_string(&o).unwrap();
-            assert!(text.contains(want), "{format}: {text}");
+            match Cli::try_parse_from(["gpushim", "report", "r.json", "--format", format, "-o", "out"]).unwrap().command
+            {
+                Command::Report { file, format, output, top, depth, all_frames } => {
+                    assert_eq!((file, format, output), (PathBuf::from("r.json"), want, Some(PathBuf::from("out"))));
+                    assert_eq!(TextOptions { top, depth, all_frames }, TextOptions::default());
+                }
+                c => panic!("{c:?}"),
+            }
         }
-        let o = out("diff.json");
-        let mut grown = r.clone();
-        grown.sites[0].live_bytes *= 2;
-        let f2 = out("gpushim-1234.2.json");
-        std::fs::write(&f2, serde_json::to_vec(&grown).unwrap()).unwrap();
-        // Diff writes to stdout; check its JSON through the library call instead.
-        assert!(Cli::try_parse_from(["gpushim", "diff", f, f2.to_str().unwrap(), "--format", "json"]).is_ok());
-        let mut buf = Vec::new();
-        diff::diff_json(&r, &grown, 20, &mut buf).unwrap();
-        std::fs::write(&o, &buf).unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
-        assert_eq!(v["sites"][0]["growth_bytes"], 3 << 20);
-        // A file that cannot be created is an error naming it.
-        let bad = d.0.join("no/such/dir/x.svg");
-        let e = run_cli(&["gpushim", "report", f, "--format", "svg", "-o", bad.to_str().unwrap()]).unwrap_err();
-        assert!(format!("{e:#}").starts_with(&format!("cannot create {}", bad.display())), "{e:#}");
+        assert!(Cli::try_parse_from(["gpushim", "diff", "a.json", "b.json", "--format", "json"]).is_ok());
     }
 
     #[test]

@@ -41,8 +41,8 @@ impl MemInfoLog {
     }
 }
 
-/// The report's `oom` object for failure `f`; `start_ns` is the report's first event,
-/// `frames` the failed call's backtrace.
+/// The report's `oom` object for failure `f`; `start_ns` is the time of the report's first
+/// event (monotonic ns), `frames` the failed call's backtrace.
 pub fn record(f: &Failed, mem: Option<&MemInfo>, start_ns: u64, frames: Vec<Frame>) -> Oom {
     Oom {
         size: f.size,

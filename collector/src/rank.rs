@@ -33,9 +33,10 @@
 
 use std::collections::HashMap;
 
-use crate::live::{SiteStats, State};
-use crate::render::{fmt_bytes, fmt_period};
+use crate::gauge::SiteStats;
+use crate::live::State;
 use crate::report::Suspect;
+use crate::words::{fmt_bytes, fmt_period};
 
 /// Fewest live allocations (and distinct allocation times) a suspect must have.
 pub const MIN_LIVE: u64 = 3;
@@ -160,10 +161,8 @@ mod tests {
     use super::*;
     use crate::live::tests::{alloc, free};
     use crate::live::State;
+    use gpushim_testkit::{MIB, MS};
     use gpushim_wire::Kind;
-
-    const MS: u64 = 1_000_000;
-    const MIB: u64 = 1 << 20;
 
     /// A run of 1 s: site 1 leaks 1 MiB every 30 ms, site 2 allocates one 4 GiB pool at the
     /// start, site 3 allocates and frees 8 MiB every 10 ms, site 4 fills a 3-block pool in a

@@ -12,7 +12,7 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 use gpushim_wire::{Api, Module};
 
-use crate::python::Python;
+use crate::pyframes::Python;
 use crate::report::Frame;
 
 /// Module file-name prefixes of the shim itself; its frames are dropped.
@@ -62,7 +62,7 @@ const INTERNAL_FUNCTION_PREFIXES: &[&str] = &[
 const INTERNAL_SOURCE_PARTS: &[&str] = &["/cudarc-"];
 
 /// True if and only if source file `file` belongs to a CUDA wrapper library: one of
-/// [`INTERNAL_SOURCE_PARTS`] followed by a version number, as in the cargo registry's
+/// `INTERNAL_SOURCE_PARTS` followed by a version number, as in the cargo registry's
 /// `.../cudarc-0.19.10/src/...` (a user's own `cudarc-leak/` directory is not one).
 pub fn is_internal_source(file: &str) -> bool {
     INTERNAL_SOURCE_PARTS

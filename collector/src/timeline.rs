@@ -1,83 +1,49 @@
 //! The process's live bytes over time, per kind and per device, in bounded memory; the
 //! report's `timeline` and the counter tracks of the Perfetto output are made from it.
 //!
-//! Like a site's [`Series`](crate::live::Series), every `stride`-th change is recorded; when
-//! [`TIMELINE_MAX`] points are held every other one is dropped and the stride doubles, so each
-//! point is an exact observation, the points stay spread over the whole run, and memory does
-//! not grow with the number of events.
+//! The points are held in a [`Series`], thinned like a site's live bytes: every `stride`-th
+//! change is recorded; when [`TIMELINE_MAX`] points are held every other one is dropped and the
+//! stride doubles, so each point is an exact observation, the points stay spread over the whole
+//! run, and memory does not grow with the number of events.
 
 use std::collections::BTreeMap;
 
-use crate::live::Gauge;
+use crate::gauge::Gauge;
 use crate::report;
+use crate::series::Series;
 
 /// At most this many points are held (the report adds one more: the state at its end).
 pub const TIMELINE_MAX: usize = 2000;
 
-/// One observation: monotonic time, live bytes per kind, live bytes per device.
+/// One observation: live bytes per kind, live bytes per device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Point {
-    ts_ns: u64,
     kinds: [u64; 3],
     /// Indexed like [`Timeline::devices`]; shorter if devices appeared later.
     devices: Vec<u64>,
 }
 
 /// Live bytes per kind and per device over time.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Timeline {
     /// Device ordinals in order of first appearance.
     devices: Vec<i32>,
-    points: Vec<Point>,
-    stride: u64,
-    changes: u64,
-}
-
-impl Default for Timeline {
-    fn default() -> Self {
-        Timeline { devices: Vec::new(), points: Vec::new(), stride: 1, changes: 0 }
-    }
+    /// The observations, at monotonic ns.
+    points: Series<Point, TIMELINE_MAX>,
 }
 
 impl Timeline {
     /// Records the gauges after one change of the live set at `ts_ns`. Cheap when the change
     /// is not sampled. Timestamps that go backwards are clamped, so points stay sorted.
     pub fn record(&mut self, ts_ns: u64, kinds: &[Gauge; 3], devices: &BTreeMap<i32, Gauge>) {
-        let take = self.changes.is_multiple_of(self.stride);
-        self.changes += 1;
-        if !take {
-            return;
-        }
-        if self.points.len() >= TIMELINE_MAX {
-            let mut i = 0;
-            self.points.retain(|_| {
-                i += 1;
-                i % 2 == 0
-            });
-            self.stride *= 2;
-        }
-        let ts_ns = self.points.last().map_or(ts_ns, |p| p.ts_ns.max(ts_ns));
-        let point = self.observe(ts_ns, kinds, devices);
-        self.points.push(point);
-    }
-
-    fn observe(&mut self, ts_ns: u64, kinds: &[Gauge; 3], devices: &BTreeMap<i32, Gauge>) -> Point {
-        for &d in devices.keys() {
-            if !self.devices.contains(&d) {
-                self.devices.push(d);
-            }
-        }
-        Point {
-            ts_ns,
-            kinds: [kinds[0].live_bytes, kinds[1].live_bytes, kinds[2].live_bytes],
-            devices: self.devices.iter().map(|d| devices.get(d).map_or(0, |g| g.live_bytes)).collect(),
-        }
+        let known = &mut self.devices;
+        self.points.record_with(ts_ns, || observe(known, kinds, devices));
     }
 
     /// Number of points held.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.points.len()
+    pub(crate) fn len(&self) -> usize {
+        self.points.points().len()
     }
 
     /// The timeline for a report: the held points plus the gauges as they are at `end_ns`,
@@ -89,26 +55,40 @@ impl Timeline {
         kinds: &[Gauge; 3],
         devices: &BTreeMap<i32, Gauge>,
     ) -> report::Timeline {
-        let mut me = self.clone();
-        let last = me.points.last().map_or(end_ns, |p| p.ts_ns.max(end_ns));
-        let end = me.observe(last, kinds, devices);
-        if me.points.last().map(|p| (&p.kinds, &p.devices)) != Some((&end.kinds, &end.devices)) {
-            me.points.push(end);
-        }
-        let mut order: Vec<usize> = (0..me.devices.len()).collect();
-        order.sort_by_key(|&i| me.devices[i]);
+        let held = self.points.points();
+        let mut known = self.devices.clone();
+        let last = held.last().map_or(end_ns, |&(t, _)| t.max(end_ns));
+        let end = observe(&mut known, kinds, devices);
+        let end = (held.last().map(|(_, p)| (&p.kinds, &p.devices)) != Some((&end.kinds, &end.devices)))
+            .then_some((last, end));
+        let mut order: Vec<usize> = (0..known.len()).collect();
+        order.sort_by_key(|&i| known[i]);
         report::Timeline {
-            devices: order.iter().map(|&i| me.devices[i]).collect(),
-            points: me
-                .points
+            devices: order.iter().map(|&i| known[i]).collect(),
+            points: held
                 .iter()
-                .map(|p| report::TimelinePoint {
-                    t_s: p.ts_ns.saturating_sub(start_ns) as f64 / 1e9,
+                .chain(&end)
+                .map(|(ts_ns, p)| report::TimelinePoint {
+                    t_s: ts_ns.saturating_sub(start_ns) as f64 / 1e9,
                     kinds: p.kinds,
                     devices: order.iter().map(|&i| p.devices.get(i).copied().unwrap_or(0)).collect(),
                 })
                 .collect(),
         }
+    }
+}
+
+/// The gauges as a point, indexed by `known` (device ordinals in order of first appearance),
+/// to which devices seen for the first time are added.
+fn observe(known: &mut Vec<i32>, kinds: &[Gauge; 3], devices: &BTreeMap<i32, Gauge>) -> Point {
+    for &d in devices.keys() {
+        if !known.contains(&d) {
+            known.push(d);
+        }
+    }
+    Point {
+        kinds: [kinds[0].live_bytes, kinds[1].live_bytes, kinds[2].live_bytes],
+        devices: known.iter().map(|d| devices.get(d).map_or(0, |g| g.live_bytes)).collect(),
     }
 }
 

@@ -1,6 +1,7 @@
 """Times cudaMalloc+cudaFree pairs (4 KiB, stand-in runtime, through ctypes) made from a Python
 stack DEPTH frames deep; prints "median_ns p99_ns mean_ns" of the pairs, each timed alone.
 Usage: python3 python_frames.py LIBCUDART N DEPTH   (scripts/bench-python.sh runs it)"""
+
 import ctypes
 import sys
 import time

@@ -2,6 +2,7 @@
 
 Usage: python3 bench_train.py STEPS [--history]   (--history: torch.cuda.memory._record_memory_history(stacks="all"))
 """
+
 import sys
 import time
 

@@ -3,6 +3,7 @@ framework's own counters (the ground truth) as JSON to the path given as argv[2]
 
 Usage: python3 cases.py CASE TRUTH.json
 """
+
 import json
 import os
 import signal
@@ -39,6 +40,7 @@ def torch_tensors(torch):
 
 def case_torch(variant):
     import torch
+
     keep = torch_tensors(torch)
     torch_truth(torch)
     truth["variant"] = variant
@@ -50,6 +52,7 @@ def case_torch(variant):
 
 def case_torch_nocache():
     import torch
+
     keep = [torch.empty((i + 1) * MIB, dtype=torch.uint8, device="cuda") for i in range(10)]
     tmp = [torch.empty(MIB, dtype=torch.uint8, device="cuda") for _ in range(20)]
     del tmp
@@ -63,6 +66,7 @@ def case_torch_nocache():
 
 def case_torch_pinned():
     import torch
+
     keep = [torch.empty(n, dtype=torch.uint8).pin_memory() for n in (1 * MIB, 5 * MIB, 16 * MIB)]
     keep.append(torch.empty(8 * MIB, dtype=torch.uint8, pin_memory=True))
     truth["pinned_tensor_bytes"] = sum(t.numel() for t in keep)
@@ -72,6 +76,7 @@ def case_torch_pinned():
 
 def case_cupy():
     import cupy as cp
+
     pool = cp.get_default_memory_pool()
     a = cp.empty(512 * MIB, dtype=cp.uint8)
     b = cp.ones(10 * MIB, dtype=cp.float32)
@@ -88,6 +93,7 @@ def case_cupy():
 def case_jax(variant):
     import jax
     import jax.numpy as jnp
+
     xs = [jnp.ones((n,), dtype=jnp.uint8) for n in (1 * MIB, 16 * MIB, 64 * MIB)]
     ys = [x + 1 for x in xs]
     jax.block_until_ready(ys)
@@ -106,8 +112,9 @@ def case_jax(variant):
 
 
 def case_numba():
-    from numba import cuda
     import numpy as np
+    from numba import cuda
+
     keep = [cuda.device_array(n, dtype=np.uint8) for n in (2 * MIB, 6 * MIB)]
     tmp = cuda.device_array(MIB, dtype=np.uint8)
     del tmp
@@ -118,6 +125,7 @@ def case_numba():
             pinned.append(p)
         del p
     import gc
+
     gc.collect()
     cuda.synchronize()
     truth["device_array_bytes"] = 8 * MIB
@@ -128,8 +136,10 @@ def case_numba():
 
 # ---- leak scenarios (the leak patterns seen in the field) ----
 
+
 def s1_aux_loss(steps=2000):
     import torch
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -138,8 +148,8 @@ def s1_aux_loss(steps=2000):
         x = torch.randn(512, 1024, device="cuda")
         out = model(x)
         loss = out.pow(2).mean()
-        aux = out.abs().mean()          # never backpropagated
-        total_aux = total_aux + aux     # BUG: keeps aux's graph and saved activations
+        aux = out.abs().mean()  # never backpropagated
+        total_aux = total_aux + aux  # BUG: keeps aux's graph and saved activations
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -149,25 +159,27 @@ def s1_aux_loss(steps=2000):
 
 def s2_validation_outputs(batches=400):
     import torch
+
     model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
     model.eval()
     preds = []
     for _ in range(batches):
         x = torch.randn(256, 1024, device="cuda")
-        preds.append(model(x))          # BUG: no torch.no_grad(), outputs and graphs kept
+        preds.append(model(x))  # BUG: no torch.no_grad(), outputs and graphs kept
     torch_truth(torch)
     return preds
 
 
 def s3_expandable(steps=100):
     import torch
+
     kept = []
     w = torch.randn(2048, 2048, device="cuda")
     for _ in range(steps):
         a = torch.empty(int(91 * MIB), dtype=torch.uint8, device="cuda")
         b = torch.empty(int(45.5 * MIB), dtype=torch.uint8, device="cuda")
         kept.append(torch.empty(2 * MIB, dtype=torch.uint8, device="cuda"))
-        for _ in range(20):      # the step's work: without it 100 steps take a millisecond
+        for _ in range(20):  # the step's work: without it 100 steps take a millisecond
             w = torch.tanh(w @ w)
         torch.cuda.synchronize()
         del a, b
@@ -177,6 +189,7 @@ def s3_expandable(steps=100):
 
 def s4_cupy_pool():
     import cupy as cp
+
     pool = cp.get_default_memory_pool()
     a = cp.empty(512 * MIB, dtype=cp.uint8)
     del a
@@ -197,6 +210,7 @@ def s5_jax_closure(calls=20):
         @jax.jit
         def f(x):
             return jax.lax.fori_loop(0, 3, lambda i, acc: acc + big[i], x)
+
         return f(jnp.zeros((), dtype=jnp.uint8))
 
     for _ in range(calls):
@@ -208,9 +222,11 @@ def s5_jax_closure(calls=20):
 
 
 def s6_numba_pinned(iters=30):
-    from numba import cuda
-    import numpy as np
     import gc
+
+    import numpy as np
+    from numba import cuda
+
     for _ in range(iters):
         p = cuda.pinned_array(4 * MIB, dtype=np.uint8)
         del p
@@ -220,6 +236,7 @@ def s6_numba_pinned(iters=30):
 
 def s8_context_control():
     import torch
+
     x = torch.empty(64 * 1000 * 1000, dtype=torch.uint8, device="cuda")
     del x
     torch.cuda.empty_cache()

@@ -2,14 +2,21 @@
 
 Usage: python3 compare.py RUN_DIR   (RUN_DIR/<case>/ holds truth.json, the reports, stdout, stderr)
 """
+
 import glob
 import json
 import os
 import sys
+import traceback
 
 MIB = 1 << 20
-RUN = sys.argv[1]
+RUN = None  # the RUN_DIR argument, set by main()
 rows = []
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
 
 
 def load(case):
@@ -18,11 +25,11 @@ def load(case):
     snaps = sorted(glob.glob(os.path.join(d, "gpushim-*-snapshot-*.json")))
     truth = {}
     if os.path.exists(os.path.join(d, "truth.json")):
-        truth = json.load(open(os.path.join(d, "truth.json")))
-    reports = [json.load(open(f)) for f in finals]
+        truth = read_json(os.path.join(d, "truth.json"))
+    reports = [read_json(f) for f in finals]
     # the report of the process that did the work: the one with most allocations
     report = max(reports, key=lambda r: r["totals"]["alloc_count"]) if reports else None
-    snap = json.load(open(snaps[0])) if snaps else None
+    snap = read_json(snaps[0]) if snaps else None
     return truth, report, snap
 
 
@@ -72,38 +79,96 @@ def torch_rows(case, live_vs="reserved", at_snapshot=False):
         return missing(case)
     live = kind(s if at_snapshot else r, "device")
     when = "at snapshot" if at_snapshot else "at exit"
-    row(case, f"device live == torch {live_vs} ({when})", mib(t.get(live_vs)), mib(live), live == t.get(live_vs), f"apis {apis(r)}")
+    row(
+        case,
+        f"device live == torch {live_vs} ({when})",
+        mib(t.get(live_vs)),
+        mib(live),
+        live == t.get(live_vs),
+        f"apis {apis(r)}",
+    )
     if "max_reserved" in t and live_vs == "reserved":
         peak = kind(r, "device", "peak_live_bytes")
         row(case, "device peak >= max_memory_reserved", mib(t["max_reserved"]), mib(peak), peak >= t["max_reserved"])
 
 
-def main():
+def checks():
     torch_rows("torch_default")
     torch_rows("torch_expandable")
     t, r, _ = load("torch_expandable")
     if r:
-        row("torch_expandable", "driver VMM only (no cudaMalloc)", "cuMemCreate", ",".join(apis(r)), "cudaMalloc" not in apis(r) and "cuMemCreate" in apis(r))
+        row(
+            "torch_expandable",
+            "driver VMM only (no cudaMalloc)",
+            "cuMemCreate",
+            ",".join(apis(r)),
+            "cudaMalloc" not in apis(r) and "cuMemCreate" in apis(r),
+        )
     torch_rows("torch_async", "allocated", at_snapshot=True)
     t, r, _ = load("torch_async")
     if r:
-        row("torch_async", "stream-ordered API seen", "cudaMallocAsync/cuMemAllocAsync", ",".join(apis(r)), any("Async" in a for a in apis(r)))
+        row(
+            "torch_async",
+            "stream-ordered API seen",
+            "cudaMallocAsync/cuMemAllocAsync",
+            ",".join(apis(r)),
+            any("Async" in a for a in apis(r)),
+        )
     t, r, s = load("torch_nocache")
     if r and s:
-        row("torch_nocache", "live allocations == live tensors (snapshot)", t["live_tensors"], kind(s, "device", "live_count"), kind(s, "device", "live_count") == t["live_tensors"])
-        row("torch_nocache", "device live == live tensor bytes (snapshot)", mib(t["live_tensor_bytes"]), mib(kind(s, "device")), kind(s, "device") == t["live_tensor_bytes"], f"torch.cuda.memory_allocated() reads {mib(t['allocated'])} with caching off")
+        row(
+            "torch_nocache",
+            "live allocations == live tensors (snapshot)",
+            t["live_tensors"],
+            kind(s, "device", "live_count"),
+            kind(s, "device", "live_count") == t["live_tensors"],
+        )
+        row(
+            "torch_nocache",
+            "device live == live tensor bytes (snapshot)",
+            mib(t["live_tensor_bytes"]),
+            mib(kind(s, "device")),
+            kind(s, "device") == t["live_tensor_bytes"],
+            f"torch.cuda.memory_allocated() reads {mib(t['allocated'])} with caching off",
+        )
     else:
         missing("torch_nocache")
     t, r, _ = load("torch_pinned")
     if r:
-        row("torch_pinned", "pinned_host live count == pinned tensors", t["pinned_tensors"], kind(r, "pinned_host", "live_count"), kind(r, "pinned_host", "live_count") == t["pinned_tensors"])
-        row("torch_pinned", "pinned_host live >= tensor bytes", mib(t["pinned_tensor_bytes"]), mib(kind(r, "pinned_host")), kind(r, "pinned_host") >= t["pinned_tensor_bytes"], "host caching allocator rounds sizes up")
+        row(
+            "torch_pinned",
+            "pinned_host live count == pinned tensors",
+            t["pinned_tensors"],
+            kind(r, "pinned_host", "live_count"),
+            kind(r, "pinned_host", "live_count") == t["pinned_tensors"],
+        )
+        row(
+            "torch_pinned",
+            "pinned_host live >= tensor bytes",
+            mib(t["pinned_tensor_bytes"]),
+            mib(kind(r, "pinned_host")),
+            kind(r, "pinned_host") >= t["pinned_tensor_bytes"],
+            "host caching allocator rounds sizes up",
+        )
     else:
         missing("torch_pinned")
     t, r, s = load("cupy")
     if r and s:
-        row("cupy", "snapshot device live == pool.total_bytes()", mib(t["pool_total_before"]), mib(kind(s, "device")), kind(s, "device") == t["pool_total_before"], f"apis {apis(r)}")
-        row("cupy", "after free_all_blocks device live == total_bytes()", mib(t["pool_total_after"]), mib(kind(r, "device")), kind(r, "device") == t["pool_total_after"])
+        row(
+            "cupy",
+            "snapshot device live == pool.total_bytes()",
+            mib(t["pool_total_before"]),
+            mib(kind(s, "device")),
+            kind(s, "device") == t["pool_total_before"],
+            f"apis {apis(r)}",
+        )
+        row(
+            "cupy",
+            "after free_all_blocks device live == total_bytes()",
+            mib(t["pool_total_after"]),
+            mib(kind(r, "device")),
+            kind(r, "device") == t["pool_total_after"],
+        )
     else:
         missing("cupy")
     for case in ("jax_platform", "jax_default"):
@@ -114,15 +179,44 @@ def main():
         r = snap  # JAX frees its buffers at exit: compare at the snapshot taken with the truth
         live = kind(r, "device")
         if case == "jax_platform":
-            row(case, "device live >= live_arrays bytes", mib(t["live_array_bytes"]), mib(live), live >= t["live_array_bytes"], f"bytes_in_use {mib(t.get('bytes_in_use'))}; apis {apis(r)}")
+            row(
+                case,
+                "device live >= live_arrays bytes",
+                mib(t["live_array_bytes"]),
+                mib(live),
+                live >= t["live_array_bytes"],
+                f"bytes_in_use {mib(t.get('bytes_in_use'))}; apis {apis(r)}",
+            )
         else:
             big = max((s["live_bytes"] for s in r["sites"]), default=0)
             lim = t.get("bytes_limit") or t.get("bytes_reserved") or 0
-            row(case, "one preallocation >= 0.9 x bytes_limit", mib(lim), mib(big), lim > 0 and big >= 0.9 * lim, f"{kind(r, 'device', 'live_count')} live; apis {apis(r)}")
+            row(
+                case,
+                "one preallocation >= 0.9 x bytes_limit",
+                mib(lim),
+                mib(big),
+                lim > 0 and big >= 0.9 * lim,
+                f"{kind(r, 'device', 'live_count')} live; apis {apis(r)}",
+            )
     t, r, _ = load("numba")
     if r:
-        row("numba", "device live >= device arrays", mib(t["device_array_bytes"]), mib(kind(r, "device")), kind(r, "device") >= t["device_array_bytes"], f"apis {apis(r)}")
-        row("numba", "pinned_host allocations seen", t["pinned_created"], kind(r, "pinned_host", "live_count") + sum(1 for s in r["sites"] if s["kind"] == "pinned_host" and s["free_count"]), kind(r, "pinned_host", "peak_live_bytes") > 0, f"pinned live {mib(kind(r, 'pinned_host'))}")
+        row(
+            "numba",
+            "device live >= device arrays",
+            mib(t["device_array_bytes"]),
+            mib(kind(r, "device")),
+            kind(r, "device") >= t["device_array_bytes"],
+            f"apis {apis(r)}",
+        )
+        row(
+            "numba",
+            "pinned_host allocations seen",
+            t["pinned_created"],
+            kind(r, "pinned_host", "live_count")
+            + sum(1 for s in r["sites"] if s["kind"] == "pinned_host" and s["free_count"]),
+            kind(r, "pinned_host", "peak_live_bytes") > 0,
+            f"pinned live {mib(kind(r, 'pinned_host'))}",
+        )
     else:
         missing("numba")
     for case in ("cxx_static", "cxx_shared"):
@@ -130,12 +224,32 @@ def main():
         if not r:
             missing(case)
             continue
-        got = (kind(r, "device"), kind(r, "device", "live_count"), kind(r, "managed"), kind(r, "pinned_host"), r["totals"]["alloc_count"], r["totals"]["free_count"])
+        got = (
+            kind(r, "device"),
+            kind(r, "device", "live_count"),
+            kind(r, "managed"),
+            kind(r, "pinned_host"),
+            r["totals"]["alloc_count"],
+            r["totals"]["free_count"],
+        )
         want = (80 * MIB, 48, 16 * MIB, 8 * MIB, 152, 88)
-        row(case, "device/count/managed/pinned/allocs/frees", "80M/48/16M/8M/152/88", "/".join(str(g // MIB) + "M" if i in (0, 2, 3) else str(g) for i, g in enumerate(got)), got == want, f"apis {apis(r)}")
+        row(
+            case,
+            "device/count/managed/pinned/allocs/frees",
+            "80M/48/16M/8M/152/88",
+            "/".join(str(g // MIB) + "M" if i in (0, 2, 3) else str(g) for i, g in enumerate(got)),
+            got == want,
+            f"apis {apis(r)}",
+        )
     t, r, _ = load("cudarc")
     if r:
-        row("cudarc", "device live (16 + 100 x 4 MiB)", mib(416 * MIB), mib(kind(r, "device")), kind(r, "device") == 416 * MIB)
+        row(
+            "cudarc",
+            "device live (16 + 100 x 4 MiB)",
+            mib(416 * MIB),
+            mib(kind(r, "device")),
+            kind(r, "device") == 416 * MIB,
+        )
         s, where = top_suspect(r)
         row("cudarc", "top suspect", "cache_batch", where, "cache_batch" in where)
     else:
@@ -153,17 +267,37 @@ def main():
         if case == "S3":
             vmm = sum(x["live_bytes"] for x in r["sites"] if "cuMemCreate" in x["apis"])
             other = kind(r, "device") - vmm
-            row(case, "cuMemCreate live == torch reserved; no cudaMalloc", mib(t.get("reserved")), mib(vmm), vmm == t.get("reserved") and "cudaMalloc" not in apis(r), f"{mib(other)} more through cuMemAlloc outside PyTorch's pool (cuBLAS workspace)")
+            row(
+                case,
+                "cuMemCreate live == torch reserved; no cudaMalloc",
+                mib(t.get("reserved")),
+                mib(vmm),
+                vmm == t.get("reserved") and "cudaMalloc" not in apis(r),
+                f"{mib(other)} more through cuMemAlloc outside PyTorch's pool (cuBLAS workspace)",
+            )
     t, r, s = load("S4")
     if r:
-        row("S4", "no suspect; snapshot live == pool total", mib(t.get("pool_total_before")), mib(kind(s, "device") if s else None), not r["suspects"] and s is not None and kind(s, "device") == t["pool_total_before"])
+        row(
+            "S4",
+            "no suspect; snapshot live == pool total",
+            mib(t.get("pool_total_before")),
+            mib(kind(s, "device") if s else None),
+            not r["suspects"] and s is not None and kind(s, "device") == t["pool_total_before"],
+        )
         row("S4", "after free_all_blocks nothing live", "0 B", mib(kind(r, "device")), kind(r, "device") == 0)
     else:
         missing("S4")
     t, r, s5 = load("S5")
     if r and s5 and "live_array_bytes" in t:
         r = s5
-        row("S5", "device live >= live_arrays bytes", mib(t["live_array_bytes"]), mib(kind(r, "device")), kind(r, "device") >= t["live_array_bytes"], f"{t['live_arrays']} live arrays; suspects {len(r['suspects'])}")
+        row(
+            "S5",
+            "device live >= live_arrays bytes",
+            mib(t["live_array_bytes"]),
+            mib(kind(r, "device")),
+            kind(r, "device") >= t["live_array_bytes"],
+            f"{t['live_arrays']} live arrays; suspects {len(r['suspects'])}",
+        )
     else:
         missing("S5")
     t, r, _ = load("S6")
@@ -171,26 +305,46 @@ def main():
         pin = [x for x in r["sites"] if x["kind"] == "pinned_host"]
         allocs = sum(x["alloc_count"] for x in pin)
         frees = sum(x["free_count"] for x in pin)
-        row("S6", "pinned_host allocations / frees", f"{t['pinned_created']} / ?", f"{allocs} / {frees}", allocs >= t["pinned_created"], f"live {mib(kind(r, 'pinned_host'))}")
+        row(
+            "S6",
+            "pinned_host allocations / frees",
+            f"{t['pinned_created']} / ?",
+            f"{allocs} / {frees}",
+            allocs >= t["pinned_created"],
+            f"live {mib(kind(r, 'pinned_host'))}",
+        )
     else:
         missing("S6")
     t, r, _ = load("S8")
     if r:
-        row("S8", "zero live bytes, no suspect", "0 B", mib(kind(r, "device")), kind(r, "device") == 0 and not r["suspects"], f"device used per cuMemGetInfo {mib(t.get('device_used_bytes'))}")
+        row(
+            "S8",
+            "zero live bytes, no suspect",
+            "0 B",
+            mib(kind(r, "device")),
+            kind(r, "device") == 0 and not r["suspects"],
+            f"device used per cuMemGetInfo {mib(t.get('device_used_bytes'))}",
+        )
     else:
         missing("S8")
 
 
+def main(argv=None):
+    global RUN
+    RUN = (sys.argv if argv is None else argv)[1]
+    rows.clear()
+    try:
+        checks()
+    except Exception as e:  # keep the rows made so far
+        traceback.print_exc()
+        rows.append(("compare.py", "crashed", "", repr(e), "FAIL", ""))
+    print("| case | check | expected | measured | result | note |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+    passed = sum(1 for r in rows if r[4] == "PASS")
+    print(f"\n{passed} passed, {len(rows) - passed} failed")
 
-try:
+
+if __name__ == "__main__":
     main()
-except Exception as e:  # keep the rows made so far
-    import traceback
-    traceback.print_exc()
-    rows.append(("compare.py", "crashed", "", repr(e), "FAIL", ""))
-print("| case | check | expected | measured | result | note |")
-print("|---|---|---|---|---|---|")
-for r in rows:
-    print("| " + " | ".join(str(c) for c in r) + " |")
-passed = sum(1 for r in rows if r[4] == "PASS")
-print(f"\n{passed} passed, {len(rows) - passed} failed")

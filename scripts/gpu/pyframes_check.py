@@ -9,6 +9,7 @@ a snapshot (SIGUSR1), waits for the collector to write it, and checks that the s
 leak suspect's first Python frame is this file at the line of the leaking `torch.empty` call.
 Prints one line, starting PASS or FAIL; exits 0 or 1.
 """
+
 import json
 import os
 import signal

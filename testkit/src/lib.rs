@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use gpushim_wire::{self as wire, Alloc, Api, Event, Free, Hello, Kind};
+use gpushim_wire::{self as wire, Alloc, Api, Event, Failed, Free, Hello, Kind};
 
 /// 1 MiB, bytes.
 pub const MIB: u64 = 1 << 20;
@@ -47,6 +47,40 @@ pub fn alloc(seq: u64, ts: u64, addr: u64, size: u64, stack: u32) -> Event {
 /// A successful `cudaFree` of `addr` on thread 7 at `ts` ns.
 pub fn free(seq: u64, ts: u64, addr: u64) -> Event {
     Event::Free(Free { seq, ts_ns: ts, addr, api: Api::CudaFree, stream: 0, tid: 7, result: 0 })
+}
+
+/// An allocation of `size` bytes of `kind` memory at `addr` on device `device` (-1: none),
+/// thread 7, at `ts` ns, with stack id `stack`, made by that kind's usual entry point
+/// (`cudaMalloc`, `cudaMallocManaged`, `cudaMallocHost`).
+pub fn alloc_on(seq: u64, ts: u64, addr: u64, size: u64, kind: Kind, device: i32, stack: u32) -> Event {
+    let api = match kind {
+        Kind::Device => Api::CudaMalloc,
+        Kind::Managed => Api::CudaMallocManaged,
+        Kind::PinnedHost => Api::CudaMallocHost,
+    };
+    Event::Alloc(Alloc { seq, ts_ns: ts, addr, size, kind, api, device, stream: 0, tid: 7, stack })
+}
+
+/// A `cudaFree` of `addr` on thread 7 at `ts` ns that returned the CUDA result code `result`
+/// (0: success).
+pub fn free_with_result(seq: u64, ts: u64, addr: u64, result: i32) -> Event {
+    Event::Free(Free { seq, ts_ns: ts, addr, api: Api::CudaFree, stream: 0, tid: 7, result })
+}
+
+/// A `cudaMalloc` of `size` bytes on device 0, thread 7, at `ts` ns, with stack id `stack`,
+/// that failed with the CUDA result code `result` (2: out of memory).
+pub fn failed(seq: u64, ts: u64, size: u64, stack: u32, result: i32) -> Event {
+    Event::Failed(Failed {
+        seq,
+        ts_ns: ts,
+        size,
+        kind: Kind::Device,
+        api: Api::CudaMalloc,
+        device: 0,
+        tid: 7,
+        stack,
+        result,
+    })
 }
 
 /// `events` as one stream: the header, then each event's frame.

@@ -57,3 +57,26 @@ impl Render for Folded {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::{opts, render, sample};
+
+    #[test]
+    fn folded_lines_are_outermost_first_and_weighted_by_live_bytes() {
+        let r = sample();
+        assert_eq!(
+            render(&Folded(opts(false)), &r),
+            "[no backtrace] 10\n\
+             main;load:weird;libfoo.so+0x1234 1024\n\
+             main;render_frame 4194304\n"
+        );
+        assert_eq!(
+            render(&Folded(opts(true)), &r),
+            "[no backtrace] 10\n\
+             main;load:weird;libfoo.so+0x1234 1024\n\
+             main;render_frame;cudaMalloc 4194304\n"
+        );
+    }
+}

@@ -10,8 +10,9 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
-use super::{first_user_frame, fmt_bytes, frame_label, shell_words, Render};
+use super::Render;
 use crate::report::Report;
+use crate::words::{first_user_frame, fmt_bytes, frame_label, shell_words};
 
 /// At most this many suspects get a track of their own.
 pub const MAX_SUSPECT_TRACKS: usize = 10;
@@ -77,5 +78,44 @@ impl Render for Perfetto {
         });
         serde_json::to_writer(&mut *out, &doc)?;
         writeln!(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::{render, sample};
+
+    #[test]
+    fn perfetto_has_counter_tracks_of_the_timeline() {
+        let text = render(&Perfetto, &sample());
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let events = v["traceEvents"].as_array().unwrap();
+        for e in events {
+            assert!(e["ph"].is_string() && e["name"].is_string(), "{e}");
+            assert!(e["ts"].is_number() && e["pid"] == 1234, "{e}");
+        }
+        let track = |name: &str| -> Vec<&serde_json::Value> {
+            events.iter().filter(|e| e["ph"] == "C" && e["name"] == name).collect()
+        };
+        let kinds = track("live bytes");
+        assert_eq!(kinds.len(), 3);
+        assert_eq!(kinds[1]["ts"], 500_000.0);
+        assert_eq!(kinds[2]["ts"], 1_000_002.0);
+        assert_eq!(kinds[1]["args"]["device"], 2 << 20);
+        assert_eq!(kinds[1]["args"]["pinned_host"], 4096);
+        assert_eq!(kinds[2]["args"]["managed"], 0);
+        let gpus = track("live bytes on GPU");
+        assert_eq!(gpus.len(), 3);
+        assert_eq!(gpus[2]["args"]["0"], 2 << 20);
+        assert_eq!(gpus[2]["args"]["1"], 1 << 20);
+        let suspect = track("suspect #1 site 1 render_frame");
+        assert_eq!(suspect.len(), 3);
+        assert_eq!(suspect[2]["args"]["live bytes"], 3 << 20);
+        let failed: Vec<_> = events.iter().filter(|e| e["ph"] == "i").collect();
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0]["name"], "cudaMalloc of 1024.0 GiB failed (2)");
+        assert_eq!(failed[0]["ts"], 1_250_000.0);
+        assert!(events.iter().any(|e| e["ph"] == "M" && e["name"] == "process_name"));
     }
 }

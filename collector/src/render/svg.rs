@@ -7,8 +7,9 @@ use std::io::{self, Write};
 use inferno::flamegraph::color::{BasicPalette, Palette};
 use inferno::flamegraph::{self, Options};
 
-use super::{fmt_bytes, shell_words, Render, TextOptions};
+use super::{Render, TextOptions};
 use crate::report::Report;
+use crate::words::{fmt_bytes, shell_words};
 
 /// The SVG format.
 pub struct Svg(pub TextOptions);
@@ -65,4 +66,27 @@ fn empty(r: &Report, out: &mut dyn Write) -> io::Result<()> {
 
 fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::{opts, render, sample};
+
+    #[test]
+    fn svg_is_a_flame_graph_of_the_folded_stacks() {
+        let svg = render(&Svg(opts(false)), &sample());
+        assert!(svg.contains("<svg"), "{svg}");
+        for name in ["render_frame", "main", "load:weird", "libfoo.so+0x1234"] {
+            assert!(svg.contains(name), "{name} missing");
+        }
+        assert!(svg.contains("gpushim: live bytes of pid 1234 (exit)"));
+        assert!(!svg.contains("cudaMalloc"), "internal frames are hidden");
+        // Same input, same bytes (colours come from the names).
+        assert_eq!(svg, render(&Svg(opts(false)), &sample()));
+        let mut empty = sample();
+        empty.sites.clear();
+        let svg = render(&Svg(opts(false)), &empty);
+        assert!(svg.contains("<svg") && svg.contains("no live allocations"), "{svg}");
+    }
 }

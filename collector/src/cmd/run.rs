@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::coded;
+use super::signals::{ignore, restore};
+use crate::error::{coded, CANNOT_EXECUTE, NOT_FOUND, SIGNALLED, USAGE};
 
 /// Longest wait, after the program exits, for its collector to finish writing the report.
 pub const COLLECTOR_WAIT: Duration = Duration::from_secs(60);
@@ -47,7 +48,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     let lib = exe.with_file_name("libgpushim.so");
     if !lib.is_file() {
         return Err(coded(
-            2,
+            USAGE,
             format!(
                 "{} not found; build it with `cargo build --release` (it must sit next to the gpushim executable)",
                 lib.display()
@@ -55,7 +56,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
         ));
     }
     let Some((prog, args)) = opts.command.split_first() else {
-        return Err(coded(2, "no command given; usage: gpushim run [--output DIR] -- CMD ARGS..."));
+        return Err(coded(USAGE, "no command given; usage: gpushim run [--output DIR] -- CMD ARGS..."));
     };
     let mut cmd = Command::new(prog);
     cmd.args(args)
@@ -66,7 +67,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
             std::path::absolute(dir).with_context(|| format!("cannot resolve output directory {}", dir.display()))?;
         if !abs.is_dir() {
             return Err(coded(
-                2,
+                USAGE,
                 format!("output directory {} does not exist; create it or choose another --output", dir.display()),
             ));
         }
@@ -93,9 +94,9 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     let mut child = spawned.map_err(|e| {
         let name = Path::new(prog).display();
         match e.kind() {
-            io::ErrorKind::NotFound => coded(127, format!("cannot run {name}: command not found")),
-            io::ErrorKind::PermissionDenied => coded(126, format!("cannot run {name}: permission denied")),
-            _ => coded(126, format!("cannot run {name}: {e}")),
+            io::ErrorKind::NotFound => coded(NOT_FOUND, format!("cannot run {name}: command not found")),
+            io::ErrorKind::PermissionDenied => coded(CANNOT_EXECUTE, format!("cannot run {name}: permission denied")),
+            _ => coded(CANNOT_EXECUTE, format!("cannot run {name}: {e}")),
         }
     })?;
     let status = child.wait().context("waiting for the program")?;
@@ -108,7 +109,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     }
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => ExitCode::from(c as u8),
-        (None, Some(sig)) => ExitCode::from((128 + sig) as u8),
+        (None, Some(sig)) => ExitCode::from((libc::c_int::from(SIGNALLED) + sig) as u8),
         _ => ExitCode::from(1),
     })
 }
@@ -164,50 +165,6 @@ fn wait_for_eof(read: OwnedFd, limit: Duration) -> bool {
             Err(_) => return true,
         }
     }
-}
-
-/// Signals with their dispositions from before [`ignore`] changed them.
-type Saved = Vec<(libc::c_int, libc::sigaction)>;
-
-/// Ignores the signals in `sigs`; returns what they were.
-fn ignore(sigs: &[libc::c_int]) -> Saved {
-    sigs.iter()
-        .map(|&sig| {
-            let mut ign = empty_sigaction();
-            ign.sa_sigaction = libc::SIG_IGN;
-            let mut old = empty_sigaction();
-            // SAFETY: both pointers are to valid sigaction structs; `sig` is a valid signal.
-            unsafe { libc::sigaction(sig, &ign, &mut old) };
-            (sig, old)
-        })
-        .collect()
-}
-
-/// Puts back what [`ignore`] changed. Async-signal-safe (no allocation).
-fn restore(saved: &Saved) {
-    for (sig, old) in saved {
-        // SAFETY: `old` is the valid disposition that sigaction returned for `sig`.
-        unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
-    }
-}
-
-fn empty_sigaction() -> libc::sigaction {
-    // SAFETY: sigaction is a plain C struct for which all-zero bytes is a valid value
-    // (SIG_DFL, no flags, empty mask).
-    unsafe { std::mem::zeroed() }
-}
-
-/// For `gpushim collect`: past a file-size limit (`ulimit -f`) a write fails with EFBIG, which
-/// the report writer handles (the next directory, then a clear error), instead of SIGXFSZ
-/// ending the collector and leaving a partial temporary file behind.
-pub fn ignore_file_size_signal() {
-    ignore(&[libc::SIGXFSZ]);
-}
-
-/// For `gpushim collect` as spawned by the shim: keeps going (and writes the report) when the
-/// terminal sends SIGINT, SIGQUIT or SIGHUP; the end of the event stream ends it.
-pub fn ignore_interrupts() {
-    ignore(&[libc::SIGINT, libc::SIGQUIT, libc::SIGHUP]);
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! `gpushim snapshot PID`: asks a traced process for a snapshot and waits for the file.
+//! `gpushim snapshot PID`: asks a traced process for a snapshot, waits for the file and prints
+//! its path.
 //!
 //! The shim turns the signal into a snapshot request in its event stream; the collector
 //! writes `gpushim-PID-snapshot-N.json` into the target's output directory (its
@@ -9,15 +10,16 @@
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::coded;
+use crate::error::{coded, USAGE};
 
 /// How often the output directory is checked.
 const POLL: Duration = Duration::from_millis(50);
@@ -49,6 +51,22 @@ impl Signal {
     }
 }
 
+/// Asks `pid` for a snapshot with `signal`, waits up to `timeout` seconds for its file and
+/// prints the file's path on standard output.
+///
+/// # Errors
+/// Exit code 2 if `timeout` is not a number of seconds >= 0; otherwise those of [`snapshot`].
+pub fn run(pid: i32, signal: Signal, timeout: f64) -> Result<ExitCode> {
+    if !(timeout.is_finite() && timeout >= 0.0) {
+        return Err(coded(USAGE, format!("--timeout {timeout} is not a number of seconds >= 0")));
+    }
+    let path = snapshot(pid, signal, Duration::from_secs_f64(timeout))?;
+    let mut out = io::stdout().lock();
+    writeln!(out, "{}", path.display())?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Sends `signal` to `pid` and returns the path of the snapshot file that appears within
 /// `timeout`.
 ///
@@ -70,7 +88,7 @@ pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> 
     if let Ok(maps) = fs::read_to_string(proc_dir.join("maps")) {
         if !maps.contains("libgpushim") {
             return Err(coded(
-                2,
+                USAGE,
                 format!(
                     "pid {pid} is not running under gpushim (libgpushim.so is not loaded), and {} \
                      would likely kill it; start it with `gpushim run -- CMD`",
@@ -79,10 +97,10 @@ pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> 
             ));
         }
     }
-    let dir =
-        output_dir(&proc_dir).map_err(|e| coded(2, format!("cannot find where pid {pid} writes reports: {e:#}")))?;
+    let dir = output_dir(&proc_dir)
+        .map_err(|e| coded(USAGE, format!("cannot find where pid {pid} writes reports: {e:#}")))?;
     let before = snapshot_names(&dir, pid)
-        .map_err(|e| coded(2, format!("cannot read the output directory {} of pid {pid}: {e}", dir.display())))?;
+        .map_err(|e| coded(USAGE, format!("cannot read the output directory {} of pid {pid}: {e}", dir.display())))?;
     send(pid, signal.number())?;
     let deadline = Instant::now() + timeout;
     loop {
@@ -94,7 +112,7 @@ pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> 
         if Instant::now() >= deadline {
             let gone = if send(pid, 0).is_err() { " (the process has ended)" } else { "" };
             return Err(coded(
-                2,
+                USAGE,
                 format!(
                     "no snapshot of pid {pid} appeared in {} within {:.1} s{gone}",
                     dir.display(),
@@ -134,9 +152,9 @@ fn send(pid: i32, sig: libc::c_int) -> Result<()> {
     }
     let e = io::Error::last_os_error();
     Err(match e.raw_os_error() {
-        Some(libc::ESRCH) => coded(2, format!("no process with pid {pid}")),
-        Some(libc::EPERM) => coded(2, format!("not allowed to signal pid {pid} (it belongs to another user)")),
-        _ => coded(2, format!("cannot signal pid {pid}: {e}")),
+        Some(libc::ESRCH) => coded(USAGE, format!("no process with pid {pid}")),
+        Some(libc::EPERM) => coded(USAGE, format!("not allowed to signal pid {pid} (it belongs to another user)")),
+        _ => coded(USAGE, format!("cannot signal pid {pid}: {e}")),
     })
 }
 

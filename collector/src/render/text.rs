@@ -1,0 +1,299 @@
+//! The text format, for a person: the process and its totals, anomalies, the out-of-memory
+//! failure of an out-of-memory report, the leak suspects, the top sites with their stacks, the
+//! failed allocations and the notes; and the collector's closing summary on stderr, in the same
+//! words.
+
+use std::io::{self, Write};
+
+use super::{Render, TextOptions};
+use crate::report::{Frame, Report};
+use crate::words::{count, first_user_frame, fmt_bytes, fmt_seconds, frame_label, shell_words, site_name};
+
+/// The report for a person.
+pub struct Text(pub TextOptions);
+
+impl Render for Text {
+    fn render(&self, r: &Report, out: &mut dyn Write) -> io::Result<()> {
+        let opts = self.0;
+        let what = match r.snapshot {
+            Some(n) => format!("snapshot {n}"),
+            None => r.reason.name().to_string(),
+        };
+        writeln!(
+            out,
+            "pid {} ({what}): {}; {}, shim {}",
+            r.pid,
+            shell_words(&r.command),
+            fmt_seconds(r.duration_s),
+            if r.shim_version.is_empty() { "?" } else { &r.shim_version },
+        )?;
+        let t = &r.totals;
+        writeln!(
+            out,
+            "live: {} in {}; peak {}; {}, {}, {} failed",
+            fmt_bytes(t.live_bytes),
+            count(t.live_count, "allocation"),
+            fmt_bytes(t.peak_live_bytes),
+            count(t.alloc_count, "allocation"),
+            count(t.free_count, "free"),
+            t.failed_count,
+        )?;
+        for (name, k) in r.kinds.iter() {
+            writeln!(
+                out,
+                "  {name:<12} {:>10} in {:>6} (peak {})",
+                fmt_bytes(k.live_bytes),
+                k.live_count,
+                fmt_bytes(k.peak_live_bytes)
+            )?;
+        }
+        for d in &r.devices {
+            writeln!(
+                out,
+                "  {:<12} {:>10} in {:>6} (peak {})",
+                format!("GPU {}", d.ordinal),
+                fmt_bytes(d.live_bytes),
+                d.live_count,
+                fmt_bytes(d.peak_live_bytes)
+            )?;
+        }
+        let odd = anomalies(r);
+        if !odd.is_empty() {
+            writeln!(out, "anomalies: {}", odd.join(", "))?;
+        }
+        if let Some(o) = &r.oom {
+            writeln!(out)?;
+            let dev = if o.device >= 0 { format!(" on GPU {}", o.device) } else { String::new() };
+            writeln!(
+                out,
+                "out of memory: {} of {} ({}){dev} returned {} at {}",
+                o.api,
+                fmt_bytes(o.size),
+                o.kind,
+                o.result,
+                fmt_seconds(o.ts_s)
+            )?;
+            if let (Some(free), Some(total)) = (o.device_free_bytes, o.device_total_bytes) {
+                writeln!(out, "  the driver reported {} free of {}", fmt_bytes(free), fmt_bytes(total))?;
+            }
+            write_frames(out, &o.frames, opts, "      ")?;
+        }
+
+        writeln!(out)?;
+        if r.suspects.is_empty() {
+            writeln!(out, "no leak suspects")?;
+        } else {
+            writeln!(out, "leak suspects:")?;
+            for (i, s) in r.suspects.iter().enumerate() {
+                writeln!(out, "  #{} site {} (score {:.2}): {}", i + 1, s.site, s.score, s.reason)?;
+                if let Some(f) = r.site(s.site).and_then(first_user_frame) {
+                    writeln!(out, "      at {}", frame_label(f))?;
+                }
+            }
+        }
+
+        if !r.sites.is_empty() {
+            let n = opts.top.min(r.sites.len());
+            writeln!(out)?;
+            writeln!(out, "top sites by live bytes ({n} of {}):", r.sites.len())?;
+            for s in r.sites.iter().take(n) {
+                writeln!(
+                    out,
+                    "  site {}: {} live in {} ({}, {}); {} ({}), {}, peak {}",
+                    site_name(s),
+                    fmt_bytes(s.live_bytes),
+                    s.live_count,
+                    s.kind,
+                    s.apis.join(", "),
+                    count(s.alloc_count, "allocation"),
+                    fmt_bytes(s.alloc_bytes),
+                    count(s.free_count, "free"),
+                    fmt_bytes(s.peak_live_bytes),
+                )?;
+                write_frames(out, &s.frames, opts, "      ")?;
+            }
+        }
+
+        if !r.failures.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "failed allocations ({}):", t.failed_count)?;
+            for f in r.failures.iter().take(opts.top) {
+                let dev = if f.device >= 0 { format!(" on GPU {}", f.device) } else { String::new() };
+                writeln!(
+                    out,
+                    "  {} of {} ({}){dev} returned {} at {}",
+                    f.api,
+                    fmt_bytes(f.size),
+                    f.kind,
+                    f.result,
+                    fmt_seconds(f.ts_s)
+                )?;
+                write_frames(out, &f.frames, opts, "      ")?;
+            }
+            if r.failures.len() > opts.top {
+                writeln!(out, "  … {} more in the report", r.failures.len() - opts.top)?;
+            }
+        }
+        for m in &r.mem_info {
+            writeln!(
+                out,
+                "GPU {}: driver reported {} free of {} at {}",
+                m.device,
+                fmt_bytes(m.free_bytes),
+                fmt_bytes(m.total_bytes),
+                fmt_seconds(m.ts_s)
+            )?;
+        }
+        if !r.notes.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "notes:")?;
+            for n in &r.notes {
+                writeln!(out, "  {n}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes up to `opts.depth` frames, one per line, internal ones only with `all_frames`.
+fn write_frames(out: &mut dyn Write, frames: &[Frame], opts: TextOptions, indent: &str) -> io::Result<()> {
+    let shown: Vec<&Frame> = frames.iter().filter(|f| opts.all_frames || !f.internal).collect();
+    for f in shown.iter().take(opts.depth) {
+        writeln!(out, "{indent}{}", frame_label(f))?;
+    }
+    if shown.len() > opts.depth {
+        writeln!(out, "{indent}… {} more frames", shown.len() - opts.depth)?;
+    }
+    if frames.is_empty() {
+        writeln!(out, "{indent}(no backtrace)")?;
+    }
+    Ok(())
+}
+
+/// The counters that mean something was off, in words; empty if none.
+fn anomalies(r: &Report) -> Vec<String> {
+    let t = &r.totals;
+    [
+        (t.unknown_free_count, "frees of unknown addresses"),
+        (t.failed_free_count, "failed frees"),
+        (t.replaced_count, "addresses returned again while live (missed frees)"),
+        (t.lost_events, "events lost"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect()
+}
+
+/// The collector's closing lines on stderr (each starting `gpushim: `): totals, up to three
+/// suspects or "no leak suspects", and where the report went.
+pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::Result<()> {
+    let t = &r.totals;
+    let mut parts = Vec::new();
+    for (name, k) in r.kinds.iter() {
+        if k.live_count == 0 {
+            continue;
+        }
+        let mut p = format!("{name} {}", fmt_bytes(k.live_bytes));
+        if name == "device" {
+            let gpus: Vec<String> =
+                r.devices.iter().filter(|d| d.live_count > 0).map(|d| d.ordinal.to_string()).collect();
+            match gpus.len() {
+                0 => {}
+                1 => p += &format!(" on GPU {}", gpus[0]),
+                _ => p += &format!(" on GPUs {}", gpus.join(", ")),
+            }
+        }
+        parts.push(p);
+    }
+    let kinds = if parts.is_empty() { String::new() } else { format!(" ({})", parts.join("; ")) };
+    writeln!(
+        out,
+        "gpushim: pid {} ({}): {} allocation{} live, {}{kinds}; peak {}",
+        r.pid,
+        r.reason.name(),
+        t.live_count,
+        if t.live_count == 1 { "" } else { "s" },
+        fmt_bytes(t.live_bytes),
+        fmt_bytes(t.peak_live_bytes),
+    )?;
+    if r.suspects.is_empty() {
+        writeln!(out, "gpushim: no leak suspects")?;
+    }
+    for (i, s) in r.suspects.iter().take(3).enumerate() {
+        let at =
+            r.site(s.site).and_then(first_user_frame).map(|f| format!(" at {}", frame_label(f))).unwrap_or_default();
+        writeln!(out, "gpushim: suspect #{} site {}: {}{at}", i + 1, s.site, s.reason)?;
+    }
+    if r.suspects.len() > 3 {
+        writeln!(out, "gpushim: {} more suspects in the report", r.suspects.len() - 3)?;
+    }
+    writeln!(out, "gpushim: report written to {}", path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::json::Json;
+    use crate::render::tests::{opts, render, sample, CONTRACT_ONLY};
+
+    #[test]
+    fn text_hides_internal_frames_unless_asked() {
+        let r = Report::from_slice(CONTRACT_ONLY.as_bytes()).unwrap();
+        let text = |opts| {
+            let mut out = Vec::new();
+            Text(opts).render(&r, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let t = text(TextOptions::default());
+        assert!(t.starts_with("pid 1234 (exit): ./target; 300 ms, shim 0.1.0\n"), "{t}");
+        assert!(t.contains("anomalies: 2 frees of unknown addresses\n"), "{t}");
+        assert!(t.contains("  #1 site 3 (score 1.00): 10 allocations live (10.0 MiB), none freed\n      at render_frame (app/target.c:42)\n"), "{t}");
+        assert!(!t.contains("cudaMalloc (libcudart"), "{t}");
+        let all = text(TextOptions { all_frames: true, ..TextOptions::default() });
+        assert!(
+            all.contains("      cudaMalloc (libcudart.so.13+0x7f0000001234)\n      render_frame (app/target.c:42)\n"),
+            "{all}"
+        );
+
+        let mut json = Vec::new();
+        Json.render(&r, &mut json).unwrap();
+        assert_eq!(Report::from_slice(&json).unwrap(), r);
+
+        let mut err = Vec::new();
+        summary(&r, std::path::Path::new("/o/gpushim-1234.json"), &mut err).unwrap();
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "gpushim: pid 1234 (exit): 10 allocations live, 10.0 MiB (device 10.0 MiB on GPU 0); peak 10.0 MiB\n\
+             gpushim: suspect #1 site 3: 10 allocations live (10.0 MiB), none freed at render_frame (app/target.c:42)\n\
+             gpushim: report written to /o/gpushim-1234.json\n"
+        );
+    }
+
+    #[test]
+    fn text_shows_an_out_of_memory_report_on_top() {
+        let mut r = sample();
+        r.reason = crate::report::Reason::Oom;
+        r.oom = Some(crate::report::Oom {
+            size: 3 << 30,
+            api: "cudaMalloc".into(),
+            kind: "device".into(),
+            device: 0,
+            result: 2,
+            site: 1,
+            ts_s: 1.5,
+            device_free_bytes: Some(1 << 30),
+            device_total_bytes: Some(80 << 30),
+            frames: r.sites[0].frames.clone(),
+        });
+        let t = render(&Text(opts(false)), &r);
+        assert!(
+            t.contains(
+                "out of memory: cudaMalloc of 3.0 GiB (device) on GPU 0 returned 2 at 1.5 s\n  \
+                 the driver reported 1.0 GiB free of 80.0 GiB\n      render_frame (app+0x200)\n"
+            ),
+            "{t}"
+        );
+        assert!(t.starts_with("pid 1234 (oom): "), "{t}");
+    }
+}

@@ -1,0 +1,219 @@
+//! Wording shared by everything the collector says to a person: sizes, durations and periods,
+//! counts, command lines, frame labels, and the frame a site is best named by. The text and
+//! Perfetto formats, the collector's stderr summary, the suspects' reasons and `gpushim diff`
+//! all say these things the same way through this module.
+
+use crate::report::{Frame, Site};
+
+/// The site's id, with "(no backtrace)" for the no-stack site.
+pub fn site_name(s: &Site) -> String {
+    if s.no_backtrace() {
+        format!("{} (no backtrace)", s.id)
+    } else {
+        s.id.to_string()
+    }
+}
+
+/// The innermost frame that is the user's code (not internal), else the innermost frame.
+pub fn first_user_frame(site: &Site) -> Option<&Frame> {
+    site.frames.iter().find(|f| !f.internal).or(site.frames.first())
+}
+
+/// A frame for a person: `function (file:line)`, `function (module+0xoffset)`,
+/// `module+0xoffset`, or the bare address. Control characters (names come from the traced
+/// program's files: an escape sequence could drive the terminal) are shown as `?`.
+pub fn frame_label(f: &Frame) -> String {
+    frame_label_raw(f).chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+fn frame_label_raw(f: &Frame) -> String {
+    let place = match (&f.file, f.line) {
+        (Some(file), Some(line)) => Some(format!("{}:{line}", short_path(file))),
+        (Some(file), None) => Some(short_path(file).to_string()),
+        _ if !f.module.is_empty() => Some(format!("{}+{}", f.module_name(), f.offset.as_deref().unwrap_or(&f.address))),
+        _ => None,
+    };
+    match (f.function.as_str(), place) {
+        ("??", Some(p)) if f.file.is_none() => p,
+        (func, Some(p)) => format!("{func} ({p})"),
+        ("??", None) => f.address.clone(),
+        (func, None) => format!("{func} ({})", f.address),
+    }
+}
+
+/// The last two components of a source path (`src/main.rs`), enough to find it.
+fn short_path(p: &str) -> &str {
+    match p.rmatch_indices('/').nth(1) {
+        Some((i, _)) => &p[i + 1..],
+        None => p,
+    }
+}
+
+/// A command line for display, arguments with spaces quoted.
+pub fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"\\$`".contains(c)) {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A size of `n` bytes for a person: `512 B`, `1.5 KiB`, `14.0 MiB`, `2.3 GiB`.
+pub fn fmt_bytes(n: u64) -> String {
+    const K: f64 = 1024.0;
+    let x = n as f64;
+    if n < 1024 {
+        format!("{n} B")
+    } else if x < K * K {
+        format!("{:.1} KiB", x / K)
+    } else if x < K * K * K {
+        format!("{:.1} MiB", x / (K * K))
+    } else {
+        format!("{:.1} GiB", x / (K * K * K))
+    }
+}
+
+/// A signed size difference of `d` bytes: `+1.0 MiB`, `-512 B`, `0 B`.
+pub fn fmt_bytes_delta(d: i128) -> String {
+    let mag = fmt_bytes(u64::try_from(d.unsigned_abs()).unwrap_or(u64::MAX));
+    match d.signum() {
+        1 => format!("+{mag}"),
+        -1 => format!("-{mag}"),
+        _ => mag,
+    }
+}
+
+/// A duration of `s` seconds for a person: `350 µs`, `870 ms`, `2.5 s`, `95 s`.
+pub fn fmt_seconds(s: f64) -> String {
+    if !s.is_finite() || s < 0.0 {
+        return format!("{s} s");
+    }
+    if s >= 10.0 {
+        format!("{s:.0} s")
+    } else if s >= 1.0 {
+        format!("{s:.1} s")
+    } else if s >= 1e-3 {
+        format!("{:.0} ms", s * 1e3)
+    } else {
+        format!("{:.0} µs", s * 1e6)
+    }
+}
+
+/// The unit a period of `s` seconds is best said in: (seconds per unit, its name).
+fn period_unit(s: f64) -> (f64, &'static str) {
+    if s < 1e-3 {
+        (1e-6, "µs")
+    } else if s < 1.0 {
+        (1e-3, "ms")
+    } else if s < 120.0 {
+        (1.0, "s")
+    } else if s < 7200.0 {
+        (60.0, "min")
+    } else {
+        (3600.0, "h")
+    }
+}
+
+/// `s` seconds rounded to two significant digits in the unit [`fmt_period`] says it in (an
+/// integer from 10 up): 0.01234 → 0.012, 1.234 → 1.2, 150 → 150.
+fn round_period(s: f64) -> f64 {
+    if !s.is_finite() || s <= 0.0 {
+        return s;
+    }
+    let (unit, _) = period_unit(s);
+    let v = s / unit;
+    let r = if v >= 10.0 { v.round() } else { (v * 10.0).round() / 10.0 };
+    r * unit
+}
+
+/// A period of `s` seconds for a person, with up to two significant digits: `350 µs`,
+/// `1.5 ms`, `12 ms`, `2 s`, `95 s`, `2.5 min`, `3 h`.
+pub fn fmt_period(s: f64) -> String {
+    if !s.is_finite() || s <= 0.0 {
+        return format!("{s} s");
+    }
+    let (unit, name) = period_unit(s);
+    let v = round_period(s) / unit;
+    if v >= 10.0 || (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0} {name}")
+    } else {
+        format!("{v:.1} {name}")
+    }
+}
+
+/// `n` and `noun`, with an "s" unless `n` is 1: "1 allocation", "3 frees".
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_times() {
+        assert_eq!(fmt_bytes(0), "0 B");
+        assert_eq!(fmt_bytes(1023), "1023 B");
+        assert_eq!(fmt_bytes(1536), "1.5 KiB");
+        assert_eq!(fmt_bytes(14 << 20), "14.0 MiB");
+        assert_eq!(fmt_bytes(3 << 30), "3.0 GiB");
+        assert_eq!(fmt_bytes_delta(-(1 << 20)), "-1.0 MiB");
+        assert_eq!(fmt_bytes_delta(5), "+5 B");
+        assert_eq!(fmt_bytes_delta(0), "0 B");
+        assert_eq!(fmt_seconds(0.3), "300 ms");
+        assert_eq!(fmt_seconds(2.25), "2.2 s");
+        assert_eq!(fmt_seconds(95.0), "95 s");
+        for (s, want) in [
+            (0.000_25, "250 µs"),
+            (0.001_54, "1.5 ms"),
+            (0.012_4, "12 ms"),
+            (0.01, "10 ms"),
+            (0.87, "870 ms"),
+            (2.0, "2 s"),
+            (2.04, "2 s"),
+            (2.46, "2.5 s"),
+            (95.0, "95 s"),
+            (150.0, "2.5 min"),
+            (7200.0, "2 h"),
+        ] {
+            assert_eq!(fmt_period(s), want, "{s}");
+        }
+        assert!((round_period(0.012_4) - 0.012).abs() < 1e-12);
+    }
+
+    #[test]
+    fn frame_labels() {
+        let mut f = Frame {
+            function: "render_frame".into(),
+            file: Some("/home/u/proj/src/target.c".into()),
+            line: Some(42),
+            module: "/home/u/proj/app".into(),
+            address: "0x401234".into(),
+            offset: Some("0x1234".into()),
+            internal: false,
+            inlined: false,
+            python: false,
+        };
+        assert_eq!(frame_label(&f), "render_frame (src/target.c:42)");
+        f.file = None;
+        f.line = None;
+        assert_eq!(frame_label(&f), "render_frame (app+0x1234)");
+        f.function = "??".into();
+        assert_eq!(frame_label(&f), "app+0x1234");
+        f.module.clear();
+        f.offset = None;
+        assert_eq!(frame_label(&f), "0x401234");
+        f.function = "evil\x1b]0;title\x07name".into();
+        assert_eq!(frame_label(&f), "evil?]0;title?name (0x401234)");
+        assert_eq!(shell_words(&["python".into(), "a b.py".into()]), "python 'a b.py'");
+    }
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): the Rust workspace's formatting, lints, build and tests, then
+# the Python scripts' formatting and lints (ruff, configured in pyproject.toml) and their tests
+# (pytest, tests/py/). Stops at the first failure; no GPU needed.
+#
+# ruff and pytest come from a virtual environment made here on first use, at pinned versions, under
+# the cargo target directory (ignored by git, removed by `cargo clean`). PYTHON picks the Python
+# that makes it (3.10 or later; default python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Pinned, with pytest's own dependencies; changing this list remakes the environment.
+PY_TOOLS=(ruff==0.17.6 pytest==9.2.0 iniconfig==2.3.1 packaging==26.4 pluggy==1.7.0 pygments==2.21.0)
+PYTHON=${PYTHON:-python3}
+VENV=${CARGO_TARGET_DIR:-target}/py-tools
+
+step() {
+  echo "+ $*" >&2
+  "$@"
+}
+
+die() {
+  echo "scripts/test.sh: $*" >&2
+  exit 1
+}
+
+# Makes $VENV with PY_TOOLS unless it is there already, working, with the same list.
+py_tools() {
+  local stamp="$VENV/py-tools.txt"
+  if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c '' 2>/dev/null && [ -x "$VENV/bin/ruff" ] &&
+    [ "$(cat "$stamp" 2>/dev/null)" = "${PY_TOOLS[*]}" ]; then
+    return 0
+  fi
+  command -v "$PYTHON" >/dev/null 2>&1 ||
+    die "$PYTHON not found: install Python 3.10 or later (Debian: apt-get install python3 python3-venv)"
+  "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+    die "$PYTHON is $("$PYTHON" -V 2>&1), ruff and pytest here need 3.10 or later: set PYTHON to one"
+  echo "scripts/test.sh: making $VENV (${PY_TOOLS[*]})" >&2
+  rm -rf "$VENV"
+  mkdir -p "$(dirname "$VENV")"
+  if ! "$PYTHON" -m venv "$VENV" >/dev/null 2>&1; then
+    rm -rf "$VENV"
+    die "'$PYTHON -m venv' failed: install the venv module (Debian: apt-get install python3-venv)"
+  fi
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --require-virtualenv "${PY_TOOLS[@]}" ||
+    die "pip could not install ${PY_TOOLS[*]} into $VENV"
+  echo "${PY_TOOLS[*]}" >"$stamp"
+}
+
+start=$SECONDS
+# The Python tools first, so that a machine without them fails now rather than after the Rust build.
+py_tools
+
+# Rust. Formatting follows rustfmt.toml; an unsafe block without a `// SAFETY:` comment fails
+# clippy (clippy::undocumented_unsafe_blocks, set in the workspace's Cargo.toml).
+step cargo fmt --all --check
+step cargo clippy --workspace --all-targets -- -D warnings
+step cargo build --workspace
+step cargo test --workspace
+
+# Python.
+step "$VENV/bin/ruff" format --check
+step "$VENV/bin/ruff" check
+rc=0
+step "$VENV/bin/python" -m pytest || rc=$?
+# pytest exits 5 when it collected no test: a fault of the suite's layout, never a pass.
+[ "$rc" -ne 5 ] || die "pytest collected no tests (testpaths in pyproject.toml: tests/py/)"
+[ "$rc" -eq 0 ] || exit "$rc"
+
+echo "scripts/test.sh: all passed in $((SECONDS - start)) s" >&2

@@ -1,0 +1,237 @@
+"""Tests of scripts/gpu/compare.py on small reports shaped like the collector's JSON
+(docs/report-schema.md), without a GPU."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import compare
+import pytest
+
+MIB = 1 << 20
+COMPARE = Path(compare.__file__)
+
+
+def frame(function, file=None, line=None, internal=False, python=False):
+    f = {"function": function, "file": file, "line": line, "module": "", "address": "0x1", "internal": internal}
+    if python:
+        f["python"] = True
+    return f
+
+
+def site(site_id, frames, kind="device", apis=("cudaMalloc",), live_bytes=0, alloc_count=1, free_count=0):
+    return {
+        "id": site_id,
+        "kind": kind,
+        "apis": list(apis),
+        "live_bytes": live_bytes,
+        "live_count": alloc_count - free_count,
+        "alloc_count": alloc_count,
+        "free_count": free_count,
+        "frames": frames,
+    }
+
+
+def report(device=0, device_count=0, pinned=0, pinned_count=0, sites=(), suspects=(), alloc_count=1):
+    def k(live, count):
+        return {"live_bytes": live, "live_count": count, "peak_live_bytes": live}
+
+    return {
+        "schema": "gpushim.report.v1",
+        "reason": "exit",
+        "totals": {"live_bytes": device + pinned, "alloc_count": alloc_count, "free_count": 0},
+        "kinds": {"device": k(device, device_count), "managed": k(0, 0), "pinned_host": k(pinned, pinned_count)},
+        "sites": list(sites),
+        "suspects": list(suspects),
+        "failures": [],
+        "notes": [],
+    }
+
+
+def suspect(site_id, reason="+1.0 MiB per 10 ms over 1 s, 100 live (100.0 MiB), none freed"):
+    return {"site": site_id, "score": 1.0, "reason": reason}
+
+
+@pytest.fixture(autouse=True)
+def fresh_rows():
+    compare.rows.clear()
+    yield
+    compare.rows.clear()
+
+
+def test_mib():
+    assert compare.mib(None) == "n/a"
+    assert compare.mib(0) == "0.00 MiB"
+    assert compare.mib(3 * MIB // 2) == "1.50 MiB"
+    assert compare.mib(416 * MIB) == "416.00 MiB"
+
+
+def test_kind_reads_a_field_of_a_kind():
+    r = report(device=80 * MIB, device_count=48, pinned=8 * MIB, pinned_count=2)
+    assert compare.kind(r, "device") == 80 * MIB
+    assert compare.kind(r, "device", "live_count") == 48
+    assert compare.kind(r, "pinned_host", "live_count") == 2
+    assert compare.kind(r, "managed", "peak_live_bytes") == 0
+    assert compare.kind(None, "device") is None
+
+
+def test_first_frame_skips_internal_and_unsymbolized_frames():
+    frames = [
+        frame("cudaMalloc", internal=True),
+        frame("cuMemAlloc_v2", "/usr/lib/libcuda.so.1", None, internal=True),
+        frame("??"),
+        {"function": None, "file": None, "line": None, "internal": False},
+        frame("render(int)", "/src/examples/leak.c", 54),
+        frame("main", "/src/examples/leak.c", 80),
+    ]
+    r = report(sites=[site(7, frames)])
+    assert compare.first_frame(r, 7) == "render(int) leak.c:54"
+
+
+def test_first_frame_python_frames():
+    frames = [
+        frame("empty", "/venv/lib/python3.12/site-packages/torch/_refs.py", 10, internal=True, python=True),
+        frame("grow", "/w/scripts/gpu/pyframes_check.py", 35, python=True),
+        frame("train_step", "/w/scripts/gpu/pyframes_check.py", 40, python=True),
+    ]
+    assert compare.first_frame(report(sites=[site(1, frames)]), 1) == "grow pyframes_check.py:35"
+
+
+def test_first_frame_without_file_or_line_is_the_function_alone():
+    r = report(sites=[site(1, [frame("cache_batch")])])
+    assert compare.first_frame(r, 1) == "cache_batch"
+
+
+def test_first_frame_of_a_site_without_user_frame_or_unknown_site():
+    r = report(sites=[site(1, [frame("cudaMalloc", internal=True), frame("??")]), site(2, [])])
+    assert compare.first_frame(r, 1) == "(no symbolized frame)"
+    assert compare.first_frame(r, 2) == "(no symbolized frame)"
+    assert compare.first_frame(r, 99) == "?"
+
+
+def test_top_suspect_is_the_first_listed_not_the_largest_site():
+    big = site(1, [frame("warmup", "/src/a.c", 1)], live_bytes=900 * MIB)
+    leak = site(2, [frame("cudaMalloc", internal=True), frame("leaky_step", "/src/b.c", 22)], live_bytes=10 * MIB)
+    r = report(sites=[big, leak], suspects=[suspect(2), suspect(1)])
+    s, where = compare.top_suspect(r)
+    assert s["site"] == 2
+    assert where == "leaky_step b.c:22"
+
+
+def test_top_suspect_without_suspects():
+    assert compare.top_suspect(report(sites=[site(1, [frame("f", "a.c", 1)])])) == (None, "no suspect")
+    assert compare.top_suspect(None) == (None, "no suspect")
+
+
+def test_apis_is_the_sorted_union_over_sites():
+    r = report(sites=[site(1, [], apis=["cuMemCreate", "cudaMalloc"]), site(2, [], apis=["cuMemAlloc", "cudaMalloc"])])
+    assert compare.apis(r) == ["cuMemAlloc", "cuMemCreate", "cudaMalloc"]
+    assert compare.apis(None) == []
+
+
+def write_case(run, case, files):
+    d = run / case
+    d.mkdir(parents=True, exist_ok=True)
+    for name, doc in files.items():
+        (d / name).write_text(json.dumps(doc))
+
+
+def test_load_takes_the_report_with_most_allocations_and_the_first_snapshot(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "RUN", str(tmp_path))
+    write_case(
+        tmp_path,
+        "S4",
+        {
+            "truth.json": {"pool_total_before": 512 * MIB},
+            "gpushim-10.json": report(device=1, alloc_count=2),  # a helper process
+            "gpushim-11.json": report(device=2, alloc_count=50),  # the one that did the work
+            "gpushim-11-snapshot-2.json": report(device=4, alloc_count=99),
+            "gpushim-11-snapshot-1.json": report(device=3, alloc_count=99),
+            "gpushim-11-oom-1.json": report(device=5, alloc_count=999),
+        },
+    )
+    truth, r, snap = compare.load("S4")
+    assert truth == {"pool_total_before": 512 * MIB}
+    assert compare.kind(r, "device") == 2
+    assert compare.kind(snap, "device") == 3
+
+
+def test_load_of_a_case_without_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "RUN", str(tmp_path))
+    assert compare.load("cupy") == ({}, None, None)
+
+
+def cudarc_report(device):
+    leak = site(
+        3,
+        [frame("cuMemAlloc_v2", internal=True), frame("cudarc_leak::cache_batch", "/src/main.rs", 31)],
+        apis=["cuMemAlloc"],
+        live_bytes=400 * MIB,
+        alloc_count=100,
+    )
+    return report(device=device, device_count=101, sites=[leak], suspects=[suspect(3)], alloc_count=101)
+
+
+def table_rows(out):
+    return [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("| ")]
+
+
+@pytest.mark.parametrize(
+    ("device", "result", "summary"),
+    [(416 * MIB, "PASS", "2 passed, 0 failed"), (415 * MIB, "FAIL", "1 passed, 1 failed")],
+)
+def test_main_prints_the_table(tmp_path, capsys, device, result, summary):
+    write_case(tmp_path, "cudarc", {"gpushim-42.json": cudarc_report(device)})
+    compare.main(["compare.py", str(tmp_path)])
+    out = capsys.readouterr().out
+    rows = table_rows(out)
+    assert rows[0] == ["case", "check", "expected", "measured", "result", "note"]
+    assert rows[1:] == [
+        ["cudarc", "device live (16 + 100 x 4 MiB)", "416.00 MiB", compare.mib(device), result, ""],
+        ["cudarc", "top suspect", "cache_batch", "cudarc_leak::cache_batch main.rs:31", "PASS", ""],
+    ]
+    assert out.rstrip().endswith(summary)
+
+
+def test_main_reports_a_selected_case_without_report(tmp_path, capsys):
+    (tmp_path / "S8").mkdir()  # run, but wrote no report; the other cases were not selected
+    compare.main(["compare.py", str(tmp_path)])
+    capsys.readouterr()
+    compare.main(["compare.py", str(tmp_path)])  # a second run starts from no rows
+    out = capsys.readouterr().out
+    assert table_rows(out)[1:] == [["S8", "report written", "yes", "no", "FAIL", "see stderr in logs"]]
+    assert out.rstrip().endswith("0 passed, 1 failed")
+
+
+def test_main_keeps_the_rows_made_before_a_crash(tmp_path, capsys):
+    write_case(
+        tmp_path, "torch_default", {"gpushim-1.json": report(device=20 * MIB), "truth.json": {"reserved": 20 * MIB}}
+    )
+    # a truth file without the counters its check reads
+    write_case(tmp_path, "torch_pinned", {"gpushim-2.json": report(pinned=MIB), "truth.json": {}})
+    compare.main(["compare.py", str(tmp_path)])
+    captured = capsys.readouterr()
+    rows = table_rows(captured.out)[1:]
+    assert [r[:2] + r[4:5] for r in rows] == [
+        ["torch_default", "device live == torch reserved (at exit)", "PASS"],
+        ["compare.py", "crashed", "FAIL"],
+    ]
+    assert rows[1][3] == "KeyError('pinned_tensors')"
+    assert "KeyError" in captured.err
+    assert captured.out.rstrip().endswith("1 passed, 1 failed")
+
+
+def test_import_has_no_side_effects_and_the_command_line_is_unchanged(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(COMPARE.parent)}
+    imported = subprocess.run(
+        [sys.executable, "-c", "import compare"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert (imported.returncode, imported.stdout, imported.stderr) == (0, "", "")
+
+    write_case(tmp_path, "cudarc", {"gpushim-42.json": cudarc_report(416 * MIB)})
+    ran = subprocess.run([sys.executable, str(COMPARE), str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
+    assert ran.returncode == 0
+    assert "| cudarc | top suspect | cache_batch | cudarc_leak::cache_batch main.rs:31 | PASS |  |" in ran.stdout
+    assert ran.stdout.rstrip().endswith("2 passed, 0 failed")
