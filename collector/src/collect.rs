@@ -230,6 +230,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             Event::Alloc(a) => tracker.push(Op::Alloc(a), &mut sink),
             Event::Free(f) => tracker.push(Op::Free(f), &mut sink),
             Event::Failed(f) => tracker.push(Op::Failed(f), &mut sink),
+            Event::FreePending(f) => tracker.push(Op::FreePending(f), &mut sink),
             Event::Snapshot(s) => tracker.request_snapshot(s.boundary, s.ts_ns, &mut sink),
             Event::Exit(x) => exit_ts = Some(x.ts_ns),
             Event::Module(m) => sink.sym.add_module(m),

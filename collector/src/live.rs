@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use gpushim_wire::{Alloc, Api, Failed, Free, Kind};
+use gpushim_wire::{Alloc, Api, Failed, Free, FreePending, Kind};
 
 use crate::gauge::{Gauge, SiteSeries, SiteStats, Totals};
 use crate::timeline::Timeline;
@@ -61,6 +61,9 @@ pub enum Op {
     Free(Free),
     /// A failed allocation.
     Failed(Failed),
+    /// A free still inside its real call when a snapshot was asked for (its [`Free`] comes
+    /// later, with the same sequence number).
+    FreePending(FreePending),
 }
 
 impl Op {
@@ -70,6 +73,18 @@ impl Op {
             Op::Alloc(a) => a.seq,
             Op::Free(f) => f.seq,
             Op::Failed(f) => f.seq,
+            Op::FreePending(f) => f.seq,
+        }
+    }
+
+    /// Gives the event sequence number `seq` (tests build events first and number them after).
+    #[cfg(test)]
+    pub(crate) fn set_seq(&mut self, seq: u64) {
+        match self {
+            Op::Alloc(a) => a.seq = seq,
+            Op::Free(f) => f.seq = seq,
+            Op::Failed(f) => f.seq = seq,
+            Op::FreePending(f) => f.seq = seq,
         }
     }
 
@@ -79,6 +94,7 @@ impl Op {
             Op::Alloc(a) => a.ts_ns,
             Op::Free(f) => f.ts_ns,
             Op::Failed(f) => f.ts_ns,
+            Op::FreePending(f) => f.ts_ns,
         }
     }
 }
@@ -141,6 +157,12 @@ pub struct State {
     pub last_ts_ns: u64,
     /// Live bytes per kind and device over time.
     pub timeline: Timeline,
+    /// Frees applied as in progress ([`Op::FreePending`]), by sequence number, until their
+    /// [`Free`] arrives: the key they free, or `None` once the address was reused (which
+    /// proves the free completed).
+    pending_frees: IntMap<u64, Option<(bool, u64)>>,
+    /// The same frees by key.
+    pending_by_key: IntMap<(bool, u64), u64>,
 }
 
 impl State {
@@ -158,6 +180,11 @@ impl State {
         match op {
             Op::Alloc(a) => self.alloc(a),
             Op::Free(f) => self.free(f),
+            Op::FreePending(p) => {
+                let key = (p.api.is_handle(), p.addr);
+                self.pending_frees.insert(p.seq, Some(key));
+                self.pending_by_key.insert(key, p.seq);
+            }
             Op::Failed(f) => {
                 self.totals.failed_count += 1;
                 if self.failures.len() < MAX_FAILURES {
@@ -188,7 +215,14 @@ impl State {
         };
         // One lookup: the entry goes in first, a live one it replaces is released after.
         if let Some(old) = self.live.insert(key, e) {
-            self.totals.replaced_count += 1;
+            match self.pending_by_key.remove(&key) {
+                // Its free was in progress: the address came back, so that free completed.
+                Some(seq) => {
+                    self.pending_frees.insert(seq, None);
+                    self.count_free(&old);
+                }
+                None => self.totals.replaced_count += 1,
+            }
             self.release(&old, a.ts_ns);
         }
         self.totals.alloc_count += 1;
@@ -242,11 +276,33 @@ impl State {
             }
             std::collections::hash_map::Entry::Occupied(o) => o.remove(),
         };
+        self.count_free(&e);
+        self.release(&e, f.ts_ns);
+    }
+
+    fn count_free(&mut self, e: &Entry) {
         self.totals.free_count += 1;
         if let Some(site) = self.sites.get_mut(&e.site) {
             site.free_count += 1;
         }
-        self.release(&e, f.ts_ns);
+    }
+
+    /// Whether free `seq` was applied as in progress and waits for its [`Free`].
+    pub fn is_pending_free(&self, seq: u64) -> bool {
+        self.pending_frees.contains_key(&seq)
+    }
+
+    /// The [`Free`] of a free applied earlier as in progress: applied now (unless the address
+    /// was reused meanwhile, which already counted it as freed).
+    pub fn complete_pending_free(&mut self, f: &Free) {
+        let Some(state) = self.pending_frees.remove(&f.seq) else { return };
+        self.last_ts_ns = self.last_ts_ns.max(f.ts_ns);
+        if let Some(key) = state {
+            if self.pending_by_key.get(&key) == Some(&f.seq) {
+                self.pending_by_key.remove(&key);
+            }
+            self.free(f);
+        }
     }
 
     /// Takes a live entry out of every gauge (it was freed or replaced).

@@ -194,11 +194,7 @@ mod tests {
         ops.push(free(0, 1000 * MS, 0xdead, 0));
         ops.sort_by_key(|o| o.ts_ns());
         for mut op in ops {
-            match &mut op {
-                crate::live::Op::Alloc(a) => a.seq = seq,
-                crate::live::Op::Free(f) => f.seq = seq,
-                crate::live::Op::Failed(f) => f.seq = seq,
-            }
+            op.set_seq(seq);
             seq += 1;
             s.apply(&op);
         }
@@ -249,11 +245,7 @@ mod tests {
         }
         ops.push(free(0, 5600 * MS, 0x100, 0));
         for (seq, mut op) in ops.into_iter().enumerate() {
-            match &mut op {
-                crate::live::Op::Alloc(a) => a.seq = seq as u64,
-                crate::live::Op::Free(f) => f.seq = seq as u64,
-                crate::live::Op::Failed(f) => f.seq = seq as u64,
-            }
+            op.set_seq(seq as u64);
             s.apply(&op);
         }
         let got = suspects(&s, 0, 5600 * MS);

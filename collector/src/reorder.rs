@@ -114,6 +114,23 @@ impl Tracker {
     /// tells `obs` of each snapshot boundary reached and each out-of-memory failure applied.
     pub fn push(&mut self, op: Op, obs: &mut dyn Observer) {
         let seq = op.seq();
+        match &op {
+            // The free's call returned after it was applied as in progress.
+            Op::Free(f) if seq < self.next_seq && self.state.is_pending_free(seq) => {
+                self.state.complete_pending_free(f);
+                return;
+            }
+            // The free's call returned before its in-progress mark was applied: the Free
+            // replaces the mark.
+            Op::Free(_) if matches!(self.pending.get(&seq), Some(Op::FreePending(_))) => {
+                self.pending.insert(seq, op);
+                return;
+            }
+            // A free in progress whose Free came first (the writer saw the call still running
+            // after it had sent the Free): nothing to do.
+            Op::FreePending(_) if seq < self.next_seq || self.pending.contains_key(&seq) => return,
+            _ => {}
+        }
         if seq < self.next_seq || self.pending.contains_key(&seq) {
             self.duplicates += 1;
             return;
@@ -352,5 +369,85 @@ mod tests {
         }
         t.request_snapshot(3, 9, &mut on);
         assert_eq!(got, vec![SnapshotPoint { number: 1, boundary: 3, ts_ns: 9, late_by: 2, missing: 0 }]);
+    }
+
+    /// A free still inside its call when the snapshot was asked for (the writer's
+    /// `FreePending`) of `addr`.
+    fn in_progress(seq: u64, ts: u64, addr: u64) -> Op {
+        Op::FreePending(gpushim_wire::FreePending {
+            seq,
+            ts_ns: ts,
+            addr,
+            api: gpushim_wire::Api::CudaFree,
+            stream: 0,
+            tid: 7,
+        })
+    }
+
+    /// (live bytes, allocations, frees, unknown frees, failed frees, replaced) of a state.
+    fn counts(s: &State) -> (u64, u64, u64, u64, u64, u64) {
+        let t = &s.totals;
+        (t.gauge.live_bytes, t.alloc_count, t.free_count, t.unknown_free_count, t.failed_free_count, t.replaced_count)
+    }
+
+    #[test]
+    fn a_free_in_progress_does_not_hold_a_snapshot_back_and_stays_live_in_it() {
+        let mut t = Tracker::new();
+        let mut got = Vec::new();
+        let mut on = |p: &SnapshotPoint, s: &State| got.push((p.boundary, counts(s)));
+        t.push(alloc(0, 0, 0x100, 7, Kind::Device, 0, 1), &mut on);
+        t.request_snapshot(3, 5, &mut on);
+        t.push(alloc(2, 2, 0x200, 1, Kind::Device, 0, 1), &mut on);
+        assert_eq!(t.pending(), 1, "seq 1 (the free) has not arrived: no snapshot yet");
+        t.push(in_progress(1, 1, 0x100), &mut on);
+        t.push(free(1, 9, 0x100, 0), &mut on);
+        // The snapshot was out as soon as the free in progress arrived, with its memory live.
+        assert_eq!(got, vec![(3, (8, 2, 0, 0, 0, 0))]);
+        assert_eq!(counts(t.state()), (1, 2, 1, 0, 0, 0));
+        assert_eq!((t.lost(), t.duplicates(), t.pending()), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_free_in_progress_that_fails_leaves_the_memory_live() {
+        let mut t = Tracker::new();
+        let mut none = |_: &SnapshotPoint, _: &State| {};
+        t.push(alloc(0, 0, 0x100, 7, Kind::Device, 0, 1), &mut none);
+        t.push(in_progress(1, 1, 0x100), &mut none);
+        t.push(free(1, 9, 0x100, 700), &mut none);
+        assert_eq!(counts(t.state()), (7, 1, 0, 0, 1, 0));
+    }
+
+    #[test]
+    fn an_address_reused_while_its_free_was_in_progress_counts_that_free_once() {
+        let mut t = Tracker::new();
+        let mut none = |_: &SnapshotPoint, _: &State| {};
+        t.push(alloc(0, 0, 0x100, 7, Kind::Device, 0, 1), &mut none);
+        t.push(in_progress(1, 1, 0x100), &mut none);
+        // Another thread got the same address back: the free had completed.
+        t.push(alloc(2, 2, 0x100, 3, Kind::Device, 0, 2), &mut none);
+        assert_eq!(counts(t.state()), (3, 2, 1, 0, 0, 0));
+        t.push(free(1, 9, 0x100, 0), &mut none);
+        assert_eq!(counts(t.state()), (3, 2, 1, 0, 0, 0));
+        assert_eq!(t.duplicates(), 0);
+    }
+
+    #[test]
+    fn a_free_that_arrives_before_its_in_progress_mark_is_applied_once() {
+        for order in [[0, 1, 2, 3], [0, 2, 1, 3], [2, 3, 1, 0], [3, 2, 0, 1]] {
+            let ops = [
+                alloc(0, 0, 0x100, 7, Kind::Device, 0, 1),
+                free(1, 9, 0x100, 0),
+                in_progress(1, 1, 0x100),
+                alloc(2, 10, 0x300, 1, Kind::Device, 0, 1),
+            ];
+            let mut t = Tracker::new();
+            let mut none = |_: &SnapshotPoint, _: &State| {};
+            for i in order {
+                t.push(ops[i].clone(), &mut none);
+            }
+            t.finish(&mut none);
+            assert_eq!(counts(t.state()), (1, 2, 1, 0, 0, 0), "order {order:?}");
+            assert_eq!((t.lost(), t.duplicates(), t.pending()), (0, 0, 0), "order {order:?}");
+        }
     }
 }

@@ -27,7 +27,7 @@
 //!   constructor, the snapshot signal handler, the fork handlers);
 //! - `record` (the hot path), `exit` (the end of the stream at exit);
 //! - `writer` (the writer thread), `launch` (starting the collector), `socket` (the socket's
-//!   identity);
+//!   identity), `inflight` (frees in progress, for snapshots);
 //! - `real` (the real functions behind our exports), `python` (Python frames), `unwind` (native
 //!   backtraces);
 //! - `hook` (the one list of intercepted functions), `config` (settings), `state` (process-wide
@@ -40,6 +40,7 @@ mod exit;
 mod exports;
 mod hash;
 mod hook;
+mod inflight;
 mod init;
 mod launch;
 mod loader;

@@ -10,7 +10,7 @@ use gpushim_wire::{Api, Kind};
 
 use crate::event::Msg;
 use crate::state::{self, DISABLED, ENABLED, FINISHED, SEQ, STARTING, STATE, UNINIT};
-use crate::{config, loader, python, real, sys, unwind, writer};
+use crate::{config, inflight, loader, python, real, sys, unwind, writer};
 
 /// Device ordinal placeholder: ask the driver for the current context's device.
 pub const DEV_CURRENT: i32 = i32::MIN;
@@ -68,6 +68,7 @@ pub fn reset_after_fork() {
     let _ = TID.try_with(|t| t.set(0));
     let _ = DEPTH.try_with(|d| d.set(0));
     python::reset_after_fork();
+    inflight::reset_after_fork();
     state::reset_after_fork();
 }
 
@@ -173,15 +174,18 @@ pub struct FreeTicket {
     seq: u64,
 }
 
-/// Takes the sequence number for a free of `addr` (0 frees nothing and is not recorded).
-pub fn free_begin(addr: u64) -> Option<FreeTicket> {
+/// Takes the sequence number for a free of `addr` by `api` (0 frees nothing and is not
+/// recorded), and marks the free as in progress for the writer's snapshots (see `inflight`).
+pub fn free_begin(api: Api, addr: u64, stream: u64) -> Option<FreeTicket> {
     if addr == 0 {
         return None;
     }
     sys::no_cancel(|| {
         std::panic::catch_unwind(|| {
             let tx = sender()?;
-            Some(FreeTicket { tx, seq: SEQ.fetch_add(1, AcqRel) })
+            let seq = SEQ.fetch_add(1, AcqRel);
+            inflight::begin(seq, sys::now_ns(), addr, api, stream, tid());
+            Some(FreeTicket { tx, seq })
         })
         .ok()
         .flatten()
@@ -194,5 +198,6 @@ pub fn free_end(t: Option<FreeTicket>, api: Api, addr: u64, stream: u64, result:
     sys::guarded(|| {
         let msg = Msg::Free { seq: t.seq, ts_ns: sys::now_ns(), addr, api, stream, tid: tid(), result };
         send(t.tx, msg);
+        inflight::end();
     });
 }

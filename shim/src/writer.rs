@@ -18,7 +18,7 @@ use crate::config::{self, Config};
 use crate::event::{Msg, PyFrames};
 use crate::hash::FastHash;
 use crate::state::{DISABLED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
-use crate::{launch, loader, python, socket, sys};
+use crate::{inflight, launch, loader, python, socket, sys};
 
 /// Events the channel holds before hooks wait (backpressure), about 1.3 MiB of slots.
 const CHANNEL_CAPACITY: usize = 16 * 1024;
@@ -173,6 +173,13 @@ impl Writer {
             let boundary = SNAP_BOUNDARY.load(Acquire);
             let ts_ns = SNAP_TS.load(Acquire);
             self.push(&Event::Snapshot(wire::Snapshot { boundary, ts_ns }));
+            // Frees still inside their real call would hold the snapshot back until they
+            // return (a free waits for the device): send them as in progress.
+            let mut pending = Vec::new();
+            inflight::each_below(boundary, |p| pending.push(p));
+            for p in pending {
+                self.push(&Event::FreePending(p));
+            }
         }
     }
 

@@ -17,6 +17,8 @@
 //!   with the same native frames but different Python frames have different stack ids (the
 //!   [`Stack`] is then sent once per id, with equal frames).
 //! - A [`Snapshot`] asks for the live set made of exactly the events with `seq < boundary`.
+//! - A [`FreePending`] takes its free's place in sequence order when that free's call has not
+//!   returned by the time of a snapshot; the [`Free`] with the same `seq` comes later.
 //!
 //! ```
 //! use gpushim_wire::{Decoder, Event, Exit, write_header, encode};
@@ -234,6 +236,27 @@ pub struct Free {
     pub result: i32,
 }
 
+/// A free call in progress: its sequence number was taken and the real call has not returned
+/// (`cudaFree` waits for the device). The writer sends it only for a snapshot whose boundary
+/// lies past `seq`, so that the snapshot need not wait for the call; the [`Free`] with the same
+/// `seq` follows when the call returns (unless the process dies first). Until then the memory
+/// counts as live: the program has not been told it is freed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FreePending {
+    /// The free's global sequence number.
+    pub seq: u64,
+    /// Monotonic clock when the call began, ns.
+    pub ts_ns: u64,
+    /// The pointer or handle passed in.
+    pub addr: u64,
+    /// The entry point.
+    pub api: Api,
+    /// The stream for stream-ordered frees, else 0.
+    pub stream: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+}
+
 /// An allocation call that failed; never part of the live set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failed {
@@ -382,6 +405,8 @@ pub enum Event {
     MemInfo(MemInfo),
     /// Tag 10: a line the shim wants the user to see in the report (e.g. events it lost).
     Note(String),
+    /// Tag 11: a free still in progress (it takes the free's place in sequence order).
+    FreePending(FreePending),
     /// Tag 20 (tags 20 to 29 are kept for Python frames).
     PyRuntime(PyRuntime),
     /// Tag 21.
@@ -496,6 +521,15 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u64(x.stream);
             w.u32(x.tid);
             w.i32(x.result);
+        }
+        Event::FreePending(x) => {
+            w.u8(11);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.addr);
+            w.u8(x.api as u8);
+            w.u64(x.stream);
+            w.u32(x.tid);
         }
         Event::Failed(x) => {
             w.u8(6);
@@ -716,6 +750,14 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
         8 => Event::Exit(Exit { ts_ns: r.u64()? }),
         9 => Event::MemInfo(MemInfo { ts_ns: r.u64()?, device: r.i32()?, free: r.u64()?, total: r.u64()? }),
         10 => Event::Note(r.str()?),
+        11 => Event::FreePending(FreePending {
+            seq: r.u64()?,
+            ts_ns: r.u64()?,
+            addr: r.u64()?,
+            api: Api::from_u8(r.u8()?)?,
+            stream: r.u64()?,
+            tid: r.u32()?,
+        }),
         20 => Event::PyRuntime(PyRuntime { version: r.u32()? }),
         21 => {
             let id = r.u32()?;
@@ -884,6 +926,7 @@ mod tests {
             Event::Exit(Exit { ts_ns: 14 }),
             Event::MemInfo(MemInfo { ts_ns: 15, device: 0, free: 1, total: 2 }),
             Event::Note("lost 3 events".into()),
+            Event::FreePending(FreePending { seq: 16, ts_ns: 17, addr: 18, api: Api::CuMemFree, stream: 19, tid: 20 }),
             Event::PyRuntime(PyRuntime { version: 0x030C_03F0 }),
             Event::PyCode(PyCode {
                 id: 0,

@@ -97,7 +97,7 @@ macro_rules! hook_body {
             return unsafe { $f($($arg),*) };
         };
         let addr = $addr as u64;
-        let ticket = record::free_begin(addr);
+        let ticket = record::free_begin(Api::$api, addr, $stream as u64);
         // SAFETY: as above.
         let r = unsafe { $f($($arg),*) };
         record::free_end(ticket, Api::$api, addr, $stream as u64, r);
