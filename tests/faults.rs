@@ -8,258 +8,15 @@
 //! no event exists, a /proc condition polled against a deadline.
 
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::util::*;
-
-/// Upper bound of any one wait in these tests (a failure, not a pause).
-const DEADLINE: Duration = Duration::from_secs(90);
-
-// ---------------------------------------------------------------------------------------------
-// Helpers
-
-/// A target started with pipes, for tests that act on it while it runs. stdout is read line by
-/// line, stderr to its end, and the exit is awaited, each on its own thread, so every wait can
-/// be bounded.
-struct Live {
-    desc: String,
-    pid: i32,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<Option<String>>,
-    seen: Vec<String>,
-    exited: mpsc::Receiver<ExitStatus>,
-    stderr: mpsc::Receiver<String>,
-}
-
-/// A finished `Live` run.
-struct Done {
-    desc: String,
-    status: ExitStatus,
-    stdout: Vec<String>,
-    stderr: String,
-}
-
-impl std::fmt::Display for Done {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "\n--- command\n{}\n--- status\n{:?}\n--- stdout\n{}\n--- stderr\n{}",
-            self.desc,
-            self.status,
-            self.stdout.join("\n"),
-            self.stderr
-        )
-    }
-}
-
-impl Live {
-    fn start(t: &Target) -> Live {
-        Live::spawn(t.command(), t.describe())
-    }
-
-    fn spawn(mut cmd: Command, desc: String) -> Live {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {desc}: {e}"));
-        let pid = child.id() as i32;
-        let stdin = child.stdin.take();
-        let out = child.stdout.take().unwrap();
-        let err = child.stderr.take().unwrap();
-        let (ltx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines() {
-                let Ok(l) = l else { break };
-                if ltx.send(Some(l)).is_err() {
-                    return;
-                }
-            }
-            let _ = ltx.send(None);
-        });
-        let (etx, stderr) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = BufReader::new(err).read_to_string(&mut s);
-            let _ = etx.send(s);
-        });
-        let (xtx, exited) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = xtx.send(child.wait().expect("waiting for the target"));
-        });
-        Live { desc, pid, stdin, lines, seen: Vec::new(), exited, stderr }
-    }
-
-    /// Kills the target (it would otherwise outlive the test) and fails.
-    fn abort(&self, why: &str) -> ! {
-        // SAFETY: signalling our own child by pid.
-        unsafe { libc::kill(self.pid, libc::SIGKILL) };
-        panic!("{why}\n--- command\n{}\n--- stdout so far\n{}", self.desc, self.seen.join("\n"));
-    }
-
-    /// The next line of stdout.
-    fn line(&mut self) -> String {
-        match self.lines.recv_timeout(DEADLINE) {
-            Ok(Some(l)) => {
-                self.seen.push(l.clone());
-                l
-            }
-            Ok(None) => self.abort("stdout ended where a line was expected"),
-            Err(_) => self.abort("no line on stdout before the deadline"),
-        }
-    }
-
-    fn close_stdin(&mut self) {
-        self.stdin.take();
-    }
-
-    /// Waits for the target to exit.
-    fn wait_exit(&self) -> ExitStatus {
-        match self.exited.recv_timeout(DEADLINE) {
-            Ok(s) => s,
-            Err(_) => self.abort("the program did not exit before the deadline"),
-        }
-    }
-
-    /// Closes stdin, waits for the exit, then for stdout and stderr to end: the collector
-    /// inherits both and holds them until its report is written.
-    fn finish(mut self) -> Done {
-        self.close_stdin();
-        let status = self.wait_exit();
-        self.finish_after(status)
-    }
-
-    fn finish_after(mut self, status: ExitStatus) -> Done {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(Some(l)) => self.seen.push(l),
-                Ok(None) => break,
-                Err(_) => panic!("stdout never ended (a collector still running?)\n{}", self.desc),
-            }
-        }
-        let stderr = self
-            .stderr
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| panic!("stderr never ended (a collector still running?)\n{}", self.desc));
-        Done { desc: self.desc, status, stdout: self.seen, stderr }
-    }
-}
-
-/// Runs `t` to the end with stdin closed, bounded by [`DEADLINE`].
-fn run_bounded(t: &Target) -> Done {
-    Live::start(t).finish()
-}
-
-/// The program's stdout without the shim (same arguments, stdin closed).
-fn plain_stdout(program: &str, args: &[&str]) -> Vec<String> {
-    let t = Target::new(program, "plain").args(args).preload(None);
-    let d = run_bounded(&t);
-    assert!(d.status.success(), "the program fails even without the shim{d}");
-    assert_eq!(d.stderr, "", "{d}");
-    d.stdout
-}
-
-/// Pids of `gpushim collect` processes whose environment names `dir` as GPUSHIM_OUTPUT, that
-/// is, the collectors of targets started by [`Target`] with that output directory. (The
-/// collector is not the target's child: the shim starts it through an intermediate process.)
-fn collectors_of(dir: &Path) -> Vec<i32> {
-    let want = format!("GPUSHIM_OUTPUT={}", dir.display()).into_bytes();
-    let mut v = Vec::new();
-    for e in fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let Ok(cmdline) = fs::read(e.path().join("cmdline")) else { continue };
-        if cmdline.split(|&b| b == 0).nth(1) != Some(b"collect") {
-            continue;
-        }
-        let Ok(environ) = fs::read(e.path().join("environ")) else { continue };
-        if environ.split(|&b| b == 0).any(|kv| kv == want.as_slice()) {
-            v.push(pid);
-        }
-    }
-    v
-}
-
-/// The one collector of the target whose reports go to `dir`. It exists once the target has
-/// printed anything after its first allocation (the shim starts it then, and `spawn` returns
-/// after its exec).
-fn the_collector(dir: &Path) -> i32 {
-    let c = collectors_of(dir);
-    assert_eq!(c.len(), 1, "expected exactly one collector for {}: {c:?}", dir.display());
-    c[0]
-}
-
-/// Waits until process `pid` (not necessarily our child) has ended; false on timeout.
-fn wait_gone(pid: i32, limit: Duration) -> bool {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-    if fd < 0 {
-        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-    }
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd; the pidfd is readable once the process has ended.
-    let n = unsafe { libc::poll(&mut p, 1, limit.as_millis().min(i32::MAX as u128) as i32) };
-    // SAFETY: closing the descriptor we opened.
-    unsafe { libc::close(fd) };
-    n == 1
-}
-
-/// A process stopped with SIGSTOP, continued when dropped (also when a test fails, so that
-/// no stopped collector outlives it).
-struct Stopped(i32);
-
-impl Stopped {
-    fn new(pid: i32) -> Stopped {
-        signal(pid, libc::SIGSTOP);
-        Stopped(pid)
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        // SAFETY: sending a signal by pid.
-        unsafe { libc::kill(self.0, libc::SIGCONT) };
-    }
-}
-
-fn signal(pid: i32, sig: i32) {
-    // SAFETY: sending a signal by pid.
-    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
-}
-
-fn report_at(path: &Path, d: &Done) -> Value {
-    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}{d}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}{d}", path.display()))
-}
-
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .map(|r| r.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
-fn lines_of(s: &str) -> Vec<&str> {
-    s.lines().collect()
-}
-
-/// An executable script in `dir`.
-fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let p = dir.join(name);
-    fs::write(&p, body).unwrap();
-    fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
-    p
-}
 
 // ---------------------------------------------------------------------------------------------
 // The collector killed, missing, exiting at once, stalled
@@ -279,7 +36,7 @@ fn collector_killed_mid_run_leaves_the_program_unharmed_with_one_warning() {
     let d = live.finish();
     assert!(d.status.success(), "{d}");
     assert_eq!(d.stdout, plain, "the program's output is what it is without the shim{d}");
-    let err = lines_of(&d.stderr);
+    let err = d.stderr_lines();
     assert_eq!(err.len(), 1, "exactly one line on stderr{d}");
     assert!(err[0].starts_with("gpushim: lost the collector ("), "{d}");
     assert!(err[0].ends_with("the program goes on unrecorded"), "{d}");
@@ -305,7 +62,7 @@ fn collector_not_executable_or_exiting_at_once_leaves_the_program_unharmed_with_
         let d = run_bounded(&t);
         assert!(d.status.success(), "{d}");
         assert_eq!(d.stdout, plain, "{d}");
-        let err = lines_of(&d.stderr);
+        let err = d.stderr_lines();
         assert_eq!(err.len(), 1, "exactly one line on stderr{d}");
         assert!(err[0].starts_with(&first) && err[0].contains("collector"), "{d}");
         assert!(names_in(t.dir.path()).is_empty(), "{d}");
@@ -330,42 +87,9 @@ fn stalled_collector_delays_exit_by_at_most_gpushim_exit_timeout() {
     assert!(took >= Duration::from_millis(1900), "the exit path waits for the collector (took {took:?}){d}");
     assert!(took < Duration::from_secs(30), "…but not longer than GPUSHIM_EXIT_TIMEOUT (took {took:?}){d}");
     // Once it runs again, the collector still writes the whole report.
-    let r = report_at(&t.dir.path().join(format!("gpushim-{}.json", live_pid(&d))), &d);
+    let r = d.report_in(t.dir.path());
     assert_eq!(r["reason"], "exit", "{d}");
     assert_eq!(total(&r, "live_bytes"), 3 * MIB, "{d}");
-}
-
-/// The pid in the collector's summary line on stderr.
-fn live_pid(d: &Done) -> u32 {
-    d.stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("gpushim: pid ")?.split(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no summary line{d}"))
-}
-
-/// Thread `tid` of `pid` is asleep ('S') in system call `nr`.
-fn asleep_in(pid: i32, tid: i32, nr: libc::c_long) -> bool {
-    let base = format!("/proc/{pid}/task/{tid}");
-    let state = fs::read_to_string(format!("{base}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(String::from)));
-    let call = fs::read_to_string(format!("{base}/syscall")).ok();
-    state.as_deref() == Some("S")
-        && call.and_then(|c| c.split_whitespace().next()?.parse::<libc::c_long>().ok()) == Some(nr)
-}
-
-fn writer_thread(pid: i32) -> Option<i32> {
-    fs::read_dir(format!("/proc/{pid}/task")).ok()?.filter_map(Result::ok).find_map(|e| {
-        let comm = fs::read_to_string(e.path().join("comm")).ok()?;
-        (comm.trim() == "gpushim-writer").then(|| e.file_name().to_str()?.parse().ok()).flatten()
-    })
-}
-
-fn status_kb(pid: i32, field: &str) -> u64 {
-    let s = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix(field)?.trim().strip_suffix(" kB")?.parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
 /// Waits until the collector's not reading holds the program up: the socket is full (the
@@ -396,15 +120,6 @@ fn wait_held_up(live: &Live, tid: i32) -> Instant {
     since
 }
 
-/// The thread of `pid` that is neither the main thread nor the shim's writer.
-fn other_thread(pid: i32) -> Option<i32> {
-    let writer = writer_thread(pid);
-    fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|&t| t != pid && Some(t) != writer)
-}
-
 #[test]
 fn exit_is_not_held_up_by_threads_blocked_on_a_stalled_collector() {
     // The collector stops reading while a thread allocates: the channel fills and that thread
@@ -428,7 +143,7 @@ fn exit_is_not_held_up_by_threads_blocked_on_a_stalled_collector() {
     assert!(took < Duration::from_secs(30), "the exit took {took:?}{d}");
     // The collector, running again, reports what it received (the program ended without its
     // exit event being queued).
-    let r = report_at(&t.dir.path().join(format!("gpushim-{}.json", live_pid(&d))), &d);
+    let r = d.report_in(t.dir.path());
     assert_eq!(r["reason"], "killed", "{d}");
     assert!(total(&r, "live_bytes") >= MIB, "{d}");
 }
@@ -538,7 +253,7 @@ fn unwritable_output_directory_falls_back_to_tmpdir_with_a_message() {
         let files = names_in(fallback.path());
         assert_eq!(files.len(), 1, "the report is in $TMPDIR: {files:?}{d}");
         let path = fallback.path().join(&files[0]);
-        let r = report_at(&path, &d);
+        let r = read_json(&path, &d);
         assert_eq!(files[0], format!("gpushim-{}.json", r["pid"]), "{d}");
         assert_eq!(r["reason"], "exit", "{d}");
         assert_eq!(total(&r, "live_bytes"), 3 * MIB, "{d}");
@@ -573,7 +288,7 @@ fn output_beyond_the_file_size_limit_leaves_no_file_and_says_so() {
     let d = Live::spawn(cmd, format!("ulimit -f 1; {}", t.describe())).finish();
     assert!(d.status.success(), "{d}");
     assert_eq!(d.stdout, plain, "{d}");
-    let err = lines_of(&d.stderr);
+    let err = d.stderr_lines();
     assert_eq!(err.len(), 1, "{d}");
     let pid = err[0]
         .strip_prefix("gpushim: cannot write the report of pid ")
@@ -615,7 +330,7 @@ fn a_file_or_symlink_at_the_report_path_is_neither_followed_nor_overwritten() {
     for n in ["", ".1"] {
         assert!(fs::symlink_metadata(name(n)).unwrap().file_type().is_symlink(), "{d}");
     }
-    let r = report_at(&name(".3"), &d);
+    let r = read_json(&name(".3"), &d);
     assert_eq!(r["reason"], "exit", "{d}");
     assert_eq!(total(&r, "live_bytes"), 3 * MIB, "{d}");
     let msg = format!("gpushim: {} already exists; wrote {}", name("").display(), name(".3").display());
@@ -641,7 +356,7 @@ fn sixty_four_threads_give_exact_totals_without_deadlock() {
     ]);
     let d = run_bounded(&t);
     assert!(d.status.success(), "{d}");
-    let r = report_at(&t.dir.path().join(format!("gpushim-{}.json", live_pid(&d))), &d);
+    let r = d.report_in(t.dir.path());
     let n = THREADS * PAIRS_PER_THREAD;
     assert_eq!(total(&r, "alloc_count"), n, "{d}");
     assert_eq!(total(&r, "free_count"), n, "{d}");
@@ -659,8 +374,8 @@ fn a_burst_of_1000_sigusr1_gives_coherent_snapshots() {
     assert!(d.status.success(), "{d}");
     let k: u64 = d.stdout[0].strip_prefix("allocs ").and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{d}"));
     assert_eq!(d.stdout[1], "ok", "{d}");
-    let pid = live_pid(&d);
-    let fin = report_at(&t.dir.path().join(format!("gpushim-{pid}.json")), &d);
+    let pid = d.pid();
+    let fin = d.report_in(t.dir.path());
     assert_eq!((total(&fin, "live_count"), total(&fin, "live_bytes")), (k, 4096 * k), "{d}");
     // Requests faster than the writer's tick coalesce: at least one snapshot, at most one per
     // signal; each holds a prefix of the allocations (the program only allocates), so counts
@@ -697,7 +412,7 @@ fn sigint_to_the_process_group_still_writes_the_report_with_its_reason() {
             // A program killed by a signal loses the events still queued in the shim (the
             // writer sleeps up to 20 ms when idle); a snapshot makes sure the collector has
             // them all before the signal.
-            let o = gpushim(&["snapshot".as_ref(), pid.to_string().as_ref()]);
+            let o = gpushim(["snapshot", &pid.to_string()]);
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         }
         signal(-pid, libc::SIGINT);
@@ -708,7 +423,7 @@ fn sigint_to_the_process_group_still_writes_the_report_with_its_reason() {
             assert_eq!(d.status.code(), Some(130), "{d}");
             assert_eq!(d.stdout, ["ready", "interrupted 1"], "{d}");
         }
-        let r = report_at(&t.dir.path().join(format!("gpushim-{pid}.json")), &d);
+        let r = read_json(&t.dir.path().join(format!("gpushim-{pid}.json")), &d);
         assert_eq!(r["reason"], reason, "{d}");
         assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
         assert_eq!(sites_with(&r, "pause_before").len(), 1, "{d}");
@@ -728,11 +443,11 @@ fn fork_exec_of_non_cuda_tools_leaves_them_untouched() {
     let d = run_bounded(&t);
     assert!(d.status.success(), "{d}");
     assert_eq!(d.stdout, plain, "no writer thread in the children, same output{d}");
-    let pid = live_pid(&d);
+    let pid = d.pid();
     assert!(d.stderr.lines().all(|l| l.starts_with("gpushim: ")), "{d}");
     assert_eq!(d.stderr.lines().filter(|l| l.starts_with("gpushim: pid ")).count(), 1, "only the parent's summary{d}");
     assert_eq!(names_in(t.dir.path()), [format!("gpushim-{pid}.json")], "only the parent's report{d}");
-    let r = report_at(&t.dir.path().join(format!("gpushim-{pid}.json")), &d);
+    let r = d.report_in(t.dir.path());
     assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
     assert_eq!(sites_with(&r, "tools_parent_alloc").len(), 1, "{d}");
 }
@@ -744,7 +459,7 @@ fn a_program_that_reaps_every_child_does_not_see_or_wait_for_the_collector() {
     let d = run_bounded(&t);
     assert!(d.status.success(), "{d}");
     assert_eq!(d.stdout, plain, "{d}");
-    let r = report_at(&t.dir.path().join(format!("gpushim-{}.json", live_pid(&d))), &d);
+    let r = d.report_in(t.dir.path());
     assert_eq!(r["reason"], "exit", "{d}");
     assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
 }
@@ -756,7 +471,7 @@ fn cuda_library_unloaded_and_reloaded_at_run_time_and_rtld_default_next_lookups(
     let d = run_bounded(&t);
     assert!(d.status.success(), "{d}");
     assert_eq!(d.stdout, plain, "{d}");
-    let r = report_at(&t.dir.path().join(format!("gpushim-{}.json", live_pid(&d))), &d);
+    let r = d.report_in(t.dir.path());
     assert_eq!(total(&r, "alloc_count"), 4, "{d}");
     assert_eq!(total(&r, "live_bytes"), 30 * MIB, "{d}");
     assert_eq!(total(&r, "unknown_free_count"), 2, "{d}");
@@ -782,7 +497,7 @@ fn arguments_that_overflow_and_frames_without_unwind_info_pass_through() {
     assert!(d.status.success(), "{d}");
     assert_eq!(d.stdout, plain, "{d}");
     assert!(!d.stderr.contains("panicked"), "{d}");
-    let r = report_at(&t.dir.path().join(format!("gpushim-{}.json", live_pid(&d))), &d);
+    let r = d.report_in(t.dir.path());
     assert_eq!(total(&r, "failed_count"), 1, "{d}");
     assert_eq!(r["failures"][0]["size"].as_u64(), Some(u64::MAX), "the size saturates{d}");
     // cudaMalloc called from a frame without CFI whose rbp is -8: the backtrace stops there
@@ -793,7 +508,7 @@ fn arguments_that_overflow_and_frames_without_unwind_info_pass_through() {
     assert!(d.status.success(), "{d}");
     assert_eq!(d.stdout, plain, "{d}");
     assert!(!d.stderr.contains("panicked"), "{d}");
-    let r = report_at(&t.dir.path().join(format!("gpushim-{}.json", live_pid(&d))), &d);
+    let r = d.report_in(t.dir.path());
     assert_eq!((total(&r, "alloc_count"), total(&r, "live_bytes")), (1, MIB), "{d}");
 }
 
@@ -1038,10 +753,6 @@ fn wire_decoder_survives_100000_damaged_streams() {
     }
 }
 
-fn gpushim(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    Command::new(collector()).args(args).env_remove("LD_PRELOAD").output().unwrap()
-}
-
 #[test]
 fn collector_reports_what_was_valid_in_a_broken_stream_with_one_error() {
     let dir = TempDir::new("damaged-streams");
@@ -1097,7 +808,7 @@ fn collector_reports_what_was_valid_in_a_broken_stream_with_one_error() {
     for (what, bytes, want) in cases {
         let input = dir.path().join(format!("{what}.stream"));
         fs::write(&input, &bytes).unwrap();
-        let o = gpushim(&["collect".as_ref(), "--input".as_ref(), input.as_os_str()]);
+        let o = gpushim(["collect".as_ref(), "--input".as_ref(), input.as_os_str()]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{what}: {err}");
         let broken: Vec<&str> = err.lines().filter(|l| l.contains(" broken: ")).collect();
@@ -1120,7 +831,7 @@ fn collector_reports_what_was_valid_in_a_broken_stream_with_one_error() {
     ] {
         let input = dir.path().join("pre-hello.stream");
         fs::write(&input, &bytes).unwrap();
-        let o = gpushim(&["collect".as_ref(), "--input".as_ref(), input.as_os_str()]);
+        let o = gpushim(["collect".as_ref(), "--input".as_ref(), input.as_os_str()]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(code), "{what}: {err}");
         assert_eq!(err.lines().count(), lines, "{what}: {err}");
@@ -1157,7 +868,7 @@ fn collector_survives_random_event_streams() {
         }
         let input = dir.path().join(format!("{seed}.stream"));
         fs::write(&input, &bytes).unwrap();
-        let o = gpushim(&["collect".as_ref(), "--input".as_ref(), input.as_os_str()]);
+        let o = gpushim(["collect".as_ref(), "--input".as_ref(), input.as_os_str()]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(matches!(o.status.code(), Some(0 | 1)), "seed {seed}: {:?}: {err}", o.status);
         assert!(!err.contains("panicked"), "seed {seed}: {err}");
@@ -1184,7 +895,7 @@ fn report_rejects_malformed_json_in_one_line_and_never_panics() {
     let t = Target::new("leak_example", "report-malformed").args(&["5"]);
     let d = run_bounded(&t);
     assert!(d.status.success(), "{d}");
-    let good_path = t.dir.path().join(format!("gpushim-{}.json", live_pid(&d)));
+    let good_path = t.dir.path().join(format!("gpushim-{}.json", d.pid()));
     let good = fs::read_to_string(&good_path).unwrap();
     let dir = t.dir.path();
     let mut deep = "[".repeat(10_000);
@@ -1209,7 +920,7 @@ fn report_rejects_malformed_json_in_one_line_and_never_panics() {
     fs::create_dir(&a_dir).unwrap();
     cases.push(("a directory".into(), a_dir));
     for (what, p) in &cases {
-        let o = gpushim(&["report".as_ref(), p.as_os_str()]);
+        let o = gpushim(["report".as_ref(), p.as_os_str()]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{what}: {err}");
         assert_eq!(err.lines().count(), 1, "{what}: {err}");
@@ -1314,7 +1025,7 @@ fn quick_ends_keep_every_event() {
         let t = Target::new("target_dynamic", &format!("quick-{how}")).args(&["quick-end", how]);
         let d = run_bounded(&t);
         assert_eq!(d.status.code(), Some(5), "{how}{d}");
-        let r = report_at(&t.dir.path().join(format!("gpushim-{}.json", live_pid(&d))), &d);
+        let r = d.report_in(t.dir.path());
         assert_eq!(total(&r, "alloc_count"), 100, "{how}{d}");
         assert_eq!(r["reason"], "exit", "{how}{d}");
     }
