@@ -81,18 +81,35 @@ fn stalled_collector_delays_exit_by_at_most_gpushim_exit_timeout() {
     assert_eq!(total(&r, "live_bytes"), 3 * MIB, "{d}");
 }
 
+/// The thread whose allocations a collector that does not read holds up.
+#[derive(Clone, Copy)]
+enum Allocating {
+    /// The main thread.
+    Main,
+    /// The one thread that is neither the main thread nor the shim's writer.
+    Other,
+}
+
 /// Waits until the collector's not reading holds the program up: the socket is full (the
-/// writer thread sleeps in sendto) and so is the channel (thread `tid`, allocating, sleeps in
+/// writer thread sleeps in sendto) and so is the channel (the `allocating` thread sleeps in
 /// futex inside its hook). There is no event to wait on, so /proc is polled against the
 /// deadline; the state must hold for 5 polls in a row. Returns when it was first seen.
-fn wait_held_up(live: &Live, tid: i32) -> Instant {
+///
+/// The threads are looked up at each poll: the writer names itself only once it runs, and
+/// until then it cannot be told from the program's own threads.
+fn wait_held_up(live: &Live, allocating: Allocating) -> Instant {
     let pid = live.pid;
     let deadline = Instant::now() + DEADLINE;
     let mut streak = 0;
     let mut since = Instant::now();
     while streak < 5 {
-        let held = writer_thread(pid).is_some_and(|w| asleep_in(pid, w, libc::SYS_sendto))
-            && asleep_in(pid, tid, libc::SYS_futex);
+        let held = writer_thread(pid).is_some_and(|w| {
+            let tid = match allocating {
+                Allocating::Main => Some(pid),
+                Allocating::Other => other_thread(pid, w),
+            };
+            asleep_in(pid, w, libc::SYS_sendto) && tid.is_some_and(|t| asleep_in(pid, t, libc::SYS_futex))
+        });
         if held {
             if streak == 0 {
                 since = Instant::now();
@@ -119,8 +136,7 @@ fn exit_is_not_held_up_by_threads_blocked_on_a_stalled_collector() {
     assert_eq!(live.line(), "ready");
     let c = the_collector(t.dir.path());
     let stopped = Stopped::new(c);
-    let worker = other_thread(live.pid).unwrap_or_else(|| live.abort("no allocating thread"));
-    wait_held_up(&live, worker);
+    wait_held_up(&live, Allocating::Other);
     let t0 = Instant::now();
     live.close_stdin();
     let status = live.wait_exit();
@@ -192,7 +208,7 @@ fn shim_memory_stays_bounded_while_the_collector_does_not_read() {
     let ready = live.line();
     let start_kb: u64 = ready.strip_prefix("ready ").and_then(|v| v.parse().ok()).unwrap_or_else(|| live.abort(&ready));
     let pid = live.pid;
-    let held_since = wait_held_up(&live, pid);
+    let held_since = wait_held_up(&live, Allocating::Main);
     let held_kb = status_kb(pid, "VmRSS:");
     let held_for = held_since.elapsed();
     // Open the gate: the collector drains everything.

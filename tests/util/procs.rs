@@ -92,13 +92,12 @@ pub fn writer_thread(pid: i32) -> Option<i32> {
     })
 }
 
-/// The thread of `pid` that is neither the main thread nor the shim's writer.
-pub fn other_thread(pid: i32) -> Option<i32> {
-    let writer = writer_thread(pid);
+/// A thread of `pid` that is neither the main thread nor `writer` (the shim's writer thread).
+pub fn other_thread(pid: i32, writer: i32) -> Option<i32> {
     fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|&t| t != pid && Some(t) != writer)
+        .find(|&t| t != pid && t != writer)
 }
 
 /// A field of /proc/`pid`/status given in kB (`VmRSS:`, `VmHWM:`…).
