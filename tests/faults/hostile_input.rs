@@ -5,50 +5,14 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use gpushim_testkit::{hello, stream_of, Rng};
 use gpushim_wire as wire;
 use serde_json::Value;
 
 use crate::util::*;
 
-/// A small deterministic generator (xorshift64*), so that every failure names its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-    /// A number that is often an edge case.
-    fn edgy(&mut self) -> u64 {
-        match self.below(6) {
-            0 => 0,
-            1 => u64::MAX - self.below(3),
-            2 => 1 << self.below(64),
-            3 => self.below(1000),
-            _ => self.next(),
-        }
-    }
-}
-
-fn hello(out: &Path) -> wire::Event {
-    wire::Event::Hello(wire::Hello {
-        pid: 4242,
-        ppid: 1,
-        start_unix_ns: 1_700_000_000_000_000_000,
-        command: vec!["./train".into(), "--steps".into(), "9".into()],
-        cwd: "/nonexistent-cwd".into(),
-        output_dir: out.display().to_string(),
-        shim_version: "0.1.0".into(),
-    })
-}
+/// The command line of the streams' Hello.
+const COMMAND: &[&str] = &["./train", "--steps", "9"];
 
 /// A random event of a type this version writes, with fields that are often edge cases;
 /// `seq` and `ts` stay plausible when `tame`.
@@ -70,7 +34,7 @@ fn random_event(g: &mut Rng, seq: &mut u64, tame: bool) -> wire::Event {
             api,
             device: if g.chance(4) { -1 } else { g.below(4) as i32 },
             stream: g.edgy(),
-            tid: g.next() as u32,
+            tid: g.next_u64() as u32,
             stack: if g.chance(3) { wire::NO_STACK } else { g.below(8) as u32 },
         }),
         3..=4 => wire::Event::Free(wire::Free {
@@ -80,7 +44,7 @@ fn random_event(g: &mut Rng, seq: &mut u64, tame: bool) -> wire::Event {
             api,
             stream: 0,
             tid: 7,
-            result: if g.chance(4) { g.next() as i32 } else { 0 },
+            result: if g.chance(4) { g.next_u64() as i32 } else { 0 },
         }),
         5 => wire::Event::Failed(wire::Failed {
             seq: num(g, s),
@@ -88,10 +52,10 @@ fn random_event(g: &mut Rng, seq: &mut u64, tame: bool) -> wire::Event {
             size: g.edgy(),
             kind,
             api,
-            device: g.next() as i32,
+            device: g.next_u64() as i32,
             tid: 1,
             stack: g.below(10) as u32,
-            result: g.next() as i32,
+            result: g.next_u64() as i32,
         }),
         6 => wire::Event::Snapshot(wire::Snapshot { boundary: num(g, s), ts_ns: num(g, s * 1000) }),
         7 => wire::Event::Stack(wire::Stack {
@@ -100,19 +64,19 @@ fn random_event(g: &mut Rng, seq: &mut u64, tame: bool) -> wire::Event {
         }),
         _ => match g.below(6) {
             3 => wire::Event::PyRuntime(wire::PyRuntime {
-                version: [0x030A_00F0, 0x030C_03F0, 0x030D_00F0, g.next() as u32][g.below(4) as usize],
+                version: [0x030A_00F0, 0x030C_03F0, 0x030D_00F0, g.next_u64() as u32][g.below(4) as usize],
             }),
             4 => wire::Event::PyCode(wire::PyCode {
                 id: g.below(6) as u32,
                 filename: "train.py".into(),
                 name: "step".into(),
-                firstlineno: g.next() as i32,
+                firstlineno: g.next_u64() as i32,
                 linetable_format: if g.chance(2) {
                     wire::LineTableFormat::Pep626
                 } else {
                     wire::LineTableFormat::Pep657
                 },
-                linetable: (0..g.below(40)).map(|_| g.next() as u8).collect(),
+                linetable: (0..g.below(40)).map(|_| g.next_u64() as u8).collect(),
             }),
             5 => wire::Event::PyStack(wire::PyStack {
                 id: g.below(10) as u32,
@@ -122,7 +86,7 @@ fn random_event(g: &mut Rng, seq: &mut u64, tame: bool) -> wire::Event {
             }),
             0 => wire::Event::MemInfo(wire::MemInfo {
                 ts_ns: g.edgy(),
-                device: g.next() as i32,
+                device: g.next_u64() as i32,
                 free: g.edgy(),
                 total: g.edgy(),
             }),
@@ -134,15 +98,6 @@ fn random_event(g: &mut Rng, seq: &mut u64, tame: bool) -> wire::Event {
             }),
         },
     }
-}
-
-fn stream_of(events: &[wire::Event]) -> Vec<u8> {
-    let mut b = Vec::new();
-    wire::write_header(&mut b);
-    for e in events {
-        wire::encode(e, &mut b);
-    }
-    b
 }
 
 /// Damages a stream in one of several ways.
@@ -157,12 +112,12 @@ fn mutate(g: &mut Rng, mut b: Vec<u8>) -> Vec<u8> {
         }
         1 => {
             let i = g.below(len) as usize;
-            b[i] = g.next() as u8;
+            b[i] = g.next_u64() as u8;
         }
         2 => b.truncate(g.below(len) as usize),
         3 => {
             let i = g.below(len + 1) as usize;
-            let junk: Vec<u8> = (0..1 + g.below(40)).map(|_| g.next() as u8).collect();
+            let junk: Vec<u8> = (0..1 + g.below(40)).map(|_| g.next_u64() as u8).collect();
             b.splice(i..i, junk);
         }
         4 => {
@@ -177,7 +132,7 @@ fn mutate(g: &mut Rng, mut b: Vec<u8>) -> Vec<u8> {
                     2 => wire::MAX_FRAME + 1,
                     3 => u32::MAX,
                     4 => g.below(64) as u32,
-                    5 => g.next() as u32 | 1 << 31,
+                    5 => g.next_u64() as u32 | 1 << 31,
                     _ if g.chance(20) => wire::MAX_FRAME,
                     _ => 1 << g.below(16),
                 };
@@ -190,10 +145,10 @@ fn mutate(g: &mut Rng, mut b: Vec<u8>) -> Vec<u8> {
             let chunk = b[i..j].to_vec();
             b.splice(i..i, chunk);
         }
-        6 => b = (0..g.below(300)).map(|_| g.next() as u8).collect(),
+        6 => b = (0..g.below(300)).map(|_| g.next_u64() as u8).collect(),
         _ => {
             b.truncate(wire::HEADER_LEN);
-            b.extend((0..g.below(300)).map(|_| g.next() as u8));
+            b.extend((0..g.below(300)).map(|_| g.next_u64() as u8));
         }
     }
     b
@@ -215,7 +170,7 @@ fn wire_decoder_survives_100000_damaged_streams() {
     for seed in 1..=100_000u64 {
         let mut g = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut seq = 0;
-        let mut events = vec![hello(out)];
+        let mut events = vec![hello(out, COMMAND)];
         events.extend((0..g.below(12)).map(|_| random_event(&mut g, &mut seq, false)));
         let bytes = mutate(&mut g, stream_of(&events));
         let r = std::panic::catch_unwind(|| {
@@ -253,7 +208,7 @@ fn collector_reports_what_was_valid_in_a_broken_stream_with_one_error() {
     fs::create_dir(&out).unwrap();
     let mut seq = 0;
     let mut g = Rng(7);
-    let mut events = vec![hello(&out)];
+    let mut events = vec![hello(&out, COMMAND)];
     // Ten 1 MiB allocations, the last two freed.
     for i in 0..10u64 {
         events.push(wire::Event::Alloc(wire::Alloc {
@@ -347,7 +302,7 @@ fn collector_survives_random_event_streams() {
         let mut g = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1);
         let mut seq = 0;
         let tame = g.chance(3);
-        let mut events = vec![hello(&out)];
+        let mut events = vec![hello(&out, COMMAND)];
         events.extend((0..g.below(200)).map(|_| random_event(&mut g, &mut seq, tame)));
         if g.chance(2) {
             events.push(wire::Event::Exit(wire::Exit { ts_ns: g.edgy() }));
