@@ -65,10 +65,9 @@ fn cuda_library_unloaded_and_reloaded_at_run_time_and_rtld_default_next_lookups(
         ("dl_next_alloc", "cudaMalloc", 8 * MIB),
         ("dl_default_driver_alloc", "cuMemAlloc", 16 * MIB),
     ] {
-        let s = sites_with(&r, func);
-        assert_eq!(s.len(), 1, "{func}{d}");
-        assert_eq!(s[0]["live_bytes"].as_u64(), Some(bytes), "{func}{d}");
-        assert_eq!(s[0]["apis"], serde_json::json!([api]), "{func}{d}");
+        let s = the_site(&r, func, &d);
+        assert_eq!(s["live_bytes"].as_u64(), Some(bytes), "{func}{d}");
+        assert_eq!(s["apis"], serde_json::json!([api]), "{func}{d}");
     }
 }
 

@@ -31,3 +31,10 @@ pub fn site_has(site: &Value, function: &str) -> bool {
 pub fn sites_with<'a>(r: &'a Value, function: &str) -> Vec<&'a Value> {
     r["sites"].as_array().unwrap().iter().filter(|s| site_has(s, function)).collect()
 }
+
+/// The one site whose stack contains `function`.
+pub fn the_site<'a>(r: &'a Value, function: &str, run: &dyn Display) -> &'a Value {
+    let s = sites_with(r, function);
+    assert_eq!(s.len(), 1, "one site for {function}{run}");
+    s[0]
+}
