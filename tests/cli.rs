@@ -17,14 +17,14 @@ fn run_sets_up_the_shim_and_forwards_the_exit_code() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let reports: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(|e| e.ok()).collect();
+    let reports = names_in(dir.path());
     assert_eq!(reports.len(), 1, "{err}");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(reports[0].path()).unwrap()).unwrap();
+    let v = read_json(&dir.path().join(&reports[0]), &err);
     assert_eq!(total(&v, "live_bytes"), 20 * MIB + 10240);
     // Exit codes pass through.
-    let out = Command::new(collector()).args(["run", "--", "/bin/sh", "-c", "exit 7"]).output().unwrap();
+    let out = gpushim(["run", "--", "/bin/sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));
-    let out = Command::new(collector()).args(["run", "--", "/nonexistent-program"]).output().unwrap();
+    let out = gpushim(["run", "--", "/nonexistent-program"]);
     assert_eq!(out.status.code(), Some(127));
     assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
 }

@@ -79,8 +79,7 @@ fn sigint_to_the_process_group_still_writes_the_report_with_its_reason() {
             // A program killed by a signal loses the events still queued in the shim (the
             // writer sleeps up to 20 ms when idle); a snapshot makes sure the collector has
             // them all before the signal.
-            let o = gpushim(["snapshot", &pid.to_string()]);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            take_snapshot(pid);
         }
         signal(-pid, libc::SIGINT);
         let d = live.finish();

@@ -148,3 +148,11 @@ where
 {
     Command::new(collector()).args(args).env_remove("LD_PRELOAD").output().unwrap()
 }
+
+/// `gpushim snapshot <pid>`, which must succeed; returns the path it prints. When it returns,
+/// the collector holds every event the process queued before.
+pub fn take_snapshot(pid: i32) -> String {
+    let o = gpushim(["snapshot", &pid.to_string()]);
+    assert!(o.status.success(), "gpushim snapshot {pid} failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
