@@ -4,10 +4,6 @@ use std::process::Command;
 
 use crate::util::*;
 
-fn gpushim(args: &[&str]) -> std::process::Output {
-    Command::new(collector()).args(args).env_remove("LD_PRELOAD").output().unwrap()
-}
-
 #[test]
 fn run_sets_up_the_shim_and_forwards_the_exit_code() {
     let dir = TempDir::new("cli-run");
@@ -21,14 +17,14 @@ fn run_sets_up_the_shim_and_forwards_the_exit_code() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let reports: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(|e| e.ok()).collect();
+    let reports = names_in(dir.path());
     assert_eq!(reports.len(), 1, "{err}");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(reports[0].path()).unwrap()).unwrap();
+    let v = read_json(&dir.path().join(&reports[0]), &err);
     assert_eq!(total(&v, "live_bytes"), 20 * MIB + 10240);
     // Exit codes pass through.
-    let out = Command::new(collector()).args(["run", "--", "/bin/sh", "-c", "exit 7"]).output().unwrap();
+    let out = gpushim(["run", "--", "/bin/sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));
-    let out = Command::new(collector()).args(["run", "--", "/nonexistent-program"]).output().unwrap();
+    let out = gpushim(["run", "--", "/nonexistent-program"]);
     assert_eq!(out.status.code(), Some(127));
     assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
 }
@@ -38,7 +34,7 @@ fn report_renders_text_and_rejects_garbage_in_one_line() {
     let run = Target::new("leak_example", "cli-report").args(&["20"]).run();
     run.success();
     let path = run.dir.path().join(&run.files()[0]);
-    let out = gpushim(&["report", path.to_str().unwrap()]);
+    let out = gpushim(["report", path.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("render"), "{text}");
@@ -46,7 +42,7 @@ fn report_renders_text_and_rejects_garbage_in_one_line() {
     let bad = run.dir.path().join("bad.json");
     std::fs::write(&bad, "{ not json").unwrap();
     for arg in [bad.to_str().unwrap(), "/nonexistent/report.json"] {
-        let out = gpushim(&["report", arg]);
+        let out = gpushim(["report", arg]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert_eq!(err.lines().count(), 1, "{err}");
@@ -63,7 +59,7 @@ fn diff_ranks_the_growing_site_first() {
     big.success();
     let a = small.dir.path().join(&small.files()[0]);
     let b = big.dir.path().join(&big.files()[0]);
-    let out = gpushim(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    let out = gpushim(["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let first_site_line = text.lines().find(|l| l.contains("render") || l.contains("load_model")).unwrap_or("");
@@ -93,16 +89,16 @@ fn report_formats_folded_svg_perfetto() {
     run.success();
     let path = run.dir.path().join(&run.files()[0]);
     let p = path.to_str().unwrap();
-    let folded = gpushim(&["report", p, "--format", "folded"]);
+    let folded = gpushim(["report", p, "--format", "folded"]);
     let text = String::from_utf8_lossy(&folded.stdout);
     assert!(folded.status.success());
     assert!(text.lines().any(|l| l.ends_with(";render 209715200")), "{text}");
     assert!(text.lines().any(|l| l.ends_with(";load_model 33554432")), "{text}");
-    let svg = gpushim(&["report", p, "--format", "svg"]);
+    let svg = gpushim(["report", p, "--format", "svg"]);
     let svg = String::from_utf8_lossy(&svg.stdout);
     assert!(svg.starts_with("<?xml") || svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
     assert!(svg.contains("render"));
-    let trace = gpushim(&["report", p, "--format", "perfetto"]);
+    let trace = gpushim(["report", p, "--format", "perfetto"]);
     let v: serde_json::Value = serde_json::from_slice(&trace.stdout).unwrap();
     let events = v["traceEvents"].as_array().unwrap();
     let counters: Vec<_> = events.iter().filter(|e| e["ph"] == "C").collect();
@@ -120,7 +116,7 @@ fn diff_of_a_snapshot_and_the_final_report_of_one_process() {
     let pid = run.report()["pid"].as_u64().unwrap();
     let snap = run.dir.path().join(format!("gpushim-{pid}-snapshot-1.json"));
     let fin = run.dir.path().join(format!("gpushim-{pid}.json"));
-    let out = gpushim(&["diff", snap.to_str().unwrap(), fin.to_str().unwrap(), "--format", "json"]);
+    let out = gpushim(["diff", snap.to_str().unwrap(), fin.to_str().unwrap(), "--format", "json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["same_process"], true, "{v:#}");

@@ -12,13 +12,12 @@ fn c_example_render_leak_is_the_top_suspect() {
     let run = Target::new("leak_example", "leak-c").args(&["200"]).run();
     run.success();
     let r = run.report();
-    let render = sites_with(&r, "render");
-    assert_eq!(render.len(), 1, "{run}");
-    assert_eq!(render[0]["live_count"].as_u64(), Some(200), "{run}");
-    assert_eq!(render[0]["live_bytes"].as_u64(), Some(200 * MIB), "{run}");
+    let render = the_site(&r, "render", &run);
+    assert_eq!(render["live_count"].as_u64(), Some(200), "{run}");
+    assert_eq!(render["live_bytes"].as_u64(), Some(200 * MIB), "{run}");
     let sus = suspects(&r);
     assert!(!sus.is_empty(), "{run}");
-    assert_eq!(sus[0]["site"], render[0]["id"], "top suspect is render(){run}");
+    assert_eq!(sus[0]["site"], render["id"], "top suspect is render(){run}");
     let model = sites_with(&r, "load_model");
     assert_eq!(model[0]["live_bytes"].as_u64(), Some(32 * MIB), "{run}");
     assert!(sus.iter().all(|s| s["site"] != model[0]["id"]), "a model loaded once is not a leak{run}");
@@ -31,9 +30,7 @@ fn c_example_render_leak_is_the_top_suspect() {
 
 #[test]
 fn rust_cudarc_example_through_dlsym() {
-    let exe = bin_dir().join("cudarc-leak");
-    assert!(exe.exists(), "{} missing: run `cargo build --workspace`", exe.display());
-    let run = Target::new(&exe, "leak-rust").args(&["100"]).run();
+    let run = Target::new(built("cudarc-leak"), "leak-rust").args(&["100"]).run();
     run.success();
     let r = run.report();
     let cache: Vec<_> = r["sites"]

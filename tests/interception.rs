@@ -1,10 +1,12 @@
 //! Every way a program reaches the CUDA allocator, each allocation counted once, per kind and
 //! per site, with arguments and results passed through unchanged.
 
+use serde_json::Value;
+
 use crate::util::*;
 
 /// The `kinds` scenario of target.c: what must be live at exit, whatever the path.
-fn assert_kinds(r: &serde_json::Value, run: &Outcome) {
+fn assert_kinds(r: &Value, run: &Outcome) {
     assert_eq!(r["reason"], "exit", "{run}");
     assert_eq!(kind(r, "device", "live_bytes"), 14 * MIB + 10240, "{run}");
     assert_eq!(kind(r, "device", "live_count"), 4, "{run}");
@@ -28,35 +30,48 @@ fn assert_kinds(r: &serde_json::Value, run: &Outcome) {
         ("kinds_pitch_kept", 10240),
         ("kinds_pool_kept", 6 * MIB),
     ] {
-        let s = sites_with(r, func);
-        assert_eq!(s.len(), 1, "one site for {func}{run}");
-        assert_eq!(s[0]["live_bytes"].as_u64(), Some(bytes), "{func}{run}");
-        assert_eq!(s[0]["live_count"].as_u64(), Some(1), "{func}{run}");
+        let s = the_site(r, func, run);
+        assert_eq!(s["live_bytes"].as_u64(), Some(bytes), "{func}{run}");
+        assert_eq!(s["live_count"].as_u64(), Some(1), "{func}{run}");
     }
-    let freed = sites_with(r, "kinds_malloc_freed");
-    assert_eq!(freed.len(), 1, "{run}");
-    assert_eq!(freed[0]["live_bytes"].as_u64(), Some(0), "{run}");
-    assert_eq!(freed[0]["free_count"].as_u64(), Some(1), "{run}");
+    let freed = the_site(r, "kinds_malloc_freed", run);
+    assert_eq!(freed["live_bytes"].as_u64(), Some(0), "{run}");
+    assert_eq!(freed["free_count"].as_u64(), Some(1), "{run}");
     assert_eq!(r["suspects"].as_array().map(Vec::len), Some(0), "no suspects in a program without growth{run}");
 }
 
-fn site_apis(r: &serde_json::Value, func: &str) -> Vec<String> {
-    let s = sites_with(r, func);
-    assert_eq!(s.len(), 1, "{func}");
-    s[0]["apis"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
+/// Runs the `kinds` scenario of `t` and checks what must be live at exit.
+fn run_kinds(t: Target) -> (Outcome, Value) {
+    let run = t.args(&["kinds"]).run();
+    run.success();
+    let r = run.report();
+    assert_kinds(&r, &run);
+    (run, r)
+}
+
+/// The one site of each function recorded exactly its API.
+fn assert_apis(r: &Value, run: &Outcome, want: &[(&str, &str)]) {
+    for (func, api) in want {
+        let apis: Vec<&str> =
+            the_site(r, func, run)["apis"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        assert_eq!(apis, [*api], "{func}{run}");
+    }
 }
 
 #[test]
 fn dynamic_runtime_by_symbol_counts_each_kind_once() {
-    let run = Target::new("target_dynamic", "kinds-dyn").args(&["kinds"]).run();
-    run.success();
-    let r = run.report();
-    assert_kinds(&r, &run);
+    let (run, r) = run_kinds(Target::new("target_dynamic", "kinds-dyn"));
     // The outermost call is the one recorded: cudaMalloc, not the cuMemAlloc_v2 inside it.
-    assert_eq!(site_apis(&r, "kinds_malloc_kept"), ["cudaMalloc"], "{run}");
-    assert_eq!(site_apis(&r, "kinds_async_kept"), ["cudaMallocAsync"], "{run}");
-    assert_eq!(site_apis(&r, "kinds_pool_kept"), ["cudaMallocFromPoolAsync"], "{run}");
-    assert_eq!(site_apis(&r, "kinds_host_kept"), ["cudaMallocHost"], "{run}");
+    assert_apis(
+        &r,
+        &run,
+        &[
+            ("kinds_malloc_kept", "cudaMalloc"),
+            ("kinds_async_kept", "cudaMallocAsync"),
+            ("kinds_pool_kept", "cudaMallocFromPoolAsync"),
+            ("kinds_host_kept", "cudaMallocHost"),
+        ],
+    );
     // The program's own output is what it prints without the shim.
     let bare = Target::new("target_dynamic", "kinds-bare").args(&["kinds"]).preload(None).run();
     let lines =
@@ -66,16 +81,19 @@ fn dynamic_runtime_by_symbol_counts_each_kind_once() {
 
 #[test]
 fn static_runtime_is_caught_through_cu_get_proc_address() {
-    let run = Target::new("target_static", "kinds-static").args(&["kinds"]).run();
-    run.success();
-    let r = run.report();
-    assert_kinds(&r, &run);
+    let (run, r) = run_kinds(Target::new("target_static", "kinds-static"));
     // The runtime lives inside the executable: only the driver calls it made through the
     // table it loaded with cuGetProcAddress can be seen.
-    assert_eq!(site_apis(&r, "kinds_malloc_kept"), ["cuMemAlloc"], "{run}");
-    assert_eq!(site_apis(&r, "kinds_async_kept"), ["cuMemAllocAsync"], "{run}");
-    assert_eq!(site_apis(&r, "kinds_managed_kept"), ["cuMemAllocManaged"], "{run}");
-    assert_eq!(site_apis(&r, "kinds_host_kept"), ["cuMemAllocHost"], "{run}");
+    assert_apis(
+        &r,
+        &run,
+        &[
+            ("kinds_malloc_kept", "cuMemAlloc"),
+            ("kinds_async_kept", "cuMemAllocAsync"),
+            ("kinds_managed_kept", "cuMemAllocManaged"),
+            ("kinds_host_kept", "cuMemAllocHost"),
+        ],
+    );
 }
 
 #[test]
@@ -96,7 +114,7 @@ fn driver_by_dlsym_handle_and_proc_address_keeps_abi_variants() {
     assert!(vmm.iter().any(|s| s["kind"] == "pinned_host" && s["live_bytes"] == 4 * MIB), "{run}");
     // The per-thread-default-stream variant asked for is the one that ran, and only once.
     assert!(run.stdout.contains("standin cuMemAllocAsync_ptsz=1 cuMemAlloc_v2=3 cuMemAlloc=0"), "{run}");
-    assert_eq!(site_apis(&r, "procaddr_async_ptsz_kept"), ["cuMemAllocAsync"], "{run}");
+    assert_apis(&r, &run, &[("procaddr_async_ptsz_kept", "cuMemAllocAsync")]);
 }
 
 #[test]
@@ -104,9 +122,7 @@ fn another_rtld_next_interposer_beside_the_shim_does_not_recurse() {
     for order in ["shim-first", "shim-second"] {
         let (shim, other) = (shim().display().to_string(), standin("librtldnext.so").display().to_string());
         let preload = if order == "shim-first" { format!("{shim}:{other}") } else { format!("{other}:{shim}") };
-        let run = Target::new("target_dynamic", order).args(&["kinds"]).preload(Some(preload)).run();
-        run.success();
-        assert_kinds(&run.report(), &run);
+        run_kinds(Target::new("target_dynamic", order).preload(Some(preload)));
     }
 }
 

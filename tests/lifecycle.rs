@@ -1,38 +1,28 @@
 //! The target's life: normal exit, SIGKILL, fork without exec, fork+exec of non-CUDA programs,
 //! processes that never touch CUDA, and a collector that cannot be started.
 
+use std::os::unix::process::ExitStatusExt;
+
 use crate::util::*;
 
 #[test]
 fn killed_target_still_gets_a_report_with_reason_killed() {
-    use std::io::{BufRead, BufReader, Read};
     let t = Target::new("target_dynamic", "kill").args(&["sleep-snapshot"]);
-    let mut child = t
-        .command()
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n");
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "ready");
+    let pid = live.pid;
     // A snapshot proves the collector holds every event so far; then SIGKILL, no exit path.
-    let snap = std::process::Command::new(collector()).args(["snapshot", &child.id().to_string()]).output().unwrap();
-    assert!(snap.status.success(), "{}", String::from_utf8_lossy(&snap.stderr));
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+    take_snapshot(pid);
+    signal(pid, libc::SIGKILL);
+    let status = live.wait_exit();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
     // The collector shares the target's stderr: its end means the report is written.
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    let path = t.dir.path().join(format!("gpushim-{}.json", child.id()));
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}: {err}"))).unwrap();
-    assert_eq!(r["reason"], "killed", "{err}");
-    assert_eq!(total(&r, "live_bytes"), MIB, "{err}");
-    assert_eq!(sites_with(&r, "sleeper_before").len(), 1, "{err}");
-    assert!(err.contains("(killed)"), "the summary says how the program ended: {err}");
+    let d = live.finish_after(status);
+    let r = read_json(&t.dir.path().join(format!("gpushim-{pid}.json")), &d);
+    assert_eq!(r["reason"], "killed", "{d}");
+    assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
+    assert_eq!(sites_with(&r, "sleeper_before").len(), 1, "{d}");
+    assert!(d.stderr.contains("(killed)"), "the summary says how the program ended{d}");
 }
 
 #[test]

@@ -130,17 +130,22 @@ fn native_helper(dir: &Path) -> PathBuf {
     lib
 }
 
-/// Runs the script under the shim with `python` and returns the run and its report.
-fn run_script(python: &Path, name: &str) -> (Outcome, Value, PathBuf) {
+/// `python` running the script under the shim (the script and its native helper written to the
+/// target's directory), and the script's path.
+fn script_target(python: &Path, name: &str) -> (Target, PathBuf) {
     let t = Target::new(python, name);
     let script = t.dir.path().join("alloc.py");
     std::fs::write(&script, SCRIPT).unwrap();
     let helper = native_helper(t.dir.path());
     let cudart = standin("libcudart.so.13");
-    let run = t
-        .args(&[script.to_str().unwrap(), cudart.to_str().unwrap(), helper.to_str().unwrap()])
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .run();
+    let t = t.args(&[script.to_str().unwrap(), cudart.to_str().unwrap(), helper.to_str().unwrap()]);
+    (t, script)
+}
+
+/// Runs the script under the shim with `python` and returns the run and its report.
+fn run_script(python: &Path, name: &str) -> (Outcome, Value, PathBuf) {
+    let (t, script) = script_target(python, name);
+    let run = t.env("PYTHONDONTWRITEBYTECODE", "1").run();
     run.success();
     assert!(run.stdout.contains("allocated 5"), "{run}");
     let r = run.report();
@@ -268,12 +273,8 @@ fn python_frames_on_other_interpreters() {
 #[test]
 fn python_frames_can_be_switched_off_and_native_programs_have_no_python_field() {
     let python = python3();
-    let t = Target::new(&python, "py-off").env("GPUSHIM_PYTHON", "0");
-    let script = t.dir.path().join("alloc.py");
-    std::fs::write(&script, SCRIPT).unwrap();
-    let helper = native_helper(t.dir.path());
-    let cudart = standin("libcudart.so.13");
-    let run = t.args(&[script.to_str().unwrap(), cudart.to_str().unwrap(), helper.to_str().unwrap()]).run();
+    let (t, _) = script_target(&python, "py-off");
+    let run = t.env("GPUSHIM_PYTHON", "0").run();
     run.success();
     let r = run.report();
     for s in r["sites"].as_array().unwrap() {

@@ -18,7 +18,7 @@ use crate::live::{Op, State};
 /// takes its number before the real call, which may wait on the device or a driver lock, and
 /// any thread may be preempted between taking a number and queueing its event. With 64
 /// threads allocating on 2 cores, events arrived up to 700,000 places late (measured with the
-/// stand-ins; `faults::sixty_four_threads_give_exact_totals_without_deadlock`), past the
+/// stand-ins; `faults::threads_and_signals::sixty_four_threads_give_exact_totals_without_deadlock`), past the
 /// earlier bound of 2^18, which turned late events into "lost" ones and wrong totals.
 pub const MAX_PENDING: usize = 1 << 22;
 

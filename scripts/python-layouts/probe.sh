@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compiles probe.c against the headers of each given interpreter and prints the offsets
-# shim/src/python.rs relies on. Usage: probe.sh /path/to/python3.X [...]
+# shim/src/python/layout.rs relies on. Usage: probe.sh /path/to/python3.X [...]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)

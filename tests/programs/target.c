@@ -402,7 +402,7 @@ static int scenario_sleep_snapshot(void)
 }
 
 /* ------------------------------------------------------------- faults
- * Scenarios for tests/faults.rs: the program must behave the same whatever
+ * Scenarios for the fault suite (tests/faults/): the program must behave the same whatever
  * happens to gpushim's side.
  */
 

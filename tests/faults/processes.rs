@@ -1,0 +1,139 @@
+//! Processes and libraries: children forked and exec'd, a program reaping every child, forks while
+//! the shim starts, CUDA libraries unloaded and reloaded, overflowing arguments, `pthread_cancel`,
+//! descriptors closed and reused, and quick exits.
+
+use crate::util::*;
+
+#[test]
+fn fork_exec_of_non_cuda_tools_leaves_them_untouched() {
+    // After tracing has started: a shell and an nvidia-smi-like tool (asks the runtime about
+    // the device, allocates nothing) inherit LD_PRELOAD. Each prints its own thread count.
+    let plain = plain_stdout("target_dynamic", &["forkexec-tools"]);
+    assert!(plain.contains(&"Threads:\t1".to_string()) && plain.contains(&"query threads 1".to_string()), "{plain:?}");
+    let t = Target::new("target_dynamic", "forkexec-tools").args(&["forkexec-tools"]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, plain, "no writer thread in the children, same output{d}");
+    let pid = d.pid();
+    assert!(d.stderr.lines().all(|l| l.starts_with("gpushim: ")), "{d}");
+    assert_eq!(d.stderr.lines().filter(|l| l.starts_with("gpushim: pid ")).count(), 1, "only the parent's summary{d}");
+    assert_eq!(names_in(t.dir.path()), [format!("gpushim-{pid}.json")], "only the parent's report{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
+    assert_eq!(sites_with(&r, "tools_parent_alloc").len(), 1, "{d}");
+}
+
+#[test]
+fn a_program_that_reaps_every_child_does_not_see_or_wait_for_the_collector() {
+    let plain = plain_stdout("target_dynamic", &["reap"]);
+    let t = Target::new("target_dynamic", "reap").args(&["reap"]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, plain, "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(r["reason"], "exit", "{d}");
+    assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
+}
+
+/// A fork while other threads start the shim (module scans hold the loader's write lock,
+/// which glibc does not reset in the child) must not leave the child hung. The race hit 7 of
+/// 40 runs before the fix; 10 runs here.
+#[test]
+fn fork_while_threads_start_the_shim_never_hangs_the_child() {
+    for i in 0..10 {
+        let t = Target::new("target_dynamic", &format!("fork-start-{i}")).args(&["fork-start"]);
+        let d = run_bounded(&t);
+        assert!(d.status.success(), "run {i}{d}");
+        assert!(d.stdout.iter().any(|l| l == "bad children 0"), "run {i}{d}");
+    }
+}
+
+#[test]
+fn cuda_library_unloaded_and_reloaded_at_run_time_and_rtld_default_next_lookups() {
+    let plain = plain_stdout("target_dynamic", &["dlreload"]);
+    let t = Target::new("target_dynamic", "dlreload").args(&["dlreload"]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, plain, "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "alloc_count"), 4, "{d}");
+    assert_eq!(total(&r, "live_bytes"), 30 * MIB, "{d}");
+    assert_eq!(total(&r, "unknown_free_count"), 2, "{d}");
+    for (func, api, bytes) in [
+        ("dl_second_alloc", "cuMemAlloc", 2 * MIB),
+        ("dl_default_alloc", "cudaMalloc", 4 * MIB),
+        ("dl_next_alloc", "cudaMalloc", 8 * MIB),
+        ("dl_default_driver_alloc", "cuMemAlloc", 16 * MIB),
+    ] {
+        let s = the_site(&r, func, &d);
+        assert_eq!(s["live_bytes"].as_u64(), Some(bytes), "{func}{d}");
+        assert_eq!(s["apis"], serde_json::json!([api]), "{func}{d}");
+    }
+}
+
+#[test]
+fn arguments_that_overflow_and_frames_without_unwind_info_pass_through() {
+    // cudaMallocPitch(2^40, 2^40): the size overflows; the runtime's error comes back.
+    let plain = plain_stdout("target_dynamic", &["pitch-overflow"]);
+    let t = Target::new("target_dynamic", "pitch").args(&["pitch-overflow"]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, plain, "{d}");
+    assert!(!d.stderr.contains("panicked"), "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "failed_count"), 1, "{d}");
+    assert_eq!(r["failures"][0]["size"].as_u64(), Some(u64::MAX), "the size saturates{d}");
+    // cudaMalloc called from a frame without CFI whose rbp is -8: the backtrace stops there
+    // and the allocation is recorded.
+    let plain = plain_stdout("target_dynamic", &["odd-rbp"]);
+    let t = Target::new("target_dynamic", "odd-rbp").args(&["odd-rbp"]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, plain, "{d}");
+    assert!(!d.stderr.contains("panicked"), "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!((total(&r, "alloc_count"), total(&r, "live_bytes")), (1, MIB), "{d}");
+}
+
+/// `pthread_cancel` of a thread in its first allocations: the program behaves as without the
+/// shim (the thread is cancelled, the program goes on).
+#[test]
+fn pthread_cancel_of_an_allocating_thread_is_harmless() {
+    for us in ["0", "50", "1000"] {
+        let t = Target::new("target_dynamic", &format!("cancel-{us}")).args(&["cancel", us]);
+        let d = run_bounded(&t);
+        assert!(d.status.success(), "cancel after {us} µs{d}");
+        assert_eq!(d.stdout, ["cancelled 1", "ok"], "{d}");
+    }
+}
+
+/// A program that closes every descriptor (as daemons do) and reuses the numbers: the shim
+/// never writes to, shuts down or closes the program's new descriptors; it stops recording
+/// with one line.
+#[test]
+fn descriptors_closed_and_reused_by_the_program_are_left_alone() {
+    let t = Target::new("target_dynamic", "close-fds");
+    let prefix = t.dir.path().join("program-file");
+    let t = t.args(&["close-fds", prefix.to_str().unwrap()]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert!(d.stdout.iter().any(|l| l == "failed writes 0"), "{d}");
+    for i in 0..8 {
+        let f = format!("{}.{i}", prefix.display());
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "data\n", "{f} holds only the program's own write{d}");
+    }
+}
+
+/// `_exit`, `_Exit` and `quick_exit` run no atexit handler; the shim still ends the stream
+/// cleanly, so nothing recorded is lost and the reason is `exit`.
+#[test]
+fn quick_ends_keep_every_event() {
+    for how in ["_exit", "_Exit", "quick_exit"] {
+        let t = Target::new("target_dynamic", &format!("quick-{how}")).args(&["quick-end", how]);
+        let d = run_bounded(&t);
+        assert_eq!(d.status.code(), Some(5), "{how}{d}");
+        let r = d.report_in(t.dir.path());
+        assert_eq!(total(&r, "alloc_count"), 100, "{how}{d}");
+        assert_eq!(r["reason"], "exit", "{how}{d}");
+    }
+}
