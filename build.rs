@@ -4,7 +4,7 @@
 //!
 //! Outputs (all in one directory; executables and libcudart carry RUNPATH
 //! `$ORIGIN`, so they find each other there):
-//! - `libcuda.so.1`          driver stand-in (standins/cuda.c)
+//! - `libcuda.so.1`          driver stand-in (standins/cuda.c, cuda_table.c, cuda_arrays.c)
 //! - `libcudart.so.13`       runtime stand-in, shared (standins/cudart.c)
 //! - `libcudart_static.a`    runtime stand-in, static archive (same source)
 //! - `target_dynamic`        tests/programs/target.c linked to libcudart.so.13
@@ -96,6 +96,9 @@ fn main() {
     for src in [
         "build.rs",
         "standins/cuda.c",
+        "standins/cuda_table.c",
+        "standins/cuda_table.h",
+        "standins/cuda_arrays.c",
         "standins/cudart.c",
         "standins/cuda_standin.h",
         "standins/cudart_standin.h",
@@ -120,6 +123,8 @@ fn main() {
     let mut a = os(LIBRARY);
     a.extend(os(&["-shared", "-Wl,-soname,libcuda.so.1"]));
     a.push(ctx.src("standins/cuda.c"));
+    a.push(ctx.src("standins/cuda_table.c"));
+    a.push(ctx.src("standins/cuda_arrays.c"));
     a.extend(os(&["-lpthread"]));
     ctx.cc("libcuda.so.1", &a);
 

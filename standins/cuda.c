@@ -9,12 +9,15 @@
  * - STANDIN_DEVICE_BYTES (default 80 GiB) bounds live device+managed bytes;
  *   an allocation beyond it returns CUDA_ERROR_OUT_OF_MEMORY.
  * - standin_calls(name) reports how often each exported function was entered.
+ * - A device free of exactly STANDIN_SLOW_FREE_BYTES bytes waits, as cudaFree waits for a
+ *   running kernel, until one byte can be read from the FIFO named by STANDIN_SLOW_FREE_FIFO.
  * - cuGetProcAddress / cuGetProcAddress_v2 resolve names through a plain C
  *   table (no dlsym) and hand out the library's internal functions, as the real
  *   driver does, so an interposer exporting the same names is not returned.
  */
 #define _GNU_SOURCE
 #include "cuda_standin.h"
+#include "cuda_table.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -23,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #define API __attribute__((visibility("default")))
 
@@ -82,179 +87,6 @@ API unsigned long standin_calls(const char *function_name)
     return 0;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Live allocation table                                                     */
-
-enum entry_class { CLASS_DEVICE, CLASS_HOST, CLASS_HANDLE };
-
-struct entry {
-    uintptr_t key;
-    size_t size;
-    int cls;          /* enum entry_class */
-    int counts;       /* 1 if the bytes count against STANDIN_DEVICE_BYTES */
-    int mapped;       /* 1 if backed by mmap (cuMemAlloc v1), else malloc */
-    struct entry *next;
-};
-
-#define NBUCKETS 4096u
-
-static struct entry *buckets[NBUCKETS];
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static size_t live_device_bytes;      /* device + managed + device VMM */
-static size_t device_limit;
-static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
-static atomic_ullong next_handle = 0x1000;
-
-static void lock_table(void) { pthread_mutex_lock(&table_lock); }
-static void unlock_table(void) { pthread_mutex_unlock(&table_lock); }
-
-static void setup(void)
-{
-    device_limit = 80ull << 30;
-    const char *s = getenv("STANDIN_DEVICE_BYTES");
-    if (s != NULL && *s != '\0') {
-        char *end = NULL;
-        errno = 0;
-        unsigned long long v = strtoull(s, &end, 0);
-        if (errno == 0 && end != NULL && *end == '\0')
-            device_limit = (size_t)v;
-    }
-    /* Keep the table usable in a forked child. */
-    pthread_atfork(lock_table, unlock_table, unlock_table);
-}
-
-static void ensure_setup(void) { pthread_once(&setup_once, setup); }
-
-static unsigned bucket_of(uintptr_t key)
-{
-    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
-    return (unsigned)(h >> 52) & (NBUCKETS - 1);
-}
-
-/* Reserve `size` device bytes against the limit.  Call with the lock held. */
-static int reserve_locked(size_t size)
-{
-    if (size > device_limit || live_device_bytes > device_limit - size)
-        return 0;
-    live_device_bytes += size;
-    return 1;
-}
-
-static void insert_locked(struct entry *e)
-{
-    unsigned b = bucket_of(e->key);
-    e->next = buckets[b];
-    buckets[b] = e;
-}
-
-/* Unlink and return the entry for (key, cls), or NULL.  Lock held. */
-static struct entry *remove_locked(uintptr_t key, int cls)
-{
-    struct entry **pp = &buckets[bucket_of(key)];
-    for (; *pp != NULL; pp = &(*pp)->next) {
-        struct entry *e = *pp;
-        if (e->key == key && e->cls == cls) {
-            *pp = e->next;
-            if (e->counts)
-                live_device_bytes -= e->size;
-            return e;
-        }
-    }
-    return NULL;
-}
-
-/*
- * Allocate `size` bytes of backing memory and record it.  Returns a CUresult;
- * on success *out receives the address.
- */
-static CUresult alloc_backed(uintptr_t *out, size_t size, int cls, int counts, int low32)
-{
-    if (size == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    ensure_setup();
-    struct entry *e = malloc(sizeof *e);
-    if (e == NULL)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-
-    lock_table();
-    if (counts && !reserve_locked(size)) {
-        unlock_table();
-        free(e);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    void *mem = NULL;
-    if (low32) {
-#ifdef MAP_32BIT
-        mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_32BIT,
-                   -1, 0);
-        if (mem == MAP_FAILED || (uintptr_t)mem + size > 0xFFFFFFFFull) {
-            if (mem != MAP_FAILED)
-                munmap(mem, size);
-            mem = NULL;
-        }
-#endif
-    } else {
-        mem = malloc(size);
-    }
-    if (mem == NULL) {
-        if (counts)
-            live_device_bytes -= size;
-        unlock_table();
-        free(e);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    e->key = (uintptr_t)mem;
-    e->size = size;
-    e->cls = cls;
-    e->counts = counts;
-    e->mapped = low32;
-    insert_locked(e);
-    unlock_table();
-    *out = (uintptr_t)mem;
-    return CUDA_SUCCESS;
-}
-
-static CUresult free_backed(uintptr_t key, int cls)
-{
-    if (key == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    ensure_setup();
-    lock_table();
-    struct entry *e = remove_locked(key, cls);
-    if (e != NULL) {
-        if (e->mapped)
-            munmap((void *)e->key, e->size);
-        else
-            free((void *)e->key);
-    }
-    unlock_table();
-    if (e == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    free(e);
-    return CUDA_SUCCESS;
-}
-
-static CUresult alloc_device(CUdeviceptr *dptr, size_t size)
-{
-    if (dptr == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    uintptr_t p;
-    CUresult r = alloc_backed(&p, size, CLASS_DEVICE, 1, 0);
-    if (r == CUDA_SUCCESS)
-        *dptr = (CUdeviceptr)p;
-    return r;
-}
-
-static CUresult alloc_host(void **pp, size_t size)
-{
-    if (pp == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    uintptr_t p;
-    CUresult r = alloc_backed(&p, size, CLASS_HOST, 0, 0);
-    if (r == CUDA_SUCCESS)
-        *pp = (void *)p;
-    return r;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Implementations.  These are static so that cuGetProcAddress hands out the  */
@@ -312,9 +144,11 @@ static CUresult impl_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     return alloc_device(dptr, bytesize);
 }
 
+
 static CUresult impl_cuMemFree_v2(CUdeviceptr dptr)
 {
     COUNT(cuMemFree_v2);
+    slow_free_wait((uintptr_t)dptr);
     return free_backed((uintptr_t)dptr, CLASS_DEVICE);
 }
 
@@ -526,6 +360,13 @@ static const struct proc procs[] = {
     {"cuMemCreate", FP(impl_cuMemCreate), NULL, 0, NULL},
     {"cuMemRelease", FP(impl_cuMemRelease), NULL, 0, NULL},
     {"cuGetExportTable", FP(impl_cuGetExportTable), NULL, 0, NULL},
+    {"cuArrayCreate", FP(impl_cuArrayCreate_v2), NULL, 3020, NULL},
+    {"cuArray3DCreate", FP(impl_cuArray3DCreate_v2), NULL, 3020, NULL},
+    {"cuArrayDestroy", FP(impl_cuArrayDestroy), NULL, 0, NULL},
+    {"cuMipmappedArrayCreate", FP(impl_cuMipmappedArrayCreate), NULL, 0, NULL},
+    {"cuMipmappedArrayDestroy", FP(impl_cuMipmappedArrayDestroy), NULL, 0, NULL},
+    {"cuArrayGetMemoryRequirements", FP(impl_cuArrayGetMemoryRequirements), NULL, 0, NULL},
+    {"cuMipmappedArrayGetMemoryRequirements", FP(impl_cuArrayGetMemoryRequirements), NULL, 0, NULL},
     {"cuGetProcAddress", FP(impl_cuGetProcAddress_v2), FP(impl_cuGetProcAddress_v1), 12000, NULL},
 };
 

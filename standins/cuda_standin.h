@@ -90,6 +90,43 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
                              unsigned long long flags, int *symbolStatus);
 
+/* CUDA arrays (cuda.h's names and layouts). */
+typedef void *CUarray;
+typedef void *CUmipmappedArray;
+#define CU_AD_FORMAT_UNSIGNED_INT8 0x01
+#define CU_AD_FORMAT_UNSIGNED_INT16 0x02
+#define CU_AD_FORMAT_UNSIGNED_INT32 0x03
+#define CU_AD_FORMAT_FLOAT 0x20
+typedef struct CUDA_ARRAY_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    int Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    size_t Depth;
+    int Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+typedef struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st {
+    size_t size;
+    size_t alignment;
+    unsigned int reserved[4];
+} CUDA_ARRAY_MEMORY_REQUIREMENTS;
+
+CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc);
+CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc);
+CUresult cuArrayDestroy(CUarray hArray);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                unsigned int numMipmapLevels);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray);
+CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *req, CUarray array, int device);
+CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *req,
+                                               CUmipmappedArray mipmap, int device);
+
 /* Stand-in only: how many times the exported function `name` was entered. */
 unsigned long standin_calls(const char *function_name);
 
@@ -115,5 +152,11 @@ typedef CUresult (*PFN_cuGetExportTable)(const void **, const void *);
 typedef CUresult (*PFN_cuGetProcAddress_v1)(const char *, void **, int, unsigned long long);
 typedef CUresult (*PFN_cuGetProcAddress_v2)(const char *, void **, int, unsigned long long, int *);
 typedef unsigned long (*PFN_standin_calls)(const char *);
+typedef CUresult (*PFN_cuArrayCreate_v2)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+typedef CUresult (*PFN_cuArray3DCreate_v2)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+typedef CUresult (*PFN_cuArrayDestroy)(CUarray);
+typedef CUresult (*PFN_cuMipmappedArrayCreate)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *,
+                                               unsigned int);
+typedef CUresult (*PFN_cuMipmappedArrayDestroy)(CUmipmappedArray);
 
 #endif

@@ -42,6 +42,11 @@ static struct {
     PFN_cuMemAllocFromPoolAsync memAllocFromPoolAsync_ptsz;
     PFN_cuCtxGetDevice ctxGetDevice;
     PFN_cuGetExportTable getExportTable;
+    PFN_cuArrayCreate_v2 arrayCreate;
+    PFN_cuArray3DCreate_v2 array3DCreate;
+    PFN_cuArrayDestroy arrayDestroy;
+    PFN_cuMipmappedArrayCreate mipmappedArrayCreate;
+    PFN_cuMipmappedArrayDestroy mipmappedArrayDestroy;
 } drv;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -124,6 +129,11 @@ static void runtime_init(void)
         "cuMemAllocFromPoolAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     drv.ctxGetDevice = (PFN_cuCtxGetDevice)load("cuCtxGetDevice", 2000, 0);
     drv.getExportTable = (PFN_cuGetExportTable)load("cuGetExportTable", 3000, 0);
+    drv.arrayCreate = (PFN_cuArrayCreate_v2)load("cuArrayCreate", 3020, 0);
+    drv.array3DCreate = (PFN_cuArray3DCreate_v2)load("cuArray3DCreate", 3020, 0);
+    drv.arrayDestroy = (PFN_cuArrayDestroy)load("cuArrayDestroy", 2000, 0);
+    drv.mipmappedArrayCreate = (PFN_cuMipmappedArrayCreate)load("cuMipmappedArrayCreate", 5000, 0);
+    drv.mipmappedArrayDestroy = (PFN_cuMipmappedArrayDestroy)load("cuMipmappedArrayDestroy", 5000, 0);
 
     /* The real runtime fetches a private table once; the result is ignored. */
     if (drv.getExportTable != NULL) {
@@ -306,4 +316,69 @@ API cudaError_t cudaGetDevice(int *device)
 API cudaError_t cudaDeviceSynchronize(void)
 {
     return ensure_init();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Arrays: the runtime's channel descriptor becomes the driver's format.     */
+
+static void channel_format(const struct cudaChannelFormatDesc *d, int *format, unsigned *channels)
+{
+    int bits = d->x;
+    *channels = (d->x > 0) + (d->y > 0) + (d->z > 0) + (d->w > 0);
+    if (d->f == cudaChannelFormatKindFloat)
+        *format = bits == 16 ? 0x10 : CU_AD_FORMAT_FLOAT;
+    else
+        *format = bits == 8 ? CU_AD_FORMAT_UNSIGNED_INT8
+                  : bits == 16 ? CU_AD_FORMAT_UNSIGNED_INT16 : CU_AD_FORMAT_UNSIGNED_INT32;
+}
+
+API cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, size_t width,
+                                size_t height, unsigned int flags)
+{
+    (void)flags;
+    REQUIRE(drv.arrayCreate);
+    if (desc == NULL)
+        return cudaErrorInvalidValue;
+    CUDA_ARRAY_DESCRIPTOR d = {width, height, 0, 0};
+    channel_format(desc, &d.Format, &d.NumChannels);
+    return map_error(drv.arrayCreate((CUarray *)array, &d));
+}
+
+API cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                                  struct cudaExtent extent, unsigned int flags)
+{
+    REQUIRE(drv.array3DCreate);
+    if (desc == NULL)
+        return cudaErrorInvalidValue;
+    CUDA_ARRAY3D_DESCRIPTOR d = {extent.width, extent.height, extent.depth, 0, 0, flags};
+    channel_format(desc, &d.Format, &d.NumChannels);
+    return map_error(drv.array3DCreate((CUarray *)array, &d));
+}
+
+API cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray,
+                                         const struct cudaChannelFormatDesc *desc, struct cudaExtent extent,
+                                         unsigned int numLevels, unsigned int flags)
+{
+    REQUIRE(drv.mipmappedArrayCreate);
+    if (desc == NULL)
+        return cudaErrorInvalidValue;
+    CUDA_ARRAY3D_DESCRIPTOR d = {extent.width, extent.height, extent.depth, 0, 0, flags};
+    channel_format(desc, &d.Format, &d.NumChannels);
+    return map_error(drv.mipmappedArrayCreate((CUmipmappedArray *)mipmappedArray, &d, numLevels));
+}
+
+API cudaError_t cudaFreeArray(cudaArray_t array)
+{
+    REQUIRE(drv.arrayDestroy);
+    if (array == NULL)
+        return cudaSuccess;
+    return map_error(drv.arrayDestroy((CUarray)array));
+}
+
+API cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
+{
+    REQUIRE(drv.mipmappedArrayDestroy);
+    if (mipmappedArray == NULL)
+        return cudaSuccess;
+    return map_error(drv.mipmappedArrayDestroy((CUmipmappedArray)mipmappedArray));
 }

@@ -133,6 +133,65 @@ macro_rules! for_each_hook {
             /// allocation (the physical memory goes once it is also unmapped; we count it at release).
             CuMemRelease = cuMemRelease(handle: u64) in driver("cuMemRelease", 0, any)
                 => free(CuMemRelease) { addr = handle; stream = 0 };
+            // CUDA arrays (textures, surfaces): device memory whose address is the array's
+            // handle; the footprint is the driver's where it can tell it (exports/arrays.rs).
+
+            /// `cudaError_t cudaMallocArray(cudaArray_t *array, const cudaChannelFormatDesc *desc,
+            /// size_t width, size_t height, unsigned int flags)`.
+            CudaMallocArray = cudaMallocArray(array: *mut *mut c_void, desc: *const ChannelDesc, width: usize, height: usize, flags: c_uint) in runtime
+                => alloc(Device, CudaMallocArray) {
+                    out = array; size = arrays::footprint(array.value(), false, arrays::runtime_bytes(desc, arrays::extent_2d(width, height), 1));
+                    req = arrays::runtime_bytes(desc, arrays::extent_2d(width, height), 1); device = DEV_CURRENT; stream = 0
+                };
+            /// `cudaError_t cudaMalloc3DArray(cudaArray_t *array, const cudaChannelFormatDesc *desc,
+            /// cudaExtent extent, unsigned int flags)`.
+            CudaMalloc3DArray = cudaMalloc3DArray(array: *mut *mut c_void, desc: *const ChannelDesc, extent: Extent, flags: c_uint) in runtime
+                => alloc(Device, CudaMalloc3DArray) {
+                    out = array; size = arrays::footprint(array.value(), false, arrays::runtime_bytes(desc, extent, 1));
+                    req = arrays::runtime_bytes(desc, extent, 1); device = DEV_CURRENT; stream = 0
+                };
+            /// `cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray,
+            /// const cudaChannelFormatDesc *desc, cudaExtent extent, unsigned int numLevels, unsigned int flags)`.
+            CudaMallocMipmappedArray = cudaMallocMipmappedArray(array: *mut *mut c_void, desc: *const ChannelDesc, extent: Extent, levels: c_uint, flags: c_uint) in runtime
+                => alloc(Device, CudaMallocMipmappedArray) {
+                    out = array; size = arrays::footprint(array.value(), true, arrays::runtime_bytes(desc, extent, levels));
+                    req = arrays::runtime_bytes(desc, extent, levels); device = DEV_CURRENT; stream = 0
+                };
+            /// `cudaError_t cudaFreeArray(cudaArray_t array)`.
+            CudaFreeArray = cudaFreeArray(array: *mut c_void) in runtime
+                => free(CudaFreeArray) { addr = array; stream = 0 };
+            /// `cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)`.
+            CudaFreeMipmappedArray = cudaFreeMipmappedArray(array: *mut c_void) in runtime
+                => free(CudaFreeMipmappedArray) { addr = array; stream = 0 };
+            /// `CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)`.
+            CuArrayCreateV2 = cuArrayCreate_v2(array: *mut *mut c_void, desc: *const ArrayDesc) in driver("cuArrayCreate", 3020, any)
+                => alloc(Device, CuArrayCreate) {
+                    out = array; size = arrays::footprint(array.value(), false, arrays::driver_2d_bytes(desc));
+                    req = arrays::driver_2d_bytes(desc); device = DEV_CURRENT; stream = 0
+                };
+            /// `CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)`.
+            CuArray3DCreateV2 = cuArray3DCreate_v2(array: *mut *mut c_void, desc: *const Array3dDesc) in driver("cuArray3DCreate", 3020, any)
+                => alloc(Device, CuArray3DCreate) {
+                    out = array; size = arrays::footprint(array.value(), false, arrays::driver_3d_bytes(desc, 1));
+                    req = arrays::driver_3d_bytes(desc, 1); device = DEV_CURRENT; stream = 0
+                };
+            /// `CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+            /// const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)`.
+            CuMipmappedArrayCreate = cuMipmappedArrayCreate(array: *mut *mut c_void, desc: *const Array3dDesc, levels: c_uint) in driver("cuMipmappedArrayCreate", 0, any)
+                => alloc(Device, CuMipmappedArrayCreate) {
+                    out = array; size = arrays::footprint(array.value(), true, arrays::driver_3d_bytes(desc, levels));
+                    req = arrays::driver_3d_bytes(desc, levels); device = DEV_CURRENT; stream = 0
+                };
+            /// `CUresult cuArrayDestroy(CUarray hArray)`.
+            CuArrayDestroy = cuArrayDestroy(array: *mut c_void) in driver("cuArrayDestroy", 0, any)
+                => free(CuArrayDestroy) { addr = array; stream = 0 };
+            /// `CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)`.
+            CuMipmappedArrayDestroy = cuMipmappedArrayDestroy(array: *mut c_void) in driver("cuMipmappedArrayDestroy", 0, any)
+                => free(CuMipmappedArrayDestroy) { addr = array; stream = 0 };
+
+            // ---------------------------------------------------------------------------------
+            // Entry points.
+
             /// `CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)`
             /// (the pre-12.0 ABI).
             CuGetProcAddress = cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) in driver("cuGetProcAddress", 0, any)

@@ -101,7 +101,7 @@ pub fn each_below(boundary: u64, mut f: impl FnMut(FreePending)) {
     while let Some(s) = unsafe { p.as_ref() } {
         p = s.next.load(Acquire);
         let seq1 = s.seq1.load(Acquire);
-        if seq1 == 0 || seq1 - 1 >= boundary {
+        if seq1 == 0 || seq1 > boundary {
             continue;
         }
         let ts_ns = s.ts_ns.load(Relaxed);

@@ -94,7 +94,10 @@ pub fn collector(cfg: &Config) -> Option<RawFd> {
     let mut sv = [0 as c_int; 2];
     // SAFETY: `sv` has room for the two descriptors socketpair writes.
     if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, sv.as_mut_ptr()) } != 0 {
-        eprintln!("gpushim: cannot create a socket for the collector: {}; recording is off", std::io::Error::last_os_error());
+        eprintln!(
+            "gpushim: cannot create a socket for the collector: {}; recording is off",
+            std::io::Error::last_os_error()
+        );
         return None;
     }
     let (ours, theirs) = (sv[0], sv[1]);

@@ -22,6 +22,10 @@ static KNOWN: [AtomicUsize; N] = [ZERO; N];
 /// Real `cuCtxGetDevice` and `cuMemGetInfo_v2`, for the device ordinal and OOM forensics.
 static CTX_GET_DEVICE: AtomicUsize = AtomicUsize::new(0);
 static MEM_GET_INFO: AtomicUsize = AtomicUsize::new(0);
+/// Real `cuArrayGetMemoryRequirements` and `cuMipmappedArrayGetMemoryRequirements`, for the
+/// footprint of CUDA arrays.
+static ARRAY_REQUIREMENTS: AtomicUsize = AtomicUsize::new(0);
+static MIPMAP_REQUIREMENTS: AtomicUsize = AtomicUsize::new(0);
 
 /// Stores `addr` as the real function of `h` unless it is one of ours or the library that holds
 /// it cannot be kept loaded (see `loader::pin`). True if and only if the slot now holds `addr`.
@@ -154,4 +158,33 @@ pub fn mem_info() -> Option<(u64, u64)> {
     let f: unsafe extern "C" fn(*mut usize, *mut usize) -> c_int = unsafe { std::mem::transmute(f) };
     // SAFETY: both are valid out-pointers.
     (unsafe { f(&mut free, &mut total) } == 0).then_some((free as u64, total as u64))
+}
+
+/// The device memory a CUDA array (or, if `mipmapped`, a mipmapped array) takes, bytes, as the
+/// driver tells it (`cuArrayGetMemoryRequirements`, CUDA 11.6+: `CUDA_ARRAY_MEMORY_REQUIREMENTS`
+/// is `{size_t size; size_t alignment; unsigned reserved[4]}`); `None` if it cannot.
+pub fn array_footprint(handle: u64, mipmapped: bool) -> Option<u64> {
+    let (slot, name) = if mipmapped {
+        (&MIPMAP_REQUIREMENTS, c"cuMipmappedArrayGetMemoryRequirements")
+    } else {
+        (&ARRAY_REQUIREMENTS, c"cuArrayGetMemoryRequirements")
+    };
+    let f = driver_helper(slot, name);
+    let device = current_device();
+    if f == 0 || handle == 0 || device < 0 {
+        return None;
+    }
+    #[repr(C)]
+    struct Requirements {
+        size: usize,
+        alignment: usize,
+        reserved: [u32; 4],
+    }
+    let mut req = Requirements { size: 0, alignment: 0, reserved: [0; 4] };
+    // SAFETY: f is the driver's `CUresult (CUDA_ARRAY_MEMORY_REQUIREMENTS *, CUarray, CUdevice)`
+    // (the mipmapped one takes a `CUmipmappedArray`, also a pointer).
+    let f: unsafe extern "C" fn(*mut Requirements, *mut c_void, c_int) -> c_int = unsafe { std::mem::transmute(f) };
+    // SAFETY: `req` is a valid out-pointer; the handle came from the driver's own create call.
+    let r = unsafe { f(&mut req, handle as *mut c_void, device) };
+    (r == 0 && req.size > 0).then_some(req.size as u64)
 }

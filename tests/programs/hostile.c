@@ -6,8 +6,11 @@
  */
 #define _GNU_SOURCE
 #include "cudart_standin.h"
+#include "cuda_standin.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <sys/syscall.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -71,10 +74,42 @@ static int scenario_pipe_eof(void)
 
 /* sigwait: a server that blocks SIGTERM and takes it with sigwait, after its first
  * allocation started the shim's thread.  Live: 1 MiB. */
+/* How many threads other than the caller do not block signal `sig` (/proc/self/task/N/status,
+ * SigBlk); -1 if that cannot be read. */
+static int threads_not_blocking(int sig)
+{
+    DIR *dir = opendir("/proc/self/task");
+    if (dir == NULL)
+        return -1;
+    int n = 0;
+    long me = (long)syscall(SYS_gettid);
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        long tid = strtol(de->d_name, NULL, 10);
+        if (tid <= 0 || tid == me)
+            continue;
+        char path[64], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%ld/status", tid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        while (fgets(line, sizeof line, f) != NULL) {
+            unsigned long long mask;
+            if (sscanf(line, "SigBlk: %llx", &mask) == 1 && !(mask & (1ull << (sig - 1))))
+                n++;
+        }
+        fclose(f);
+    }
+    closedir(dir);
+    return n;
+}
+
 static int scenario_sigwait(void)
 {
     void *d = NULL;
     check("cudaMalloc", cudaMalloc(&d, 1 * MiB));
+    /* Where the kernel may deliver a process-directed SIGTERM besides this thread. */
+    printf("other threads taking SIGTERM %d\n", threads_not_blocking(SIGTERM));
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
@@ -199,6 +234,75 @@ static int scenario_dlmopen(void)
     return 0;
 }
 
+/* slow-free: allocates 1 MiB and 7 MiB, says "ready", then frees the 7 MiB block, which the
+ * stand-in makes wait (STANDIN_SLOW_FREE_BYTES/FIFO) as a free waits for a running kernel.
+ * Live at exit: 1 MiB. */
+NOINLINE static void *kept_alloc(size_t n)
+{
+    void *p = NULL;
+    check("cudaMalloc", cudaMalloc(&p, n));
+    return p;
+}
+
+static int scenario_slow_free(void)
+{
+    (void)kept_alloc(1 * MiB);
+    void *slow = kept_alloc(7 * MiB);
+    printf("ready\n");
+    fflush(stdout);
+    check("cudaFree of the slow block", cudaFree(slow));
+    printf("freed\n");
+    return 0;
+}
+
+/* arrays: CUDA arrays through the runtime and, by dlsym, the driver.  The stand-in pads each
+ * array (each level) to 64 KiB, and the shim must report that footprint.  Live at exit:
+ * a 64x64x64 float 3D array (1 MiB) and a 256x256 RGBA8 mipmapped array of 3 levels
+ * (256 + 64 + 64 KiB).  Freed: a 1000x10 RGBA8 array (64 KiB) and a driver array. */
+NOINLINE static cudaArray_t array_2d(void)
+{
+    struct cudaChannelFormatDesc rgba8 = {8, 8, 8, 8, cudaChannelFormatKindUnsigned};
+    cudaArray_t a = NULL;
+    check("cudaMallocArray", cudaMallocArray(&a, &rgba8, 1000, 10, 0));
+    return a;
+}
+
+NOINLINE static cudaArray_t array_3d(void)
+{
+    struct cudaChannelFormatDesc f32 = {32, 0, 0, 0, cudaChannelFormatKindFloat};
+    struct cudaExtent e = {64, 64, 64};
+    cudaArray_t a = NULL;
+    check("cudaMalloc3DArray", cudaMalloc3DArray(&a, &f32, e, 0));
+    return a;
+}
+
+NOINLINE static cudaMipmappedArray_t array_mipmapped(void)
+{
+    struct cudaChannelFormatDesc rgba8 = {8, 8, 8, 8, cudaChannelFormatKindUnsigned};
+    struct cudaExtent e = {256, 256, 0};
+    cudaMipmappedArray_t m = NULL;
+    check("cudaMallocMipmappedArray", cudaMallocMipmappedArray(&m, &rgba8, e, 3, 0));
+    return m;
+}
+
+static int scenario_arrays(void)
+{
+    cudaArray_t a = array_2d();
+    (void)array_3d();
+    (void)array_mipmapped();
+    check("cudaFreeArray", cudaFreeArray(a));
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (drv == NULL)
+        return 1;
+    PFN_cuArrayCreate_v2 create = (PFN_cuArrayCreate_v2)dlsym(drv, "cuArrayCreate_v2");
+    PFN_cuArrayDestroy destroy = (PFN_cuArrayDestroy)dlsym(drv, "cuArrayDestroy");
+    CUDA_ARRAY_DESCRIPTOR d = {128, 128, CU_AD_FORMAT_FLOAT, 4};
+    CUarray da = NULL;
+    if (create == NULL || destroy == NULL || create(&da, &d) != CUDA_SUCCESS || destroy(da) != CUDA_SUCCESS)
+        return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -219,6 +323,10 @@ int main(int argc, char **argv)
         rc = scenario_atexit_free();
     else if (strcmp(s, "dlmopen") == 0)
         rc = scenario_dlmopen();
+    else if (strcmp(s, "arrays") == 0)
+        rc = scenario_arrays();
+    else if (strcmp(s, "slow-free") == 0)
+        rc = scenario_slow_free();
     else {
         fprintf(stderr, "hostile: unknown scenario %s\n", s);
         return 2;

@@ -54,7 +54,8 @@ pub const NO_STACK: u32 = u32::MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     /// Device memory: `cudaMalloc*`, `cuMemAlloc*`, stream-ordered and pool allocations,
-    /// `cuMemCreate` on a device location.
+    /// `cuMemCreate` on a device location, CUDA arrays (`cudaMallocArray`, `cuArrayCreate`, …;
+    /// their address is the array's handle, which no pointer can equal).
     Device = 0,
     /// Managed (unified) memory: `cudaMallocManaged`, `cuMemAllocManaged`.
     Managed = 1,
@@ -140,6 +141,16 @@ apis! {
     CuMemFreeHost = 20, "cuMemFreeHost", true;
     CuMemCreate = 21, "cuMemCreate", false;
     CuMemRelease = 22, "cuMemRelease", true;
+    CudaMallocArray = 23, "cudaMallocArray", false;
+    CudaMalloc3DArray = 24, "cudaMalloc3DArray", false;
+    CudaMallocMipmappedArray = 25, "cudaMallocMipmappedArray", false;
+    CudaFreeArray = 26, "cudaFreeArray", true;
+    CudaFreeMipmappedArray = 27, "cudaFreeMipmappedArray", true;
+    CuArrayCreate = 28, "cuArrayCreate", false;
+    CuArray3DCreate = 29, "cuArray3DCreate", false;
+    CuMipmappedArrayCreate = 30, "cuMipmappedArrayCreate", false;
+    CuArrayDestroy = 31, "cuArrayDestroy", true;
+    CuMipmappedArrayDestroy = 32, "cuMipmappedArrayDestroy", true;
 }
 
 impl Api {

@@ -12,6 +12,7 @@
 //! are the per-thread-default-stream ABIs of the same functions.
 #![allow(non_snake_case)]
 
+mod arrays;
 mod dlsym;
 mod procaddr;
 mod quick;
@@ -20,6 +21,8 @@ mod vmm;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use gpushim_wire::{Api, Kind};
+
+use arrays::{Array3dDesc, ArrayDesc, ChannelDesc, Extent};
 
 use crate::hook::{for_each_hook, Hook};
 use crate::real;
@@ -86,7 +89,11 @@ macro_rules! hook_body {
             let (addr, size) = unsafe { ($out.value(), $size) };
             record::alloc(Api::$api, Kind::$kind, r, addr, size, $dev, $stream as u64);
         } else {
-            record::alloc(Api::$api, Kind::$kind, r, 0, $req, $dev, $stream as u64);
+            #[allow(unused_unsafe)] // most entries' `req` is plain arithmetic
+            // SAFETY: `req` reads only what the caller passed (sizes, descriptors), which the
+            // function's contract makes valid whatever the call returned.
+            let req = unsafe { $req };
+            record::alloc(Api::$api, Kind::$kind, r, 0, req, $dev, $stream as u64);
         }
         r
     }};

@@ -1,0 +1,52 @@
+/*
+ * The driver stand-in's live allocation table (standins/cuda.c, cuda_arrays.c): every
+ * allocation is backed by real host memory, recorded under a mutex, and counted against
+ * STANDIN_DEVICE_BYTES.  Also the "slow free" that imitates a free waiting for the device.
+ */
+#ifndef GPUSHIM_CUDA_TABLE_H
+#define GPUSHIM_CUDA_TABLE_H
+
+#include "cuda_standin.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum entry_class { CLASS_DEVICE, CLASS_HOST, CLASS_HANDLE, CLASS_ARRAY };
+
+struct entry {
+    uintptr_t key;
+    size_t size;
+    int cls;          /* enum entry_class */
+    int counts;       /* 1 if the bytes count against STANDIN_DEVICE_BYTES */
+    int mapped;       /* 1 if backed by mmap (cuMemAlloc v1), else malloc */
+    struct entry *next;
+};
+
+extern size_t live_device_bytes; /* device + managed + device VMM + arrays */
+extern size_t device_limit;
+extern atomic_ullong next_handle;
+
+void lock_table(void);
+void unlock_table(void);
+void ensure_setup(void);
+int reserve_locked(size_t size);
+void insert_locked(struct entry *e);
+struct entry *remove_locked(uintptr_t key, int cls);
+CUresult alloc_backed(uintptr_t *out, size_t size, int cls, int counts, int low32);
+CUresult free_backed(uintptr_t key, int cls);
+CUresult alloc_device(CUdeviceptr *dptr, size_t size);
+CUresult alloc_host(void **pp, size_t size);
+size_t entry_size(uintptr_t key, int cls);
+void slow_free_wait(uintptr_t key);
+
+/* The array functions (cuda_arrays.c), for cuGetProcAddress's table in cuda.c. */
+CUresult impl_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d);
+CUresult impl_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d);
+CUresult impl_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                     unsigned int levels);
+CUresult impl_cuArrayDestroy(CUarray a);
+CUresult impl_cuMipmappedArrayDestroy(CUmipmappedArray m);
+CUresult impl_cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *req, CUarray a, int device);
+
+#endif

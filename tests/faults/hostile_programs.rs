@@ -1,0 +1,182 @@
+//! Programs that do what real programs do, which a preloaded tool must neither disturb nor
+//! misreport (tests/programs/hostile.c, localrt.c, nocuda.c): fork handlers that take the
+//! allocator's lock, a pipe whose EOF the program waits for, a server that takes SIGTERM with
+//! `sigwait`, allocations on a coroutine's stack, frees in cleanup handlers, CUDA runtimes
+//! loaded `RTLD_LOCAL` or into another link-map namespace, probing for CUDA without it, and a
+//! free that blocks while a snapshot is asked for.
+
+use std::io::Write;
+
+use crate::util::*;
+
+/// Runs `hostile <scenario>` under the shim to its end (bounded) and checks it succeeded.
+fn hostile(scenario: &str) -> (Target, Done) {
+    let t = Target::new("hostile", scenario).args(&[scenario]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout.last().map(String::as_str), Some("ok"), "{d}");
+    (t, d)
+}
+
+#[test]
+fn starting_the_collector_runs_none_of_the_programs_fork_handlers() {
+    // The allocator holds its lock around cudaMalloc and takes it in its fork prepare handler:
+    // a fork() in the shim's first allocation deadlocked here (hung every time before the fix).
+    let (t, d) = hostile("atfork-lock");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
+    assert_eq!(sites_with(&r, "locked_alloc").len(), 1, "{d}");
+}
+
+#[test]
+fn the_collector_keeps_none_of_the_programs_descriptors() {
+    // The program closes its pipe's write end and reads to EOF: a copy kept open by the
+    // collector made the read wait for ever.
+    let (t, d) = hostile("pipe-eof");
+    assert!(d.stdout.contains(&"read 0".to_string()), "{d}");
+    assert_eq!(total(&d.report_in(t.dir.path()), "live_bytes"), MIB, "{d}");
+}
+
+#[test]
+fn a_signal_the_program_blocks_in_all_its_threads_is_never_taken_by_a_shim_thread() {
+    // SIGTERM blocked in the program's thread and taken with sigwait: delivered to the shim's
+    // writer thread instead, it killed the program (status 143) in most runs before the fix.
+    // Whether it is delivered there depends on timing; that the shim's thread does not block it
+    // does not.
+    let (t, d) = hostile("sigwait");
+    assert!(d.stdout.contains(&"other threads taking SIGTERM 0".to_string()), "{d}");
+    assert!(d.stdout.contains(&format!("sigwait {}", libc::SIGTERM)), "{d}");
+    assert_eq!(total(&d.report_in(t.dir.path()), "live_bytes"), MIB, "{d}");
+}
+
+#[test]
+fn an_allocation_on_a_coroutine_stack_through_a_frame_with_a_stale_rbp_is_recorded() {
+    // A coroutine stack mapped below the thread's stack, a frame without unwind information
+    // whose rbp points into an unmapped page: the unwinder read it and crashed (SIGSEGV).
+    let (t, d) = hostile("coroutine");
+    assert!(d.stdout.contains(&"coroutine allocated".to_string()), "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
+    assert_eq!(total(&r, "alloc_count"), 1, "{d}");
+}
+
+#[test]
+fn frees_in_cleanup_handlers_and_destructors_registered_before_the_first_allocation_are_recorded() {
+    // An atexit handler registered before the first allocation frees 4 x 16 MiB, the program's
+    // destructor 8 MiB more: they ran after the stream had ended, and the report showed 72 MiB
+    // live and a suspect.
+    let (t, d) = hostile("atexit-free");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(r["reason"], "exit", "{d}");
+    assert_eq!(total(&r, "live_bytes"), 0, "{d}");
+    assert_eq!(total(&r, "free_count"), 5, "{d}");
+    assert_eq!(total(&r, "peak_live_bytes"), 72 * MIB, "{d}");
+    assert_eq!(r["suspects"].as_array().map(Vec::len), Some(0), "{d}");
+}
+
+#[test]
+fn a_runtime_loaded_rtld_local_is_found_without_calling_the_loader_inside_dl_iterate_phdr() {
+    // A dlopen inside dl_iterate_phdr takes the loader's locks in the order opposite to a
+    // concurrent dlopen (a hang, 10 in 150 runs with a dlopen loop beside the first
+    // cudaMalloc). A preloaded spy reports any such call deterministically.
+    let spy = standin("libloaderspy.so");
+    let t = Target::new("localrt", "localrt").preload(Some(format!("{} {}", shim().display(), spy.display())));
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert!(!d.stderr.contains("loaderspy:"), "a loader call inside dl_iterate_phdr{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), MIB, "the allocation through the local runtime is recorded{d}");
+}
+
+#[test]
+fn a_runtime_in_another_link_map_namespace_is_left_unwrapped_and_may_be_closed() {
+    // A second copy of the runtime, dlmopen'ed into a new namespace, used through dlsym and
+    // closed; then the program's own cudaMalloc. The shim cannot keep that copy loaded, so it
+    // does not wrap it; before the fix its address stayed in the shim's slot and the next
+    // cudaMalloc jumped into the closed library (SIGSEGV).
+    let (t, d) = hostile("dlmopen");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "alloc_count"), 2, "only the program's own two allocations are seen{d}");
+    assert_eq!(total(&r, "live_bytes"), 2 * MIB, "{d}");
+    assert_eq!(sites_with(&r, "own_alloc").len(), 2, "one site per call of own_alloc{d}");
+}
+
+#[test]
+fn a_program_without_cuda_finds_no_cuda_through_dlsym() {
+    let plain = plain_stdout("nocuda", &[]);
+    assert_eq!(plain, ["dlsym null", "cuMemAlloc_v2 null", "weak null", "ok"]);
+    let t = Target::new("nocuda", "nocuda");
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    // An RTLD_DEFAULT lookup fails as without the shim: a program probing for CUDA keeps its
+    // CPU path. A weak reference is bound by the loader before any code of the shim runs: it
+    // finds the shim's export, whose call fails with 3 (cudaErrorInitializationError) because
+    // no CUDA library is there (the documented limit, docs/guarantees.md).
+    assert_eq!(d.stdout, ["dlsym null", "cuMemAlloc_v2 null", "weak bound 3", "ok"], "{d}");
+    assert_eq!(d.stderr, "", "{d}");
+    assert!(names_in(t.dir.path()).is_empty(), "no collector, no report{d}");
+}
+
+#[test]
+fn a_snapshot_does_not_wait_for_a_free_blocked_in_its_call() {
+    // cudaFree waits for the device; a snapshot asked for meanwhile waited for it (3.7 s behind
+    // a long kernel on the H200; for ever behind a hung one). The stand-in's free of the 7 MiB
+    // block waits until the test writes to a FIFO.
+    let dir = TempDir::new("slow-free-fifo");
+    let fifo = dir.path().join("device");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let t = Target::new("hostile", "slow-free")
+        .args(&["slow-free"])
+        .env("STANDIN_SLOW_FREE_BYTES", 7 * MIB)
+        .env("STANDIN_SLOW_FREE_FIFO", fifo.display());
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "ready");
+    // The free is in its call once the program waits in open() of the FIFO.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !asleep_in(live.pid, live.pid, libc::SYS_openat) {
+        if std::time::Instant::now() > deadline {
+            live.abort("the program never reached its blocking free");
+        }
+        std::thread::yield_now();
+    }
+    let path = take_snapshot(live.pid);
+    let snap = read_json(std::path::Path::new(&path), &path);
+    assert_eq!(total(&snap, "live_bytes"), 8 * MIB, "the memory being freed is still live: {snap}");
+    assert_eq!(total(&snap, "free_count"), 0, "{snap}");
+    std::fs::OpenOptions::new().write(true).open(&fifo).unwrap().write_all(b"x").unwrap();
+    let d = live.finish();
+    assert!(d.status.success(), "{d}");
+    assert!(d.stdout.contains(&"freed".to_string()), "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
+    assert_eq!(total(&r, "free_count"), 1, "{d}");
+    assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
+    assert!(r["notes"].as_array().is_none_or(|n| n.is_empty()), "no lost or duplicate events: {}", r["notes"]);
+}
+
+#[test]
+fn cuda_arrays_count_as_device_memory_with_the_footprint_the_driver_reports() {
+    // Arrays held device memory that no report showed (342 MiB of them on the H200). The
+    // stand-in pads each array (each level of a mipmapped one) to 64 KiB, as a GPU pads its
+    // layouts: the report must carry the driver's figure, not the descriptor's.
+    let (t, d) = hostile("arrays");
+    let r = d.report_in(t.dir.path());
+    let kib = 1024;
+    assert_eq!(kind(&r, "device", "live_bytes"), MIB + (256 + 64 + 64) * kib, "{d}");
+    assert_eq!(total(&r, "alloc_count"), 4, "{d}");
+    assert_eq!(total(&r, "free_count"), 2, "{d}");
+    assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
+    let apis = |f: &str| the_site(&r, f, &d)["apis"].clone();
+    assert_eq!(apis("array_2d"), serde_json::json!(["cudaMallocArray"]), "{d}");
+    assert_eq!(the_site(&r, "array_2d", &d)["live_bytes"], 0, "{d}");
+    assert_eq!(the_site(&r, "array_2d", &d)["alloc_bytes"], 64 * kib, "padded, not 1000 x 10 x 4{d}");
+    assert_eq!(apis("array_3d"), serde_json::json!(["cudaMalloc3DArray"]), "{d}");
+    assert_eq!(the_site(&r, "array_3d", &d)["live_bytes"], MIB, "{d}");
+    assert_eq!(apis("array_mipmapped"), serde_json::json!(["cudaMallocMipmappedArray"]), "{d}");
+    let driver: Vec<_> =
+        r["sites"].as_array().unwrap().iter().filter(|s| s["apis"] == serde_json::json!(["cuArrayCreate"])).collect();
+    assert_eq!(driver.len(), 1, "the driver's array, reached through dlsym{d}");
+    assert_eq!(driver[0]["alloc_bytes"], 256 * kib, "128 x 128 float4{d}");
+}
