@@ -327,6 +327,52 @@ def checks():
         )
     else:
         missing("S8")
+    fault_rows()
+
+
+def fault_rows():
+    """Cases of the fault review (scripts/gpu/faults.cu)."""
+    t, r, _ = load("fault_exit")
+    if r:
+        row(
+            "fault_exit",
+            "frees in cleanup handlers seen: nothing live, no suspect",
+            "0 B",
+            mib(kind(r, "device")),
+            kind(r, "device") == 0 and not r["suspects"] and r["reason"] == "exit",
+            f"{mib(t.get('freed_at_exit'))} freed at exit; frees {r['totals']['free_count']}",
+        )
+    else:
+        missing("fault_exit")
+    t, r, s = load("fault_snapshot")
+    if r and "snapshot_ms" in t:
+        ms = t["snapshot_ms"]
+        row(
+            "fault_snapshot",
+            "snapshot while cudaFree waits for a kernel",
+            "< 100 ms, 64 MiB live",
+            f"{ms:.0f} ms, {mib(kind(s, 'device') if s else None)} live",
+            0 <= ms < 100 and s is not None and kind(s, "device") == 64 * MIB,
+            f"cudaFree waited {t['free_waited_ms']:.0f} ms",
+        )
+    else:
+        missing("fault_snapshot")
+    t, r, _ = load("fault_arrays")
+    if r and "requirements" in t:
+        reqs = t["requirements"]
+        told = all(code == 0 for code, _ in reqs)
+        want = sum(size for _, size in reqs) if told else t["texel_bytes"]
+        arrays = sorted(a for a in apis(r) if "Array" in a)
+        row(
+            "fault_arrays",
+            "arrays: device live == " + ("driver's footprint" if told else "texel bytes"),
+            mib(want),
+            mib(kind(r, "device")),
+            kind(r, "device") == want and len(arrays) == 3,
+            f"cuMemGetInfo delta {mib(t['used_delta'])}; requirements {reqs}; apis {arrays}",
+        )
+    else:
+        missing("fault_arrays")
 
 
 def main(argv=None):

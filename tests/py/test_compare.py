@@ -235,3 +235,69 @@ def test_import_has_no_side_effects_and_the_command_line_is_unchanged(tmp_path):
     assert ran.returncode == 0
     assert "| cudarc | top suspect | cache_batch | cudarc_leak::cache_batch main.rs:31 | PASS |  |" in ran.stdout
     assert ran.stdout.rstrip().endswith("2 passed, 0 failed")
+
+
+def fault_report(device, reason="exit", suspects=(), apis_=("cudaMalloc",), free_count=0):
+    r = report(device=device, sites=[site(1, [frame("main")], apis=apis_)], suspects=suspects)
+    r["reason"] = reason
+    r["totals"]["free_count"] = free_count
+    return r
+
+
+@pytest.mark.parametrize(("device", "result"), [(0, "PASS"), (64 * MIB, "FAIL")])
+def test_fault_exit_row(tmp_path, capsys, device, result):
+    write_case(
+        tmp_path,
+        "fault_exit",
+        {"truth.json": {"freed_at_exit": 72 * MIB}, "gpushim-7.json": fault_report(device, free_count=5)},
+    )
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1] == [
+        "fault_exit",
+        "frees in cleanup handlers seen: nothing live, no suspect",
+        "0 B",
+        compare.mib(device),
+        result,
+        "72.00 MiB freed at exit; frees 5",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("ms", "snap_device", "result"), [(4.2, 64 * MIB, "PASS"), (1700.0, 64 * MIB, "FAIL"), (4.2, 0, "FAIL")]
+)
+def test_fault_snapshot_row(tmp_path, capsys, ms, snap_device, result):
+    files = {
+        "truth.json": {"snapshot_ms": ms, "free_waited_ms": 2000.0},
+        "gpushim-7.json": fault_report(0),
+        "gpushim-7-snapshot-1.json": fault_report(snap_device, reason="snapshot"),
+    }
+    write_case(tmp_path, "fault_snapshot", files)
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1][0] == "fault_snapshot"
+    assert rows[1][3] == f"{ms:.0f} ms, {compare.mib(snap_device)} live"
+    assert rows[1][4] == result
+
+
+@pytest.mark.parametrize(
+    ("reqs", "device", "result"),
+    [
+        ([[0, 70 * MIB], [0, 66 * MIB], [0, 90 * MIB]], 226 * MIB, "PASS"),
+        ([[1, 0], [1, 0], [1, 0]], 213 * MIB, "PASS"),
+        ([[1, 0], [1, 0], [1, 0]], 226 * MIB, "FAIL"),
+    ],
+)
+def test_fault_arrays_row_compares_with_the_driver_figure_when_it_has_one(tmp_path, capsys, reqs, device, result):
+    truth = {"used_delta": 230 * MIB, "texel_bytes": 213 * MIB, "requirements": reqs}
+    r = fault_report(device, apis_=("cudaMallocArray", "cudaMalloc3DArray", "cudaMallocMipmappedArray"))
+    write_case(tmp_path, "fault_arrays", {"truth.json": truth, "gpushim-7.json": r})
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1][:5] == [
+        "fault_arrays",
+        "arrays: device live == " + ("driver's footprint" if reqs[0][0] == 0 else "texel bytes"),
+        compare.mib(226 * MIB if reqs[0][0] == 0 else 213 * MIB),
+        compare.mib(device),
+        result,
+    ]

@@ -1,0 +1,170 @@
+// GPU cases of the fault review (docs/gpu-matrix.md, scripts/gpu-matrix.sh): `faults CASE`, run
+// under the shim in its own directory; each case writes truth.json there for compare.py.
+//   exit-cleanup  4 x 16 MiB freed by an atexit handler registered before the first allocation,
+//                 8 MiB by a static object's destructor: nothing may stay live in the report.
+//   slow-free     a SIGUSR1 sent while cudaFree waits for a 2 s kernel: how long until the
+//                 snapshot file exists (it must not wait for the kernel).
+//   arrays        CUDA arrays (2D, 3D, mipmapped) left live, against cuMemGetInfo's used bytes and
+//                 cuArrayGetMemoryRequirements.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(x)                                                                          \
+    do {                                                                                  \
+        cudaError_t e_ = (x);                                                             \
+        if (e_ != cudaSuccess) {                                                          \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static const size_t MiB = 1 << 20;
+
+static double now_ms()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// ---- exit-cleanup
+static void *blocks[4];
+struct Owner {
+    void *p = nullptr;
+    ~Owner()
+    {
+        if (p)
+            cudaFree(p);
+    }
+};
+static Owner owner;
+
+static void cleanup()
+{
+    for (void *b : blocks)
+        cudaFree(b);
+}
+
+__attribute__((noinline)) static void *cleanup_owned(size_t n)
+{
+    void *p = nullptr;
+    CHECK(cudaMalloc(&p, n));
+    return p;
+}
+
+static int exit_cleanup()
+{
+    atexit(cleanup);
+    for (auto &b : blocks)
+        b = cleanup_owned(16 * MiB);
+    owner.p = cleanup_owned(8 * MiB);
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f, "{\"freed_at_exit\": %zu}\n", 72 * MiB);
+    fclose(f);
+    return 0;
+}
+
+// ---- slow-free
+__global__ void spin(long long cycles)
+{
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+
+static volatile int freeing;
+static double snapshot_ms = -1;
+
+static bool snapshot_exists()
+{
+    DIR *d = opendir(".");
+    bool found = false;
+    for (dirent *e; d && (e = readdir(d));)
+        found |= strstr(e->d_name, "-snapshot-1.json") != nullptr;
+    if (d)
+        closedir(d);
+    return found;
+}
+
+static void *signaller(void *)
+{
+    while (!freeing) {
+    }
+    usleep(300 * 1000); // cudaFree is waiting for the kernel by now
+    double t0 = now_ms();
+    kill(getpid(), SIGUSR1);
+    while (!snapshot_exists() && now_ms() - t0 < 10000)
+        usleep(1000);
+    snapshot_ms = snapshot_exists() ? now_ms() - t0 : -1;
+    return nullptr;
+}
+
+static int slow_free()
+{
+    int clock_khz = 0;
+    CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    void *p = nullptr;
+    CHECK(cudaMalloc(&p, 64 * MiB));
+    pthread_t t;
+    pthread_create(&t, nullptr, signaller, nullptr);
+    double k0 = now_ms();
+    spin<<<1, 1>>>((long long)clock_khz * 2000); // about 2 s
+    freeing = 1;
+    CHECK(cudaFree(p)); // waits for the kernel
+    double kernel_ms = now_ms() - k0;
+    pthread_join(t, nullptr);
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f, "{\"snapshot_ms\": %.1f, \"free_waited_ms\": %.1f}\n", snapshot_ms, kernel_ms);
+    fclose(f);
+    return 0;
+}
+
+// ---- arrays
+static int arrays()
+{
+    CHECK(cudaFree(0));
+    size_t free0, free1, total;
+    cuMemGetInfo(&free0, &total);
+    cudaChannelFormatDesc rgba8 = cudaCreateChannelDesc<uchar4>();
+    cudaChannelFormatDesc f32 = cudaCreateChannelDesc<float>();
+    cudaArray_t a2 = nullptr, a3 = nullptr;
+    cudaMipmappedArray_t m = nullptr;
+    CHECK(cudaMallocArray(&a2, &rgba8, 4096, 4096));                          // 64 MiB of texels
+    CHECK(cudaMalloc3DArray(&a3, &f32, make_cudaExtent(256, 256, 256)));       // 64 MiB
+    CHECK(cudaMallocMipmappedArray(&m, &rgba8, make_cudaExtent(4096, 4096, 0), 4)); // 85 MiB
+    cuMemGetInfo(&free1, &total);
+    CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+    CUresult r2 = cuArrayGetMemoryRequirements(&req, (CUarray)a2, 0);
+    size_t req2 = req.size;
+    CUresult r3 = cuArrayGetMemoryRequirements(&req, (CUarray)a3, 0);
+    size_t req3 = req.size;
+    CUresult rm = cuMipmappedArrayGetMemoryRequirements(&req, (CUmipmappedArray)m, 0);
+    size_t reqm = req.size;
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f,
+            "{\"used_delta\": %zu, \"texel_bytes\": %zu, \"requirements\": [[%d, %zu], [%d, %zu], [%d, %zu]]}\n",
+            free0 - free1, (size_t)(64 + 64 + 85) * MiB, (int)r2, req2, (int)r3, req3, (int)rm, reqm);
+    fclose(f);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *c = argc > 1 ? argv[1] : "";
+    if (!strcmp(c, "exit-cleanup"))
+        return exit_cleanup();
+    if (!strcmp(c, "slow-free"))
+        return slow_free();
+    if (!strcmp(c, "arrays"))
+        return arrays();
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays\n");
+    return 2;
+}
