@@ -33,8 +33,10 @@
 use std::fmt;
 use std::io::{self, Read};
 
+mod encode; // write_header, encode
 mod event; // Event, its structs, Kind, Api, LineTableFormat
 
+pub use encode::{encode, write_header};
 pub use event::{
     Alloc, Api, Event, Exit, Failed, Free, Hello, Kind, LineTableFormat, MemInfo, Module, PyCode, PyFrame, PyRuntime,
     PyStack, Snapshot, Stack, PY_NO_OFFSET,
@@ -94,155 +96,6 @@ impl fmt::Display for WireError {
 }
 
 impl std::error::Error for WireError {}
-
-/// Appends the stream header to `out`.
-pub fn write_header(out: &mut Vec<u8>) {
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-}
-
-/// Appends one frame holding `ev` to `out`.
-pub fn encode(ev: &Event, out: &mut Vec<u8>) {
-    let start = out.len();
-    out.extend_from_slice(&[0; 4]);
-    let mut w = W(out);
-    match ev {
-        Event::Hello(h) => {
-            w.u8(1);
-            w.u32(h.pid);
-            w.u32(h.ppid);
-            w.u64(h.start_unix_ns);
-            w.u32(h.command.len() as u32);
-            for a in &h.command {
-                w.str(a);
-            }
-            w.str(&h.cwd);
-            w.str(&h.output_dir);
-            w.str(&h.shim_version);
-        }
-        Event::Module(m) => {
-            w.u8(2);
-            w.str(&m.path);
-            w.u64(m.bias);
-            w.u32(m.ranges.len() as u32);
-            for &(s, e) in &m.ranges {
-                w.u64(s);
-                w.u64(e);
-            }
-        }
-        Event::Stack(s) => {
-            w.u8(3);
-            w.u32(s.id);
-            w.u32(s.frames.len() as u32);
-            for &f in &s.frames {
-                w.u64(f);
-            }
-        }
-        Event::Alloc(a) => {
-            w.u8(4);
-            w.u64(a.seq);
-            w.u64(a.ts_ns);
-            w.u64(a.addr);
-            w.u64(a.size);
-            w.u8(a.kind as u8);
-            w.u8(a.api as u8);
-            w.i32(a.device);
-            w.u64(a.stream);
-            w.u32(a.tid);
-            w.u32(a.stack);
-        }
-        Event::Free(x) => {
-            w.u8(5);
-            w.u64(x.seq);
-            w.u64(x.ts_ns);
-            w.u64(x.addr);
-            w.u8(x.api as u8);
-            w.u64(x.stream);
-            w.u32(x.tid);
-            w.i32(x.result);
-        }
-        Event::Failed(x) => {
-            w.u8(6);
-            w.u64(x.seq);
-            w.u64(x.ts_ns);
-            w.u64(x.size);
-            w.u8(x.kind as u8);
-            w.u8(x.api as u8);
-            w.i32(x.device);
-            w.u32(x.tid);
-            w.u32(x.stack);
-            w.i32(x.result);
-        }
-        Event::Snapshot(s) => {
-            w.u8(7);
-            w.u64(s.boundary);
-            w.u64(s.ts_ns);
-        }
-        Event::Exit(x) => {
-            w.u8(8);
-            w.u64(x.ts_ns);
-        }
-        Event::MemInfo(m) => {
-            w.u8(9);
-            w.u64(m.ts_ns);
-            w.i32(m.device);
-            w.u64(m.free);
-            w.u64(m.total);
-        }
-        Event::Note(s) => {
-            w.u8(10);
-            w.str(s);
-        }
-        Event::PyRuntime(p) => {
-            w.u8(20);
-            w.u32(p.version);
-        }
-        Event::PyCode(c) => {
-            w.u8(21);
-            w.u32(c.id);
-            w.str(&c.filename);
-            w.str(&c.name);
-            w.i32(c.firstlineno);
-            w.u8(c.linetable_format as u8);
-            w.u32(c.linetable.len() as u32);
-            w.0.extend_from_slice(&c.linetable);
-        }
-        Event::PyStack(p) => {
-            w.u8(22);
-            w.u32(p.id);
-            w.u32(p.frames.len() as u32);
-            for f in &p.frames {
-                w.u32(f.code);
-                w.u32(f.offset);
-                w.u8(u8::from(f.entry));
-            }
-        }
-    }
-    let len = (out.len() - start - 4) as u32;
-    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-}
-
-struct W<'a>(&'a mut Vec<u8>);
-
-impl W<'_> {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn i32(&mut self, v: i32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn str(&mut self, s: &str) {
-        self.u32(s.len() as u32);
-        self.0.extend_from_slice(s.as_bytes());
-    }
-}
 
 /// Reads fields from one frame body; every read checks the remaining length.
 struct R<'a> {
