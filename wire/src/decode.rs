@@ -302,3 +302,63 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<bool, WireError> {
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{encode, write_header};
+
+    #[test]
+    fn bad_python_events_are_errors() {
+        // Unknown line table format.
+        let mut b = vec![21];
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&1i32.to_le_bytes());
+        b.push(9);
+        b.extend_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(decode_body(&b), Err(WireError::BadValue("line table format", 9))));
+        // A line table longer than the frame.
+        let n = b.len();
+        b[n - 5] = 1;
+        b[n - 4] = 200;
+        assert!(matches!(decode_body(&b), Err(WireError::BadFrame(21))));
+        // An entry flag that is neither 0 nor 1.
+        let b = [22, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 7];
+        assert!(matches!(decode_body(&b), Err(WireError::BadValue("python frame entry flag", 7))));
+        // A huge frame count in a tiny frame must not allocate.
+        assert!(matches!(decode_body(&[22, 0, 0, 0, 0, 255, 255, 255, 255]), Err(WireError::BadFrame(22))));
+    }
+
+    #[test]
+    fn unknown_tag_is_skipped() {
+        let mut buf = Vec::new();
+        write_header(&mut buf);
+        buf.extend_from_slice(&[3, 0, 0, 0, 200, 1, 2]);
+        encode(&Event::Exit(Exit { ts_ns: 1 }), &mut buf);
+        let mut dec = Decoder::new(&buf[..]).unwrap();
+        assert_eq!(dec.next_event().unwrap(), Some(Event::Exit(Exit { ts_ns: 1 })));
+    }
+
+    #[test]
+    fn truncation_and_garbage_are_errors() {
+        let mut buf = Vec::new();
+        write_header(&mut buf);
+        encode(&Event::Exit(Exit { ts_ns: 1 }), &mut buf);
+        for cut in 1..buf.len() {
+            let r = Decoder::new(&buf[..cut]).and_then(|mut d| d.next_event().map(|_| ()));
+            // Cut exactly after the header is a clean, empty stream; any other cut is truncated.
+            if cut != HEADER_LEN {
+                assert!(matches!(r, Err(WireError::Truncated)), "cut {cut}: {r:?}");
+            }
+        }
+        assert!(matches!(Decoder::new(&b"NOTGPUSHIM\x01\x00"[..]), Err(WireError::BadMagic)));
+        assert!(matches!(Decoder::new(&b"GPUSHIM\0\x09\x00\x00\x00"[..]), Err(WireError::BadVersion(9))));
+        // A frame whose body is longer than its fields.
+        assert!(matches!(decode_body(&[8, 0, 0, 0, 0, 0, 0, 0, 0, 1]), Err(WireError::BadFrame(8))));
+        // A huge list count in a tiny frame must not allocate.
+        assert!(matches!(decode_body(&[3, 0, 0, 0, 0, 255, 255, 255, 255]), Err(WireError::BadFrame(3))));
+        assert!(matches!(decode_body(&[4; 47]), Err(WireError::BadValue("kind", 4))));
+    }
+}

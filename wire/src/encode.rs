@@ -151,3 +151,73 @@ impl W<'_> {
         self.0.extend_from_slice(s.as_bytes());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Api, Free, LineTableFormat, PyCode, PyFrame, PyRuntime, PyStack, Stack};
+
+    #[test]
+    fn golden_bytes() {
+        let mut buf = Vec::new();
+        write_header(&mut buf);
+        assert_eq!(buf, b"GPUSHIM\0\x01\x00\x00\x00");
+        buf.clear();
+        encode(
+            &Event::Free(Free { seq: 1, ts_ns: 2, addr: 3, api: Api::CudaFree, stream: 4, tid: 5, result: -1 }),
+            &mut buf,
+        );
+        let want: Vec<u8> = [
+            &42u32.to_le_bytes()[..],
+            &[5],
+            &1u64.to_le_bytes(),
+            &2u64.to_le_bytes(),
+            &3u64.to_le_bytes(),
+            &[2],
+            &4u64.to_le_bytes(),
+            &5u32.to_le_bytes(),
+            &(-1i32).to_le_bytes(),
+        ]
+        .concat();
+        assert_eq!(buf, want);
+        buf.clear();
+        encode(&Event::Stack(Stack { id: 1, frames: vec![0x10] }), &mut buf);
+        assert_eq!(buf, [17, 0, 0, 0, 3, 1, 0, 0, 0, 1, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn golden_bytes_of_python_events() {
+        let mut buf = Vec::new();
+        encode(&Event::PyRuntime(PyRuntime { version: 0x030C_03F0 }), &mut buf);
+        assert_eq!(buf, [5, 0, 0, 0, 20, 0xF0, 0x03, 0x0C, 0x03]);
+        buf.clear();
+        encode(
+            &Event::PyCode(PyCode {
+                id: 2,
+                filename: "a.py".into(),
+                name: "f".into(),
+                firstlineno: 7,
+                linetable_format: LineTableFormat::Pep657,
+                linetable: vec![0x80, 0x01],
+            }),
+            &mut buf,
+        );
+        #[rustfmt::skip]
+        let want = [
+            29, 0, 0, 0, 21,
+            2, 0, 0, 0,
+            4, 0, 0, 0, b'a', b'.', b'p', b'y',
+            1, 0, 0, 0, b'f',
+            7, 0, 0, 0,
+            2,
+            2, 0, 0, 0, 0x80, 0x01,
+        ];
+        assert_eq!(buf, want);
+        buf.clear();
+        encode(
+            &Event::PyStack(PyStack { id: 1, frames: vec![PyFrame { code: 3, offset: 0x10, entry: true }] }),
+            &mut buf,
+        );
+        assert_eq!(buf, [18, 0, 0, 0, 22, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0x10, 0, 0, 0, 1]);
+    }
+}

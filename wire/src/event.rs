@@ -346,3 +346,18 @@ pub enum Event {
     /// Tag 22.
     PyStack(PyStack),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_names_and_free_flags() {
+        for &a in Api::ALL {
+            assert_eq!(Api::from_u8(a as u8).unwrap(), a);
+        }
+        assert!(Api::CuMemRelease.is_free() && Api::CuMemRelease.is_handle());
+        assert!(!Api::CudaMallocHost.is_free());
+        assert_eq!(Api::CuMemAllocAsync.name(), "cuMemAllocAsync");
+    }
+}
