@@ -25,8 +25,14 @@ const COMMON: &[&str] = &["-std=gnu11", "-g", "-O0", "-fno-omit-frame-pointer", 
 const LIBRARY: &[&str] = &["-fPIC", "-fvisibility=hidden"];
 /// Extra flags for the test programs.
 const PROGRAM: &[&str] = &["-fno-inline"];
-/// The test target's sources, compiled into both `target_dynamic` and `target_static`.
-const TARGET_SOURCES: &[&str] = &["tests/programs/target.c"];
+/// The test target's sources, compiled into both `target_dynamic` and `target_static`:
+/// `main` and the shared helpers, then the scenarios by topic (all include target.h).
+const TARGET_SOURCES: &[&str] = &[
+    "tests/programs/target.c",
+    "tests/programs/target_tracing.c",
+    "tests/programs/target_processes.c",
+    "tests/programs/target_odd.c",
+];
 /// Linker flags that make the output find its neighbours in the same directory.
 const RUNPATH_ORIGIN: &[&str] = &["-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN"];
 
@@ -96,6 +102,7 @@ fn main() {
         "standins/cudart.c",
         "standins/cuda_standin.h",
         "standins/cudart_standin.h",
+        "tests/programs/target.h",
         "tests/programs/driver_dlsym.c",
         "tests/programs/rtldnext.c",
         "examples/leak.c",
