@@ -7,8 +7,8 @@
 //! - `libcuda.so.1`          driver stand-in (standins/cuda.c, cuda_table.c, cuda_arrays.c)
 //! - `libcudart.so.13`       runtime stand-in, shared (standins/cudart.c)
 //! - `libcudart_static.a`    runtime stand-in, static archive (same source)
-//! - `target_dynamic`        tests/programs/target.c linked to libcudart.so.13
-//! - `target_static`         tests/programs/target.c with libcudart_static.a inside
+//! - `target_dynamic`        tests/programs/target*.c (TARGET_SOURCES) linked to libcudart.so.13
+//! - `target_static`         tests/programs/target*.c (TARGET_SOURCES) with libcudart_static.a inside
 //! - `driver_dlsym`          tests/programs/driver_dlsym.c (dlopen + dlsym of libcuda)
 //! - `librtldnext.so`        tests/programs/rtldnext.c (a second RTLD_NEXT interposer)
 //! - `hostile`               tests/programs/hostile.c linked to libcudart.so.13
@@ -30,6 +30,14 @@ const COMMON: &[&str] = &["-std=gnu11", "-g", "-O0", "-fno-omit-frame-pointer", 
 const LIBRARY: &[&str] = &["-fPIC", "-fvisibility=hidden"];
 /// Extra flags for the test programs.
 const PROGRAM: &[&str] = &["-fno-inline"];
+/// The test target's sources, compiled into both `target_dynamic` and `target_static`:
+/// `main` and the shared helpers, then the scenarios by topic (all include target.h).
+const TARGET_SOURCES: &[&str] = &[
+    "tests/programs/target.c",
+    "tests/programs/target_tracing.c",
+    "tests/programs/target_processes.c",
+    "tests/programs/target_odd.c",
+];
 /// Linker flags that make the output find its neighbours in the same directory.
 const RUNPATH_ORIGIN: &[&str] = &["-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN"];
 
@@ -102,7 +110,7 @@ fn main() {
         "standins/cudart.c",
         "standins/cuda_standin.h",
         "standins/cudart_standin.h",
-        "tests/programs/target.c",
+        "tests/programs/target.h",
         "tests/programs/driver_dlsym.c",
         "tests/programs/rtldnext.c",
         "tests/programs/hostile.c",
@@ -111,7 +119,10 @@ fn main() {
         "tests/programs/nocuda.c",
         "tests/programs/localrt.c",
         "examples/leak.c",
-    ] {
+    ]
+    .iter()
+    .chain(TARGET_SOURCES)
+    {
         println!("cargo:rerun-if-changed={src}");
     }
 
@@ -151,14 +162,14 @@ fn main() {
 
     // Test programs.
     let mut a = os(PROGRAM);
-    a.push(ctx.src("tests/programs/target.c"));
+    a.extend(TARGET_SOURCES.iter().map(|s| ctx.src(s)));
     a.push(ctx.lib_dir());
     a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-lpthread"]));
     a.extend(os(RUNPATH_ORIGIN));
     ctx.cc("target_dynamic", &a);
 
     let mut a = os(PROGRAM);
-    a.push(ctx.src("tests/programs/target.c"));
+    a.extend(TARGET_SOURCES.iter().map(|s| ctx.src(s)));
     a.push(ctx.out.join("libcudart_static.a").into_os_string());
     a.extend(os(&["-ldl", "-lpthread"]));
     a.extend(os(RUNPATH_ORIGIN));

@@ -1,0 +1,232 @@
+//! Writing the stream: [`write_header`] once, then [`encode`] for each event. A frame is built
+//! in place at the end of the caller's buffer, its length filled in once the body is written.
+
+use crate::{Event, MAGIC, VERSION};
+
+/// Appends the stream header to `out`.
+pub fn write_header(out: &mut Vec<u8>) {
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+}
+
+/// Appends one frame holding `ev` to `out`.
+pub fn encode(ev: &Event, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let mut w = W(out);
+    match ev {
+        Event::Hello(h) => {
+            w.u8(1);
+            w.u32(h.pid);
+            w.u32(h.ppid);
+            w.u64(h.start_unix_ns);
+            w.u32(h.command.len() as u32);
+            for a in &h.command {
+                w.str(a);
+            }
+            w.str(&h.cwd);
+            w.str(&h.output_dir);
+            w.str(&h.shim_version);
+        }
+        Event::Module(m) => {
+            w.u8(2);
+            w.str(&m.path);
+            w.u64(m.bias);
+            w.u32(m.ranges.len() as u32);
+            for &(s, e) in &m.ranges {
+                w.u64(s);
+                w.u64(e);
+            }
+        }
+        Event::Stack(s) => {
+            w.u8(3);
+            w.u32(s.id);
+            w.u32(s.frames.len() as u32);
+            for &f in &s.frames {
+                w.u64(f);
+            }
+        }
+        Event::Alloc(a) => {
+            w.u8(4);
+            w.u64(a.seq);
+            w.u64(a.ts_ns);
+            w.u64(a.addr);
+            w.u64(a.size);
+            w.u8(a.kind as u8);
+            w.u8(a.api as u8);
+            w.i32(a.device);
+            w.u64(a.stream);
+            w.u32(a.tid);
+            w.u32(a.stack);
+        }
+        Event::Free(x) => {
+            w.u8(5);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.addr);
+            w.u8(x.api as u8);
+            w.u64(x.stream);
+            w.u32(x.tid);
+            w.i32(x.result);
+        }
+        Event::Failed(x) => {
+            w.u8(6);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.size);
+            w.u8(x.kind as u8);
+            w.u8(x.api as u8);
+            w.i32(x.device);
+            w.u32(x.tid);
+            w.u32(x.stack);
+            w.i32(x.result);
+        }
+        Event::Snapshot(s) => {
+            w.u8(7);
+            w.u64(s.boundary);
+            w.u64(s.ts_ns);
+        }
+        Event::Exit(x) => {
+            w.u8(8);
+            w.u64(x.ts_ns);
+        }
+        Event::MemInfo(m) => {
+            w.u8(9);
+            w.u64(m.ts_ns);
+            w.i32(m.device);
+            w.u64(m.free);
+            w.u64(m.total);
+        }
+        Event::Note(s) => {
+            w.u8(10);
+            w.str(s);
+        }
+        Event::FreePending(x) => {
+            w.u8(11);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.addr);
+            w.u8(x.api as u8);
+            w.u64(x.stream);
+            w.u32(x.tid);
+        }
+        Event::PyRuntime(p) => {
+            w.u8(20);
+            w.u32(p.version);
+        }
+        Event::PyCode(c) => {
+            w.u8(21);
+            w.u32(c.id);
+            w.str(&c.filename);
+            w.str(&c.name);
+            w.i32(c.firstlineno);
+            w.u8(c.linetable_format as u8);
+            w.u32(c.linetable.len() as u32);
+            w.0.extend_from_slice(&c.linetable);
+        }
+        Event::PyStack(p) => {
+            w.u8(22);
+            w.u32(p.id);
+            w.u32(p.frames.len() as u32);
+            for f in &p.frames {
+                w.u32(f.code);
+                w.u32(f.offset);
+                w.u8(u8::from(f.entry));
+            }
+        }
+    }
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+struct W<'a>(&'a mut Vec<u8>);
+
+impl W<'_> {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn i32(&mut self, v: i32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn str(&mut self, s: &str) {
+        self.u32(s.len() as u32);
+        self.0.extend_from_slice(s.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Api, Free, LineTableFormat, PyCode, PyFrame, PyRuntime, PyStack, Stack};
+
+    #[test]
+    fn golden_bytes() {
+        let mut buf = Vec::new();
+        write_header(&mut buf);
+        assert_eq!(buf, b"GPUSHIM\0\x01\x00\x00\x00");
+        buf.clear();
+        encode(
+            &Event::Free(Free { seq: 1, ts_ns: 2, addr: 3, api: Api::CudaFree, stream: 4, tid: 5, result: -1 }),
+            &mut buf,
+        );
+        let want: Vec<u8> = [
+            &42u32.to_le_bytes()[..],
+            &[5],
+            &1u64.to_le_bytes(),
+            &2u64.to_le_bytes(),
+            &3u64.to_le_bytes(),
+            &[2],
+            &4u64.to_le_bytes(),
+            &5u32.to_le_bytes(),
+            &(-1i32).to_le_bytes(),
+        ]
+        .concat();
+        assert_eq!(buf, want);
+        buf.clear();
+        encode(&Event::Stack(Stack { id: 1, frames: vec![0x10] }), &mut buf);
+        assert_eq!(buf, [17, 0, 0, 0, 3, 1, 0, 0, 0, 1, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn golden_bytes_of_python_events() {
+        let mut buf = Vec::new();
+        encode(&Event::PyRuntime(PyRuntime { version: 0x030C_03F0 }), &mut buf);
+        assert_eq!(buf, [5, 0, 0, 0, 20, 0xF0, 0x03, 0x0C, 0x03]);
+        buf.clear();
+        encode(
+            &Event::PyCode(PyCode {
+                id: 2,
+                filename: "a.py".into(),
+                name: "f".into(),
+                firstlineno: 7,
+                linetable_format: LineTableFormat::Pep657,
+                linetable: vec![0x80, 0x01],
+            }),
+            &mut buf,
+        );
+        #[rustfmt::skip]
+        let want = [
+            29, 0, 0, 0, 21,
+            2, 0, 0, 0,
+            4, 0, 0, 0, b'a', b'.', b'p', b'y',
+            1, 0, 0, 0, b'f',
+            7, 0, 0, 0,
+            2,
+            2, 0, 0, 0, 0x80, 0x01,
+        ];
+        assert_eq!(buf, want);
+        buf.clear();
+        encode(
+            &Event::PyStack(PyStack { id: 1, frames: vec![PyFrame { code: 3, offset: 0x10, entry: true }] }),
+            &mut buf,
+        );
+        assert_eq!(buf, [18, 0, 0, 0, 22, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0x10, 0, 0, 0, 1]);
+    }
+}

@@ -1,0 +1,397 @@
+//! What the stream carries: the [`Event`] enum, one struct per event type, and the enums its
+//! fields use ([`Kind`], [`Api`], [`LineTableFormat`]), with the wire value of each variant.
+//! The byte layout of each event is that of [`encode`](crate::encode) and
+//! [`decode_body`](crate::decode_body).
+
+use crate::WireError;
+
+/// What kind of memory an allocation is, as the report groups it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// Device memory: `cudaMalloc*`, `cuMemAlloc*`, stream-ordered and pool allocations,
+    /// `cuMemCreate` on a device location, CUDA arrays (`cudaMallocArray`, `cuArrayCreate`, …;
+    /// their address is the array's handle, which no pointer can equal).
+    Device = 0,
+    /// Managed (unified) memory: `cudaMallocManaged`, `cuMemAllocManaged`.
+    Managed = 1,
+    /// Pinned (page-locked) host memory: `cudaMallocHost`, `cudaHostAlloc`, `cuMemHostAlloc`,
+    /// `cuMemAllocHost`, `cuMemCreate` on a host location.
+    PinnedHost = 2,
+}
+
+impl Kind {
+    /// All kinds, in report order.
+    pub const ALL: [Kind; 3] = [Kind::Device, Kind::Managed, Kind::PinnedHost];
+
+    /// The name used in reports: `device`, `managed` or `pinned_host`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Device => "device",
+            Kind::Managed => "managed",
+            Kind::PinnedHost => "pinned_host",
+        }
+    }
+
+    pub(crate) fn from_u8(v: u8) -> Result<Kind, WireError> {
+        Ok(match v {
+            0 => Kind::Device,
+            1 => Kind::Managed,
+            2 => Kind::PinnedHost,
+            _ => return Err(WireError::BadValue("kind", u64::from(v))),
+        })
+    }
+}
+
+macro_rules! apis {
+    ($($variant:ident = $n:literal, $name:literal, $free:literal;)*) => {
+        /// The CUDA entry point that made an allocation or free. The outermost intercepted call
+        /// is the one recorded: a `cudaMalloc` that calls `cuMemAlloc_v2` inside is `CudaMalloc`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Api { $(#[doc = concat!("`", $name, "`")] $variant = $n,)* }
+
+        impl Api {
+            /// Every API, in wire order.
+            pub const ALL: &'static [Api] = &[$(Api::$variant,)*];
+
+            /// The function's name as a user knows it (no `_v2`/`_ptsz` suffix).
+            pub fn name(self) -> &'static str {
+                match self { $(Api::$variant => $name,)* }
+            }
+
+            /// True if and only if this API releases memory.
+            pub fn is_free(self) -> bool {
+                match self { $(Api::$variant => $free,)* }
+            }
+
+            pub(crate) fn from_u8(v: u8) -> Result<Api, WireError> {
+                match v {
+                    $($n => Ok(Api::$variant),)*
+                    _ => Err(WireError::BadValue("api", u64::from(v))),
+                }
+            }
+        }
+    };
+}
+
+apis! {
+    CudaMalloc = 1, "cudaMalloc", false;
+    CudaFree = 2, "cudaFree", true;
+    CudaMallocAsync = 3, "cudaMallocAsync", false;
+    CudaFreeAsync = 4, "cudaFreeAsync", true;
+    CudaMallocFromPoolAsync = 5, "cudaMallocFromPoolAsync", false;
+    CudaMallocManaged = 6, "cudaMallocManaged", false;
+    CudaMallocPitch = 7, "cudaMallocPitch", false;
+    CudaMallocHost = 8, "cudaMallocHost", false;
+    CudaHostAlloc = 9, "cudaHostAlloc", false;
+    CudaFreeHost = 10, "cudaFreeHost", true;
+    CuMemAlloc = 11, "cuMemAlloc", false;
+    CuMemFree = 12, "cuMemFree", true;
+    CuMemAllocPitch = 13, "cuMemAllocPitch", false;
+    CuMemAllocManaged = 14, "cuMemAllocManaged", false;
+    CuMemAllocAsync = 15, "cuMemAllocAsync", false;
+    CuMemFreeAsync = 16, "cuMemFreeAsync", true;
+    CuMemAllocFromPoolAsync = 17, "cuMemAllocFromPoolAsync", false;
+    CuMemHostAlloc = 18, "cuMemHostAlloc", false;
+    CuMemAllocHost = 19, "cuMemAllocHost", false;
+    CuMemFreeHost = 20, "cuMemFreeHost", true;
+    CuMemCreate = 21, "cuMemCreate", false;
+    CuMemRelease = 22, "cuMemRelease", true;
+    CudaMallocArray = 23, "cudaMallocArray", false;
+    CudaMalloc3DArray = 24, "cudaMalloc3DArray", false;
+    CudaMallocMipmappedArray = 25, "cudaMallocMipmappedArray", false;
+    CudaFreeArray = 26, "cudaFreeArray", true;
+    CudaFreeMipmappedArray = 27, "cudaFreeMipmappedArray", true;
+    CuArrayCreate = 28, "cuArrayCreate", false;
+    CuArray3DCreate = 29, "cuArray3DCreate", false;
+    CuMipmappedArrayCreate = 30, "cuMipmappedArrayCreate", false;
+    CuArrayDestroy = 31, "cuArrayDestroy", true;
+    CuMipmappedArrayDestroy = 32, "cuMipmappedArrayDestroy", true;
+}
+
+impl Api {
+    /// True if and only if the address this API returns or takes is a `cuMemCreate` handle
+    /// (`CUmemGenericAllocationHandle`) rather than a pointer. Handles and pointers live in
+    /// separate key spaces of the live set.
+    pub fn is_handle(self) -> bool {
+        matches!(self, Api::CuMemCreate | Api::CuMemRelease)
+    }
+}
+
+/// First frame of every stream: who is being traced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// Process id of the target.
+    pub pid: u32,
+    /// Its parent's process id.
+    pub ppid: u32,
+    /// Wall-clock time at which tracing started, ns since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// The target's command line (`/proc/self/cmdline`).
+    pub command: Vec<String>,
+    /// The target's working directory when tracing started.
+    pub cwd: String,
+    /// Where reports go (`$GPUSHIM_OUTPUT`, else `cwd`).
+    pub output_dir: String,
+    /// Version of the shim that wrote the stream.
+    pub shim_version: String,
+}
+
+/// One loaded ELF module, from `dl_iterate_phdr`. An address `a` belongs to the module if some
+/// range holds it; its address in the file's own virtual address space is `a - bias`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// Path of the file as the loader knows it (the main program's is resolved through
+    /// `/proc/self/exe`).
+    pub path: String,
+    /// Load bias (`dlpi_addr`), bytes.
+    pub bias: u64,
+    /// Absolute `[start, end)` address ranges of its `PT_LOAD` segments.
+    pub ranges: Vec<(u64, u64)>,
+}
+
+/// A distinct native backtrace, sent once, before the first event that uses its id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stack {
+    /// Identifier, dense from 0 within one stream.
+    pub id: u32,
+    /// Return addresses, innermost first, with the shim's own frames already removed.
+    pub frames: Vec<u64>,
+}
+
+/// A successful allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Alloc {
+    /// Global sequence number (see the crate docs).
+    pub seq: u64,
+    /// Monotonic clock (`CLOCK_MONOTONIC`), ns.
+    pub ts_ns: u64,
+    /// The pointer returned, or the `cuMemCreate` handle.
+    pub addr: u64,
+    /// Size in bytes as requested (for pitched allocations: pitch × height).
+    pub size: u64,
+    /// What kind of memory.
+    pub kind: Kind,
+    /// The outermost intercepted entry point.
+    pub api: Api,
+    /// Device ordinal, or -1 where it is not known or is the host.
+    pub device: i32,
+    /// The stream handle for stream-ordered calls, else 0.
+    pub stream: u64,
+    /// Kernel thread id of the allocating thread.
+    pub tid: u32,
+    /// Stack id, or [`NO_STACK`](crate::NO_STACK).
+    pub stack: u32,
+}
+
+/// A call to a free function, successful or not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Free {
+    /// Global sequence number, taken before the real call.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// The pointer or handle passed in.
+    pub addr: u64,
+    /// The entry point.
+    pub api: Api,
+    /// The stream for stream-ordered frees, else 0.
+    pub stream: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// The CUDA result code the real call returned (0 is success).
+    pub result: i32,
+}
+
+/// A free call in progress: its sequence number was taken and the real call has not returned
+/// (`cudaFree` waits for the device). The writer sends it only for a snapshot whose boundary
+/// lies past `seq`, so that the snapshot need not wait for the call; the [`Free`] with the same
+/// `seq` follows when the call returns (unless the process dies first). Until then the memory
+/// counts as live: the program has not been told it is freed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FreePending {
+    /// The free's global sequence number.
+    pub seq: u64,
+    /// Monotonic clock when the call began, ns.
+    pub ts_ns: u64,
+    /// The pointer or handle passed in.
+    pub addr: u64,
+    /// The entry point.
+    pub api: Api,
+    /// The stream for stream-ordered frees, else 0.
+    pub stream: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+}
+
+/// An allocation call that failed; never part of the live set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failed {
+    /// Global sequence number.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// Size in bytes requested.
+    pub size: u64,
+    /// The kind it would have been.
+    pub kind: Kind,
+    /// The entry point.
+    pub api: Api,
+    /// Device ordinal, or -1.
+    pub device: i32,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Stack id, or [`NO_STACK`](crate::NO_STACK).
+    pub stack: u32,
+    /// The CUDA result code (2 is out of memory in both the runtime and the driver API).
+    pub result: i32,
+}
+
+/// A request for a snapshot (SIGUSR1 or `gpushim snapshot`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The snapshot holds exactly the events with `seq < boundary`.
+    pub boundary: u64,
+    /// Monotonic clock when the request was seen, ns.
+    pub ts_ns: u64,
+}
+
+/// The target ran its exit path (`exit()` or a return from `main`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+}
+
+/// Device memory as the driver saw it (`cuMemGetInfo`), sent with out-of-memory failures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemInfo {
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// Device ordinal.
+    pub device: i32,
+    /// Free device memory, bytes.
+    pub free: u64,
+    /// Total device memory, bytes.
+    pub total: u64,
+}
+
+/// The target runs CPython and its Python frames are recorded (sent once, before the first
+/// [`PyStack`]). Stacks sent without a [`PyStack`] then had no Python frames on their thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyRuntime {
+    /// The interpreter's `PY_VERSION_HEX` (`0x030C03F0` is 3.12.3 final).
+    pub version: u32,
+}
+
+/// How a [`PyCode`]'s line table is encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LineTableFormat {
+    /// CPython 3.10's `co_linetable` (PEP 626): pairs of (unsigned byte-offset delta, signed
+    /// line delta), line delta -128 meaning "no line".
+    Pep626 = 1,
+    /// CPython 3.11+'s location table `co_linetable` (PEP 657; `Objects/locations.md`).
+    Pep657 = 2,
+}
+
+impl LineTableFormat {
+    pub(crate) fn from_u8(v: u8) -> Result<LineTableFormat, WireError> {
+        match v {
+            1 => Ok(LineTableFormat::Pep626),
+            2 => Ok(LineTableFormat::Pep657),
+            _ => Err(WireError::BadValue("line table format", u64::from(v))),
+        }
+    }
+}
+
+/// A Python code object (one function body, class body or module), sent once per id before the
+/// first [`PyStack`] that names it. Copied by the shim while the code object was alive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyCode {
+    /// Identifier, dense from 0 within one stream.
+    pub id: u32,
+    /// `co_filename`.
+    pub filename: String,
+    /// `co_qualname` (3.11+) or `co_name` (3.10).
+    pub name: String,
+    /// `co_firstlineno`.
+    pub firstlineno: i32,
+    /// Encoding of `linetable`.
+    pub linetable_format: LineTableFormat,
+    /// `co_linetable`'s bytes (possibly cut short: offsets past its end have no line).
+    pub linetable: Vec<u8>,
+}
+
+/// One Python frame of a [`PyStack`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PyFrame {
+    /// The [`PyCode`] id.
+    pub code: u32,
+    /// Byte offset of the executing instruction in the code's bytecode; [`PY_NO_OFFSET`] before
+    /// the first instruction (the line is then `firstlineno`).
+    pub offset: u32,
+    /// True if and only if this frame is the outermost one run by its native call of the
+    /// interpreter loop (`_PyEval_EvalFrameDefault`): frames from the previous entry frame (or
+    /// the innermost) up to this one stand where that native frame stands.
+    pub entry: bool,
+}
+
+/// [`PyFrame::offset`] of a frame that has not started its first instruction.
+pub const PY_NO_OFFSET: u32 = u32::MAX;
+
+/// The Python frames of the thread that made the allocations of stack `id`, innermost first,
+/// sent right after that [`Stack`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyStack {
+    /// The stack id (of a [`Stack`] already sent).
+    pub id: u32,
+    /// Innermost first.
+    pub frames: Vec<PyFrame>,
+}
+
+/// One frame of the stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Tag 1.
+    Hello(Hello),
+    /// Tag 2.
+    Module(Module),
+    /// Tag 3.
+    Stack(Stack),
+    /// Tag 4.
+    Alloc(Alloc),
+    /// Tag 5.
+    Free(Free),
+    /// Tag 6.
+    Failed(Failed),
+    /// Tag 7.
+    Snapshot(Snapshot),
+    /// Tag 8.
+    Exit(Exit),
+    /// Tag 9.
+    MemInfo(MemInfo),
+    /// Tag 10: a line the shim wants the user to see in the report (e.g. events it lost).
+    Note(String),
+    /// Tag 11: a free still in progress (it takes the free's place in sequence order).
+    FreePending(FreePending),
+    /// Tag 20 (tags 20 to 29 are kept for Python frames).
+    PyRuntime(PyRuntime),
+    /// Tag 21.
+    PyCode(PyCode),
+    /// Tag 22.
+    PyStack(PyStack),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_names_and_free_flags() {
+        for &a in Api::ALL {
+            assert_eq!(Api::from_u8(a as u8).unwrap(), a);
+        }
+        assert!(Api::CuMemRelease.is_free() && Api::CuMemRelease.is_handle());
+        assert!(!Api::CudaMallocHost.is_free());
+        assert_eq!(Api::CuMemAllocAsync.name(), "cuMemAllocAsync");
+    }
+}
