@@ -41,6 +41,7 @@ nvcc -g -O1 -o "$WORK/bin/alloc_static" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpt
 nvcc -g -O1 --cudart shared -o "$WORK/bin/alloc_shared" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpthread >> "$WORK/nvcc.log" 2>&1
 nvcc -g -O0 -x cu -o "$WORK/bin/s7_leak" "$ROOT/examples/leak.c" >> "$WORK/nvcc.log" 2>&1
 nvcc -g -O1 -o "$WORK/bin/faults" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
+nvcc -g -O1 --cudart shared -o "$WORK/bin/faults_shared" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
 
 SELECTED=("$@")
 selected() {
@@ -89,6 +90,7 @@ run_case S8 -- $PY S8 $T
 run_case fault_exit -- "$WORK/bin/faults" exit-cleanup
 run_case fault_snapshot -- "$WORK/bin/faults" slow-free
 run_case fault_arrays -- "$WORK/bin/faults" arrays
+run_case fault_arrays_shared -- "$WORK/bin/faults_shared" arrays
 
 python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"
 cp "$WORK/table.md" "$WORK/versions.txt" "$OUT/"

@@ -357,22 +357,30 @@ def fault_rows():
         )
     else:
         missing("fault_snapshot")
-    t, r, _ = load("fault_arrays")
-    if r and "requirements" in t:
+    for case, names in (
+        ("fault_arrays", "driver"),
+        ("fault_arrays_shared", "runtime"),
+    ):
+        t, r, _ = load(case)
+        if not (r and "requirements" in t):
+            missing(case)
+            continue
         reqs = t["requirements"]
         told = all(code == 0 for code, _ in reqs)
         want = sum(size for _, size in reqs) if told else t["texel_bytes"]
-        arrays = sorted(a for a in apis(r) if "Array" in a)
+        array_apis = [a for a in apis(r) if "Array" in a]
+        runtime = all(a.startswith("cuda") for a in array_apis)
         row(
-            "fault_arrays",
-            "arrays: device live == " + ("driver's footprint" if told else "texel bytes"),
+            case,
+            "3 arrays live, device live == " + ("driver's footprint" if told else "texel bytes"),
             mib(want),
-            mib(kind(r, "device")),
-            kind(r, "device") == want and len(arrays) == 3,
-            f"cuMemGetInfo delta {mib(t['used_delta'])}; requirements {reqs}; apis {arrays}",
+            f"{mib(kind(r, 'device'))} in {kind(r, 'device', 'live_count')}",
+            kind(r, "device") == want
+            and kind(r, "device", "live_count") == 3
+            and len(array_apis) == len(apis(r))
+            and runtime == (names == "runtime"),
+            f"cuMemGetInfo delta {mib(t['used_delta'])}; requirements {reqs}; apis {array_apis}",
         )
-    else:
-        missing("fault_arrays")
 
 
 def main(argv=None):

@@ -1,7 +1,8 @@
 // GPU cases of the fault review (docs/gpu-matrix.md, scripts/gpu-matrix.sh): `faults CASE`, run
 // under the shim in its own directory; each case writes truth.json there for compare.py.
-//   exit-cleanup  4 x 16 MiB freed by an atexit handler registered before the first allocation,
-//                 8 MiB by a static object's destructor: nothing may stay live in the report.
+//   exit-cleanup  4 x 16 MiB freed by an atexit handler registered before the first allocation
+//                 (after the runtime's own, so it runs before the runtime tears down), 8 MiB by a
+//                 static object's destructor: nothing may stay live in the report.
 //   slow-free     a SIGUSR1 sent while cudaFree waits for a 2 s kernel: how long until the
 //                 snapshot file exists (it must not wait for the kernel).
 //   arrays        CUDA arrays (2D, 3D, mipmapped) left live, against cuMemGetInfo's used bytes and
@@ -45,7 +46,13 @@ struct Owner {
             cudaFree(p);
     }
 };
-static Owner owner;
+
+// Constructed at first use, after the runtime started: destroyed before the runtime's teardown.
+static Owner &owner()
+{
+    static Owner o;
+    return o;
+}
 
 static void cleanup()
 {
@@ -62,10 +69,14 @@ __attribute__((noinline)) static void *cleanup_owned(size_t n)
 
 static int exit_cleanup()
 {
+    // The runtime registers its own exit handler when it starts; handlers run in reverse order,
+    // so ours must come after it (a program's cleanup handler in practice does).
+    CHECK(cudaFree(0));
     atexit(cleanup);
+    owner();
     for (auto &b : blocks)
         b = cleanup_owned(16 * MiB);
-    owner.p = cleanup_owned(8 * MiB);
+    owner().p = cleanup_owned(8 * MiB);
     FILE *f = fopen("truth.json", "w");
     fprintf(f, "{\"freed_at_exit\": %zu}\n", 72 * MiB);
     fclose(f);

@@ -281,23 +281,28 @@ def test_fault_snapshot_row(tmp_path, capsys, ms, snap_device, result):
 
 
 @pytest.mark.parametrize(
-    ("reqs", "device", "result"),
+    ("case", "reqs", "device", "count", "apis_", "result"),
     [
-        ([[0, 70 * MIB], [0, 66 * MIB], [0, 90 * MIB]], 226 * MIB, "PASS"),
-        ([[1, 0], [1, 0], [1, 0]], 213 * MIB, "PASS"),
-        ([[1, 0], [1, 0], [1, 0]], 226 * MIB, "FAIL"),
+        ("fault_arrays", [[0, 70 * MIB], [0, 66 * MIB], [0, 90 * MIB]], 226 * MIB, 3, ["cuArray3DCreate"], "PASS"),
+        ("fault_arrays", [[1, 0], [1, 0], [1, 0]], 213 * MIB, 3, ["cuArray3DCreate", "cuMipmappedArrayCreate"], "PASS"),
+        ("fault_arrays", [[1, 0], [1, 0], [1, 0]], 226 * MIB, 3, ["cuArray3DCreate"], "FAIL"),
+        ("fault_arrays", [[1, 0], [1, 0], [1, 0]], 213 * MIB, 2, ["cuArray3DCreate"], "FAIL"),
+        ("fault_arrays", [[1, 0], [1, 0], [1, 0]], 213 * MIB, 3, ["cudaMallocArray"], "FAIL"),
+        ("fault_arrays_shared", [[1, 0], [1, 0], [1, 0]], 213 * MIB, 3, ["cudaMallocArray"], "PASS"),
+        ("fault_arrays_shared", [[1, 0], [1, 0], [1, 0]], 213 * MIB, 3, ["cudaMallocArray", "cudaMalloc"], "FAIL"),
     ],
 )
-def test_fault_arrays_row_compares_with_the_driver_figure_when_it_has_one(tmp_path, capsys, reqs, device, result):
-    truth = {"used_delta": 230 * MIB, "texel_bytes": 213 * MIB, "requirements": reqs}
-    r = fault_report(device, apis_=("cudaMallocArray", "cudaMalloc3DArray", "cudaMallocMipmappedArray"))
-    write_case(tmp_path, "fault_arrays", {"truth.json": truth, "gpushim-7.json": r})
+def test_fault_arrays_rows(tmp_path, capsys, case, reqs, device, count, apis_, result):
+    truth = {"used_delta": 214 * MIB, "texel_bytes": 213 * MIB, "requirements": reqs}
+    r = report(device=device, device_count=count, sites=[site(1, [frame("main")], apis=apis_)])
+    write_case(tmp_path, case, {"truth.json": truth, "gpushim-7.json": r})
     compare.main(["compare.py", str(tmp_path)])
     rows = table_rows(capsys.readouterr().out)
+    told = reqs[0][0] == 0
     assert rows[1][:5] == [
-        "fault_arrays",
-        "arrays: device live == " + ("driver's footprint" if reqs[0][0] == 0 else "texel bytes"),
-        compare.mib(226 * MIB if reqs[0][0] == 0 else 213 * MIB),
-        compare.mib(device),
+        case,
+        "3 arrays live, device live == " + ("driver's footprint" if told else "texel bytes"),
+        compare.mib(226 * MIB if told else 213 * MIB),
+        f"{compare.mib(device)} in {count}",
         result,
     ]
