@@ -18,8 +18,9 @@
 //! - Only the outermost intercepted call records: a `cudaMalloc` that calls `cuMemAlloc_v2`
 //!   inside is one allocation (a per-thread depth counter).
 //! - A process that never allocates CUDA memory is untouched: the constructor only installs the
-//!   snapshot signal handler and a fork handler; the writer thread and the collector start at
-//!   the first event.
+//!   snapshot signal handler, the fork handlers and an `at_quick_exit` handler; the writer
+//!   thread and the collector start at the first event. Without a CUDA library, a `dlsym` of an
+//!   intercepted name finds nothing, as without the shim.
 //! - The signal handler touches atomics only.
 //!
 //! Modules, from the exports down to the platform helpers (each imports only those below it):
