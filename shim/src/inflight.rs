@@ -20,7 +20,6 @@ struct Slot {
     /// The free's sequence number + 1; 0 when no free is in progress. Written last (release)
     /// by `begin`, so that a reader that sees it also sees the fields below.
     seq1: AtomicU64,
-    ts_ns: AtomicU64,
     addr: AtomicU64,
     stream: AtomicU64,
     api: AtomicU8,
@@ -59,7 +58,6 @@ fn claim() -> &'static Slot {
     let s: &'static Slot = Box::leak(Box::new(Slot {
         owned: AtomicBool::new(true),
         seq1: AtomicU64::new(0),
-        ts_ns: AtomicU64::new(0),
         addr: AtomicU64::new(0),
         stream: AtomicU64::new(0),
         api: AtomicU8::new(0),
@@ -77,10 +75,9 @@ fn claim() -> &'static Slot {
 }
 
 /// Marks this thread's free `seq` of `addr` as in progress.
-pub fn begin(seq: u64, ts_ns: u64, addr: u64, api: Api, stream: u64, tid: u32) {
+pub fn begin(seq: u64, addr: u64, api: Api, stream: u64, tid: u32) {
     let _ = MINE.try_with(|h| {
         let s = h.0;
-        s.ts_ns.store(ts_ns, Relaxed);
         s.addr.store(addr, Relaxed);
         s.stream.store(stream, Relaxed);
         s.api.store(api as u8, Relaxed);
@@ -94,8 +91,9 @@ pub fn end() {
     let _ = MINE.try_with(|h| h.0.seq1.store(0, Release));
 }
 
-/// Calls `f` with each free in progress whose sequence number is below `boundary`.
-pub fn each_below(boundary: u64, mut f: impl FnMut(FreePending)) {
+/// Calls `f` with each free in progress whose sequence number is below `boundary`; `ts_ns`
+/// (monotonic, ns) is the time it was seen in progress.
+pub fn each_below(boundary: u64, ts_ns: u64, mut f: impl FnMut(FreePending)) {
     let mut p = ALL.load(Acquire);
     // SAFETY: every pointer in the list is a leaked Box that is never freed.
     while let Some(s) = unsafe { p.as_ref() } {
@@ -104,7 +102,6 @@ pub fn each_below(boundary: u64, mut f: impl FnMut(FreePending)) {
         if seq1 == 0 || seq1 > boundary {
             continue;
         }
-        let ts_ns = s.ts_ns.load(Relaxed);
         let addr = s.addr.load(Relaxed);
         let stream = s.stream.load(Relaxed);
         let api = s.api.load(Relaxed);

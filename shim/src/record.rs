@@ -184,7 +184,7 @@ pub fn free_begin(api: Api, addr: u64, stream: u64) -> Option<FreeTicket> {
         std::panic::catch_unwind(|| {
             let tx = sender()?;
             let seq = SEQ.fetch_add(1, AcqRel);
-            inflight::begin(seq, sys::now_ns(), addr, api, stream, tid());
+            inflight::begin(seq, addr, api, stream, tid());
             Some(FreeTicket { tx, seq })
         })
         .ok()

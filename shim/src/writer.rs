@@ -176,7 +176,7 @@ impl Writer {
             // Frees still inside their real call would hold the snapshot back until they
             // return (a free waits for the device): send them as in progress.
             let mut pending = Vec::new();
-            inflight::each_below(boundary, |p| pending.push(p));
+            inflight::each_below(boundary, ts_ns, |p| pending.push(p));
             for p in pending {
                 self.push(&Event::FreePending(p));
             }

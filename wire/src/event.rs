@@ -211,7 +211,7 @@ pub struct Free {
 pub struct FreePending {
     /// The free's global sequence number.
     pub seq: u64,
-    /// Monotonic clock when the call began, ns.
+    /// Monotonic clock when the call was seen in progress (the snapshot's request), ns.
     pub ts_ns: u64,
     /// The pointer or handle passed in.
     pub addr: u64,
