@@ -123,3 +123,62 @@ fn diff_of_a_snapshot_and_the_final_report_of_one_process() {
     let text = serde_json::to_string(&v).unwrap();
     assert!(text.contains("snapshot_after"), "the new site is named: {v:#}");
 }
+
+/// Waits (bounded) until `dir` holds a file whose name contains `part`.
+fn wait_for_file(dir: &std::path::Path, part: &str) -> String {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        // Not the temporary name a report is written under before it is linked into place.
+        if let Some(n) = names_in(dir).into_iter().find(|n| n.contains(part) && !n.starts_with('.')) {
+            return n;
+        }
+        assert!(std::time::Instant::now() < deadline, "no file named *{part}* in {}", dir.display());
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn snapshot_sends_the_signal_the_programs_shim_listens_to() {
+    // GPUSHIM_SIGNAL=USR2: a SIGUSR1 would kill the program (its default action).
+    let t = Target::new("target_dynamic", "snapshot-usr2").args(&["sleep-snapshot"]).env("GPUSHIM_SIGNAL", "USR2");
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "ready");
+    let path = take_snapshot(live.pid);
+    assert!(path.ends_with("-snapshot-1.json"), "{path}");
+    let d = live.finish();
+    assert!(d.status.success(), "the program survived the snapshot{d}");
+    // GPUSHIM_SIGNAL=none: no snapshot can be taken, and the program is not signalled.
+    let t = Target::new("target_dynamic", "snapshot-none").args(&["sleep-snapshot"]).env("GPUSHIM_SIGNAL", "none");
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "ready");
+    let out = gpushim(["snapshot", &live.pid.to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("GPUSHIM_SIGNAL=none") && err.lines().count() == 1, "{err}");
+    let d = live.finish();
+    assert!(d.status.success(), "{d}");
+}
+
+#[test]
+fn signals_sent_to_gpushim_run_reach_the_program() {
+    let dir = TempDir::new("run-forwards");
+    let mut cmd = Command::new(collector());
+    cmd.args(["run", "--output", dir.path().to_str().unwrap(), "--"])
+        .arg(standin("target_dynamic"))
+        .arg("sleep-snapshot")
+        .env("LD_LIBRARY_PATH", standins())
+        .env_remove("LD_PRELOAD");
+    let mut live = Live::spawn(cmd, "gpushim run -- target_dynamic sleep-snapshot".into());
+    assert_eq!(live.line(), "ready");
+    // SIGUSR1 to the wrapper's pid: a snapshot of the program.
+    signal(live.pid, libc::SIGUSR1);
+    wait_for_file(dir.path(), "-snapshot-1.json");
+    // SIGTERM to the wrapper's pid: the program gets it, and the wrapper reports its end.
+    signal(live.pid, libc::SIGTERM);
+    let status = live.wait_exit();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    let d = live.finish_after(status);
+    let r = d.report_in(dir.path());
+    assert_eq!(r["reason"], "killed", "{d}");
+    assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
+}

@@ -235,16 +235,21 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
     )?;
     let count = |status: &str| rows.iter().filter(|r| r.status() == status).count();
     let bytes = |status: &str| -> i128 { rows.iter().filter(|r| r.status() == status).map(Row::growth).sum() };
+    // "changed": the same live bytes, other counts moved (allocations and frees in between).
+    let churned = match count("changed") {
+        0 => String::new(),
+        n => format!(", {n} changed at the same live bytes"),
+    };
     writeln!(
         out,
-        "sites: {} new ({}), {} vanished ({}), {} grown, {} shrunk, {} unchanged",
+        "sites: {} new ({}), {} vanished ({}), {} grown, {} shrunk{churned}, {} unchanged",
         count("new"),
         fmt_bytes_delta(bytes("new")),
         count("vanished"),
         fmt_bytes_delta(bytes("vanished")),
         count("grown"),
         count("shrunk"),
-        count("unchanged") + count("changed"),
+        count("unchanged"),
     )?;
     for c in caveats(old, new) {
         writeln!(out, "note: {c}")?;
@@ -532,6 +537,29 @@ mod tests {
         diff(&old, &new, 10, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("new site 1: helper (src/app.c:10) <- after (src/app.c:30)\n"), "{text}");
+    }
+
+    /// A site whose live bytes did not move but that allocated and freed in between is counted
+    /// as changed, in the text's footer as in the JSON (the footer called it unchanged).
+    #[test]
+    fn a_site_that_churned_at_the_same_size_is_changed_in_text_and_json_alike() {
+        let old = report(7, vec![site(0, "pool", 1 << 20, 1), site(1, "load", 5 << 20, 5)]);
+        let mut churned = site(0, "pool", 1 << 20, 1);
+        churned.alloc_count = 3;
+        churned.free_count = 2;
+        let new = report(7, vec![churned, site(1, "load", 5 << 20, 5)]);
+        let mut out = Vec::new();
+        diff(&old, &new, 10, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("sites by live-bytes growth (1 of 1 changed):"), "{text}");
+        assert!(
+            text.contains("0 grown, 0 shrunk, 1 changed at the same live bytes, 1 unchanged\n"),
+            "the footer agrees with the header: {text}"
+        );
+        let mut out = Vec::new();
+        diff_json(&old, &new, 10, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["unchanged_sites"], 1);
     }
 
     /// The SIGUSR1 workflow: snapshots 1 and 5 of one process. Ids are the same; a site that

@@ -80,9 +80,9 @@ enum Command {
         /// Process id of a program started under gpushim.
         #[arg(value_parser = clap::value_parser!(i32).range(1..))]
         pid: i32,
-        /// The signal the shim listens to.
-        #[arg(long, value_enum, default_value_t = Signal::Usr1)]
-        signal: Signal,
+        /// The signal the shim listens to (default: the program's own GPUSHIM_SIGNAL, else USR1).
+        #[arg(long, value_enum)]
+        signal: Option<Signal>,
         /// Seconds to wait for the snapshot file.
         #[arg(long, value_name = "SECS", default_value_t = 10.0)]
         timeout: f64,

@@ -3,7 +3,9 @@
 //! The shim in the program spawns `gpushim collect` itself (found through
 //! `GPUSHIM_COLLECTOR`), so this command only sets the environment, waits, and passes the
 //! program's exit status on. Like `time(1)`, it ignores SIGINT and SIGQUIT while the program
-//! runs, so a Ctrl-C reaches the program and the exit status is still reported.
+//! runs, so a Ctrl-C reaches the program and the exit status is still reported. SIGTERM,
+//! SIGHUP, SIGUSR1 and SIGUSR2 sent to `gpushim run` itself are passed on to the program (a
+//! snapshot asked of the wrapper's pid, a `kill` of it), which it then waits for as usual.
 //!
 //! So that the report exists when `gpushim run` returns, the program inherits the write end
 //! of a pipe (the collector the shim spawns inherits it in turn); after the program exits,
@@ -22,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::signals::{ignore, restore};
+use super::signals::{forward, ignore, restore};
 use crate::error::{coded, CANNOT_EXECUTE, NOT_FOUND, SIGNALLED, USAGE};
 
 /// Longest wait, after the program exits, for its collector to finish writing the report.
@@ -99,6 +101,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
             _ => coded(CANNOT_EXECUTE, format!("cannot run {name}: {e}")),
         }
     })?;
+    forward(child.id() as i32, &[libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2]);
     let status = child.wait().context("waiting for the program")?;
     if !wait_for_eof(done_read, COLLECTOR_WAIT) {
         let _ = writeln!(

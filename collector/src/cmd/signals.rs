@@ -1,5 +1,8 @@
 //! Signal dispositions of `gpushim` itself: what `run` ignores while the program runs (and
-//! puts back in the program), and what `collect` ignores so that the report is always written.
+//! puts back in the program) and what it passes on to the program, and what `collect` ignores
+//! so that the report is always written.
+
+use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
 
 /// Signals with their dispositions from before [`ignore`] changed them.
 pub(crate) type Saved = Vec<(libc::c_int, libc::sigaction)>;
@@ -43,4 +46,30 @@ pub(crate) fn ignore_file_size_signal() {
 /// terminal sends SIGINT, SIGQUIT or SIGHUP; the end of the event stream ends it.
 pub(crate) fn ignore_interrupts() {
     ignore(&[libc::SIGINT, libc::SIGQUIT, libc::SIGHUP]);
+}
+
+/// The process [`forward`]'s handler passes signals to (0: none yet).
+static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn pass_on(sig: libc::c_int) {
+    let pid = FORWARD_TO.load(Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe; `pid` is our child, which we have not reaped yet
+        // (the handler is only installed while we wait for it).
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// For `gpushim run`: passes `sigs` received by `gpushim` on to `pid`, the program (`kill` to
+/// `gpushim run`'s own pid would otherwise end the wrapper and leave the program running
+/// unwatched, its exit status lost; a snapshot signal would not reach the shim).
+pub(crate) fn forward(pid: i32, sigs: &[libc::c_int]) {
+    FORWARD_TO.store(pid, Relaxed);
+    for &sig in sigs {
+        let mut sa = empty_sigaction();
+        sa.sa_sigaction = pass_on as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        // SAFETY: a valid sigaction whose handler only loads an atomic and calls kill.
+        unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) };
+    }
 }

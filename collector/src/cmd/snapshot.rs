@@ -56,7 +56,7 @@ impl Signal {
 ///
 /// # Errors
 /// Exit code 2 if `timeout` is not a number of seconds >= 0; otherwise those of [`snapshot`].
-pub fn run(pid: i32, signal: Signal, timeout: f64) -> Result<ExitCode> {
+pub fn run(pid: i32, signal: Option<Signal>, timeout: f64) -> Result<ExitCode> {
     if !(timeout.is_finite() && timeout >= 0.0) {
         return Err(coded(USAGE, format!("--timeout {timeout} is not a number of seconds >= 0")));
     }
@@ -67,14 +67,15 @@ pub fn run(pid: i32, signal: Signal, timeout: f64) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Sends `signal` to `pid` and returns the path of the snapshot file that appears within
-/// `timeout`.
+/// Sends `signal` (by default the one the program's shim listens to: its `GPUSHIM_SIGNAL`) to
+/// `pid` and returns the path of the snapshot file that appears within `timeout`.
 ///
 /// # Errors
 /// Exit code 2 with a one-line reason if there is no such process, it cannot be signalled, it
-/// does not have the shim loaded (the signal would kill it), its output directory cannot be
-/// found or read, or no snapshot appears in time.
-pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> {
+/// does not have the shim loaded (the signal would kill it), its snapshots are off
+/// (`GPUSHIM_SIGNAL=none`), its output directory cannot be found or read, or no snapshot
+/// appears in time.
+pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<PathBuf> {
     send(pid, 0)?;
     let mut pid = pid;
     if !has_shim(pid).unwrap_or(true) {
@@ -85,6 +86,18 @@ pub fn snapshot(pid: i32, signal: Signal, timeout: Duration) -> Result<PathBuf> 
         }
     }
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    // The shim listens to the signal its GPUSHIM_SIGNAL names (read when it loaded, so the
+    // program's starting environment); any other signal would take its default action.
+    let signal = match (signal, signal_setting(&proc_dir)) {
+        (Some(s), _) => s,
+        (None, Setting::Off) => {
+            return Err(coded(
+                USAGE,
+                format!("pid {pid} runs with GPUSHIM_SIGNAL=none: it takes no snapshots (a signal would kill it)"),
+            ))
+        }
+        (None, Setting::Signal(s)) => s,
+    };
     if let Ok(maps) = fs::read_to_string(proc_dir.join("maps")) {
         if !maps.contains("libgpushim") {
             return Err(coded(
@@ -158,6 +171,28 @@ fn send(pid: i32, sig: libc::c_int) -> Result<()> {
     })
 }
 
+/// What the target's `GPUSHIM_SIGNAL` asks of its shim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Setting {
+    /// Snapshots on this signal.
+    Signal(Signal),
+    /// `none`: no signal handler.
+    Off,
+}
+
+/// The target's `GPUSHIM_SIGNAL`, read from its environment as the shim reads it (case
+/// insensitive, with or without `SIG`; unset, empty, unknown or unreadable: USR1).
+fn signal_setting(proc_dir: &Path) -> Setting {
+    let value = fs::read(proc_dir.join("environ")).ok().and_then(|env| {
+        env.split(|&b| b == 0).find_map(|kv| kv.strip_prefix(b"GPUSHIM_SIGNAL=")).map(|v| v.to_ascii_uppercase())
+    });
+    match value.as_deref() {
+        Some(b"USR2") | Some(b"SIGUSR2") => Setting::Signal(Signal::Usr2),
+        Some(b"NONE") => Setting::Off,
+        _ => Setting::Signal(Signal::Usr1),
+    }
+}
+
 /// The target's report directory: `GPUSHIM_OUTPUT` from its environment (relative to its
 /// working directory), else its working directory.
 fn output_dir(proc_dir: &Path) -> Result<PathBuf> {
@@ -228,9 +263,26 @@ mod tests {
     #[test]
     fn refuses_a_process_without_the_shim_and_a_missing_one() {
         // This test process has no libgpushim loaded: the signal would kill it.
-        let e = snapshot(std::process::id() as i32, Signal::Usr1, Duration::from_millis(10)).unwrap_err();
+        let e = snapshot(std::process::id() as i32, Some(Signal::Usr1), Duration::from_millis(10)).unwrap_err();
         assert!(e.to_string().contains("is not running under gpushim"), "{e}");
-        let e = snapshot(i32::MAX, Signal::Usr1, Duration::from_millis(10)).unwrap_err();
+        let e = snapshot(i32::MAX, Some(Signal::Usr1), Duration::from_millis(10)).unwrap_err();
         assert_eq!(e.to_string(), format!("no process with pid {}", i32::MAX));
+    }
+
+    #[test]
+    fn the_signal_follows_the_programs_gpushim_signal() {
+        let dir = std::env::temp_dir().join(format!("gpushim-signal-setting-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let with = |env: &[u8]| {
+            std::fs::write(dir.join("environ"), env).unwrap();
+            signal_setting(&dir)
+        };
+        assert_eq!(with(b"A=1\0GPUSHIM_SIGNAL=usr2\0B=2\0"), Setting::Signal(Signal::Usr2));
+        assert_eq!(with(b"GPUSHIM_SIGNAL=SIGUSR2\0"), Setting::Signal(Signal::Usr2));
+        assert_eq!(with(b"GPUSHIM_SIGNAL=None\0"), Setting::Off);
+        assert_eq!(with(b"GPUSHIM_SIGNAL=bogus\0"), Setting::Signal(Signal::Usr1), "the shim uses USR1 then");
+        assert_eq!(with(b"PATH=/bin\0"), Setting::Signal(Signal::Usr1));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(signal_setting(&dir), Setting::Signal(Signal::Usr1), "unreadable");
     }
 }

@@ -25,6 +25,18 @@ fn cache_batch(cache: &mut Vec<CUdeviceptr>) -> Result<(), DriverError> {
     Ok(())
 }
 
+/// The step's own work (here plain arithmetic, on a GPU the kernels): it spreads the steps, and
+/// so the leak, over the run, as in a real training loop, instead of a burst of allocations just
+/// before a slow exit that timing alone could not tell from a warm-up.
+#[inline(never)]
+fn compute(step: usize) -> u64 {
+    let mut h = step as u64;
+    for _ in 0..200_000 {
+        h = std::hint::black_box(h.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407));
+    }
+    h
+}
+
 #[inline(never)]
 fn workspace() -> Result<(), DriverError> {
     // SAFETY: allocated and freed here, never used on the host.
@@ -49,9 +61,10 @@ fn run(steps: usize) -> Result<(), DriverError> {
     unsafe { result::ctx::set_current(result::primary_ctx::retain(dev)?) }?;
     let _weights = load_weights()?;
     let mut cache = Vec::new();
-    for _ in 0..steps {
+    for step in 0..steps {
         workspace()?;
         cache_batch(&mut cache)?;
+        std::hint::black_box(compute(step));
     }
     println!("cudarc-leak: {steps} steps, {} MiB cached on the device and never freed", cache.len() * 4);
     Ok(())
