@@ -4,6 +4,7 @@
 //! collector's report exists when the program is gone.
 
 use std::sync::atomic::Ordering::*;
+use std::time::Duration;
 
 use crate::event::Msg;
 use crate::state::{self, ENABLED, FINISHED, QUICK_EXIT_DONE, STATE, TRACED_PID};
@@ -51,7 +52,7 @@ pub fn quick_finish() {
         return;
     }
     STATE.store(FINISHED, Release);
-    let deadline = sys::now_ns().saturating_add(timeout.as_nanos() as u64);
+    let deadline = sys::now_ns().saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
     while !QUICK_EXIT_DONE.load(Acquire) && sys::now_ns() < deadline {
         // SAFETY: sched_yield has no arguments; async-signal-safe.
         unsafe { libc::sched_yield() };
@@ -62,7 +63,10 @@ pub fn quick_finish() {
 /// by `GPUSHIM_EXIT_TIMEOUT`), so that the collector's report is complete.
 pub fn finish() {
     sys::guarded(|| {
-        if STATE.load(Acquire) != ENABLED {
+        // Only in the process that started tracing: a child made by a raw fork system call
+        // (crash handlers make them) ran no fork handler and has a copy of our channel, which
+        // no writer thread reads there.
+        if STATE.load(Acquire) != ENABLED || TRACED_PID.load(Acquire) != sys::getpid_raw() {
             return;
         }
         let Some(tx) = state::channel() else { return };
@@ -70,7 +74,9 @@ pub fn finish() {
         // The whole wait, queueing included, is bounded: with a collector that stopped
         // reading, the channel may be full (other threads wait in their hooks), and a plain
         // send would keep the program from exiting.
-        let deadline = std::time::Instant::now() + config::exit_timeout();
+        // A timeout too large for the clock ("wait for ever") waits for ever in practice.
+        let now = std::time::Instant::now();
+        let deadline = now.checked_add(config::exit_timeout()).unwrap_or(now + Duration::from_secs(1 << 40));
         let queued = tx.send_deadline(Msg::Exit { ts_ns: sys::now_ns(), done: done_tx }, deadline).is_ok();
         STATE.store(FINISHED, Release);
         if queued {

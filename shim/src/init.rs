@@ -98,19 +98,19 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
 }
 
 /// No shim thread may be inside `dl_iterate_phdr` when the process forks (see
-/// `loader::phdr_lock`): wait for any that is, and keep others out until the fork is done.
+/// `loader::fork_lock`): wait for any that is, and keep others out until the fork is done.
 extern "C" fn before_fork() {
-    loader::phdr_lock();
+    loader::fork_lock();
 }
 
 extern "C" fn after_fork_in_parent() {
-    loader::phdr_unlock();
+    loader::fork_unlock();
 }
 
 /// In a forked child only the forking thread exists: forget the parent's writer, channel,
 /// socket and counters; the child starts its own collector at its first event.
 extern "C" fn after_fork_in_child() {
-    loader::phdr_reset();
+    loader::fork_lock_reset();
     socket::close_after_fork();
     record::reset_after_fork();
 }

@@ -100,7 +100,9 @@ pub fn collector(cfg: &Config) -> Option<RawFd> {
         );
         return None;
     }
-    let (ours, theirs) = (sv[0], sv[1]);
+    // Our end must not take the number of a standard stream the program closed (0, 1 or 2):
+    // its reads, writes and prints would go to the collector.
+    let (ours, theirs) = (above_stdio(sv[0]), above_stdio(sv[1]));
     // The children report a failed clone or exec through this pipe: 4 bytes of errno. Its end
     // closes at a successful exec (close-on-exec) and when the intermediate exits.
     let mut ep = [0 as c_int; 2];
@@ -162,6 +164,21 @@ pub fn collector(cfg: &Config) -> Option<RawFd> {
             None
         }
     }
+}
+
+/// `fd` itself if it is 3 or more, else a close-on-exec copy numbered 3 or more (and `fd`
+/// closed), so that a program started with a standard stream closed keeps it closed.
+fn above_stdio(fd: RawFd) -> RawFd {
+    if fd > 2 {
+        return fd;
+    }
+    // SAFETY: duplicating a descriptor this function's caller owns.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if dup < 0 {
+        return fd;
+    }
+    close(fd);
+    dup
 }
 
 fn close(fd: RawFd) {
@@ -245,7 +262,12 @@ unsafe fn collector_child(exec: &Exec, theirs: RawFd, err_w: RawFd) -> ! {
 /// # Safety
 /// Only in the collector's process before `exec`.
 unsafe fn close_from(first: RawFd, keep: RawFd) {
-    let ranges = [(first as u32, (keep as u32).saturating_sub(1)), (keep as u32 + 1, u32::MAX)];
+    // `keep` may lie below `first` (a pipe end numbered 0 to 2 when the program closed those).
+    let ranges = if keep >= first {
+        [(first as u32, (keep as u32).saturating_sub(1)), (keep as u32 + 1, u32::MAX)]
+    } else {
+        [(first as u32, u32::MAX), (1, 0)]
+    };
     for (lo, hi) in ranges {
         if lo > hi {
             continue;

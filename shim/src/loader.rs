@@ -145,8 +145,11 @@ pub struct ModuleInfo {
     pub ranges: Vec<(usize, usize)>,
 }
 
-/// Thread id of the shim thread inside `dl_iterate_phdr` (0: none); a forking thread holds it from the
-/// fork's prepare handler to its end (init.rs). glibc does not reset the loader's write lock
+/// The shim's fork lock: thread id of the shim thread inside `dl_iterate_phdr` or starting the
+/// collector (0: none); a forking thread holds it from the fork's prepare handler to its end
+/// (init.rs), so that no fork cuts either in half. A child forked while the collector's socket
+/// was made but not yet known to the shim kept both ends open, and the parent's exit waited
+/// for the whole `GPUSHIM_EXIT_TIMEOUT`. glibc does not reset the loader's write lock
 /// (`_dl_load_write_lock`, which `dl_iterate_phdr` takes) in a forked child: had one of our
 /// threads been inside it at the fork, the child's first module scan would wait forever (seen
 /// with 8 threads starting to allocate while the main thread forked: 7 hangs in 40 runs).
@@ -155,8 +158,9 @@ static PHDR_OWNER: AtomicU64 = AtomicU64::new(0);
 /// callback may scan again). Touched by the owner only.
 static PHDR_DEPTH: AtomicU64 = AtomicU64::new(0);
 
-/// Takes the lock, spinning while another thread holds it (for the length of one module scan).
-pub fn phdr_lock() {
+/// Takes the lock, spinning while another thread holds it (for the length of one module scan
+/// or of the collector's start).
+pub fn fork_lock() {
     let me = u64::from(sys::gettid());
     if PHDR_OWNER.load(Acquire) == me {
         PHDR_DEPTH.fetch_add(1, Relaxed);
@@ -169,14 +173,14 @@ pub fn phdr_lock() {
 }
 
 /// Releases one hold of the lock.
-pub fn phdr_unlock() {
+pub fn fork_unlock() {
     if PHDR_DEPTH.fetch_sub(1, Relaxed) == 1 {
         PHDR_OWNER.store(0, Release);
     }
 }
 
 /// In a forked child: only the forking thread exists, and it held the lock (prepare handler).
-pub fn phdr_reset() {
+pub fn fork_lock_reset() {
     PHDR_DEPTH.store(0, Relaxed);
     PHDR_OWNER.store(0, Release);
 }
@@ -189,10 +193,10 @@ pub unsafe fn iterate_phdr(
     cb: unsafe extern "C" fn(*mut libc::dl_phdr_info, usize, *mut c_void) -> c_int,
     data: *mut c_void,
 ) {
-    phdr_lock();
+    fork_lock();
     // SAFETY: the caller's contract.
     unsafe { libc::dl_iterate_phdr(Some(cb), data) };
-    phdr_unlock();
+    fork_unlock();
 }
 
 /// Calls `f` for every loaded object (lists them under the loader's lock: never call it from a

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::sync::atomic::Ordering::*;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Sender, TrySendError};
 use gpushim_wire::{Api, Kind};
 
 use crate::event::Msg;
@@ -98,13 +98,25 @@ fn sender() -> Option<&'static Sender<Msg>> {
 /// Hands `msg` to the writer, waiting only while the bounded channel is full.
 fn send(tx: &Sender<Msg>, msg: Msg) {
     // An error means the writer is gone and has already said so.
-    let _ = tx.send(msg);
+    match tx.try_send(msg) {
+        Err(TrySendError::Full(msg)) => {
+            // A full channel is where a child made by a raw fork system call (no fork handler
+            // ran: it still has the parent's channel, and no writer thread) would block for
+            // ever; such a child stops recording instead. Checked only here, off the fast path.
+            if state::TRACED_PID.load(Acquire) != sys::getpid_raw() {
+                STATE.store(DISABLED, Release);
+                return;
+            }
+            let _ = tx.send(msg);
+        }
+        Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+    }
 }
 
 /// The calling thread's backtrace as return addresses, innermost first, without this
 /// library's frames; empty when backtraces are off.
 fn capture() -> Box<[u64]> {
-    if !config::backtraces() {
+    if !config::backtraces() || !unwind::safe_to_unwind() {
         return Box::new([]);
     }
     let max = config::max_frames().clamp(1, 256);

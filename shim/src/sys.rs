@@ -75,3 +75,30 @@ pub fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
         r
     }
 }
+
+/// True if and only if the calling thread is the only live thread of its process. A main
+/// thread that ended with `pthread_exit` stays as a zombie (counted in `num_threads`, the 20th
+/// field of `/proc/self/stat`) until the process ends, so with two threads the other one's state
+/// is read too. `false` when `/proc` cannot be read.
+pub fn alone() -> bool {
+    let after_comm = |stat: &str| {
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().map(String::from).collect::<Vec<_>>())
+    };
+    let Some(fields) = std::fs::read_to_string("/proc/self/stat").ok().and_then(|s| after_comm(&s)) else {
+        return false;
+    };
+    match fields.get(17).and_then(|n| n.parse::<u32>().ok()) {
+        Some(1) => true,
+        Some(2) => {
+            let me = gettid().to_string();
+            let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return false };
+            tasks.filter_map(Result::ok).filter(|t| t.file_name().to_str() != Some(me.as_str())).all(|t| {
+                std::fs::read_to_string(t.path().join("stat"))
+                    .ok()
+                    .and_then(|s| after_comm(&s))
+                    .is_some_and(|f| f.first().map(String::as_str) == Some("Z"))
+            })
+        }
+        _ => false,
+    }
+}

@@ -221,6 +221,24 @@ thread_local! {
     static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
 
+/// Stack an unwinder may need below the caller: computing a rule parses DWARF call-frame
+/// information with gimli, whose tables live on the stack, and libgcc's unwinder keeps a context
+/// of about a kilobyte per frame. A thread with a 32 KiB stack overflowed in a debug build
+/// (16 KiB in a release build), bytes.
+const MIN_ROOM: u64 = 64 << 10;
+
+/// True if and only if a backtrace may be taken here: the stack pointer lies on the calling
+/// thread's own stack with at least [`MIN_ROOM`] below it. On another stack (a coroutine's, a
+/// green thread's, `sigaltstack`), nothing tells how much room is left, nor which memory
+/// between the stack pointer and the thread's stack is mapped: no backtrace is taken there, by
+/// either unwinder (the event is recorded without native frames).
+pub fn safe_to_unwind() -> bool {
+    let here = std::hint::black_box(0u8);
+    let sp = &here as *const u8 as u64;
+    let (low, top) = stack_bounds();
+    top != 0 && sp >= low && sp < top && sp - low >= MIN_ROOM
+}
+
 /// `[low, high)` of the calling thread's stack (`pthread_getattr_np`), or `(0, 0)`.
 fn stack_bounds() -> (u64, u64) {
     STACK

@@ -17,7 +17,7 @@ use gpushim_wire::{self as wire, Event};
 use crate::config::{self, Config};
 use crate::event::{Msg, PyFrames};
 use crate::hash::FastHash;
-use crate::state::{DISABLED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
+use crate::state::{DISABLED, FINISHED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
 use crate::{inflight, launch, loader, python, socket, sys};
 
 /// Events the channel holds before hooks wait (backpressure), about 1.3 MiB of slots.
@@ -28,6 +28,8 @@ const FLUSH_BYTES: usize = 64 * 1024;
 /// nothing arrives. It bounds the delay of an event, a snapshot request and the exit handshake.
 const IDLE_MIN: Duration = Duration::from_micros(500);
 const IDLE_MAX: Duration = Duration::from_millis(5);
+/// How often, while idle, the writer checks whether it is the process's last thread, ns.
+const ALONE_CHECK_NS: u64 = 100_000_000;
 
 /// Starts the collector and the writer thread. `None` (with one line on stderr) if the
 /// collector cannot be started: the program then runs on unrecorded.
@@ -35,10 +37,17 @@ pub fn start() -> Option<Sender<Msg>> {
     let cfg = Config::from_env();
     loader::own_range();
     python::init(config::python_frames());
-    let sock = launch::collector(&cfg)?;
+    // Under the fork lock: a fork now would give the child both ends of the socket before the
+    // shim knows them (the child's fork handler closes only a socket it knows).
+    loader::fork_lock();
+    let sock = launch::collector(&cfg);
     // From here the socket is handled by number only, checked against its identity before
     // each use, and closed only while it is still ours.
-    socket::adopt(sock);
+    if let Some(fd) = sock {
+        socket::adopt(fd);
+    }
+    loader::fork_unlock();
+    let sock = sock?;
     // The header, Hello and module map go out before the first event is queued, so that the
     // collector knows who and where even if the program is killed a moment later.
     let mut w = Writer::new(sock);
@@ -122,6 +131,7 @@ impl Writer {
         // every allocation, measured on the H200 with scripts/bench-gpu.sh), at the price of up
         // to IDLE_MAX of latency.
         let mut idle = IDLE_MIN;
+        let mut last_alone_check = 0u64;
         loop {
             let msg = rx.try_recv();
             // Before the event is handled: an event whose sequence number is at or past a
@@ -154,12 +164,33 @@ impl Writer {
                     if !self.flush() {
                         return;
                     }
+                    let now = sys::now_ns();
+                    if now.saturating_sub(last_alone_check) >= ALONE_CHECK_NS {
+                        last_alone_check = now;
+                        if sys::alone() {
+                            self.end_as_last_thread();
+                        }
+                    }
                     std::thread::sleep(idle);
                     idle = (idle * 2).min(IDLE_MAX);
                 }
                 Err(TryRecvError::Disconnected) => return,
             }
         }
+    }
+
+    /// Every thread of the program has ended (`pthread_exit` in each, the main thread's
+    /// included): glibc's last thread would call `exit(0)`, but this thread is the last one now.
+    /// Ends the stream as the exit path does, then exits the same way.
+    fn end_as_last_thread(&mut self) -> ! {
+        self.push(&Event::Exit(wire::Exit { ts_ns: sys::now_ns() }));
+        if self.flush() {
+            self.close_and_wait();
+        }
+        STATE.store(FINISHED, Release);
+        // SAFETY: what glibc does when the process's last thread ends (nptl's start_thread and
+        // __libc_start_call_main call exit(0)); atexit handlers and destructors run here.
+        unsafe { libc::exit(0) }
     }
 
     fn push(&mut self, ev: &Event) {

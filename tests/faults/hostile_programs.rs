@@ -180,3 +180,50 @@ fn cuda_arrays_count_as_device_memory_with_the_footprint_the_driver_reports() {
     assert_eq!(driver.len(), 1, "the driver's array, reached through dlsym{d}");
     assert_eq!(driver[0]["alloc_bytes"], 256 * kib, "128 x 128 float4{d}");
 }
+
+#[test]
+fn a_program_whose_threads_all_end_with_pthread_exit_ends() {
+    // The shim's writer thread kept the process alive for ever once every thread of the program
+    // had ended with pthread_exit (glibc's last thread calls exit(0); ours never did).
+    let (t, d) = hostile("pthread-exit");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(r["reason"], "exit", "{d}");
+    assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
+}
+
+#[test]
+fn standard_streams_closed_before_the_first_allocation_stay_closed() {
+    // With stdin and stdout closed, the collector's socket took their numbers: reads waited on
+    // the collector and prints went into the event stream (the report had 0 allocations, then
+    // SIGPIPE ended the program).
+    let t = Target::new("hostile", "closed-stdio").args(&["closed-stdio"]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert!(d.stderr.contains("stdin closed, stdout closed"), "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
+}
+
+#[test]
+fn a_child_made_by_the_raw_fork_system_call_neither_blocks_nor_waits_at_exit() {
+    // No fork handler runs in such a child: it kept the parent's channel, which no thread reads
+    // there. Its 20,000 allocations filled it and blocked it for ever, and its exit() waited for
+    // GPUSHIM_EXIT_TIMEOUT (here far beyond the test's deadline).
+    let t = Target::new("hostile", "raw-fork").args(&["raw-fork"]).env("GPUSHIM_EXIT_TIMEOUT", 100_000);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert!(d.stdout.contains(&"child status 0".to_string()), "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), MIB, "the parent's report holds its own allocation{d}");
+}
+
+#[test]
+fn allocations_from_a_thread_with_a_16_kib_stack_do_not_overflow_it() {
+    // Unwinding (computing a frame's rule parses DWARF with tables on the stack) overflowed
+    // thread stacks of 16 to 32 KiB (SIGSEGV). With too little room the event is recorded
+    // without native frames.
+    let (t, d) = hostile("small-stack");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), 2 * MIB, "{d}");
+    assert_eq!(total(&r, "alloc_count"), 2, "{d}");
+}

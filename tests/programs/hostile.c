@@ -9,6 +9,9 @@
 #include "cuda_standin.h"
 
 #include <dirent.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <dlfcn.h>
 #include <sys/syscall.h>
 #include <errno.h>
@@ -303,6 +306,79 @@ static int scenario_arrays(void)
     return 0;
 }
 
+/* pthread-exit: the main thread ends with pthread_exit after a worker allocated 1 MiB and
+ * returned: the process must end when its last thread does (exit status 0). */
+static void *pthread_exit_worker(void *arg)
+{
+    (void)arg;
+    (void)kept_alloc(1 * MiB);
+    return NULL;
+}
+
+static int scenario_pthread_exit(void)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, pthread_exit_worker, NULL);
+    printf("ok\n");
+    fflush(stdout);
+    pthread_exit(NULL);
+}
+
+/* closed-stdio: standard input and output closed before the first allocation must stay closed
+ * (the shim's socket must not take their numbers).  Says so on stderr. */
+static int scenario_closed_stdio(void)
+{
+    close(0);
+    close(1);
+    (void)kept_alloc(1 * MiB);
+    int in = fcntl(0, F_GETFD), out = fcntl(1, F_GETFD);
+    fprintf(stderr, "stdin %s, stdout %s\n", in < 0 ? "closed" : "open", out < 0 ? "closed" : "open");
+    return in < 0 && out < 0 ? 0 : 1;
+}
+
+/* raw-fork: a child made by the fork system call itself (crash handlers do this; no fork
+ * handler runs) allocates 20,000 times, more than the shim's channel holds, and exits; then
+ * the parent.  Neither may block. */
+static int scenario_raw_fork(void)
+{
+    (void)kept_alloc(1 * MiB);
+    long pid = syscall(SYS_fork);
+    if (pid == 0) {
+        for (int i = 0; i < 20000; i++) {
+            void *p = NULL;
+            if (cudaMalloc(&p, 4096) != cudaSuccess || cudaFree(p) != cudaSuccess)
+                _exit(3);
+        }
+        exit(0);
+    }
+    int status = 0;
+    waitpid((pid_t)pid, &status, 0);
+    printf("child status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return 0;
+}
+
+/* small-stack: allocations from a thread with the smallest stack pthreads allow (16 KiB):
+ * the shim must not overflow it.  Live at exit: 2 x 1 MiB. */
+static void *small_stack_worker(void *arg)
+{
+    (void)arg;
+    (void)kept_alloc(1 * MiB);
+    (void)kept_alloc(1 * MiB);
+    return NULL;
+}
+
+static int scenario_small_stack(void)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, PTHREAD_STACK_MIN);
+    pthread_t t;
+    if (pthread_create(&t, &attr, small_stack_worker, NULL) != 0)
+        return 1;
+    pthread_join(t, NULL);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -325,6 +401,14 @@ int main(int argc, char **argv)
         rc = scenario_dlmopen();
     else if (strcmp(s, "arrays") == 0)
         rc = scenario_arrays();
+    else if (strcmp(s, "pthread-exit") == 0)
+        rc = scenario_pthread_exit();
+    else if (strcmp(s, "closed-stdio") == 0)
+        rc = scenario_closed_stdio();
+    else if (strcmp(s, "raw-fork") == 0)
+        rc = scenario_raw_fork();
+    else if (strcmp(s, "small-stack") == 0)
+        rc = scenario_small_stack();
     else if (strcmp(s, "slow-free") == 0)
         rc = scenario_slow_free();
     else {

@@ -57,10 +57,10 @@ impl Signal {
 /// # Errors
 /// Exit code 2 if `timeout` is not a number of seconds >= 0; otherwise those of [`snapshot`].
 pub fn run(pid: i32, signal: Option<Signal>, timeout: f64) -> Result<ExitCode> {
-    if !(timeout.is_finite() && timeout >= 0.0) {
-        return Err(coded(USAGE, format!("--timeout {timeout} is not a number of seconds >= 0")));
-    }
-    let path = snapshot(pid, signal, Duration::from_secs_f64(timeout))?;
+    let Ok(timeout) = Duration::try_from_secs_f64(timeout) else {
+        return Err(coded(USAGE, format!("--timeout {timeout} is not a number of seconds from 0 to 10^19")));
+    };
+    let path = snapshot(pid, signal, timeout)?;
     let mut out = io::stdout().lock();
     writeln!(out, "{}", path.display())?;
     out.flush()?;
