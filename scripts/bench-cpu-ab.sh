@@ -10,15 +10,7 @@ A=$(cd "$1" && pwd); B=$(cd "$2" && pwd); R=${3:-5}; N=${4:-200000}
 for d in "$A" "$B"; do
   [ -f "$d/libgpushim.so" ] && [ -x "$d/gpushim" ] || { echo "bench-cpu-ab: $d needs libgpushim.so and gpushim" >&2; exit 2; }
 done
-cargo build --release --workspace -q
-S=$(find target/release/build -maxdepth 3 -type d -path '*gpushim-tests-*/out/standins' | head -n 1)
-W=$(mktemp -d /tmp/gpushim-bench-ab.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-for i in $(seq -w 0 99); do
-  echo "int pad_$i(int x) { return x + 1$i; }" > "$W/pad$i.c"
-  cc -shared -fPIC -O2 -o "$W/libpad0$i.so" "$W/pad$i.c"
-done
-cc -O2 -g -o "$W/pairs" scripts/bench/pairs.c -L"$S" -l:libcudart.so.13 -Wl,-rpath,"$S" -ldl
+. scripts/bench/pairs-setup.sh
 one() { # dir -> "median p99 mean"
   env LD_PRELOAD="$1/libgpushim.so" GPUSHIM_COLLECTOR="$1/gpushim" GPUSHIM_OUTPUT="$W" \
     "$W/pairs" "$N" 40 100 "$W" 2> "$W/err" | tail -n 1

@@ -8,15 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-200000}
-cargo build --release --workspace -q
-S=$(find target/release/build -maxdepth 3 -type d -path '*gpushim-tests-*/out/standins' | head -n 1)
-W=$(mktemp -d /tmp/gpushim-bench.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-for i in $(seq -w 0 99); do
-  echo "int pad_$i(int x) { return x + 1$i; }" > "$W/pad$i.c"
-  cc -shared -fPIC -O2 -o "$W/libpad0$i.so" "$W/pad$i.c"
-done
-cc -O2 -g -o "$W/pairs" scripts/bench/pairs.c -L"$S" -l:libcudart.so.13 -Wl,-rpath,"$S" -ldl
+. scripts/bench/pairs-setup.sh
 run() { # label, env...
   local label=$1; shift
   env "$@" GPUSHIM_OUTPUT="$W" GPUSHIM_COLLECTOR="$PWD/target/release/gpushim" \
