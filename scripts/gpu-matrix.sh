@@ -91,6 +91,7 @@ run_case fault_exit -- "$WORK/bin/faults" exit-cleanup
 run_case fault_snapshot -- "$WORK/bin/faults" slow-free
 run_case fault_arrays -- "$WORK/bin/faults" arrays
 run_case fault_arrays_shared -- "$WORK/bin/faults_shared" arrays
+run_case fault_reset -- "$WORK/bin/faults" reset
 
 python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"
 cp "$WORK/table.md" "$WORK/versions.txt" "$OUT/"

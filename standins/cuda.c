@@ -324,6 +324,25 @@ static CUresult impl_cuGetExportTable(const void **ppExportTable, const void *id
     return CUDA_ERROR_NOT_FOUND;
 }
 
+/* The one primary context of the one device. */
+static int primary_context;
+
+static CUresult impl_cuDevicePrimaryCtxReset_v2(int device)
+{
+    if (device != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    reset_device_entries();
+    return CUDA_SUCCESS;
+}
+
+static CUresult impl_cuCtxDestroy_v2(void *ctx)
+{
+    if (ctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    reset_device_entries();
+    return CUDA_SUCCESS;
+}
+
 static CUresult impl_cuGetProcAddress_v1(const char *, void **, int, unsigned long long);
 static CUresult impl_cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 
@@ -360,6 +379,8 @@ static const struct proc procs[] = {
     {"cuMemCreate", FP(impl_cuMemCreate), NULL, 0, NULL},
     {"cuMemRelease", FP(impl_cuMemRelease), NULL, 0, NULL},
     {"cuGetExportTable", FP(impl_cuGetExportTable), NULL, 0, NULL},
+    {"cuDevicePrimaryCtxReset", FP(impl_cuDevicePrimaryCtxReset_v2), NULL, 11000, NULL},
+    {"cuCtxDestroy", FP(impl_cuCtxDestroy_v2), NULL, 4000, NULL},
     {"cuArrayCreate", FP(impl_cuArrayCreate_v2), NULL, 3020, NULL},
     {"cuArray3DCreate", FP(impl_cuArray3DCreate_v2), NULL, 3020, NULL},
     {"cuArrayDestroy", FP(impl_cuArrayDestroy), NULL, 0, NULL},
@@ -512,10 +533,20 @@ API CUresult cuDeviceGet(int *device, int ordinal)
 
 API CUresult cuDevicePrimaryCtxRetain(void **ctx, int device)
 {
-    static int primary_context;
     if (ctx == NULL || device != 0)
         return CUDA_ERROR_INVALID_VALUE;
     *ctx = &primary_context;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDevicePrimaryCtxReset_v2(int device) { return impl_cuDevicePrimaryCtxReset_v2(device); }
+API CUresult cuCtxDestroy_v2(void *ctx) { return impl_cuCtxDestroy_v2(ctx); }
+
+API CUresult cuCtxGetCurrent(void **pctx)
+{
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = &primary_context;
     return CUDA_SUCCESS;
 }
 

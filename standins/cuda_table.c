@@ -202,3 +202,32 @@ void slow_free_wait(uintptr_t key)
         close(fd);
     }
 }
+
+/* A context torn down: every device allocation (memory, VMM handles, arrays) is freed; pinned
+ * host memory stays. */
+void reset_device_entries(void)
+{
+    ensure_setup();
+    lock_table();
+    for (unsigned b = 0; b < NBUCKETS; b++) {
+        struct entry **pp = &buckets[b];
+        while (*pp != NULL) {
+            struct entry *e = *pp;
+            if (e->cls == CLASS_HOST) {
+                pp = &e->next;
+                continue;
+            }
+            *pp = e->next;
+            if (e->counts)
+                live_device_bytes -= e->size;
+            if (e->cls != CLASS_HANDLE) {
+                if (e->mapped)
+                    munmap((void *)e->key, e->size);
+                else
+                    free((void *)e->key);
+            }
+            free(e);
+        }
+    }
+    unlock_table();
+}

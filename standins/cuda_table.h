@@ -39,6 +39,7 @@ CUresult alloc_device(CUdeviceptr *dptr, size_t size);
 CUresult alloc_host(void **pp, size_t size);
 size_t entry_size(uintptr_t key, int cls);
 void slow_free_wait(uintptr_t key);
+void reset_device_entries(void);
 
 /* The array functions (cuda_arrays.c), for cuGetProcAddress's table in cuda.c. */
 CUresult impl_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d);

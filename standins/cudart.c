@@ -47,6 +47,7 @@ static struct {
     PFN_cuArrayDestroy arrayDestroy;
     PFN_cuMipmappedArrayCreate mipmappedArrayCreate;
     PFN_cuMipmappedArrayDestroy mipmappedArrayDestroy;
+    CUresult (*primaryCtxReset)(int);
 } drv;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -129,6 +130,7 @@ static void runtime_init(void)
         "cuMemAllocFromPoolAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     drv.ctxGetDevice = (PFN_cuCtxGetDevice)load("cuCtxGetDevice", 2000, 0);
     drv.getExportTable = (PFN_cuGetExportTable)load("cuGetExportTable", 3000, 0);
+    drv.primaryCtxReset = (CUresult(*)(int))load("cuDevicePrimaryCtxReset", 11000, 0);
     drv.arrayCreate = (PFN_cuArrayCreate_v2)load("cuArrayCreate", 3020, 0);
     drv.array3DCreate = (PFN_cuArray3DCreate_v2)load("cuArray3DCreate", 3020, 0);
     drv.arrayDestroy = (PFN_cuArrayDestroy)load("cuArrayDestroy", 2000, 0);
@@ -381,4 +383,12 @@ API cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
     if (mipmappedArray == NULL)
         return cudaSuccess;
     return map_error(drv.mipmappedArrayDestroy((CUmipmappedArray)mipmappedArray));
+}
+
+/* Destroys the device's primary context and every allocation in it (through the driver, as the
+ * real runtime does). */
+API cudaError_t cudaDeviceReset(void)
+{
+    REQUIRE(drv.primaryCtxReset);
+    return map_error(drv.primaryCtxReset(0));
 }

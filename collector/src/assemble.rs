@@ -115,6 +115,16 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     if state.totals.failed_count > failures.len() as u64 {
         notes.push(format!("{} failed allocations; the first {MAX_FAILURES} are listed", state.totals.failed_count));
     }
+    for r in &state.resets {
+        notes.push(format!(
+            "{} tore down GPU {}'s context and freed {} live allocation{} ({}) with it",
+            r.api.name(),
+            r.device,
+            r.count,
+            if r.count == 1 { "" } else { "s" },
+            crate::words::fmt_bytes(r.bytes)
+        ));
+    }
     notes.extend(sym.problems().iter().cloned());
 
     let t = &state.totals;

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use gpushim_wire::{Alloc, Api, Failed, Free, FreePending, Kind};
+use gpushim_wire::{Alloc, Api, Failed, Free, FreePending, Kind, Reset};
 
 use crate::gauge::{Gauge, SiteSeries, SiteStats, Totals};
 use crate::timeline::Timeline;
@@ -64,6 +64,8 @@ pub enum Op {
     /// A free still inside its real call when a snapshot was asked for (its [`Free`] comes
     /// later, with the same sequence number).
     FreePending(FreePending),
+    /// A context torn down, with every device and managed allocation of its device.
+    Reset(Reset),
 }
 
 impl Op {
@@ -74,6 +76,7 @@ impl Op {
             Op::Free(f) => f.seq,
             Op::Failed(f) => f.seq,
             Op::FreePending(f) => f.seq,
+            Op::Reset(r) => r.seq,
         }
     }
 
@@ -85,6 +88,7 @@ impl Op {
             Op::Free(f) => f.seq = seq,
             Op::Failed(f) => f.seq = seq,
             Op::FreePending(f) => f.seq = seq,
+            Op::Reset(r) => r.seq = seq,
         }
     }
 
@@ -95,6 +99,7 @@ impl Op {
             Op::Free(f) => f.ts_ns,
             Op::Failed(f) => f.ts_ns,
             Op::FreePending(f) => f.ts_ns,
+            Op::Reset(r) => r.ts_ns,
         }
     }
 }
@@ -163,6 +168,21 @@ pub struct State {
     pending_frees: IntMap<u64, Option<(bool, u64)>>,
     /// The same frees by key.
     pending_by_key: IntMap<(bool, u64), u64>,
+    /// Contexts torn down: the API, the device, and the allocations and bytes freed with them.
+    pub resets: Vec<ContextReset>,
+}
+
+/// A context torn down, as the report tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContextReset {
+    /// `cudaDeviceReset`, `cuDevicePrimaryCtxReset` or `cuCtxDestroy`.
+    pub api: Api,
+    /// Device ordinal.
+    pub device: i32,
+    /// Live allocations freed by it.
+    pub count: u64,
+    /// Their bytes.
+    pub bytes: u64,
 }
 
 impl State {
@@ -185,6 +205,7 @@ impl State {
                 self.pending_frees.insert(p.seq, Some(key));
                 self.pending_by_key.insert(key, p.seq);
             }
+            Op::Reset(r) => self.reset(r),
             Op::Failed(f) => {
                 self.totals.failed_count += 1;
                 if self.failures.len() < MAX_FAILURES {
@@ -278,6 +299,27 @@ impl State {
         };
         self.count_free(&e);
         self.release(&e, f.ts_ns);
+    }
+
+    /// Frees every device and managed allocation of the reset device (pinned host memory
+    /// carries no device and stays), counted as frees.
+    fn reset(&mut self, r: &Reset) {
+        let keys: Vec<(bool, u64)> = self
+            .live
+            .iter()
+            .filter(|(_, e)| e.kind != Kind::PinnedHost && e.device == r.device)
+            .map(|(k, _)| *k)
+            .collect();
+        let mut gone = ContextReset { api: r.api, device: r.device, count: 0, bytes: 0 };
+        for k in keys {
+            if let Some(e) = self.live.remove(&k) {
+                gone.count += 1;
+                gone.bytes = gone.bytes.saturating_add(e.size);
+                self.count_free(&e);
+                self.release(&e, r.ts_ns);
+            }
+        }
+        self.resets.push(gone);
     }
 
     fn count_free(&mut self, e: &Entry) {
@@ -439,5 +481,22 @@ pub(crate) mod tests {
         assert_eq!((s.totals.gauge.live_count, s.totals.unknown_free_count), (1, 1));
         s.apply(&Op::Free(Free { seq: 2, ts_ns: 3, addr: 5, api: Api::CuMemRelease, stream: 0, tid: 1, result: 0 }));
         assert_eq!((s.totals.gauge.live_count, s.totals.free_count), (0, 1));
+    }
+
+    #[test]
+    fn a_reset_frees_the_device_and_managed_memory_of_its_device_only() {
+        let ops = vec![
+            alloc(0, 1, 0x100, 10, Kind::Device, 0, 1),
+            alloc(1, 2, 0x200, 20, Kind::Managed, 0, 1),
+            alloc(2, 3, 0x300, 40, Kind::Device, 1, 2),
+            alloc(3, 4, 0x400, 80, Kind::PinnedHost, -1, 3),
+            Op::Reset(Reset { seq: 4, ts_ns: 5, device: 0, api: Api::CudaDeviceReset, tid: 7 }),
+        ];
+        let s = apply_all(&ops);
+        assert_eq!(s.totals.gauge.live_bytes, 120);
+        assert_eq!(s.totals.free_count, 2);
+        assert_eq!(s.resets, vec![ContextReset { api: Api::CudaDeviceReset, device: 0, count: 2, bytes: 30 }]);
+        assert_eq!(s.devices[&0].live_bytes, 0);
+        assert_eq!(s.devices[&1].live_bytes, 40);
     }
 }

@@ -5,6 +5,7 @@
 //                 static object's destructor: nothing may stay live in the report.
 //   slow-free     a SIGUSR1 sent while cudaFree waits for a 2 s kernel: how long until the
 //                 snapshot file exists (it must not wait for the kernel).
+//   reset         64 MiB, then cudaDeviceReset, then 1 MiB: only the 1 MiB may stay live.
 //   arrays        CUDA arrays (2D, 3D, mipmapped) left live, against cuMemGetInfo's used bytes and
 //                 cuArrayGetMemoryRequirements.
 #include <cuda.h>
@@ -167,6 +168,22 @@ static int arrays()
     return 0;
 }
 
+// ---- reset
+static int reset()
+{
+    void *p = nullptr;
+    CHECK(cudaMalloc(&p, 64 * MiB));
+    size_t free0, free1, total;
+    cudaMemGetInfo(&free0, &total);
+    CHECK(cudaDeviceReset());
+    CHECK(cudaMalloc(&p, 1 * MiB));
+    cudaMemGetInfo(&free1, &total);
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f, "{\"freed_by_reset\": %zu, \"kept\": %zu}\n", 64 * MiB, 1 * MiB);
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -176,6 +193,8 @@ int main(int argc, char **argv)
         return slow_free();
     if (!strcmp(c, "arrays"))
         return arrays();
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays\n");
+    if (!strcmp(c, "reset"))
+        return reset();
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset\n");
     return 2;
 }

@@ -40,6 +40,8 @@ pub enum Msg {
         result: i32,
         mem: Option<(u64, u64)>,
     },
+    /// A context of `device` torn down by `api`.
+    Reset { seq: u64, ts_ns: u64, device: i32, api: Api, tid: u32 },
     /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then answer on `done`.
     Exit { ts_ns: u64, done: Sender<()> },
     /// `_exit`, `_Exit` or `quick_exit` (no atexit handlers run): send `Exit`, flush, then set

@@ -189,6 +189,18 @@ macro_rules! for_each_hook {
             CuMipmappedArrayDestroy = cuMipmappedArrayDestroy(array: *mut c_void) in driver("cuMipmappedArrayDestroy", 0, any)
                 => free(CuMipmappedArrayDestroy) { addr = array; stream = 0 };
 
+            // Contexts torn down: every allocation in them goes (exports/contexts.rs).
+
+            /// `cudaError_t cudaDeviceReset(void)`.
+            CudaDeviceReset = cudaDeviceReset() in runtime
+                => custom(contexts::device_reset, NOT_INITIALIZED);
+            /// `CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)`.
+            CuDevicePrimaryCtxResetV2 = cuDevicePrimaryCtxReset_v2(dev: c_int) in driver("cuDevicePrimaryCtxReset", 11000, any)
+                => custom(contexts::primary_reset, NOT_INITIALIZED);
+            /// `CUresult cuCtxDestroy_v2(CUcontext ctx)`.
+            CuCtxDestroyV2 = cuCtxDestroy_v2(ctx: *mut c_void) in driver("cuCtxDestroy", 4000, any)
+                => custom(contexts::ctx_destroy, NOT_INITIALIZED);
+
             // ---------------------------------------------------------------------------------
             // Entry points.
 

@@ -26,6 +26,8 @@ static MEM_GET_INFO: AtomicUsize = AtomicUsize::new(0);
 /// footprint of CUDA arrays.
 static ARRAY_REQUIREMENTS: AtomicUsize = AtomicUsize::new(0);
 static MIPMAP_REQUIREMENTS: AtomicUsize = AtomicUsize::new(0);
+/// Real `cuCtxGetCurrent`.
+static CTX_GET_CURRENT: AtomicUsize = AtomicUsize::new(0);
 
 /// Stores `addr` as the real function of `h` unless it is one of ours or the library that holds
 /// it cannot be kept loaded (see `loader::pin`). True if and only if the slot now holds `addr`.
@@ -187,4 +189,17 @@ pub fn array_footprint(handle: u64, mipmapped: bool) -> Option<u64> {
     // SAFETY: `req` is a valid out-pointer; the handle came from the driver's own create call.
     let r = unsafe { f(&mut req, handle as *mut c_void, device) };
     (r == 0 && req.size > 0).then_some(req.size as u64)
+}
+
+/// The calling thread's current context (`cuCtxGetCurrent`), if it has one.
+pub fn current_context() -> Option<usize> {
+    let f = driver_helper(&CTX_GET_CURRENT, c"cuCtxGetCurrent");
+    if f == 0 {
+        return None;
+    }
+    let mut ctx: *mut c_void = std::ptr::null_mut();
+    // SAFETY: f is the driver's `CUresult cuCtxGetCurrent(CUcontext *pctx)`.
+    let f: unsafe extern "C" fn(*mut *mut c_void) -> c_int = unsafe { std::mem::transmute(f) };
+    // SAFETY: `ctx` is a valid out-pointer.
+    (unsafe { f(&mut ctx) } == 0 && !ctx.is_null()).then_some(ctx as usize)
 }

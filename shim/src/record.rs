@@ -180,6 +180,15 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
     });
 }
 
+/// Records that a context of `device` was torn down by `api` (after the call returned).
+pub fn reset(api: Api, device: i32) {
+    sys::guarded(|| {
+        let Some(tx) = sender() else { return };
+        let seq = SEQ.fetch_add(1, AcqRel);
+        send(tx, Msg::Reset { seq, ts_ns: sys::now_ns(), device, api, tid: tid() });
+    });
+}
+
 /// A free in progress: its sequence number is taken before the real call.
 pub struct FreeTicket {
     tx: &'static Sender<Msg>,

@@ -221,6 +221,9 @@ impl Writer {
                 let stack = self.stack_id(frames, py);
                 self.push(&Event::Alloc(wire::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, stack }));
             }
+            Msg::Reset { seq, ts_ns, device, api, tid } => {
+                self.push(&Event::Reset(wire::Reset { seq, ts_ns, device, api, tid }));
+            }
             Msg::Free { seq, ts_ns, addr, api, stream, tid, result } => {
                 self.push(&Event::Free(wire::Free { seq, ts_ns, addr, api, stream, tid, result }));
             }

@@ -227,3 +227,25 @@ fn allocations_from_a_thread_with_a_16_kib_stack_do_not_overflow_it() {
     assert_eq!(total(&r, "live_bytes"), 2 * MIB, "{d}");
     assert_eq!(total(&r, "alloc_count"), 2, "{d}");
 }
+
+#[test]
+fn memory_of_a_context_torn_down_is_freed_in_the_report() {
+    // After cudaDeviceReset the device was back to its starting use, but the report kept 64 MiB
+    // live (and a later allocation at the same address counted as "replaced").
+    let (t, d) = hostile("device-reset");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(kind(&r, "device", "live_bytes"), 2 * MIB, "{d}");
+    assert_eq!(kind(&r, "pinned_host", "live_bytes"), MIB, "pinned memory carries no device and stays{d}");
+    assert_eq!(total(&r, "free_count"), 2, "{d}");
+    assert_eq!(total(&r, "replaced_count"), 0, "{d}");
+    assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    assert!(
+        notes.contains(&"cudaDeviceReset tore down GPU 0's context and freed 1 live allocation (64.0 MiB) with it"),
+        "{notes:?}"
+    );
+    assert!(
+        notes.contains(&"cuCtxDestroy tore down GPU 0's context and freed 1 live allocation (1.0 MiB) with it"),
+        "{notes:?}"
+    );
+}

@@ -379,6 +379,26 @@ static int scenario_small_stack(void)
     return 0;
 }
 
+/* device-reset: 64 MiB and 1 MiB of pinned memory, cudaDeviceReset (the context and its device
+ * memory go), 1 MiB, then the driver's cuCtxDestroy of the current context (through dlsym), and
+ * 2 MiB.  Live at exit: 2 MiB of device memory and the 1 MiB pinned. */
+static int scenario_device_reset(void)
+{
+    (void)kept_alloc(64 * MiB);
+    void *pinned = NULL;
+    check("cudaMallocHost", cudaMallocHost(&pinned, 1 * MiB));
+    check("cudaDeviceReset", cudaDeviceReset());
+    (void)kept_alloc(1 * MiB);
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    CUresult (*get_current)(void **) = drv ? (CUresult(*)(void **))dlsym(drv, "cuCtxGetCurrent") : NULL;
+    CUresult (*destroy)(void *) = drv ? (CUresult(*)(void *))dlsym(drv, "cuCtxDestroy_v2") : NULL;
+    void *ctx = NULL;
+    if (get_current == NULL || destroy == NULL || get_current(&ctx) != CUDA_SUCCESS || destroy(ctx) != CUDA_SUCCESS)
+        return 1;
+    (void)kept_alloc(2 * MiB);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -409,6 +429,8 @@ int main(int argc, char **argv)
         rc = scenario_raw_fork();
     else if (strcmp(s, "small-stack") == 0)
         rc = scenario_small_stack();
+    else if (strcmp(s, "device-reset") == 0)
+        rc = scenario_device_reset();
     else if (strcmp(s, "slow-free") == 0)
         rc = scenario_slow_free();
     else {

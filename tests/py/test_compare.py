@@ -306,3 +306,21 @@ def test_fault_arrays_rows(tmp_path, capsys, case, reqs, device, count, apis_, r
         f"{compare.mib(device)} in {count}",
         result,
     ]
+
+
+@pytest.mark.parametrize(("device", "result"), [(1 * MIB, "PASS"), (65 * MIB, "FAIL")])
+def test_fault_reset_row(tmp_path, capsys, device, result):
+    r = fault_report(device)
+    r["totals"]["replaced_count"] = 0
+    r["notes"] = ["cudaDeviceReset tore down GPU 0's context and freed 1 live allocation (64.0 MiB) with it"]
+    write_case(tmp_path, "fault_reset", {"truth.json": {"freed_by_reset": 64 * MIB, "kept": MIB}, "gpushim-7.json": r})
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1] == [
+        "fault_reset",
+        "cudaDeviceReset frees the context's memory",
+        "1.00 MiB",
+        compare.mib(device),
+        result,
+        "cudaDeviceReset tore down GPU 0's context and freed 1 live allocation (64.0 MiB) with it",
+    ]

@@ -8,7 +8,7 @@ use std::io::{self, Read};
 
 use crate::{
     Alloc, Api, Event, Exit, Failed, Free, FreePending, Hello, Kind, LineTableFormat, MemInfo, Module, PyCode, PyFrame,
-    PyRuntime, PyStack, Snapshot, Stack, HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
+    PyRuntime, PyStack, Reset, Snapshot, Stack, HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer
@@ -192,6 +192,13 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
         8 => Event::Exit(Exit { ts_ns: r.u64()? }),
         9 => Event::MemInfo(MemInfo { ts_ns: r.u64()?, device: r.i32()?, free: r.u64()?, total: r.u64()? }),
         10 => Event::Note(r.str()?),
+        12 => Event::Reset(Reset {
+            seq: r.u64()?,
+            ts_ns: r.u64()?,
+            device: r.i32()?,
+            api: Api::from_u8(r.u8()?)?,
+            tid: r.u32()?,
+        }),
         11 => Event::FreePending(FreePending {
             seq: r.u64()?,
             ts_ns: r.u64()?,

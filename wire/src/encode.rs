@@ -102,6 +102,14 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u8(10);
             w.str(s);
         }
+        Event::Reset(x) => {
+            w.u8(12);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.i32(x.device);
+            w.u8(x.api as u8);
+            w.u32(x.tid);
+        }
         Event::FreePending(x) => {
             w.u8(11);
             w.u64(x.seq);

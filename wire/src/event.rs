@@ -106,6 +106,9 @@ apis! {
     CuMipmappedArrayCreate = 30, "cuMipmappedArrayCreate", false;
     CuArrayDestroy = 31, "cuArrayDestroy", true;
     CuMipmappedArrayDestroy = 32, "cuMipmappedArrayDestroy", true;
+    CudaDeviceReset = 33, "cudaDeviceReset", true;
+    CuDevicePrimaryCtxReset = 34, "cuDevicePrimaryCtxReset", true;
+    CuCtxDestroy = 35, "cuCtxDestroy", true;
 }
 
 impl Api {
@@ -219,6 +222,23 @@ pub struct FreePending {
     pub api: Api,
     /// The stream for stream-ordered frees, else 0.
     pub stream: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+}
+
+/// A context torn down (`cudaDeviceReset`, `cuDevicePrimaryCtxReset`, `cuCtxDestroy` of the
+/// calling thread's current context): every allocation of device and managed memory on
+/// `device` goes with it. Numbered like an allocation, after the call returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reset {
+    /// Global sequence number.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// The device ordinal whose context went.
+    pub device: i32,
+    /// The entry point.
+    pub api: Api,
     /// Kernel thread id.
     pub tid: u32,
 }
@@ -373,6 +393,8 @@ pub enum Event {
     Note(String),
     /// Tag 11: a free still in progress (it takes the free's place in sequence order).
     FreePending(FreePending),
+    /// Tag 12: a context torn down, with every allocation of its device.
+    Reset(Reset),
     /// Tag 20 (tags 20 to 29 are kept for Python frames).
     PyRuntime(PyRuntime),
     /// Tag 21.

@@ -7,7 +7,7 @@
 //! newer writer can add event types without breaking an older collector of the same version.
 //!
 //! Invariants the collector relies on:
-//! - Every [`Alloc`], [`Free`] and [`Failed`] carries a sequence number (`seq`) drawn from one
+//! - Every [`Alloc`], [`Free`], [`Failed`] and [`Reset`] carries a sequence number (`seq`) drawn from one
 //!   process-wide counter; together they are dense from 0, so the reader can put events from
 //!   many threads back in order. A free takes its number *before* the real free call and an
 //!   allocation *after* the real allocation call, so a reused address is always freed first.
@@ -17,6 +17,7 @@
 //!   with the same native frames but different Python frames have different stack ids (the
 //!   [`Stack`] is then sent once per id, with equal frames).
 //! - A [`Snapshot`] asks for the live set made of exactly the events with `seq < boundary`.
+//! - A [`Reset`] (a context torn down) carries a sequence number like an allocation.
 //! - A [`FreePending`] takes its free's place in sequence order when that free's call has not
 //!   returned by the time of a snapshot; the [`Free`] with the same `seq` comes later.
 //!
@@ -40,7 +41,7 @@ pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
     Alloc, Api, Event, Exit, Failed, Free, FreePending, Hello, Kind, LineTableFormat, MemInfo, Module, PyCode, PyFrame,
-    PyRuntime, PyStack, Snapshot, Stack, PY_NO_OFFSET,
+    PyRuntime, PyStack, Reset, Snapshot, Stack, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
@@ -112,6 +113,7 @@ mod tests {
             Event::Exit(Exit { ts_ns: 14 }),
             Event::MemInfo(MemInfo { ts_ns: 15, device: 0, free: 1, total: 2 }),
             Event::Note("lost 3 events".into()),
+            Event::Reset(Reset { seq: 21, ts_ns: 22, device: 1, api: Api::CudaDeviceReset, tid: 23 }),
             Event::FreePending(FreePending { seq: 16, ts_ns: 17, addr: 18, api: Api::CuMemFree, stream: 19, tid: 20 }),
             Event::PyRuntime(PyRuntime { version: 0x030C_03F0 }),
             Event::PyCode(PyCode {

@@ -13,6 +13,7 @@
 #![allow(non_snake_case)]
 
 mod arrays;
+mod contexts;
 mod dlsym;
 mod procaddr;
 mod quick;
