@@ -357,18 +357,19 @@ def fault_rows():
         )
     else:
         missing("fault_snapshot")
-    t, r, _ = load("fault_reset")
-    if r and "kept" in t:
-        row(
-            "fault_reset",
-            "cudaDeviceReset frees the context's memory",
-            mib(t["kept"]),
-            mib(kind(r, "device")),
-            kind(r, "device") == t["kept"] and r["totals"]["replaced_count"] == 0,
-            "; ".join(n for n in r["notes"] if "tore down" in n),
-        )
-    else:
-        missing("fault_reset")
+    for case, what in (("fault_reset", "cudaDeviceReset"), ("fault_reset_driver", "cuDevicePrimaryCtxReset")):
+        t, r, _ = load(case)
+        if r and "kept" in t:
+            row(
+                case,
+                f"{what} frees the context's memory",
+                mib(t["kept"]),
+                mib(kind(r, "device")),
+                kind(r, "device") == t["kept"] and r["totals"]["replaced_count"] == 0,
+                "; ".join(n for n in r["notes"] if "tore down" in n),
+            )
+        else:
+            missing(case)
     for case, names in (
         ("fault_arrays", "driver"),
         ("fault_arrays_shared", "runtime"),

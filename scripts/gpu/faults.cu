@@ -6,6 +6,7 @@
 //   slow-free     a SIGUSR1 sent while cudaFree waits for a 2 s kernel: how long until the
 //                 snapshot file exists (it must not wait for the kernel).
 //   reset         64 MiB, then cudaDeviceReset, then 1 MiB: only the 1 MiB may stay live.
+//   reset-driver  the same with the driver's cuDevicePrimaryCtxReset.
 //   arrays        CUDA arrays (2D, 3D, mipmapped) left live, against cuMemGetInfo's used bytes and
 //                 cuArrayGetMemoryRequirements.
 #include <cuda.h>
@@ -169,15 +170,17 @@ static int arrays()
 }
 
 // ---- reset
-static int reset()
+static int reset(bool driver)
 {
     void *p = nullptr;
     CHECK(cudaMalloc(&p, 64 * MiB));
-    size_t free0, free1, total;
-    cudaMemGetInfo(&free0, &total);
-    CHECK(cudaDeviceReset());
+    if (driver) {
+        if (cuDevicePrimaryCtxReset(0) != CUDA_SUCCESS)
+            return 1;
+    } else {
+        CHECK(cudaDeviceReset());
+    }
     CHECK(cudaMalloc(&p, 1 * MiB));
-    cudaMemGetInfo(&free1, &total);
     FILE *f = fopen("truth.json", "w");
     fprintf(f, "{\"freed_by_reset\": %zu, \"kept\": %zu}\n", 64 * MiB, 1 * MiB);
     fclose(f);
@@ -194,7 +197,9 @@ int main(int argc, char **argv)
     if (!strcmp(c, "arrays"))
         return arrays();
     if (!strcmp(c, "reset"))
-        return reset();
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset\n");
+        return reset(false);
+    if (!strcmp(c, "reset-driver"))
+        return reset(true);
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver\n");
     return 2;
 }

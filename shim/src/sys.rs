@@ -89,15 +89,15 @@ pub fn alone() -> bool {
     };
     match fields.get(17).and_then(|n| n.parse::<u32>().ok()) {
         Some(1) => true,
+        // The other thread must be the main thread (the thread group leader, whose id is the
+        // process id), ended: other threads that end are not kept as zombies.
         Some(2) => {
-            let me = gettid().to_string();
-            let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return false };
-            tasks.filter_map(Result::ok).filter(|t| t.file_name().to_str() != Some(me.as_str())).all(|t| {
-                std::fs::read_to_string(t.path().join("stat"))
+            let leader = format!("/proc/self/task/{}/stat", getpid_raw());
+            gettid() as i32 != getpid_raw()
+                && std::fs::read_to_string(leader)
                     .ok()
                     .and_then(|s| after_comm(&s))
                     .is_some_and(|f| f.first().map(String::as_str) == Some("Z"))
-            })
         }
         _ => false,
     }

@@ -132,6 +132,8 @@ impl Writer {
         // to IDLE_MAX of latency.
         let mut idle = IDLE_MIN;
         let mut last_alone_check = 0u64;
+        // Consecutive checks that found this thread alone: two are needed, 100 ms apart.
+        let mut alone_seen = 0u32;
         loop {
             let msg = rx.try_recv();
             // Before the event is handled: an event whose sequence number is at or past a
@@ -167,7 +169,8 @@ impl Writer {
                     let now = sys::now_ns();
                     if now.saturating_sub(last_alone_check) >= ALONE_CHECK_NS {
                         last_alone_check = now;
-                        if sys::alone() {
+                        alone_seen = if sys::alone() { alone_seen + 1 } else { 0 };
+                        if alone_seen >= 2 {
                             self.end_as_last_thread();
                         }
                     }
