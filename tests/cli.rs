@@ -177,8 +177,36 @@ fn signals_sent_to_gpushim_run_reach_the_program() {
     signal(live.pid, libc::SIGTERM);
     let status = live.wait_exit();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    // `run` returns once the collector has written the report of the killed program.
+    let finals: Vec<String> =
+        names_in(dir.path()).into_iter().filter(|n| n.ends_with(".json") && !n.contains("snapshot")).collect();
+    assert_eq!(finals.len(), 1, "{finals:?}");
     let d = live.finish_after(status);
     let r = d.report_in(dir.path());
     assert_eq!(r["reason"], "killed", "{d}");
     assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
+}
+
+#[test]
+fn gpushim_run_returns_without_waiting_for_the_programs_background_children() {
+    // The program leaves a child running (a daemon, a server it started): `run` waited for it
+    // (it held the pipe run waits on) for 60 s, then said the collector was still running.
+    // It must still wait for the collector of the CUDA program, which ran first.
+    let dir = TempDir::new("run-background");
+    let prog = format!("{} kinds >/dev/null; sleep 600 & echo $!", standin("target_dynamic").display());
+    let mut cmd = Command::new(collector());
+    cmd.args(["run", "--output", dir.path().to_str().unwrap(), "--", "/bin/sh", "-c", &prog])
+        .env("LD_LIBRARY_PATH", standins())
+        .env_remove("LD_PRELOAD");
+    let mut live = Live::spawn(cmd, format!("gpushim run -- sh -c '{prog}'"));
+    let sleeper: i32 = live.line().trim().parse().unwrap();
+    let status = live.wait_exit();
+    let still_running = std::path::Path::new(&format!("/proc/{sleeper}")).exists();
+    signal(sleeper, libc::SIGKILL);
+    let d = live.finish_after(status);
+    assert!(still_running, "run returned while the background child ran{d}");
+    assert!(d.status.success(), "{d}");
+    assert!(!d.stderr.contains("still running"), "{d}");
+    let reports: Vec<String> = names_in(dir.path()).into_iter().filter(|n| n.ends_with(".json")).collect();
+    assert_eq!(reports.len(), 1, "the CUDA program's report was written before run returned{d}");
 }

@@ -23,6 +23,9 @@ static MAX_FRAMES: AtomicUsize = AtomicUsize::new(64);
 static PYTHON: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_EXIT_TIMEOUT`, seconds (default 60).
 static EXIT_TIMEOUT_S: AtomicU64 = AtomicU64::new(60);
+/// The descriptor `gpushim run` passed (`GPUSHIM_RUN_FD`), or -1: kept open in the collector,
+/// close-on-exec in the program.
+static RUN_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 /// The value of a `GPUSHIM_SIGNAL` that is not USR1, USR2 or none (USR1 is used).
 static BAD_SIGNAL: OnceLock<String> = OnceLock::new();
 
@@ -53,6 +56,34 @@ pub fn exit_timeout() -> Duration {
 
 fn env(name: &str) -> Option<String> {
     std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()).filter(|v| !v.is_empty())
+}
+
+/// `GPUSHIM_RUN_FD` (`fd:dev:inode`, set by `gpushim run`), read once by the library's
+/// constructor: if that descriptor is open and is that pipe, it is marked close-on-exec (the
+/// programs this one runs must not hold it, or `gpushim run` would wait for them) and remembered
+/// for the collector. A number that names anything else (a child that inherited the variable,
+/// not the descriptor) is left alone.
+pub fn take_run_fd() {
+    let Some(v) = env("GPUSHIM_RUN_FD") else { return };
+    let mut parts = v.split(':').map(|p| p.parse::<u64>().ok());
+    let (Some(Some(fd)), Some(Some(dev)), Some(Some(ino))) = (parts.next(), parts.next(), parts.next()) else {
+        return;
+    };
+    let Ok(fd) = i32::try_from(fd) else { return };
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes `st` only; any descriptor number is accepted.
+    if fd < 3 || unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_dev != dev || st.st_ino != ino {
+        return;
+    }
+    // SAFETY: setting a flag on the descriptor `gpushim run` made for us (identity checked).
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    RUN_FD.store(fd, Relaxed);
+}
+
+/// The descriptor of [`take_run_fd`], or -1.
+pub fn run_fd() -> i32 {
+    RUN_FD.load(Relaxed)
 }
 
 /// `GPUSHIM_SIGNAL`, read once by the library's constructor: `USR1` (default), `USR2`, or

@@ -38,6 +38,7 @@ extern "C" fn constructor() {
         // SAFETY: registering plain functions as the fork handlers.
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
         exit::register_quick_exit();
+        config::take_run_fd();
         if let Some(sig) = config::snapshot_signal() {
             install(sig);
         }

@@ -20,7 +20,7 @@ use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::config::Config;
+use crate::config::{self, Config};
 
 /// Everything the children need, prepared before `clone`.
 struct Exec {
@@ -238,7 +238,12 @@ unsafe fn collector_child(exec: &Exec, theirs: RawFd, err_w: RawFd) -> ! {
             report(err_w, errno());
             libc::syscall(libc::SYS_exit_group, 127 as libc::c_long);
         }
-        close_from(3, err_w);
+        let run_fd = config::run_fd();
+        if run_fd >= 0 {
+            // Open across exec in the collector only: `gpushim run` waits for its close.
+            libc::fcntl(run_fd, libc::F_SETFD, 0);
+        }
+        close_from(3, [err_w, run_fd]);
         let empty: libc::sigset_t = std::mem::zeroed();
         libc::syscall(
             libc::SYS_rt_sigprocmask,
@@ -256,19 +261,29 @@ unsafe fn collector_child(exec: &Exec, theirs: RawFd, err_w: RawFd) -> ! {
     }
 }
 
-/// Closes every descriptor from `first` up, except `keep`: `close_range(2)` where the kernel
-/// has it (5.9 and later), else one `close` per number below the descriptor limit.
+/// Closes every descriptor from `first` up, except those in `keep` (-1: none):
+/// `close_range(2)` where the kernel has it (5.9 and later), else one `close` per number below
+/// the descriptor limit.
 ///
 /// # Safety
 /// Only in the collector's process before `exec`.
-unsafe fn close_from(first: RawFd, keep: RawFd) {
-    // `keep` may lie below `first` (a pipe end numbered 0 to 2 when the program closed those).
-    let ranges = if keep >= first {
-        [(first as u32, (keep as u32).saturating_sub(1)), (keep as u32 + 1, u32::MAX)]
-    } else {
-        [(first as u32, u32::MAX), (1, 0)]
-    };
-    for (lo, hi) in ranges {
+unsafe fn close_from(first: RawFd, keep: [RawFd; 2]) {
+    // The kept numbers in order; those below `first` (a pipe end numbered 0 to 2 when the
+    // program closed those) need no gap.
+    let [a, b] = if keep[0] <= keep[1] { keep } else { [keep[1], keep[0]] };
+    let mut ranges = [(0u32, 0u32); 3];
+    let mut n = 0;
+    let mut lo = first as u32;
+    for k in [a, b] {
+        if k >= first && k as u32 >= lo {
+            ranges[n] = (lo, k as u32 - 1);
+            n += 1;
+            lo = k as u32 + 1;
+        }
+    }
+    ranges[n] = (lo, u32::MAX);
+    n += 1;
+    for &(lo, hi) in &ranges[..n] {
         if lo > hi {
             continue;
         }

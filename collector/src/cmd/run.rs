@@ -8,15 +8,17 @@
 //! snapshot asked of the wrapper's pid, a `kill` of it), which it then waits for as usual.
 //!
 //! So that the report exists when `gpushim run` returns, the program inherits the write end
-//! of a pipe (the collector the shim spawns inherits it in turn); after the program exits,
-//! `run` waits until every holder has closed it, i.e. the collector has finished, for at most
-//! [`COLLECTOR_WAIT`].
+//! of a pipe, named in `GPUSHIM_RUN_FD`: the shim keeps it in the collector it starts and
+//! marks it close-on-exec in the program (so the programs it runs do not hold it); after the
+//! program exits, `run` waits until every holder has closed it, i.e. the collector has
+//! finished, for at most [`COLLECTOR_WAIT`].
 
 use std::env;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -78,6 +80,10 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
 
     let (done_read, done_write) = pipe().context("cannot create a pipe")?;
     let write_fd = done_write.as_raw_fd();
+    // The shim keeps this descriptor open in the collector it starts (which closes every other
+    // one) and out of the program's own children: it names it by number and identity.
+    let id = std::fs::metadata(format!("/proc/self/fd/{write_fd}")).context("cannot inspect the pipe")?;
+    cmd.env("GPUSHIM_RUN_FD", format!("{write_fd}:{}:{}", id.dev(), id.ino()));
     let saved = ignore(&[libc::SIGINT, libc::SIGQUIT]);
     // SAFETY: the closure runs in the child between fork and exec and only makes
     // async-signal-safe calls (sigaction, fcntl) on values copied into it.
