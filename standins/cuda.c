@@ -9,6 +9,8 @@
  * - STANDIN_DEVICE_BYTES (default 80 GiB) bounds live device+managed bytes;
  *   an allocation beyond it returns CUDA_ERROR_OUT_OF_MEMORY.
  * - standin_calls(name) reports how often each exported function was entered.
+ * - Streams are opaque: the handles 0x5000 + N stand for a stream of device N (N < 16), for
+ *   cuStreamGetDevice; any other stream is device 0's.
  * - A device free of exactly STANDIN_SLOW_FREE_BYTES bytes waits, as cudaFree waits for a
  *   running kernel, until one byte can be read from the FIFO named by STANDIN_SLOW_FREE_FIFO.
  * - cuGetProcAddress / cuGetProcAddress_v2 resolve names through a plain C
@@ -536,6 +538,15 @@ API CUresult cuDevicePrimaryCtxRetain(void **ctx, int device)
     if (ctx == NULL || device != 0)
         return CUDA_ERROR_INVALID_VALUE;
     *ctx = &primary_context;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamGetDevice(CUstream stream, int *device)
+{
+    if (device == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t h = (uintptr_t)stream;
+    *device = h >= 0x5000 && h < 0x5010 ? (int)(h - 0x5000) : 0;
     return CUDA_SUCCESS;
 }
 

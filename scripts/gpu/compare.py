@@ -370,6 +370,24 @@ def fault_rows():
             )
         else:
             missing(case)
+    t, r, _ = load("fault_stream_device")
+    if r and t.get("gpus", 0) >= 2:
+
+        def gpu(o):
+            return next((d["live_bytes"] for d in r["devices"] if d["ordinal"] == o), 0)
+
+        row(
+            "fault_stream_device",
+            "stream-ordered memory on its stream's GPU",
+            f"{mib(t['on_gpu1'])} on GPU 1, {mib(t['on_gpu0'])} on GPU 0",
+            f"{mib(gpu(1))} on GPU 1, {mib(gpu(0))} on GPU 0",
+            gpu(1) == t["on_gpu1"] and gpu(0) == t["on_gpu0"],
+            f"the runtime put it on GPU {t['ptr_device']}",
+        )
+    elif r:
+        row("fault_stream_device", "needs two GPUs", "2", t.get("gpus"), True, "not run on this machine")
+    else:
+        missing("fault_stream_device")
     for case, names in (
         ("fault_arrays", "driver"),
         ("fault_arrays_shared", "runtime"),

@@ -7,6 +7,8 @@
 //                 snapshot file exists (it must not wait for the kernel).
 //   reset         64 MiB, then cudaDeviceReset, then 1 MiB: only the 1 MiB may stay live.
 //   reset-driver  the same with the driver's cuDevicePrimaryCtxReset.
+//   stream-device (two GPUs) 768 MiB by cudaMallocAsync on a stream of GPU 1 while GPU 0 is
+//                 current, and 64 MiB on GPU 0's default stream.
 //   arrays        CUDA arrays (2D, 3D, mipmapped) left live, against cuMemGetInfo's used bytes and
 //                 cuArrayGetMemoryRequirements.
 #include <cuda.h>
@@ -187,6 +189,33 @@ static int reset(bool driver)
     return 0;
 }
 
+// ---- stream-device
+static int stream_device()
+{
+    int n = 0;
+    CHECK(cudaGetDeviceCount(&n));
+    FILE *f = fopen("truth.json", "w");
+    if (n < 2) {
+        fprintf(f, "{\"gpus\": %d}\n", n);
+        fclose(f);
+        return 0;
+    }
+    cudaStream_t s1;
+    CHECK(cudaSetDevice(1));
+    CHECK(cudaStreamCreate(&s1));
+    CHECK(cudaSetDevice(0));
+    void *p = nullptr, *q = nullptr;
+    CHECK(cudaMallocAsync(&p, 768 * MiB, s1));
+    CHECK(cudaMallocAsync(&q, 64 * MiB, 0));
+    CHECK(cudaDeviceSynchronize());
+    cudaPointerAttributes a{};
+    CHECK(cudaPointerGetAttributes(&a, p));
+    fprintf(f, "{\"gpus\": %d, \"on_gpu1\": %zu, \"on_gpu0\": %zu, \"ptr_device\": %d}\n", n, 768 * MiB, 64 * MiB,
+            a.device);
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -200,6 +229,8 @@ int main(int argc, char **argv)
         return reset(false);
     if (!strcmp(c, "reset-driver"))
         return reset(true);
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver\n");
+    if (!strcmp(c, "stream-device"))
+        return stream_device();
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device\n");
     return 2;
 }

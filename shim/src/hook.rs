@@ -42,10 +42,10 @@ macro_rules! for_each_hook {
                 => free(CudaFree) { addr = ptr; stream = 0 };
             /// `cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)`: stream-ordered.
             CudaMallocAsync = cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: *mut c_void) in runtime
-                => alloc(Device, CudaMallocAsync) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = stream };
+                => alloc(Device, CudaMallocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
             /// `cudaMallocAsync`, per-thread default stream ABI.
             CudaMallocAsyncPtsz = cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, stream: *mut c_void) in runtime
-                => alloc(Device, CudaMallocAsync) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = stream };
+                => alloc(Device, CudaMallocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
             /// `cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)`.
             CudaFreeAsync = cudaFreeAsync(ptr: *mut c_void, stream: *mut c_void) in runtime
                 => free(CudaFreeAsync) { addr = ptr; stream = stream };
@@ -54,10 +54,10 @@ macro_rules! for_each_hook {
                 => free(CudaFreeAsync) { addr = ptr; stream = stream };
             /// `cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)`.
             CudaMallocFromPoolAsync = cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: *mut c_void, stream: *mut c_void) in runtime
-                => alloc(Device, CudaMallocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = stream };
+                => alloc(Device, CudaMallocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
             /// `cudaMallocFromPoolAsync`, per-thread default stream ABI.
             CudaMallocFromPoolAsyncPtsz = cudaMallocFromPoolAsync_ptsz(ptr: *mut *mut c_void, size: usize, pool: *mut c_void, stream: *mut c_void) in runtime
-                => alloc(Device, CudaMallocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = stream };
+                => alloc(Device, CudaMallocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
             /// `cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)`: managed memory.
             CudaMallocManaged = cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) in runtime
                 => alloc(Managed, CudaMallocManaged) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = 0 };
@@ -99,10 +99,10 @@ macro_rules! for_each_hook {
                 => alloc(Managed, CuMemAllocManaged) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = 0 };
             /// `CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)`.
             CuMemAllocAsync = cuMemAllocAsync(ptr: *mut DevPtr, size: usize, stream: *mut c_void) in driver("cuMemAllocAsync", 0, no)
-                => alloc(Device, CuMemAllocAsync) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = stream };
+                => alloc(Device, CuMemAllocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
             /// `cuMemAllocAsync`, per-thread default stream ABI.
             CuMemAllocAsyncPtsz = cuMemAllocAsync_ptsz(ptr: *mut DevPtr, size: usize, stream: *mut c_void) in driver("cuMemAllocAsync", 0, yes)
-                => alloc(Device, CuMemAllocAsync) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = stream };
+                => alloc(Device, CuMemAllocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
             /// `CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)`.
             CuMemFreeAsync = cuMemFreeAsync(ptr: DevPtr, stream: *mut c_void) in driver("cuMemFreeAsync", 0, no)
                 => free(CuMemFreeAsync) { addr = ptr; stream = stream };
@@ -111,10 +111,10 @@ macro_rules! for_each_hook {
                 => free(CuMemFreeAsync) { addr = ptr; stream = stream };
             /// `CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)`.
             CuMemAllocFromPoolAsync = cuMemAllocFromPoolAsync(ptr: *mut DevPtr, size: usize, pool: *mut c_void, stream: *mut c_void) in driver("cuMemAllocFromPoolAsync", 0, no)
-                => alloc(Device, CuMemAllocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = stream };
+                => alloc(Device, CuMemAllocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
             /// `cuMemAllocFromPoolAsync`, per-thread default stream ABI.
             CuMemAllocFromPoolAsyncPtsz = cuMemAllocFromPoolAsync_ptsz(ptr: *mut DevPtr, size: usize, pool: *mut c_void, stream: *mut c_void) in driver("cuMemAllocFromPoolAsync", 0, yes)
-                => alloc(Device, CuMemAllocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = stream };
+                => alloc(Device, CuMemAllocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
             /// `CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)`: pinned host memory.
             CuMemHostAlloc = cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) in driver("cuMemHostAlloc", 0, any)
                 => alloc(PinnedHost, CuMemHostAlloc) { out = ptr; size = size as u64; req = size as u64; device = -1; stream = 0 };

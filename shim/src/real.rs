@@ -26,6 +26,11 @@ static MEM_GET_INFO: AtomicUsize = AtomicUsize::new(0);
 /// footprint of CUDA arrays.
 static ARRAY_REQUIREMENTS: AtomicUsize = AtomicUsize::new(0);
 static MIPMAP_REQUIREMENTS: AtomicUsize = AtomicUsize::new(0);
+/// Device ordinal placeholder: ask the driver for the current context's device.
+pub const DEV_CURRENT: i32 = i32::MIN;
+
+/// Real `cuStreamGetDevice` (CUDA 12.8+).
+static STREAM_GET_DEVICE: AtomicUsize = AtomicUsize::new(0);
 /// Real `cuCtxGetCurrent`.
 static CTX_GET_CURRENT: AtomicUsize = AtomicUsize::new(0);
 
@@ -202,4 +207,28 @@ pub fn current_context() -> Option<usize> {
     let f: unsafe extern "C" fn(*mut *mut c_void) -> c_int = unsafe { std::mem::transmute(f) };
     // SAFETY: `ctx` is a valid out-pointer.
     (unsafe { f(&mut ctx) } == 0 && !ctx.is_null()).then_some(ctx as usize)
+}
+
+/// The device of a stream-ordered allocation: the device of `stream` (`cuStreamGetDevice`,
+/// CUDA 12.8 and later), which need not be the calling thread's current one; for the legacy and
+/// per-thread default streams (handles 0, 1 and 2, `cuda.h`), or without that function,
+/// `DEV_CURRENT` (the current device).
+pub fn stream_device(stream: *mut c_void) -> i32 {
+    if (stream as usize) <= 2 {
+        return DEV_CURRENT;
+    }
+    let f = driver_helper(&STREAM_GET_DEVICE, c"cuStreamGetDevice");
+    if f == 0 {
+        return DEV_CURRENT;
+    }
+    let mut dev: c_int = -1;
+    // SAFETY: f is the driver's `CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)`.
+    let f: unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int = unsafe { std::mem::transmute(f) };
+    // SAFETY: the stream is the one the caller passed to the allocation that just succeeded;
+    // `dev` is a valid out-pointer.
+    if unsafe { f(stream, &mut dev) } == 0 && dev >= 0 {
+        dev
+    } else {
+        DEV_CURRENT
+    }
 }

@@ -12,8 +12,7 @@ use crate::event::Msg;
 use crate::state::{self, DISABLED, ENABLED, FINISHED, SEQ, STARTING, STATE, UNINIT};
 use crate::{config, inflight, loader, python, real, sys, unwind, writer};
 
-/// Device ordinal placeholder: ask the driver for the current context's device.
-pub const DEV_CURRENT: i32 = i32::MIN;
+pub use crate::real::DEV_CURRENT;
 
 thread_local! {
     /// Intercepted calls in progress on this thread (0 or 1).

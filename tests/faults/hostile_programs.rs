@@ -249,3 +249,21 @@ fn memory_of_a_context_torn_down_is_freed_in_the_report() {
         "{notes:?}"
     );
 }
+
+#[test]
+fn stream_ordered_memory_counts_on_the_device_of_its_stream() {
+    // cudaMallocAsync and cuMemAllocAsync on a stream of device 1 while device 0 was current
+    // were counted on GPU 0 (768 MiB on GPU 1 reported on GPU 0 on two H200s).
+    let (t, d) = hostile("stream-device");
+    let r = d.report_in(t.dir.path());
+    let gpu = |o: i64| {
+        r["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["ordinal"] == o)
+            .map_or(0, |g| g["live_bytes"].as_u64().unwrap())
+    };
+    assert_eq!(gpu(1), 12 * MIB, "{d}");
+    assert_eq!(gpu(0), MIB, "the default stream is the current device's{d}");
+}

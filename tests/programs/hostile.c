@@ -399,6 +399,24 @@ static int scenario_device_reset(void)
     return 0;
 }
 
+/* stream-device: stream-ordered allocations on a stream of device 1 while device 0 is current
+ * (the stand-in's stream handle 0x5001 belongs to device 1).  Live at exit: 8 MiB on GPU 1
+ * through the runtime, 4 MiB on GPU 1 through the driver, 1 MiB on GPU 0. */
+static int scenario_stream_device(void)
+{
+    cudaStream_t on_gpu1 = (cudaStream_t)(uintptr_t)0x5001;
+    void *p = NULL;
+    check("cudaMallocAsync", cudaMallocAsync(&p, 8 * MiB, on_gpu1));
+    check("cudaMallocAsync", cudaMallocAsync(&p, 1 * MiB, NULL));
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream) =
+        drv ? (CUresult(*)(CUdeviceptr *, size_t, CUstream))dlsym(drv, "cuMemAllocAsync") : NULL;
+    CUdeviceptr d = 0;
+    if (alloc_async == NULL || alloc_async(&d, 4 * MiB, (CUstream)on_gpu1) != CUDA_SUCCESS)
+        return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -431,6 +449,8 @@ int main(int argc, char **argv)
         rc = scenario_small_stack();
     else if (strcmp(s, "device-reset") == 0)
         rc = scenario_device_reset();
+    else if (strcmp(s, "stream-device") == 0)
+        rc = scenario_stream_device();
     else if (strcmp(s, "slow-free") == 0)
         rc = scenario_slow_free();
     else {

@@ -324,3 +324,14 @@ def test_fault_reset_row(tmp_path, capsys, device, result):
         result,
         "cudaDeviceReset tore down GPU 0's context and freed 1 live allocation (64.0 MiB) with it",
     ]
+
+
+@pytest.mark.parametrize(("gpu1", "gpu0", "result"), [(768 * MIB, 64 * MIB, "PASS"), (0, 832 * MIB, "FAIL")])
+def test_fault_stream_device_row(tmp_path, capsys, gpu1, gpu0, result):
+    r = fault_report(gpu1 + gpu0)
+    r["devices"] = [{"ordinal": 0, "live_bytes": gpu0}, {"ordinal": 1, "live_bytes": gpu1}]
+    truth = {"gpus": 2, "on_gpu1": 768 * MIB, "on_gpu0": 64 * MIB, "ptr_device": 1}
+    write_case(tmp_path, "fault_stream_device", {"truth.json": truth, "gpushim-7.json": r})
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1][3:5] == [f"{compare.mib(gpu1)} on GPU 1, {compare.mib(gpu0)} on GPU 0", result]
