@@ -335,3 +335,10 @@ def test_fault_stream_device_row(tmp_path, capsys, gpu1, gpu0, result):
     compare.main(["compare.py", str(tmp_path)])
     rows = table_rows(capsys.readouterr().out)
     assert rows[1][3:5] == [f"{compare.mib(gpu1)} on GPU 1, {compare.mib(gpu0)} on GPU 0", result]
+
+
+def test_fault_stream_device_on_one_gpu_is_skipped_not_failed(tmp_path, capsys):
+    write_case(tmp_path, "fault_stream_device", {"truth.json": {"gpus": 1}})
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1] == ["fault_stream_device", "needs two GPUs", "2", "1", "PASS", "not run on this machine"]
