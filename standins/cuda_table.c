@@ -132,6 +132,18 @@ CUresult alloc_backed(uintptr_t *out, size_t size, int cls, int counts, int low3
     return CUDA_SUCCESS;
 }
 
+/* Releases what backs an entry that is out of the table, and the entry itself. */
+static void release_entry(struct entry *e)
+{
+    if (e->cls != CLASS_HANDLE) {
+        if (e->mapped)
+            munmap((void *)e->key, e->size);
+        else
+            free((void *)e->key);
+    }
+    free(e);
+}
+
 CUresult free_backed(uintptr_t key, int cls)
 {
     if (key == 0)
@@ -139,16 +151,10 @@ CUresult free_backed(uintptr_t key, int cls)
     ensure_setup();
     lock_table();
     struct entry *e = remove_locked(key, cls);
-    if (e != NULL) {
-        if (e->mapped)
-            munmap((void *)e->key, e->size);
-        else
-            free((void *)e->key);
-    }
     unlock_table();
     if (e == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    free(e);
+    release_entry(e);
     return CUDA_SUCCESS;
 }
 
@@ -220,13 +226,7 @@ void reset_device_entries(void)
             *pp = e->next;
             if (e->counts)
                 live_device_bytes -= e->size;
-            if (e->cls != CLASS_HANDLE) {
-                if (e->mapped)
-                    munmap((void *)e->key, e->size);
-                else
-                    free((void *)e->key);
-            }
-            free(e);
+            release_entry(e);
         }
     }
     unlock_table();

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::loader;
+use crate::{loader, sys};
 
 /// `GPUSHIM_BACKTRACE` is not `0`.
 static BACKTRACES: AtomicBool = AtomicBool::new(true);
@@ -70,10 +70,7 @@ pub fn take_run_fd() {
         return;
     };
     let Ok(fd) = i32::try_from(fd) else { return };
-    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes `st` only; any descriptor number is accepted.
-    if fd < 3 || unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_dev != dev || st.st_ino != ino {
+    if fd < 3 || sys::fd_identity(fd) != Some((dev, ino)) {
         return;
     }
     // SAFETY: setting a flag on the descriptor `gpushim run` made for us (identity checked).

@@ -6,21 +6,16 @@
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
 
+use crate::sys;
+
 /// Our end of the socket to the collector; -1 if none. Closed in a forked child.
 static SOCKET_FD: AtomicI32 = AtomicI32::new(-1);
 /// Identity of that socket (`st_dev`, `st_ino`).
 static SOCKET_ID: (AtomicU64, AtomicU64) = (AtomicU64::new(0), AtomicU64::new(0));
 
-fn identity(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes into `st` only; any fd value is accepted.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
-}
-
 /// Remembers `fd` and its identity as the shim's socket.
 pub fn adopt(fd: RawFd) {
-    if let Some((dev, ino)) = identity(fd) {
+    if let Some((dev, ino)) = sys::fd_identity(fd) {
         SOCKET_ID.0.store(dev, Release);
         SOCKET_ID.1.store(ino, Release);
     }
@@ -29,7 +24,7 @@ pub fn adopt(fd: RawFd) {
 
 /// True if and only if `fd` is still the socket the shim opened.
 pub fn still_ours(fd: RawFd) -> bool {
-    fd >= 0 && identity(fd) == Some((SOCKET_ID.0.load(Acquire), SOCKET_ID.1.load(Acquire)))
+    fd >= 0 && sys::fd_identity(fd) == Some((SOCKET_ID.0.load(Acquire), SOCKET_ID.1.load(Acquire)))
 }
 
 /// Closes `fd` if, and only if, it is still the shim's socket and nobody closed it before.

@@ -102,3 +102,11 @@ pub fn alone() -> bool {
         _ => false,
     }
 }
+
+/// The identity of the file `fd` is open on (`st_dev`, `st_ino`), or `None` if it is not open.
+pub fn fd_identity(fd: std::os::fd::RawFd) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into `st` only; any fd value is accepted.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
