@@ -96,6 +96,10 @@ run_case fault_arrays_shared -- "$WORK/bin/faults_shared" arrays
 run_case fault_reset -- "$WORK/bin/faults_shared" reset
 run_case fault_reset_driver -- "$WORK/bin/faults" reset-driver
 run_case fault_stream_device -- "$WORK/bin/faults" stream-device
+run_case fault_contexts -- "$WORK/bin/faults" contexts
+run_case fault_reset_static -- "$WORK/bin/faults" reset
+run_case fault_pool_device -- "$WORK/bin/faults" pool-device
+run_case fault_oom_device -- "$WORK/bin/faults" oom-device
 
 python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"
 cp "$WORK/table.md" "$WORK/versions.txt" "$OUT/"

@@ -40,7 +40,6 @@
     X(cuInit)                       \
     X(cuDriverGetVersion)           \
     X(cuDeviceGetCount)             \
-    X(cuCtxGetDevice)               \
     X(cuMemAlloc)                   \
     X(cuMemAlloc_v2)                \
     X(cuMemFree_v2)                 \
@@ -119,15 +118,6 @@ static CUresult impl_cuDeviceGetCount(int *count)
     return CUDA_SUCCESS;
 }
 
-static CUresult impl_cuCtxGetDevice(int *device)
-{
-    COUNT(cuCtxGetDevice);
-    if (device == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    *device = 0;
-    return CUDA_SUCCESS;
-}
-
 static CUresult impl_cuMemAlloc_v1(unsigned int *dptr, unsigned int bytesize)
 {
     COUNT(cuMemAlloc);
@@ -184,15 +174,19 @@ static CUresult impl_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsig
 static CUresult impl_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
     COUNT(cuMemAllocAsync);
-    (void)s;
-    return alloc_device(dptr, bytesize);
+    standin_set_owner(standin_stream_ctx(s));
+    CUresult r = alloc_device(dptr, bytesize);
+    standin_set_owner(NULL);
+    return r;
 }
 
 static CUresult impl_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
     COUNT(cuMemAllocAsync_ptsz);
-    (void)s;
-    return alloc_device(dptr, bytesize);
+    standin_set_owner(standin_stream_ctx(s));
+    CUresult r = alloc_device(dptr, bytesize);
+    standin_set_owner(NULL);
+    return r;
 }
 
 static CUresult impl_cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
@@ -213,20 +207,26 @@ static CUresult impl_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
                                              CUmemoryPool pool, CUstream s)
 {
     COUNT(cuMemAllocFromPoolAsync);
-    (void)s;
     if (pool == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    return alloc_device(dptr, bytesize);
+    void *owner = standin_pool_ctx(pool);
+    standin_set_owner(owner != NULL ? owner : standin_stream_ctx(s));
+    CUresult r = alloc_device(dptr, bytesize);
+    standin_set_owner(NULL);
+    return r;
 }
 
 static CUresult impl_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
                                                   CUmemoryPool pool, CUstream s)
 {
     COUNT(cuMemAllocFromPoolAsync_ptsz);
-    (void)s;
     if (pool == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    return alloc_device(dptr, bytesize);
+    void *owner = standin_pool_ctx(pool);
+    standin_set_owner(owner != NULL ? owner : standin_stream_ctx(s));
+    CUresult r = alloc_device(dptr, bytesize);
+    standin_set_owner(NULL);
+    return r;
 }
 
 static CUresult impl_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags)
@@ -310,8 +310,8 @@ static CUresult impl_cuMemGetInfo_v2(size_t *freep, size_t *totalp)
         return CUDA_ERROR_INVALID_VALUE;
     ensure_setup();
     lock_table();
-    size_t live = live_device_bytes;
     unlock_table();
+    size_t live = live_bytes_of(standin_current_device());
     *totalp = device_limit;
     *freep = live < device_limit ? device_limit - live : 0;
     return CUDA_SUCCESS;
@@ -326,23 +326,25 @@ static CUresult impl_cuGetExportTable(const void **ppExportTable, const void *id
     return CUDA_ERROR_NOT_FOUND;
 }
 
-/* The one primary context of the one device. */
-static int primary_context;
-
-static CUresult impl_cuDevicePrimaryCtxReset_v2(int device)
+static CUresult impl_cuCtxCreate_v2(void **pctx, unsigned int flags, int dev)
 {
-    if (device != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    reset_device_entries();
-    return CUDA_SUCCESS;
+    (void)flags;
+    return standin_ctx_create(pctx, dev);
 }
 
-static CUresult impl_cuCtxDestroy_v2(void *ctx)
+static CUresult impl_cuCtxCreate_v3(void **pctx, void *params, int count, unsigned int flags, int dev)
 {
-    if (ctx == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    reset_device_entries();
-    return CUDA_SUCCESS;
+    (void)params;
+    (void)count;
+    (void)flags;
+    return standin_ctx_create(pctx, dev);
+}
+
+static CUresult impl_cuCtxCreate_v4(void **pctx, void *params, unsigned int flags, int dev)
+{
+    (void)params;
+    (void)flags;
+    return standin_ctx_create(pctx, dev);
 }
 
 static CUresult impl_cuGetProcAddress_v1(const char *, void **, int, unsigned long long);
@@ -383,6 +385,8 @@ static const struct proc procs[] = {
     {"cuGetExportTable", FP(impl_cuGetExportTable), NULL, 0, NULL},
     {"cuDevicePrimaryCtxReset", FP(impl_cuDevicePrimaryCtxReset_v2), NULL, 11000, NULL},
     {"cuCtxDestroy", FP(impl_cuCtxDestroy_v2), NULL, 4000, NULL},
+    {"cuDevicePrimaryCtxRelease", FP(impl_cuDevicePrimaryCtxRelease_v2), NULL, 11000, NULL},
+    {"cuCtxCreate", FP(impl_cuCtxCreate_v4), FP(impl_cuCtxCreate_v2), 12050, NULL},
     {"cuArrayCreate", FP(impl_cuArrayCreate_v2), NULL, 3020, NULL},
     {"cuArray3DCreate", FP(impl_cuArray3DCreate_v2), NULL, 3020, NULL},
     {"cuArrayDestroy", FP(impl_cuArrayDestroy), NULL, 0, NULL},
@@ -521,48 +525,17 @@ API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
     return impl_cuGetProcAddress_v2(symbol, pfn, version, flags, symbolStatus);
 }
 
-/* ------------------------------------------------------------------------ */
-/* Context management: one device, one primary context. Only what a driver  */
-/* API program must call before it allocates (cudarc's example does).        */
-
-API CUresult cuDeviceGet(int *device, int ordinal)
-{
-    if (device == NULL || ordinal != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    *device = 0;
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuDevicePrimaryCtxRetain(void **ctx, int device)
-{
-    if (ctx == NULL || device != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    *ctx = &primary_context;
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuStreamGetDevice(CUstream stream, int *device)
-{
-    if (device == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    uintptr_t h = (uintptr_t)stream;
-    *device = h >= 0x5000 && h < 0x5010 ? (int)(h - 0x5000) : 0;
-    return CUDA_SUCCESS;
-}
+/* Context management (the rest is in cuda_contexts.c).                     */
 
 API CUresult cuDevicePrimaryCtxReset_v2(int device) { return impl_cuDevicePrimaryCtxReset_v2(device); }
+API CUresult cuDevicePrimaryCtxRelease_v2(int device) { return impl_cuDevicePrimaryCtxRelease_v2(device); }
 API CUresult cuCtxDestroy_v2(void *ctx) { return impl_cuCtxDestroy_v2(ctx); }
-
-API CUresult cuCtxGetCurrent(void **pctx)
+API CUresult cuCtxCreate_v2(void **pctx, unsigned int flags, int dev) { return impl_cuCtxCreate_v2(pctx, flags, dev); }
+API CUresult cuCtxCreate_v3(void **pctx, void *params, int count, unsigned int flags, int dev)
 {
-    if (pctx == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    *pctx = &primary_context;
-    return CUDA_SUCCESS;
+    return impl_cuCtxCreate_v3(pctx, params, count, flags, dev);
 }
-
-API CUresult cuCtxSetCurrent(void *ctx)
+API CUresult cuCtxCreate_v4(void **pctx, void *params, unsigned int flags, int dev)
 {
-    (void)ctx;
-    return CUDA_SUCCESS;
+    return impl_cuCtxCreate_v4(pctx, params, flags, dev);
 }

@@ -20,6 +20,7 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_NOT_FOUND 500
 
 /* cuGetProcAddress flags */
@@ -58,6 +59,16 @@ typedef struct CUmemAllocationProp_st {
         unsigned char reserved[4];
     } allocFlags;
 } CUmemAllocationProp;
+
+typedef struct CUmemPoolProps_st {
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
 
 CUresult cuInit(unsigned int flags);
 CUresult cuDriverGetVersion(int *driverVersion);

@@ -18,7 +18,8 @@
 
 static struct entry *buckets[NBUCKETS];
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-size_t live_device_bytes;      /* device + managed + device VMM */
+size_t live_device_bytes;      /* device + managed + device VMM, all devices */
+static size_t live_by_device[16]; /* the same per device ordinal */
 size_t device_limit;
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 atomic_ullong next_handle = 0x1000;
@@ -49,17 +50,40 @@ static unsigned bucket_of(uintptr_t key)
     return (unsigned)(h >> 52) & (NBUCKETS - 1);
 }
 
-/* Reserve `size` device bytes against the limit.  Call with the lock held. */
+/* Reserve `size` bytes against the limit of the device of the allocation in progress (each
+ * device has STANDIN_DEVICE_BYTES).  Call with the lock held. */
 int reserve_locked(size_t size)
 {
-    if (size > device_limit || live_device_bytes > device_limit - size)
+    void *ctx;
+    int d;
+    standin_owner(&ctx, &d);
+    d &= 15;
+    if (size > device_limit || live_by_device[d] > device_limit - size)
         return 0;
+    live_by_device[d] += size;
     live_device_bytes += size;
     return 1;
 }
 
+static void unreserve_locked(const struct entry *e)
+{
+    live_by_device[e->device & 15] -= e->size;
+    live_device_bytes -= e->size;
+}
+
+/* Live bytes counted on `device`. */
+size_t live_bytes_of(int device)
+{
+    lock_table();
+    size_t n = live_by_device[device & 15];
+    unlock_table();
+    return n;
+}
+
+/* Records `e`, owned by the context of the allocation in progress (see standin_owner). */
 void insert_locked(struct entry *e)
 {
+    standin_owner(&e->ctx, &e->device);
     unsigned b = bucket_of(e->key);
     e->next = buckets[b];
     buckets[b] = e;
@@ -74,7 +98,7 @@ struct entry *remove_locked(uintptr_t key, int cls)
         if (e->key == key && e->cls == cls) {
             *pp = e->next;
             if (e->counts)
-                live_device_bytes -= e->size;
+                unreserve_locked(e);
             return e;
         }
     }
@@ -115,8 +139,13 @@ CUresult alloc_backed(uintptr_t *out, size_t size, int cls, int counts, int low3
         mem = malloc(size);
     }
     if (mem == NULL) {
-        if (counts)
+        if (counts) {
+            void *owner;
+            int d;
+            standin_owner(&owner, &d);
+            live_by_device[d & 15] -= size;
             live_device_bytes -= size;
+        }
         unlock_table();
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -209,9 +238,9 @@ void slow_free_wait(uintptr_t key)
     }
 }
 
-/* A context torn down: every device allocation (memory, VMM handles, arrays) is freed; pinned
- * host memory stays. */
-void reset_device_entries(void)
+/* A context torn down: every device allocation in it (memory, VMM handles, arrays) is freed;
+ * pinned host memory stays. */
+void reset_ctx_entries(const void *ctx)
 {
     ensure_setup();
     lock_table();
@@ -219,15 +248,28 @@ void reset_device_entries(void)
         struct entry **pp = &buckets[b];
         while (*pp != NULL) {
             struct entry *e = *pp;
-            if (e->cls == CLASS_HOST) {
+            if (e->cls == CLASS_HOST || e->ctx != ctx) {
                 pp = &e->next;
                 continue;
             }
             *pp = e->next;
             if (e->counts)
-                live_device_bytes -= e->size;
+                unreserve_locked(e);
             release_entry(e);
         }
     }
     unlock_table();
+}
+
+/* The device of the live allocation that starts at `key` (any class), or -1. */
+int entry_device(uintptr_t key)
+{
+    int device = -1;
+    ensure_setup();
+    lock_table();
+    for (struct entry *e = buckets[bucket_of(key)]; e != NULL; e = e->next)
+        if (e->key == key)
+            device = e->device;
+    unlock_table();
+    return device;
 }

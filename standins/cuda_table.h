@@ -20,6 +20,8 @@ struct entry {
     int cls;          /* enum entry_class */
     int counts;       /* 1 if the bytes count against STANDIN_DEVICE_BYTES */
     int mapped;       /* 1 if backed by mmap (cuMemAlloc v1), else malloc */
+    void *ctx;        /* the context it belongs to (cuda_contexts.c) */
+    int device;       /* that context's device */
     struct entry *next;
 };
 
@@ -39,7 +41,24 @@ CUresult alloc_device(CUdeviceptr *dptr, size_t size);
 CUresult alloc_host(void **pp, size_t size);
 size_t entry_size(uintptr_t key, int cls);
 void slow_free_wait(uintptr_t key);
-void reset_device_entries(void);
+void reset_ctx_entries(const void *ctx);
+int entry_device(uintptr_t key);
+size_t live_bytes_of(int device);
+
+/* Contexts (cuda_contexts.c). The owner is the context and device an allocation made now on
+ * this thread belongs to: the one set by standin_set_owner (a stream's or pool's, NULL to
+ * clear), else the current context. */
+void standin_owner(void **ctx, int *device);
+void standin_set_owner(void *ctx);
+void *standin_stream_ctx(CUstream s);
+void *standin_pool_ctx(CUmemoryPool pool);
+void *standin_primary(int device);
+int standin_current_device(void);
+CUresult standin_ctx_create(void **pctx, int dev);
+CUresult impl_cuDevicePrimaryCtxRelease_v2(int device);
+CUresult impl_cuDevicePrimaryCtxReset_v2(int device);
+CUresult impl_cuCtxDestroy_v2(void *ctx);
+CUresult impl_cuCtxGetDevice(int *device);
 
 /* The array functions (cuda_arrays.c), for cuGetProcAddress's table in cuda.c. */
 CUresult impl_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d);

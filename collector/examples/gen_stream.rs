@@ -145,6 +145,7 @@ fn run(a: &Args) -> io::Result<()> {
                     stream: 0,
                     tid: 1,
                     stack: stack.min(a.stacks - 1),
+                    ctx: 0,
                 }),
                 &mut buf,
             );

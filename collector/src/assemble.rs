@@ -117,9 +117,13 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     }
     for r in &state.resets {
         notes.push(format!(
-            "{} tore down GPU {}'s context and freed {} live allocation{} ({}) with it",
+            "{} tore down {} and freed {} live allocation{} ({}) with it",
             r.api.name(),
-            r.device,
+            if r.created {
+                format!("a context the program created on GPU {}", r.device)
+            } else {
+                format!("GPU {}'s context", r.device)
+            },
             r.count,
             if r.count == 1 { "" } else { "s" },
             crate::words::fmt_bytes(r.bytes)

@@ -232,6 +232,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             Event::Failed(f) => tracker.push(Op::Failed(f), &mut sink),
             Event::FreePending(f) => tracker.push(Op::FreePending(f), &mut sink),
             Event::Reset(r) => tracker.push(Op::Reset(r), &mut sink),
+            Event::ContextCreated(c) => tracker.push(Op::ContextCreated(c), &mut sink),
             Event::Snapshot(s) => tracker.request_snapshot(s.boundary, s.ts_ns, &mut sink),
             Event::Exit(x) => exit_ts = Some(x.ts_ns),
             Event::Module(m) => sink.sym.add_module(m),

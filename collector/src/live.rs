@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use gpushim_wire::{Alloc, Api, Failed, Free, FreePending, Kind, Reset};
+use gpushim_wire::{Alloc, Api, ContextCreated, Failed, Free, FreePending, Kind, Reset};
 
 use crate::gauge::{Gauge, SiteSeries, SiteStats, Totals};
 use crate::timeline::Timeline;
@@ -64,8 +64,10 @@ pub enum Op {
     /// A free still inside its real call when a snapshot was asked for (its [`Free`] comes
     /// later, with the same sequence number).
     FreePending(FreePending),
-    /// A context torn down, with every device and managed allocation of its device.
+    /// A context torn down, with every device and managed allocation in it.
     Reset(Reset),
+    /// A context the program created (not a primary one).
+    ContextCreated(ContextCreated),
 }
 
 impl Op {
@@ -77,6 +79,7 @@ impl Op {
             Op::Failed(f) => f.seq,
             Op::FreePending(f) => f.seq,
             Op::Reset(r) => r.seq,
+            Op::ContextCreated(c) => c.seq,
         }
     }
 
@@ -89,6 +92,7 @@ impl Op {
             Op::Failed(f) => f.seq = seq,
             Op::FreePending(f) => f.seq = seq,
             Op::Reset(r) => r.seq = seq,
+            Op::ContextCreated(c) => c.seq = seq,
         }
     }
 
@@ -100,6 +104,7 @@ impl Op {
             Op::Failed(f) => f.ts_ns,
             Op::FreePending(f) => f.ts_ns,
             Op::Reset(r) => r.ts_ns,
+            Op::ContextCreated(c) => c.ts_ns,
         }
     }
 }
@@ -121,6 +126,8 @@ pub struct Entry {
     pub seq: u64,
     /// Monotonic time of the allocation, ns.
     pub ts_ns: u64,
+    /// Its context when the program created contexts of its own, else 0 (see [`Alloc::ctx`]).
+    pub ctx: u64,
 }
 
 /// A failed allocation, as kept for the report.
@@ -170,6 +177,9 @@ pub struct State {
     pending_by_key: IntMap<(bool, u64), u64>,
     /// Contexts torn down: the API, the device, and the allocations and bytes freed with them.
     pub resets: Vec<ContextReset>,
+    /// Contexts the program created and has not destroyed, with their device. An allocation
+    /// whose context is not among them is in a primary context.
+    created: IntMap<u64, i32>,
 }
 
 /// A context torn down, as the report tells it.
@@ -183,6 +193,8 @@ pub struct ContextReset {
     pub count: u64,
     /// Their bytes.
     pub bytes: u64,
+    /// Whether it was a context the program created (`cuCtxCreate`), not a primary one.
+    pub created: bool,
 }
 
 impl State {
@@ -206,6 +218,9 @@ impl State {
                 self.pending_by_key.insert(key, p.seq);
             }
             Op::Reset(r) => self.reset(r),
+            Op::ContextCreated(c) => {
+                self.created.insert(c.ctx, c.device);
+            }
             Op::Failed(f) => {
                 self.totals.failed_count += 1;
                 if self.failures.len() < MAX_FAILURES {
@@ -233,6 +248,7 @@ impl State {
             site: a.stack,
             seq: a.seq,
             ts_ns: a.ts_ns,
+            ctx: a.ctx,
         };
         // One lookup: the entry goes in first, a live one it replaces is released after.
         if let Some(old) = self.live.insert(key, e) {
@@ -301,16 +317,28 @@ impl State {
         self.release(&e, f.ts_ns);
     }
 
-    /// Frees every device and managed allocation of the reset device (pinned host memory
-    /// carries no device and stays), counted as frees.
+    /// Frees every device and managed allocation of the context torn down (pinned host memory
+    /// carries no device and stays), counted as frees. A context the program created
+    /// (`cuCtxDestroy` of one seen in [`Op::ContextCreated`]) takes its own allocations; any
+    /// other reset is of a device's primary context, which takes that device's allocations
+    /// outside the contexts the program created. (CUDA Driver API, "Primary Context
+    /// Management" and "Context Management": destroying a context frees its resources.)
     fn reset(&mut self, r: &Reset) {
+        let created = (r.ctx != 0).then(|| self.created.remove(&r.ctx)).flatten();
+        let device = created.unwrap_or(r.device);
         let keys: Vec<(bool, u64)> = self
             .live
             .iter()
-            .filter(|(_, e)| e.kind != Kind::PinnedHost && e.device == r.device)
+            .filter(|(_, e)| {
+                e.kind != Kind::PinnedHost
+                    && match created {
+                        Some(_) => e.ctx == r.ctx,
+                        None => e.device == r.device && r.device >= 0 && !self.created.contains_key(&e.ctx),
+                    }
+            })
             .map(|(k, _)| *k)
             .collect();
-        let mut gone = ContextReset { api: r.api, device: r.device, count: 0, bytes: 0 };
+        let mut gone = ContextReset { api: r.api, device, count: 0, bytes: 0, created: created.is_some() };
         for k in keys {
             if let Some(e) = self.live.remove(&k) {
                 gone.count += 1;
@@ -476,6 +504,7 @@ pub(crate) mod tests {
             stream: 0,
             tid: 1,
             stack: 0,
+            ctx: 0,
         }));
         s.apply(&free(1, 2, 5, 0)); // cudaFree(5) is a pointer, not the handle
         assert_eq!((s.totals.gauge.live_count, s.totals.unknown_free_count), (1, 1));
@@ -490,13 +519,56 @@ pub(crate) mod tests {
             alloc(1, 2, 0x200, 20, Kind::Managed, 0, 1),
             alloc(2, 3, 0x300, 40, Kind::Device, 1, 2),
             alloc(3, 4, 0x400, 80, Kind::PinnedHost, -1, 3),
-            Op::Reset(Reset { seq: 4, ts_ns: 5, device: 0, api: Api::CudaDeviceReset, tid: 7 }),
+            Op::Reset(Reset { seq: 4, ts_ns: 5, device: 0, api: Api::CudaDeviceReset, tid: 7, ctx: 0 }),
         ];
         let s = apply_all(&ops);
         assert_eq!(s.totals.gauge.live_bytes, 120);
         assert_eq!(s.totals.free_count, 2);
-        assert_eq!(s.resets, vec![ContextReset { api: Api::CudaDeviceReset, device: 0, count: 2, bytes: 30 }]);
+        assert_eq!(
+            s.resets,
+            vec![ContextReset { api: Api::CudaDeviceReset, device: 0, count: 2, bytes: 30, created: false }]
+        );
         assert_eq!(s.devices[&0].live_bytes, 0);
         assert_eq!(s.devices[&1].live_bytes, 40);
+    }
+
+    #[test]
+    fn a_context_the_program_created_frees_its_own_allocations_and_a_primary_reset_leaves_them() {
+        let in_ctx = |seq, addr, size, ctx| {
+            let mut op = alloc(seq, seq + 1, addr, size, Kind::Device, 0, 1);
+            if let Op::Alloc(a) = &mut op {
+                a.ctx = ctx;
+            }
+            op
+        };
+        let created = |seq, ctx| {
+            Op::ContextCreated(ContextCreated { seq, ts_ns: seq + 1, ctx, device: 0, api: Api::CuCtxCreate, tid: 7 })
+        };
+        let reset = |seq, api, device, ctx| Op::Reset(Reset { seq, ts_ns: seq + 1, device, api, tid: 7, ctx });
+        let ops = vec![
+            in_ctx(0, 0x100, 10, 0),    // primary, before any context was created
+            created(1, 0xc1),           // the program's own context on device 0
+            in_ctx(2, 0x200, 20, 0xc1), // in it
+            in_ctx(3, 0x300, 40, 0xc0), // in device 0's primary context (another handle)
+            created(4, 0xc2),
+            in_ctx(5, 0x400, 80, 0xc2),
+            // Destroyed from a thread where it is not current: the device is not known.
+            reset(6, Api::CuCtxDestroy, -1, 0xc1),
+        ];
+        let mut s = apply_all(&ops);
+        assert_eq!(s.totals.gauge.live_bytes, 10 + 40 + 80);
+        assert_eq!(
+            s.resets,
+            vec![ContextReset { api: Api::CuCtxDestroy, device: 0, count: 1, bytes: 20, created: true }]
+        );
+        // The last release of device 0's primary context: its allocations go, the program's
+        // own context 0xc2 keeps its 80 bytes.
+        s.apply(&reset(7, Api::CuDevicePrimaryCtxRelease, 0, 0));
+        assert_eq!(s.totals.gauge.live_bytes, 80);
+        assert_eq!(
+            s.resets[1],
+            ContextReset { api: Api::CuDevicePrimaryCtxRelease, device: 0, count: 2, bytes: 50, created: false }
+        );
+        assert_eq!((s.totals.free_count, s.totals.unknown_free_count, s.totals.replaced_count), (3, 0, 0));
     }
 }

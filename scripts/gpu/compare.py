@@ -388,6 +388,71 @@ def fault_rows():
         row("fault_stream_device", "needs two GPUs", "2", t["gpus"], True, "not run on this machine")
     else:
         missing("fault_stream_device")
+    t, r, _ = load("fault_reset_static")
+    if r and "kept" in t:
+        seen = kind(r, "device") == t["kept"]
+        row(
+            "fault_reset_static",
+            "static runtime's cudaDeviceReset (a documented limit when not seen)",
+            mib(t["kept"]),
+            mib(kind(r, "device")),
+            True,
+            "seen: " + "; ".join(n for n in r["notes"] if "tore down" in n) if seen else "not seen (limit)",
+        )
+    else:
+        missing("fault_reset_static")
+    t, r, _ = load("fault_contexts")
+    if r and "kept" in t:
+        notes = [n for n in r["notes"] if "tore down" in n]
+        row(
+            "fault_contexts",
+            "own contexts and the primary's last release free their memory",
+            mib(t["kept"]),
+            mib(kind(r, "device")),
+            kind(r, "device") == t["kept"]
+            and any("created" in n and "cuCtxDestroy" in n for n in notes)
+            and any("cuDevicePrimaryCtxRelease" in n for n in notes),
+            f"cuMemGetInfo free {mib(t['free_before'])} -> {mib(t['free_after'])}; " + "; ".join(notes),
+        )
+    else:
+        missing("fault_contexts")
+    t, r, _ = load("fault_pool_device")
+    if r and t.get("gpus", 0) >= 2 and t.get("result") == 0:
+
+        def gpu(o):
+            return next((d["live_bytes"] for d in r["devices"] if d["ordinal"] == o), 0)
+
+        row(
+            "fault_pool_device",
+            "pool memory on the pool's GPU, not the stream's",
+            f"{mib(t['on_gpu1'])} on GPU 1, 0 on GPU 0",
+            f"{mib(gpu(1))} on GPU 1, {mib(gpu(0))} on GPU 0",
+            gpu(1) == t["on_gpu1"] and gpu(0) == 0,
+            f"the runtime put it on GPU {t['ptr_device']}",
+        )
+    elif t.get("gpus", 2) < 2:
+        row("fault_pool_device", "needs two GPUs", "2", t["gpus"], True, "not run on this machine")
+    elif t.get("result", 0) != 0:
+        row("fault_pool_device", "CUDA refused the allocation", "0", t["result"], True, "not applicable")
+    else:
+        missing("fault_pool_device")
+    t, r, _ = load("fault_oom_device")
+    if r and t.get("gpus", 0) >= 2:
+        info = {m["device"]: m for m in r["mem_info"]}
+        got = info.get(1, {}).get("free_bytes")
+        close = got is not None and abs(got - t["free_gpu1"]) < (1 << 30)
+        row(
+            "fault_oom_device",
+            "OOM report: free/total of the stream's GPU",
+            f"GPU 1 free {mib(t['free_gpu1'])}",
+            f"GPU 1 free {mib(got)}" if got is not None else "none",
+            t["result"] == 2 and close and info[1]["total_bytes"] == t["total_gpu1"],
+            f"GPU 0 free was {mib(t['free_gpu0'])}; result {t['result']}",
+        )
+    elif t.get("gpus", 2) < 2:
+        row("fault_oom_device", "needs two GPUs", "2", t["gpus"], True, "not run on this machine")
+    else:
+        missing("fault_oom_device")
     for case, names in (
         ("fault_arrays", "driver"),
         ("fault_arrays_shared", "runtime"),

@@ -9,6 +9,13 @@
 //   reset-driver  the same with the driver's cuDevicePrimaryCtxReset.
 //   stream-device (two GPUs) 768 MiB by cudaMallocAsync on a stream of GPU 1 while GPU 0 is
 //                 current, and 64 MiB on GPU 0's default stream.
+//   contexts      driver API: 16 MiB in GPU 0's retained primary context, 32 MiB in a context made
+//                 by cuCtxCreate, 8 MiB in a second one; the first is destroyed while the primary
+//                 context is current, then the primary context's last release destroys it: only
+//                 the 8 MiB may stay live.
+//   pool-device   (two GPUs) 256 MiB from a memory pool located on GPU 1, on a stream of GPU 0.
+//   oom-device    (two GPUs) 16 GiB held on GPU 0, then an out-of-memory cudaMallocAsync on a stream
+//                 of GPU 1: the OOM report's free/total must be GPU 1's.
 //   arrays        CUDA arrays (2D, 3D, mipmapped) left live, against cuMemGetInfo's used bytes and
 //                 cuArrayGetMemoryRequirements.
 #include <cuda.h>
@@ -216,6 +223,111 @@ static int stream_device()
     return 0;
 }
 
+// ---- contexts
+#define CU(x)                                                                             \
+    do {                                                                                  \
+        CUresult r_ = (x);                                                                \
+        if (r_ != CUDA_SUCCESS) {                                                         \
+            fprintf(stderr, "%s:%d %s: %d\n", __FILE__, __LINE__, #x, (int)r_);           \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static CUresult create_context(CUcontext *c)
+{
+#if CUDA_VERSION >= 13000
+    return cuCtxCreate(c, nullptr, 0, 0);
+#else
+    return cuCtxCreate(c, 0, 0);
+#endif
+}
+
+static int contexts()
+{
+    CUcontext primary, own, other;
+    CUdeviceptr a, b, c;
+    size_t free0, free1, total;
+    CU(cuInit(0));
+    CU(cuDevicePrimaryCtxRetain(&primary, 0));
+    CU(cuCtxSetCurrent(primary));
+    CU(cuMemGetInfo(&free0, &total));
+    CU(cuMemAlloc(&a, 16 * MiB));
+    CU(create_context(&own));
+    CU(cuMemAlloc(&b, 32 * MiB));
+    CU(create_context(&other));
+    CU(cuMemAlloc(&c, 8 * MiB));
+    CU(cuCtxSetCurrent(primary));
+    CU(cuCtxDestroy(own));
+    CU(cuDevicePrimaryCtxRelease(0));
+    CU(cuCtxSetCurrent(other));
+    CU(cuMemGetInfo(&free1, &total));
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f, "{\"kept\": %zu, \"freed_created\": %zu, \"freed_primary\": %zu, \"free_before\": %zu, \"free_after\": %zu}\n",
+            8 * MiB, 32 * MiB, 16 * MiB, free0, free1);
+    fclose(f);
+    return 0;
+}
+
+// ---- pool-device, oom-device
+static int two_gpus(FILE *f)
+{
+    int n = 0;
+    CHECK(cudaGetDeviceCount(&n));
+    if (n < 2)
+        fprintf(f, "{\"gpus\": %d}\n", n);
+    return n >= 2;
+}
+
+static int pool_device()
+{
+    FILE *f = fopen("truth.json", "w");
+    if (!two_gpus(f))
+        return fclose(f), 0;
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 1;
+    cudaMemPool_t pool;
+    CHECK(cudaMemPoolCreate(&pool, &props));
+    CHECK(cudaSetDevice(0));
+    cudaStream_t s0;
+    CHECK(cudaStreamCreate(&s0));
+    void *p = nullptr;
+    cudaError_t e = cudaMallocFromPoolAsync(&p, 256 * MiB, pool, s0);
+    int ptr_device = -1;
+    if (e == cudaSuccess) {
+        CHECK(cudaStreamSynchronize(s0));
+        cudaPointerAttributes a{};
+        CHECK(cudaPointerGetAttributes(&a, p));
+        ptr_device = a.device;
+    }
+    fprintf(f, "{\"gpus\": 2, \"result\": %d, \"on_gpu1\": %zu, \"ptr_device\": %d}\n", (int)e, 256 * MiB, ptr_device);
+    fclose(f);
+    return 0;
+}
+
+static int oom_device()
+{
+    FILE *f = fopen("truth.json", "w");
+    if (!two_gpus(f))
+        return fclose(f), 0;
+    size_t free0, free1, total0, total1;
+    CHECK(cudaSetDevice(1));
+    cudaStream_t s1;
+    CHECK(cudaStreamCreate(&s1));
+    CHECK(cudaMemGetInfo(&free1, &total1));
+    CHECK(cudaSetDevice(0));
+    void *held = nullptr, *p = nullptr;
+    CHECK(cudaMalloc(&held, 16ull << 30));
+    CHECK(cudaMemGetInfo(&free0, &total0));
+    cudaError_t e = cudaMallocAsync(&p, 1ull << 40, s1);
+    (void)cudaGetLastError();
+    fprintf(f, "{\"gpus\": 2, \"result\": %d, \"free_gpu1\": %zu, \"total_gpu1\": %zu, \"free_gpu0\": %zu}\n", (int)e,
+            free1, total1, free0);
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -231,6 +343,12 @@ int main(int argc, char **argv)
         return reset(true);
     if (!strcmp(c, "stream-device"))
         return stream_device();
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device\n");
+    if (!strcmp(c, "contexts"))
+        return contexts();
+    if (!strcmp(c, "pool-device"))
+        return pool_device();
+    if (!strcmp(c, "oom-device"))
+        return oom_device();
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device\n");
     return 2;
 }

@@ -23,6 +23,7 @@ pub enum Msg {
         tid: u32,
         frames: Box<[u64]>,
         py: PyFrames,
+        ctx: u64,
     },
     /// A free call and its result.
     Free { seq: u64, ts_ns: u64, addr: u64, api: Api, stream: u64, tid: u32, result: i32 },
@@ -40,8 +41,10 @@ pub enum Msg {
         result: i32,
         mem: Option<(u64, u64)>,
     },
-    /// A context of `device` torn down by `api`.
-    Reset { seq: u64, ts_ns: u64, device: i32, api: Api, tid: u32 },
+    /// A context torn down by `api`: `device`'s primary one, or `ctx` (not 0).
+    Reset { seq: u64, ts_ns: u64, device: i32, api: Api, tid: u32, ctx: u64 },
+    /// A context `ctx` of `device` the program created.
+    ContextCreated { seq: u64, ts_ns: u64, ctx: u64, device: i32, api: Api, tid: u32 },
     /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then answer on `done`.
     Exit { ts_ns: u64, done: Sender<()> },
     /// `_exit`, `_Exit` or `quick_exit` (no atexit handlers run): send `Exit`, flush, then set

@@ -200,6 +200,22 @@ macro_rules! for_each_hook {
             /// `CUresult cuCtxDestroy_v2(CUcontext ctx)`.
             CuCtxDestroyV2 = cuCtxDestroy_v2(ctx: *mut c_void) in driver("cuCtxDestroy", 4000, any)
                 => custom(contexts::ctx_destroy, NOT_INITIALIZED);
+            /// `CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)`: the last release destroys
+            /// the primary context (driver programs such as cudarc's hold it this way).
+            CuDevicePrimaryCtxReleaseV2 = cuDevicePrimaryCtxRelease_v2(dev: c_int) in driver("cuDevicePrimaryCtxRelease", 11000, any)
+                => custom(contexts::primary_release, NOT_INITIALIZED);
+            /// `CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)`: a
+            /// context of the program's own, beside the device's primary one (PyCUDA's).
+            CuCtxCreateV2 = cuCtxCreate_v2(ctx: *mut *mut c_void, flags: c_uint, dev: c_int) in driver("cuCtxCreate", 3020, any)
+                => custom(contexts::ctx_create_v2, NOT_INITIALIZED);
+            /// `CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray,
+            /// int numParams, unsigned int flags, CUdevice dev)`.
+            CuCtxCreateV3 = cuCtxCreate_v3(ctx: *mut *mut c_void, params: *mut c_void, count: c_int, flags: c_uint, dev: c_int) in driver("cuCtxCreate", 11040, any)
+                => custom(contexts::ctx_create_v3, NOT_INITIALIZED);
+            /// `CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+            /// unsigned int flags, CUdevice dev)`: what `cuCtxCreate` means from CUDA 13.0's headers.
+            CuCtxCreateV4 = cuCtxCreate_v4(ctx: *mut *mut c_void, params: *mut c_void, flags: c_uint, dev: c_int) in driver("cuCtxCreate", 12050, any)
+                => custom(contexts::ctx_create_v4, NOT_INITIALIZED);
 
             // ---------------------------------------------------------------------------------
             // Entry points.

@@ -10,7 +10,7 @@
 use crate::hook::{Hook, N};
 use crate::loader::{self, dlsym, empty_dl_info, for_each_module, is_own, noload_handle};
 use std::ffi::{c_int, c_void, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: AtomicUsize = AtomicUsize::new(0);
@@ -33,6 +33,18 @@ pub const DEV_CURRENT: i32 = i32::MIN;
 static STREAM_GET_DEVICE: AtomicUsize = AtomicUsize::new(0);
 /// Real `cuCtxGetCurrent`.
 static CTX_GET_CURRENT: AtomicUsize = AtomicUsize::new(0);
+/// Real `cuStreamGetCtx`, `cuCtxPushCurrent_v2`, `cuCtxPopCurrent_v2`,
+/// `cuDevicePrimaryCtxGetState`, `cuDevicePrimaryCtxRetain`, `cuDevicePrimaryCtxRelease_v2`
+/// and `cuPointerGetAttribute`.
+static STREAM_GET_CTX: AtomicUsize = AtomicUsize::new(0);
+static CTX_PUSH: AtomicUsize = AtomicUsize::new(0);
+static CTX_POP: AtomicUsize = AtomicUsize::new(0);
+static PRIMARY_GET_STATE: AtomicUsize = AtomicUsize::new(0);
+static PRIMARY_RETAIN: AtomicUsize = AtomicUsize::new(0);
+static PRIMARY_RELEASE: AtomicUsize = AtomicUsize::new(0);
+static POINTER_GET_ATTRIBUTE: AtomicUsize = AtomicUsize::new(0);
+/// Whether the program has created a context of its own (`cuCtxCreate`).
+static CONTEXTS_CREATED: AtomicBool = AtomicBool::new(false);
 
 /// Stores `addr` as the real function of `h` unless it is one of ours or the library that holds
 /// it cannot be kept loaded (see `loader::pin`). True if and only if the slot now holds `addr`.
@@ -231,4 +243,131 @@ pub fn stream_device(stream: *mut c_void) -> i32 {
     } else {
         DEV_CURRENT
     }
+}
+
+/// Notes that the program created a context of its own; from then on [`contexts_created`] is
+/// true and allocations record their context.
+pub fn note_context_created() {
+    CONTEXTS_CREATED.store(true, Relaxed);
+}
+
+/// Whether the program has created a context of its own (one relaxed load).
+pub fn contexts_created() -> bool {
+    CONTEXTS_CREATED.load(Relaxed)
+}
+
+/// The context of an allocation: for a stream-ordered one on an explicit stream, the stream's
+/// (`cuStreamGetCtx`); otherwise the calling thread's current context. 0 where unknown.
+pub fn allocation_context(stream: u64) -> u64 {
+    if stream > 2 {
+        if let Some(ctx) = stream_context(stream) {
+            return ctx;
+        }
+    }
+    current_context().map_or(0, |c| c as u64)
+}
+
+/// The context of `stream` (`CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)`).
+fn stream_context(stream: u64) -> Option<u64> {
+    let f = driver_helper(&STREAM_GET_CTX, c"cuStreamGetCtx");
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: f is the driver's `cuStreamGetCtx`.
+    let f: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> c_int = unsafe { std::mem::transmute(f) };
+    let mut ctx: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the stream is the caller's, passed to an allocation that just succeeded or
+    // failed; `ctx` is a valid out-pointer.
+    (unsafe { f(stream as *mut c_void, &mut ctx) } == 0 && !ctx.is_null()).then_some(ctx as u64)
+}
+
+/// The device ordinal of the memory at `ptr` (`cuPointerGetAttribute` with
+/// `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`, 9 in `cuda.h`); `None` if the driver cannot tell.
+pub fn pointer_device(ptr: u64) -> Option<i32> {
+    const DEVICE_ORDINAL: c_int = 9;
+    let f = driver_helper(&POINTER_GET_ATTRIBUTE, c"cuPointerGetAttribute");
+    if f == 0 || ptr == 0 {
+        return None;
+    }
+    // SAFETY: f is the driver's `CUresult cuPointerGetAttribute(void *data,
+    // CUpointer_attribute attribute, CUdeviceptr ptr)`; this attribute writes an int.
+    let f: unsafe extern "C" fn(*mut c_void, c_int, u64) -> c_int = unsafe { std::mem::transmute(f) };
+    let mut dev: c_int = -1;
+    // SAFETY: `dev` is a valid out-pointer of the attribute's type.
+    (unsafe { f((&mut dev as *mut c_int).cast(), DEVICE_ORDINAL, ptr) } == 0 && dev >= 0).then_some(dev)
+}
+
+/// Whether `dev`'s primary context is active (`cuDevicePrimaryCtxGetState`); `None` if the
+/// driver cannot tell.
+pub fn primary_context_active(dev: c_int) -> Option<bool> {
+    let f = driver_helper(&PRIMARY_GET_STATE, c"cuDevicePrimaryCtxGetState");
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: f is the driver's `CUresult cuDevicePrimaryCtxGetState(CUdevice dev,
+    // unsigned int *flags, int *active)`.
+    let f: unsafe extern "C" fn(c_int, *mut u32, *mut c_int) -> c_int = unsafe { std::mem::transmute(f) };
+    let (mut flags, mut active) = (0u32, 0 as c_int);
+    // SAFETY: valid out-pointers.
+    (unsafe { f(dev, &mut flags, &mut active) } == 0).then_some(active != 0)
+}
+
+/// `(free, total)` device memory of the device an allocation was for, bytes: the current
+/// context's (`cuMemGetInfo_v2`) when that is the device; else, made current for the question
+/// and restored after, the context of `stream` or the device's primary context if it is already
+/// active (`cuDevicePrimaryCtxRetain`, whose matching release leaves its count as it was).
+/// Only called after an out-of-memory failure.
+pub fn mem_info_of(device: i32, stream: u64) -> Option<(u64, u64)> {
+    if device < 0 || device == current_device() {
+        return mem_info();
+    }
+    let push = driver_helper(&CTX_PUSH, c"cuCtxPushCurrent_v2");
+    let pop = driver_helper(&CTX_POP, c"cuCtxPopCurrent_v2");
+    if push == 0 || pop == 0 {
+        return None;
+    }
+    // SAFETY: the driver's `CUresult cuCtxPushCurrent_v2(CUcontext)` and
+    // `CUresult cuCtxPopCurrent_v2(CUcontext *)`.
+    let push: unsafe extern "C" fn(*mut c_void) -> c_int = unsafe { std::mem::transmute(push) };
+    // SAFETY: as above.
+    let pop: unsafe extern "C" fn(*mut *mut c_void) -> c_int = unsafe { std::mem::transmute(pop) };
+    let in_ctx = |ctx: *mut c_void| {
+        // SAFETY: ctx is a live context (the stream's, or a primary context we hold a
+        // reference to); the push is undone by the pop before returning.
+        if unsafe { push(ctx) } != 0 {
+            return None;
+        }
+        let info = mem_info();
+        let mut popped: *mut c_void = std::ptr::null_mut();
+        // SAFETY: pops what we pushed.
+        unsafe { pop(&mut popped) };
+        info
+    };
+    if stream > 2 {
+        if let Some(ctx) = stream_context(stream) {
+            return in_ctx(ctx as *mut c_void);
+        }
+    }
+    if primary_context_active(device) != Some(true) {
+        return None; // retaining would create the context
+    }
+    let retain = driver_helper(&PRIMARY_RETAIN, c"cuDevicePrimaryCtxRetain");
+    let release = driver_helper(&PRIMARY_RELEASE, c"cuDevicePrimaryCtxRelease_v2");
+    if retain == 0 || release == 0 {
+        return None;
+    }
+    // SAFETY: the driver's `CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice)` and
+    // `CUresult cuDevicePrimaryCtxRelease_v2(CUdevice)`.
+    let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int = unsafe { std::mem::transmute(retain) };
+    // SAFETY: as above.
+    let release: unsafe extern "C" fn(c_int) -> c_int = unsafe { std::mem::transmute(release) };
+    let mut ctx: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; the context is active, so this only counts a reference.
+    if unsafe { retain(&mut ctx, device) } != 0 {
+        return None;
+    }
+    let info = in_ctx(ctx);
+    // SAFETY: drops the reference taken above.
+    unsafe { release(device) };
+    info
 }

@@ -161,7 +161,17 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
             return;
         }
         let Some(tx) = sender() else { return };
-        let device = if device == DEV_CURRENT { real::current_device() } else { device };
+        let mut device = if device == DEV_CURRENT { real::current_device() } else { device };
+        if result == 0 && matches!(api, Api::CudaMallocFromPoolAsync | Api::CuMemAllocFromPoolAsync) {
+            // A pool's memory is on the pool's location, which may be another device than
+            // the stream's (`cuMemPoolCreate`'s `location`); the pointer tells it.
+            if let Some(d) = real::pointer_device(addr) {
+                device = d;
+            }
+        }
+        // Which context: needed only once the program has made one of its own (see
+        // `contexts`); until then every allocation is in a primary context.
+        let ctx = if result == 0 && real::contexts_created() { real::allocation_context(stream) } else { 0 };
         let frames = capture();
         // One relaxed load when the process runs no (supported) Python.
         let py = python::capture();
@@ -169,22 +179,35 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
         let tid = tid();
         let seq = SEQ.fetch_add(1, AcqRel);
         let msg = if result == 0 {
-            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py }
+            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx }
         } else {
-            // CUDA_ERROR_OUT_OF_MEMORY and cudaErrorMemoryAllocation are both 2.
-            let mem = if result == 2 { real::mem_info() } else { None };
+            // CUDA_ERROR_OUT_OF_MEMORY and cudaErrorMemoryAllocation are both 2; the free and
+            // total memory are those of the device the allocation was for.
+            let mem = if result == 2 { real::mem_info_of(device, stream) } else { None };
             Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem }
         };
         send(tx, msg);
     });
 }
 
-/// Records that a context of `device` was torn down by `api` (after the call returned).
-pub fn reset(api: Api, device: i32) {
+/// Records that a context was torn down by `api` (after the call returned): the primary context
+/// of `device` when `ctx` is 0, else the context `ctx` (`device` -1 where unknown).
+pub fn reset(api: Api, device: i32, ctx: u64) {
     sys::guarded(|| {
         let Some(tx) = sender() else { return };
         let seq = SEQ.fetch_add(1, AcqRel);
-        send(tx, Msg::Reset { seq, ts_ns: sys::now_ns(), device, api, tid: tid() });
+        send(tx, Msg::Reset { seq, ts_ns: sys::now_ns(), device, api, tid: tid(), ctx });
+    });
+}
+
+/// Records a context `ctx` of `device` that the program created with `api`. From now on every
+/// allocation carries its context.
+pub fn context_created(api: Api, ctx: u64, device: i32) {
+    real::note_context_created();
+    sys::guarded(|| {
+        let Some(tx) = sender() else { return };
+        let seq = SEQ.fetch_add(1, AcqRel);
+        send(tx, Msg::ContextCreated { seq, ts_ns: sys::now_ns(), ctx, device, api, tid: tid() });
     });
 }
 

@@ -220,12 +220,27 @@ impl Writer {
     fn handle(&mut self, msg: Msg) {
         self.events += 1;
         match msg {
-            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py } => {
+            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx } => {
                 let stack = self.stack_id(frames, py);
-                self.push(&Event::Alloc(wire::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, stack }));
+                self.push(&Event::Alloc(wire::Alloc {
+                    seq,
+                    ts_ns,
+                    addr,
+                    size,
+                    kind,
+                    api,
+                    device,
+                    stream,
+                    tid,
+                    stack,
+                    ctx,
+                }));
             }
-            Msg::Reset { seq, ts_ns, device, api, tid } => {
-                self.push(&Event::Reset(wire::Reset { seq, ts_ns, device, api, tid }));
+            Msg::Reset { seq, ts_ns, device, api, tid, ctx } => {
+                self.push(&Event::Reset(wire::Reset { seq, ts_ns, device, api, tid, ctx }));
+            }
+            Msg::ContextCreated { seq, ts_ns, ctx, device, api, tid } => {
+                self.push(&Event::ContextCreated(wire::ContextCreated { seq, ts_ns, ctx, device, api, tid }));
             }
             Msg::Free { seq, ts_ns, addr, api, stream, tid, result } => {
                 self.push(&Event::Free(wire::Free { seq, ts_ns, addr, api, stream, tid, result }));

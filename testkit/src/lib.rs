@@ -41,6 +41,7 @@ pub fn alloc(seq: u64, ts: u64, addr: u64, size: u64, stack: u32) -> Event {
         stream: 0,
         tid: 7,
         stack,
+        ctx: 0,
     })
 }
 
@@ -58,7 +59,7 @@ pub fn alloc_on(seq: u64, ts: u64, addr: u64, size: u64, kind: Kind, device: i32
         Kind::Managed => Api::CudaMallocManaged,
         Kind::PinnedHost => Api::CudaMallocHost,
     };
-    Event::Alloc(Alloc { seq, ts_ns: ts, addr, size, kind, api, device, stream: 0, tid: 7, stack })
+    Event::Alloc(Alloc { seq, ts_ns: ts, addr, size, kind, api, device, stream: 0, tid: 7, stack, ctx: 0 })
 }
 
 /// A `cudaFree` of `addr` on thread 7 at `ts` ns that returned the CUDA result code `result`

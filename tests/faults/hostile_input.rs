@@ -36,6 +36,7 @@ fn random_event(g: &mut Rng, seq: &mut u64, tame: bool) -> wire::Event {
             stream: g.edgy(),
             tid: g.next_u64() as u32,
             stack: if g.chance(3) { wire::NO_STACK } else { g.below(8) as u32 },
+            ctx: if g.chance(4) { g.edgy() } else { 0 },
         }),
         3..=4 => wire::Event::Free(wire::Free {
             seq: num(g, s),
@@ -222,6 +223,7 @@ fn collector_reports_what_was_valid_in_a_broken_stream_with_one_error() {
             stream: 0,
             tid: 1,
             stack: wire::NO_STACK,
+            ctx: 0,
         }));
         seq += 1;
     }

@@ -267,3 +267,56 @@ fn stream_ordered_memory_counts_on_the_device_of_its_stream() {
     assert_eq!(gpu(1), 12 * MIB, "{d}");
     assert_eq!(gpu(0), MIB, "the default stream is the current device's{d}");
 }
+
+#[test]
+fn contexts_the_program_creates_and_the_last_release_of_a_primary_context_free_their_own_memory() {
+    // A context made by cuCtxCreate and destroyed from a thread where it was not current was
+    // not seen (its 2 MiB stayed live), and the last cuDevicePrimaryCtxRelease, which destroys
+    // the primary context (cudarc's drop does it), was not seen either (1 MiB stayed live).
+    let (t, d) = hostile("contexts");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(kind(&r, "device", "live_bytes"), 4 * MIB, "the other created context keeps its memory{d}");
+    assert_eq!(total(&r, "free_count"), 2, "{d}");
+    assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    assert!(
+        notes.contains(&"cuCtxDestroy tore down a context the program created on GPU 0 and freed 1 live allocation (2.0 MiB) with it"),
+        "{notes:?}"
+    );
+    assert!(
+        notes.contains(
+            &"cuDevicePrimaryCtxRelease tore down GPU 0's context and freed 1 live allocation (1.0 MiB) with it"
+        ),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn memory_from_a_pool_counts_on_the_pools_device_and_an_oom_report_gives_that_devices_free_memory() {
+    // A pool located on device 1, allocated from on a stream of device 0, was counted on GPU 0.
+    let (t, d) = hostile("pool-device");
+    let r = d.report_in(t.dir.path());
+    let gpu = |r: &serde_json::Value, o: i64| {
+        r["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["ordinal"] == o)
+            .map_or(0, |g| g["live_bytes"].as_u64().unwrap())
+    };
+    assert_eq!((gpu(&r, 1), gpu(&r, 0)), (10 * MIB, 0), "{d}");
+
+    // An out-of-memory failure on a stream of device 1 gave device 0's free memory (16 MiB).
+    let t = Target::new("hostile", "oom-device").args(&["oom-device"]).env("STANDIN_DEVICE_BYTES", 64 * MIB);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    let r = d.report_in(t.dir.path());
+    let info: Vec<(i64, u64, u64)> = r["mem_info"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["device"].as_i64().unwrap(), m["free_bytes"].as_u64().unwrap(), m["total_bytes"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(info, vec![(1, 32 * MIB, 64 * MIB)], "{d}");
+    assert_eq!(r["failures"][0]["device"], 1, "{d}");
+}

@@ -417,6 +417,96 @@ static int scenario_stream_device(void)
     return 0;
 }
 
+/* The driver's function `name` (through dlsym, so the shim's export where it wraps it). */
+static void *driver_fn(const char *name)
+{
+    static void *drv;
+    if (drv == NULL)
+        drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *f = drv ? dlsym(drv, name) : NULL;
+    if (f == NULL) {
+        fprintf(stderr, "hostile: no %s\n", name);
+        exit(1);
+    }
+    return f;
+}
+
+static void check_cu(const char *what, CUresult got)
+{
+    if (got != CUDA_SUCCESS) {
+        fprintf(stderr, "hostile: %s returned %d\n", what, got);
+        exit(1);
+    }
+}
+
+/* contexts: a driver program's own contexts beside device 0's primary one (as PyCUDA makes
+ * them). 1 MiB in the retained primary context, 2 MiB in a context made by cuCtxCreate_v2,
+ * 4 MiB in one made by cuCtxCreate_v4; the first created context is destroyed from a thread
+ * where the primary context is current (its 2 MiB go), then the last release of the primary
+ * context destroys it (its 1 MiB go). Live at exit: the 4 MiB. */
+static int scenario_contexts(void)
+{
+    CUresult (*retain)(void **, int) = (CUresult(*)(void **, int))driver_fn("cuDevicePrimaryCtxRetain");
+    CUresult (*release)(int) = (CUresult(*)(int))driver_fn("cuDevicePrimaryCtxRelease_v2");
+    CUresult (*set_current)(void *) = (CUresult(*)(void *))driver_fn("cuCtxSetCurrent");
+    CUresult (*create_v2)(void **, unsigned, int) = (CUresult(*)(void **, unsigned, int))driver_fn("cuCtxCreate_v2");
+    CUresult (*create_v4)(void **, void *, unsigned, int) =
+        (CUresult(*)(void **, void *, unsigned, int))driver_fn("cuCtxCreate_v4");
+    CUresult (*destroy)(void *) = (CUresult(*)(void *))driver_fn("cuCtxDestroy_v2");
+    CUresult (*mem_alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))driver_fn("cuMemAlloc_v2");
+    void *primary = NULL, *own = NULL, *other = NULL;
+    CUdeviceptr d;
+    check_cu("cuDevicePrimaryCtxRetain", retain(&primary, 0));
+    check_cu("cuCtxSetCurrent", set_current(primary));
+    check_cu("cuMemAlloc_v2", mem_alloc(&d, 1 * MiB));
+    check_cu("cuCtxCreate_v2", create_v2(&own, 0, 0));
+    check_cu("cuMemAlloc_v2", mem_alloc(&d, 2 * MiB));
+    check_cu("cuCtxCreate_v4", create_v4(&other, NULL, 0, 0));
+    check_cu("cuMemAlloc_v2", mem_alloc(&d, 4 * MiB));
+    check_cu("cuCtxSetCurrent", set_current(primary));
+    check_cu("cuCtxDestroy_v2", destroy(own));
+    check_cu("cuDevicePrimaryCtxRelease_v2", release(0));
+    return 0;
+}
+
+/* pool-device: a memory pool located on device 1 (the stand-in's pool 0x7001), allocated from
+ * on a stream of device 0: 8 MiB through the driver, 2 MiB through the runtime. Live at exit:
+ * 10 MiB on GPU 1, nothing on GPU 0. */
+static int scenario_pool_device(void)
+{
+    CUresult (*pool_create)(CUmemoryPool *, const CUmemPoolProps *) =
+        (CUresult(*)(CUmemoryPool *, const CUmemPoolProps *))driver_fn("cuMemPoolCreate");
+    CUresult (*alloc_from)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
+        (CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))driver_fn("cuMemAllocFromPoolAsync");
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = 1; /* CU_MEM_ALLOCATION_TYPE_PINNED */
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 1;
+    CUmemoryPool pool = NULL;
+    check_cu("cuMemPoolCreate", pool_create(&pool, &props));
+    CUstream on_gpu0 = (CUstream)(uintptr_t)0x5000;
+    CUdeviceptr d;
+    check_cu("cuMemAllocFromPoolAsync", alloc_from(&d, 8 * MiB, pool, on_gpu0));
+    void *p = NULL;
+    check("cudaMallocFromPoolAsync", cudaMallocFromPoolAsync(&p, 2 * MiB, pool, on_gpu0));
+    return 0;
+}
+
+/* oom-device: with 64 MiB per device (STANDIN_DEVICE_BYTES), 48 MiB on device 0 (current), 32
+ * MiB on a stream of device 1, then 48 MiB more there, which fails with out of memory: device
+ * 1 has 32 MiB free of 64 (device 0 has 16). */
+static int scenario_oom_device(void)
+{
+    cudaStream_t on_gpu1 = (cudaStream_t)(uintptr_t)0x5001;
+    void *p = NULL;
+    check("cudaMalloc", cudaMalloc(&p, 48 * MiB));
+    check("cudaMallocAsync", cudaMallocAsync(&p, 32 * MiB, on_gpu1));
+    if (cudaMallocAsync(&p, 48 * MiB, on_gpu1) == cudaSuccess)
+        return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -451,6 +541,12 @@ int main(int argc, char **argv)
         rc = scenario_device_reset();
     else if (strcmp(s, "stream-device") == 0)
         rc = scenario_stream_device();
+    else if (strcmp(s, "contexts") == 0)
+        rc = scenario_contexts();
+    else if (strcmp(s, "pool-device") == 0)
+        rc = scenario_pool_device();
+    else if (strcmp(s, "oom-device") == 0)
+        rc = scenario_oom_device();
     else if (strcmp(s, "slow-free") == 0)
         rc = scenario_slow_free();
     else {

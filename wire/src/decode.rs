@@ -7,8 +7,8 @@ use std::fmt;
 use std::io::{self, Read};
 
 use crate::{
-    Alloc, Api, Event, Exit, Failed, Free, FreePending, Hello, Kind, LineTableFormat, MemInfo, Module, PyCode, PyFrame,
-    PyRuntime, PyStack, Reset, Snapshot, Stack, HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
+    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, Hello, Kind, LineTableFormat, MemInfo, Module,
+    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer
@@ -167,6 +167,7 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
             stream: r.u64()?,
             tid: r.u32()?,
             stack: r.u32()?,
+            ctx: r.u64()?,
         }),
         5 => Event::Free(Free {
             seq: r.u64()?,
@@ -195,6 +196,15 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
         12 => Event::Reset(Reset {
             seq: r.u64()?,
             ts_ns: r.u64()?,
+            device: r.i32()?,
+            api: Api::from_u8(r.u8()?)?,
+            tid: r.u32()?,
+            ctx: r.u64()?,
+        }),
+        34 => Event::ContextCreated(ContextCreated {
+            seq: r.u64()?,
+            ts_ns: r.u64()?,
+            ctx: r.u64()?,
             device: r.i32()?,
             api: Api::from_u8(r.u8()?)?,
             tid: r.u32()?,

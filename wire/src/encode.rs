@@ -59,6 +59,7 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u64(a.stream);
             w.u32(a.tid);
             w.u32(a.stack);
+            w.u64(a.ctx);
         }
         Event::Free(x) => {
             w.u8(5);
@@ -106,6 +107,16 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u8(12);
             w.u64(x.seq);
             w.u64(x.ts_ns);
+            w.i32(x.device);
+            w.u8(x.api as u8);
+            w.u32(x.tid);
+            w.u64(x.ctx);
+        }
+        Event::ContextCreated(x) => {
+            w.u8(34);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.ctx);
             w.i32(x.device);
             w.u8(x.api as u8);
             w.u32(x.tid);

@@ -109,6 +109,8 @@ apis! {
     CudaDeviceReset = 33, "cudaDeviceReset", true;
     CuDevicePrimaryCtxReset = 34, "cuDevicePrimaryCtxReset", true;
     CuCtxDestroy = 35, "cuCtxDestroy", true;
+    CuDevicePrimaryCtxRelease = 60, "cuDevicePrimaryCtxRelease", true;
+    CuCtxCreate = 61, "cuCtxCreate", false;
 }
 
 impl Api {
@@ -184,6 +186,10 @@ pub struct Alloc {
     pub tid: u32,
     /// Stack id, or [`NO_STACK`](crate::NO_STACK).
     pub stack: u32,
+    /// The context the allocation belongs to (the stream's for stream-ordered calls, else the
+    /// calling thread's current one), once the process has created a context of its own
+    /// ([`ContextCreated`]); 0 before that, when every allocation is in a primary context.
+    pub ctx: u64,
 }
 
 /// A call to a free function, successful or not.
@@ -226,16 +232,39 @@ pub struct FreePending {
     pub tid: u32,
 }
 
-/// A context torn down (`cudaDeviceReset`, `cuDevicePrimaryCtxReset`, `cuCtxDestroy` of the
-/// calling thread's current context): every allocation of device and managed memory on
-/// `device` goes with it. Numbered like an allocation, after the call returned.
+/// A context torn down: the primary context of `device` (`cudaDeviceReset`,
+/// `cuDevicePrimaryCtxReset`, the last `cuDevicePrimaryCtxRelease`), or the context `ctx`
+/// (`cuCtxDestroy`). Every allocation of device and managed memory in it goes with it.
+/// Numbered like an allocation, after the call returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reset {
     /// Global sequence number.
     pub seq: u64,
     /// Monotonic clock, ns.
     pub ts_ns: u64,
-    /// The device ordinal whose context went.
+    /// The device ordinal whose context went, or -1 where the shim could not tell it (a
+    /// `cuCtxDestroy` of a context that is not the calling thread's current one).
+    pub device: i32,
+    /// The entry point.
+    pub api: Api,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// The context handle for `cuCtxDestroy`, else 0 (a device's primary context).
+    pub ctx: u64,
+}
+
+/// A context the program created itself (`cuCtxCreate`), as opposed to a device's primary
+/// context, which the runtime and most driver programs use. From the first one on, each
+/// [`Alloc`] carries its context, so that destroying one context frees its allocations only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContextCreated {
+    /// Global sequence number.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// The context handle (`CUcontext`).
+    pub ctx: u64,
+    /// Its device ordinal.
     pub device: i32,
     /// The entry point.
     pub api: Api,
@@ -393,8 +422,10 @@ pub enum Event {
     Note(String),
     /// Tag 11: a free still in progress (it takes the free's place in sequence order).
     FreePending(FreePending),
-    /// Tag 12: a context torn down, with every allocation of its device.
+    /// Tag 12: a context torn down, with every allocation in it.
     Reset(Reset),
+    /// Tag 34: a context the program created.
+    ContextCreated(ContextCreated),
     /// Tag 20 (tags 20 to 29 are kept for Python frames).
     PyRuntime(PyRuntime),
     /// Tag 21.

@@ -40,14 +40,14 @@ mod event; // Event, its structs, Kind, Api, LineTableFormat
 pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
-    Alloc, Api, Event, Exit, Failed, Free, FreePending, Hello, Kind, LineTableFormat, MemInfo, Module, PyCode, PyFrame,
-    PyRuntime, PyStack, Reset, Snapshot, Stack, PY_NO_OFFSET,
+    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, Hello, Kind, LineTableFormat, MemInfo, Module,
+    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
 pub const MAGIC: [u8; 8] = *b"GPUSHIM\0";
 /// The version of this format; a reader refuses any other.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Length of the stream header in bytes: magic, version (u16), reserved (u16).
 pub const HEADER_LEN: usize = 12;
 /// Largest frame a reader accepts, in bytes. Frames are small (a stack of 256 frames is about
@@ -88,6 +88,7 @@ mod tests {
                 stream: 0x55,
                 tid: 1234,
                 stack: 3,
+                ctx: 0x77,
             }),
             Event::Free(Free {
                 seq: 6,
@@ -113,7 +114,15 @@ mod tests {
             Event::Exit(Exit { ts_ns: 14 }),
             Event::MemInfo(MemInfo { ts_ns: 15, device: 0, free: 1, total: 2 }),
             Event::Note("lost 3 events".into()),
-            Event::Reset(Reset { seq: 21, ts_ns: 22, device: 1, api: Api::CudaDeviceReset, tid: 23 }),
+            Event::Reset(Reset { seq: 21, ts_ns: 22, device: 1, api: Api::CudaDeviceReset, tid: 23, ctx: 0 }),
+            Event::ContextCreated(ContextCreated {
+                seq: 24,
+                ts_ns: 25,
+                ctx: 0x5555_0000,
+                device: 1,
+                api: Api::CuCtxCreate,
+                tid: 26,
+            }),
             Event::FreePending(FreePending { seq: 16, ts_ns: 17, addr: 18, api: Api::CuMemFree, stream: 19, tid: 20 }),
             Event::PyRuntime(PyRuntime { version: 0x030C_03F0 }),
             Event::PyCode(PyCode {
