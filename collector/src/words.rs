@@ -5,12 +5,19 @@
 
 use crate::report::{Frame, Site};
 
-/// The site's id, with "(no backtrace)" for the no-stack site.
+/// The site's id as a report shows it (see [`site_id_name`]).
 pub fn site_name(s: &Site) -> String {
-    if s.no_backtrace() {
-        format!("{} (no backtrace)", s.id)
+    site_id_name(s.id)
+}
+
+/// How a site id reads in a report: its number, or for the allocations recorded without a
+/// backtrace (`GPUSHIM_BACKTRACE=0`, or a stack the shim does not walk), which share the
+/// id `NO_STACK`, a phrase in place of that number.
+pub fn site_id_name(id: u32) -> String {
+    if id == gpushim_wire::NO_STACK {
+        "without backtrace".to_string()
     } else {
-        s.id.to_string()
+        id.to_string()
     }
 }
 
@@ -158,6 +165,12 @@ pub fn count(n: u64, noun: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_site_without_backtrace_has_a_name_not_a_number() {
+        assert_eq!(site_id_name(7), "7");
+        assert_eq!(site_id_name(gpushim_wire::NO_STACK), "without backtrace");
+    }
 
     #[test]
     fn sizes_and_times() {

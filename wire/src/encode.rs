@@ -189,7 +189,7 @@ mod tests {
     fn golden_bytes() {
         let mut buf = Vec::new();
         write_header(&mut buf);
-        assert_eq!(buf, b"GPUSHIM\0\x01\x00\x00\x00");
+        assert_eq!(buf, b"GPUSHIM\0\x02\x00\x00\x00");
         buf.clear();
         encode(
             &Event::Free(Free { seq: 1, ts_ns: 2, addr: 3, api: Api::CudaFree, stream: 4, tid: 5, result: -1 }),

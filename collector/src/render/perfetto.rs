@@ -52,7 +52,7 @@ pub fn events(r: &Report) -> Vec<Value> {
         let Some(site) = r.site(s.site) else { continue };
         let at = first_user_frame(site)
             .map_or_else(String::new, |f| format!(" {}", f.function.split('(').next().unwrap_or(&f.function)));
-        let name = format!("suspect #{} site {}{at}", i + 1, s.site);
+        let name = format!("suspect #{} site {}{at}", i + 1, crate::words::site_id_name(s.site));
         for &(t, v) in &site.series {
             ev.push(json!({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": us(t),
                            "args": {"live bytes": v}}));

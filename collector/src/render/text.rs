@@ -7,7 +7,9 @@ use std::io::{self, Write};
 
 use super::{Render, TextOptions};
 use crate::report::{Frame, Report};
-use crate::words::{count, first_user_frame, fmt_bytes, fmt_seconds, frame_label, shell_words, site_name};
+use crate::words::{
+    count, first_user_frame, fmt_bytes, fmt_seconds, frame_label, shell_words, site_id_name, site_name,
+};
 
 /// The report for a person.
 pub struct Text(pub TextOptions);
@@ -85,7 +87,7 @@ impl Render for Text {
         } else {
             writeln!(out, "leak suspects:")?;
             for (i, s) in r.suspects.iter().enumerate() {
-                writeln!(out, "  #{} site {} (score {:.2}): {}", i + 1, s.site, s.score, s.reason)?;
+                writeln!(out, "  #{} site {} (score {:.2}): {}", i + 1, site_id_name(s.site), s.score, s.reason)?;
                 if let Some(f) = r.site(s.site).and_then(first_user_frame) {
                     writeln!(out, "      at {}", frame_label(f))?;
                 }
@@ -223,7 +225,7 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
     for (i, s) in r.suspects.iter().take(3).enumerate() {
         let at =
             r.site(s.site).and_then(first_user_frame).map(|f| format!(" at {}", frame_label(f))).unwrap_or_default();
-        writeln!(out, "gpushim: suspect #{} site {}: {}{at}", i + 1, s.site, s.reason)?;
+        writeln!(out, "gpushim: suspect #{} site {}: {}{at}", i + 1, site_id_name(s.site), s.reason)?;
     }
     if r.suspects.len() > 3 {
         writeln!(out, "gpushim: {} more suspects in the report", r.suspects.len() - 3)?;
