@@ -84,6 +84,11 @@ pub struct SiteStats {
     pub last_alloc_ns: u64,
     /// Live bytes over time.
     pub series: SiteSeries,
+    /// Allocations made here that were still live when a context teardown freed them
+    /// (`cudaDeviceReset` and the like), and their bytes: freed, but not by the program.
+    pub swept_count: u64,
+    /// See `swept_count`.
+    pub swept_bytes: u64,
 }
 
 #[cfg(test)]

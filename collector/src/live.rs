@@ -177,6 +177,10 @@ pub struct State {
     pending_by_key: IntMap<(bool, u64), u64>,
     /// Contexts torn down: the API, the device, and the allocations and bytes freed with them.
     pub resets: Vec<ContextReset>,
+    /// Allocations a context teardown freed while they were live, kept for the leak ranking
+    /// (a leak that only a `cudaDeviceReset` ended is still a leak, as compute-sanitizer's
+    /// leak check reports it then).
+    pub swept: Vec<Entry>,
     /// Contexts the program created and has not destroyed, with their device. An allocation
     /// whose context is not among them is in a primary context.
     created: IntMap<u64, i32>,
@@ -280,6 +284,8 @@ impl State {
             first_alloc_ns: a.ts_ns,
             last_alloc_ns: a.ts_ns,
             series: SiteSeries::default(),
+            swept_count: 0,
+            swept_bytes: 0,
         });
         if !site.apis.contains(&a.api) {
             site.apis.push(a.api);
@@ -345,6 +351,11 @@ impl State {
                 gone.bytes = gone.bytes.saturating_add(e.size);
                 self.count_free(&e);
                 self.release(&e, r.ts_ns);
+                if let Some(site) = self.sites.get_mut(&e.site) {
+                    site.swept_count += 1;
+                    site.swept_bytes = site.swept_bytes.saturating_add(e.size);
+                }
+                self.swept.push(e);
             }
         }
         self.resets.push(gone);

@@ -17,6 +17,10 @@
 //!      that grows only at the end of a run dominated by framework start-up (seconds of imports
 //!      and context creation), as measured with PyTorch on the H200 (docs/gpu-matrix.md).
 //!
+//! Allocations that a context teardown (`cudaDeviceReset`, the last `cuDevicePrimaryCtxRelease`,
+//! `cuCtxDestroy`) freed while they were live count as live here: the program never freed
+//! them, and the teardown is often its last act (NVIDIA's samples end with `cudaDeviceReset`).
+//!
 //! Sites whose allocations are all freed fail (1); one large allocation held steady fails (1);
 //! a warm-up burst that the program then keeps using without growing fails (4).
 //!
@@ -64,7 +68,8 @@ pub fn suspects(state: &State, run_start_ns: u64, run_end_ns: u64) -> Vec<Suspec
     }
     // Per site: (time, size) of each live allocation.
     let mut live_times: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
-    for (_, e) in state.live() {
+    // Allocations a context teardown freed count as live: the program never freed them.
+    for e in state.live().map(|(_, e)| e).chain(&state.swept) {
         live_times.entry(e.site).or_default().push((e.ts_ns, e.size));
     }
     let mut out: Vec<Suspect> = state
@@ -89,7 +94,9 @@ pub fn suspects(state: &State, run_start_ns: u64, run_end_ns: u64) -> Vec<Suspec
 /// allocations (at least one), `grown` the bytes of its live allocations made after the first
 /// of them, `run` the report's span in ns (> 0), ending at `run_end` (monotonic ns).
 fn judge(site: &SiteStats, times: &[u64], grown: u64, run: u64, run_end: u64) -> Option<Suspect> {
-    let g = site.gauge;
+    let mut g = site.gauge;
+    g.live_count += site.swept_count;
+    g.live_bytes = g.live_bytes.saturating_add(site.swept_bytes);
     if g.live_count < MIN_LIVE || (times.len() as u64) < MIN_LIVE {
         return None;
     }
@@ -123,18 +130,17 @@ fn judge(site: &SiteStats, times: &[u64], grown: u64, run: u64, run_end: u64) ->
     let steadiness = rises as f64 / SLICES as f64;
     let kept = g.live_count.min(site.alloc_count) as f64 / site.alloc_count.max(1) as f64;
     let score = ((kept + steadiness) / 2.0 * 1000.0).round() / 1000.0;
-    let freed = if site.free_count == 0 {
-        "none freed".to_string()
-    } else {
-        format!("{} of {} freed", site.free_count, site.alloc_count)
-    };
+    let by_program = site.free_count.saturating_sub(site.swept_count);
+    let freed =
+        if by_program == 0 { "none freed".to_string() } else { format!("{by_program} of {} freed", site.alloc_count) };
     // live_span > 0: there are at least MIN_LIVE distinct times.
     let secs = live_span as f64 / 1e9;
     let slope = grown as f64 / secs;
     // Growth per cadence is growth per distinct allocation time; the cadence is shown rounded.
     let period = cadence / 1e9;
+    let until = if site.swept_count > 0 { " until a context teardown freed them" } else { "" };
     let reason = format!(
-        "+{} per {} over {}, {} live ({}), {freed}",
+        "+{} per {} over {}, {} live ({}){until}, {freed}",
         fmt_bytes((slope * period).round() as u64),
         fmt_period(period),
         fmt_period(secs),
@@ -160,7 +166,7 @@ fn judge(site: &SiteStats, times: &[u64], grown: u64, run: u64, run_end: u64) ->
 mod tests {
     use super::*;
     use crate::live::tests::{alloc, free};
-    use crate::live::State;
+    use crate::live::{Op, State};
     use gpushim_testkit::{MIB, MS};
     use gpushim_wire::Kind;
 
@@ -281,5 +287,27 @@ mod tests {
             s.apply(&alloc(i, MS / 2 + i * MS / 2, 0xc000_0000 + i * 0x1000, 16 * MIB, Kind::Device, 0, 7));
         }
         assert!(suspects(&s, 0, 1000 * MS).is_empty());
+    }
+
+    #[test]
+    fn a_leak_that_only_a_context_teardown_ended_is_still_a_suspect() {
+        use gpushim_wire::{Api, Reset};
+        let mut ops: Vec<Op> =
+            (0..30u64).map(|i| alloc(0, i * 30 * MS, 0x1000_0000 + i * 0x10_0000, MIB, Kind::Device, 0, 1)).collect();
+        ops.push(Op::Reset(Reset { seq: 0, ts_ns: 900 * MS, device: 0, api: Api::CudaDeviceReset, tid: 7, ctx: 0 }));
+        let mut s = State::default();
+        for (seq, mut op) in ops.into_iter().enumerate() {
+            op.set_seq(seq as u64);
+            s.apply(&op);
+        }
+        assert_eq!(s.totals.gauge.live_bytes, 0, "the teardown freed the memory");
+        let got = suspects(&s, 0, 1000 * MS);
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].site, got[0].live_count, got[0].live_bytes), (1, 30, 30 * MIB));
+        assert!(
+            got[0].reason.ends_with("30 live (30.0 MiB) until a context teardown freed them, none freed"),
+            "{}",
+            got[0].reason
+        );
     }
 }
