@@ -1,5 +1,6 @@
 //! The `gpushim` command line: run, report, diff; user mistakes get one clear line.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::util::*;
@@ -155,6 +156,26 @@ fn snapshot_sends_the_signal_the_programs_shim_listens_to() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("GPUSHIM_SIGNAL=none") && err.lines().count() == 1, "{err}");
+    let d = live.finish();
+    assert!(d.status.success(), "{d}");
+}
+
+#[test]
+fn snapshot_finds_the_report_directory_after_the_program_changed_its_working_directory() {
+    // No GPUSHIM_OUTPUT: reports go to the working directory tracing started in. The program
+    // then moves elsewhere; `gpushim snapshot` looked there and gave up.
+    let t = Target::new("target_dynamic", "snapshot-chdir").args(&["sleep-snapshot"]);
+    let elsewhere = t.dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let mut cmd = t.command();
+    cmd.current_dir(t.dir.path()).env_remove("GPUSHIM_OUTPUT").env("TARGET_CHDIR", &elsewhere);
+    let mut live = Live::spawn(cmd, t.describe());
+    assert_eq!(live.line(), "ready");
+    let out = gpushim(["snapshot", "--timeout", "10", &live.pid.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(Path::new(&path).parent(), Some(t.dir.path()), "{path}");
+    assert!(Path::new(&path).is_file(), "{path}");
     let d = live.finish();
     assert!(d.status.success(), "{d}");
 }

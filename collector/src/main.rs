@@ -96,6 +96,11 @@ enum Command {
         /// Write reports here instead of the directory the stream names.
         #[arg(long, value_name = "DIR")]
         output: Option<PathBuf>,
+        /// The traced process's id. Not used by `collect`: the shim passes it (with
+        /// `--output`) so that `gpushim snapshot PID` can find the report directory on this
+        /// process's command line.
+        #[arg(long, value_name = "PID")]
+        pid: Option<u32>,
     },
 }
 
@@ -122,7 +127,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Diff { old, new, top, format } => cmd::diff::run(&old, &new, top, format),
         Command::Snapshot { pid, signal, timeout } => cmd::snapshot::run(pid, signal, timeout),
-        Command::Collect { input, output } => cmd::collect::run(input, output),
+        Command::Collect { input, output, .. } => cmd::collect::run(input, output),
     }
 }
 

@@ -32,11 +32,21 @@ struct Exec {
 }
 
 impl Exec {
-    fn new(program: &str) -> Option<Exec> {
+    /// `program collect --output DIR --pid PID` with this process's environment but
+    /// `LD_PRELOAD`. The directory (absolute, resolved when tracing started) and the pid are
+    /// on the command line so that `gpushim snapshot PID` finds where the reports go even
+    /// after the program changed its working directory.
+    fn new(program: &str, output_dir: &str) -> Option<Exec> {
         let path = CString::new(resolve(program)).ok()?;
-        let arg0 = CString::new(program).ok()?;
-        let arg1 = CString::new("collect").ok()?;
-        let mut strings = vec![arg0, arg1];
+        let mut strings = vec![
+            CString::new(program).ok()?,
+            CString::new("collect").ok()?,
+            CString::new("--output").ok()?,
+            CString::new(output_dir).ok()?,
+            CString::new("--pid").ok()?,
+            CString::new(crate::sys::getpid_raw().to_string()).ok()?,
+        ];
+        const ARGS: usize = 6;
         for (k, v) in std::env::vars_os() {
             if k == "LD_PRELOAD" {
                 continue;
@@ -48,8 +58,9 @@ impl Exec {
                 strings.push(c);
             }
         }
-        let argv = vec![strings[0].as_ptr(), strings[1].as_ptr(), std::ptr::null()];
-        let mut envp: Vec<*const c_char> = strings[2..].iter().map(|s| s.as_ptr()).collect();
+        let mut argv: Vec<*const c_char> = strings[..ARGS].iter().map(|s| s.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let mut envp: Vec<*const c_char> = strings[ARGS..].iter().map(|s| s.as_ptr()).collect();
         envp.push(std::ptr::null());
         Some(Exec { path, argv, envp, _strings: strings })
     }
@@ -87,7 +98,7 @@ pub fn collector(cfg: &Config) -> Option<RawFd> {
             cfg.collector
         );
     };
-    let Some(exec) = Exec::new(&cfg.collector) else {
+    let Some(exec) = Exec::new(&cfg.collector, &cfg.output_dir) else {
         say(std::io::Error::from(std::io::ErrorKind::InvalidInput));
         return None;
     };

@@ -212,6 +212,12 @@ NOINLINE void *sleeper_after(void) { return device_alloc_named(2 * MiB); }
 int scenario_sleep_snapshot(void)
 {
     (void)sleeper_before();
+    /* TARGET_CHDIR: change the working directory once tracing has started. */
+    const char *dir = getenv("TARGET_CHDIR");
+    if (dir != NULL && chdir(dir) != 0) {
+        perror("target: chdir");
+        return 1;
+    }
     printf("ready\n");
     fflush(stdout);
     char buf[256];

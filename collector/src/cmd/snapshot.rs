@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::thread;
@@ -110,7 +110,7 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
             ));
         }
     }
-    let dir = output_dir(&proc_dir)
+    let dir = output_dir(&proc_dir, pid)
         .map_err(|e| coded(USAGE, format!("cannot find where pid {pid} writes reports: {e:#}")))?;
     let before = snapshot_names(&dir, pid)
         .map_err(|e| coded(USAGE, format!("cannot read the output directory {} of pid {pid}: {e}", dir.display())))?;
@@ -193,9 +193,14 @@ fn signal_setting(proc_dir: &Path) -> Setting {
     }
 }
 
-/// The target's report directory: `GPUSHIM_OUTPUT` from its environment (relative to its
-/// working directory), else its working directory.
-fn output_dir(proc_dir: &Path) -> Result<PathBuf> {
+/// The target's report directory: the one its collector was started with (`gpushim collect
+/// --output DIR --pid PID` on the collector's command line), else `GPUSHIM_OUTPUT` from the
+/// target's environment (relative to its working directory), else its working directory. The
+/// first holds when the program changed its working directory after tracing started.
+fn output_dir(proc_dir: &Path, pid: i32) -> Result<PathBuf> {
+    if let Some(dir) = collector_output(pid) {
+        return Ok(dir);
+    }
     let cwd = fs::read_link(proc_dir.join("cwd"));
     if let Ok(env) = fs::read(proc_dir.join("environ")) {
         let found = env
@@ -212,6 +217,29 @@ fn output_dir(proc_dir: &Path) -> Result<PathBuf> {
         }
     }
     cwd.with_context(|| format!("reading {}/cwd", proc_dir.display()))
+}
+
+/// The `--output` of the running `gpushim collect` whose `--pid` is `pid`, if any.
+fn collector_output(pid: i32) -> Option<PathBuf> {
+    let want = pid.to_string();
+    for entry in fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        if !name.as_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let Ok(cmdline) = fs::read(entry.path().join("cmdline")) else { continue };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        if args.get(1) != Some(&&b"collect"[..]) {
+            continue;
+        }
+        let value = |flag: &[u8]| args.windows(2).find(|w| w[0] == flag).map(|w| w[1]);
+        if value(b"--pid") == Some(want.as_bytes()) {
+            if let Some(dir) = value(b"--output") {
+                return Some(PathBuf::from(OsString::from_vec(dir.to_vec())));
+            }
+        }
+    }
+    None
 }
 
 /// Names of the snapshot files of `pid` in `dir`.
@@ -253,7 +281,7 @@ mod tests {
     #[test]
     fn output_dir_of_this_process() {
         let me = PathBuf::from(format!("/proc/{}", std::process::id()));
-        let dir = output_dir(&me).unwrap();
+        let dir = output_dir(&me, std::process::id() as i32).unwrap();
         match std::env::var_os("GPUSHIM_OUTPUT").filter(|v| !v.is_empty()) {
             None => assert_eq!(dir, std::env::current_dir().unwrap()),
             Some(_) => assert!(dir.is_absolute()),
