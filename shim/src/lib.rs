@@ -48,6 +48,7 @@ mod loader;
 mod python;
 mod real;
 mod record;
+mod route;
 mod socket;
 mod state;
 mod sys;

@@ -3,9 +3,9 @@
 
 use std::ffi::{c_char, c_void, CStr};
 
-use super::wrapper;
+use super::{fixed_wrapper, wrapper};
 use crate::hook::Hook;
-use crate::{loader, real};
+use crate::{loader, real, route};
 
 /// [`dlsym_decide`]'s answer that the lookup finds nothing: our `dlsym` returns NULL.
 const NOT_FOUND: usize = 1;
@@ -31,6 +31,12 @@ extern "C" fn dlsym_decide(handle: *mut c_void, name: *const c_char) -> usize {
         let a = loader::dlsym(handle, cname);
         if a == 0 || loader::is_own(a) {
             return 0;
+        }
+        if !h.is_driver() {
+            // A runtime: the pointer must call this runtime for good, whatever another handle
+            // gives later (a copy bound to it); none left, or a runtime we could not keep
+            // loaded: the caller gets it unwrapped.
+            return route::claim_fixed(h, a).and_then(|k| fixed_wrapper(h, k)).unwrap_or(0);
         }
         if !real::set_real(h, a) {
             // A function we could not keep loaded (a runtime in another link-map namespace):
