@@ -5,8 +5,7 @@
 //! Outputs (all in one directory; executables and libcudart carry RUNPATH
 //! `$ORIGIN`, so they find each other there):
 //! - `libcuda.so.1`          driver stand-in (standins/cuda.c, cuda_table.c, cuda_arrays.c)
-//! - `libcudart.so.13`       runtime stand-in, shared (standins/cudart.c), symbol version
-//!                           `libcudart.so.13`
+//! - `libcudart.so.13`       runtime stand-in, shared (standins/cudart.c), version `libcudart.so.13`
 //! - `libcudart.so.12`       the same source as a second runtime (version `libcudart.so.12`)
 //! - `libcudart_static.a`    runtime stand-in, static archive (same source)
 //! - `target_dynamic`        tests/programs/target*.c (TARGET_SOURCES) linked to libcudart.so.13

@@ -392,7 +392,8 @@ fn required_version(lm: &LinkMap, name: &CStr) -> Option<std::ffi::CString> {
     // glibc rewrites some of these entries to absolute addresses in place and not others:
     // a value below the load bias is still an offset.
     let abs = |v: usize| if v >= lm.addr { v } else { v + lm.addr };
-    let (mut strtab, mut symtab, mut hash, mut gnu_hash, mut versym, mut verneed, mut verneednum) = (0, 0, 0, 0, 0, 0, 0);
+    let (mut strtab, mut symtab, mut hash, mut gnu_hash, mut versym, mut verneed, mut verneednum) =
+        (0, 0, 0, 0, 0, 0, 0);
     for i in 0..4096 {
         // SAFETY: the dynamic section of a loaded object, ended by DT_NULL.
         let d = unsafe { &*lm.ld.add(i) };
@@ -413,10 +414,11 @@ fn required_version(lm: &LinkMap, name: &CStr) -> Option<std::ffi::CString> {
     }
     // Undefined symbols are not hashed: GNU hash tables start after them (`symoffset`), and
     // SysV ones count every symbol (`nchain`).
-    // SAFETY: the second word of either table, mapped with the object.
     let count = if hash != 0 {
+        // SAFETY: the second word of the SysV hash table, mapped with the object.
         unsafe { *(hash as *const u32).add(1) }
     } else if gnu_hash != 0 {
+        // SAFETY: the second word of the GNU hash table, mapped with the object.
         unsafe { *(gnu_hash as *const u32).add(1) }
     } else {
         return None;
@@ -430,7 +432,8 @@ fn required_version(lm: &LinkMap, name: &CStr) -> Option<std::ffi::CString> {
         // SAFETY: `i` is below the number of symbols of the dynamic symbol table.
         let s = unsafe { &*(symtab as *const Sym).add(i) };
         // SAFETY: `.gnu.version` has one entry per dynamic symbol.
-        (s.shndx == 0 && str_at(s.name).to_bytes() == wanted).then(|| unsafe { *(versym as *const u16).add(i) } & 0x7fff)
+        (s.shndx == 0 && str_at(s.name).to_bytes() == wanted)
+            .then(|| unsafe { *(versym as *const u16).add(i) } & 0x7fff)
     })?;
     if index < 2 {
         return None; // local or global: unversioned

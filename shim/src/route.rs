@@ -10,9 +10,13 @@
 //! - A pointer our `dlsym(handle, name)` hands out calls the function found behind that handle
 //!   for good: one of [`INSTANCES`] fixed copies of each export, each bound to one real function.
 //!
-//! Callers not in the table (more than [`CALLERS`] modules, an address in no module) and
-//! targets without a return address go to the one process-wide slot of `real.rs`. Every
-//! address stored here comes from a library kept loaded (`loader::pin`).
+//! Callers not in the table (more than [`CALLERS`] modules, an address in no module), callers
+//! whose scopes define nothing (a pointer passed on), and targets without a return address go
+//! to the one process-wide slot of `real.rs`. A call that reaches the export by a tail jump
+//! (`jmp cudaMalloc@plt`) returns to its caller's caller and is routed as that module's.
+//! Every address stored here comes from a library kept loaded (`loader::pin`); calling modules
+//! are not kept loaded: one closed and replaced by another at the same address keeps the first
+//! one's bindings (still loaded, so never a jump into unmapped memory).
 
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 
@@ -23,7 +27,7 @@ use crate::{loader, real};
 /// many distinct runtimes per function; a further one gets its own function unwrapped.
 pub const INSTANCES: usize = 4;
 /// Calling modules whose bindings are kept.
-const CALLERS: usize = 32;
+const CALLERS: usize = 64;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: AtomicUsize = AtomicUsize::new(0);
@@ -44,6 +48,9 @@ const EMPTY: Caller = Caller { start: ZERO, len: ZERO, real: SLOTS };
 /// published (their range is written before `USED` grows past them).
 static TABLE: [Caller; CALLERS] = [EMPTY; CALLERS];
 static USED: AtomicUsize = AtomicUsize::new(0);
+/// The last page (address / 4096) a call returned to that lies in no module (generated code):
+/// its calls take the process-wide slot without a module scan each.
+static NO_MODULE: AtomicUsize = AtomicUsize::new(0);
 /// The real function of each fixed copy of each export; 0 until a `dlsym` claims it.
 static FIXED: [[AtomicUsize; N]; INSTANCES] = [SLOTS; INSTANCES];
 
@@ -72,21 +79,20 @@ fn slow(h: Hook, ra: usize, c: Option<&'static Caller>) -> Option<usize> {
 
 /// The first call of `h` from the module holding `ra`: finds its binding and keeps it.
 fn resolve(h: Hook, ra: usize, c: Option<&'static Caller>) -> Option<usize> {
-    if ra == 0 || loader::is_own(ra) {
+    if ra == 0 || loader::is_own(ra) || ra >> 12 == NO_MODULE.load(Relaxed) {
         return real::real(h);
     }
-    let c = c.or_else(|| add_caller(ra));
+    // A table full or an address in no module: the process-wide slot, without a lookup per call.
+    let Some(c) = c.or_else(|| add_caller(ra)) else { return real::real(h) };
     let a = match loader::binding_for_caller(ra, h.name()).filter(|&a| loader::pin(a)) {
         Some(a) => a,
         // Nothing in the caller's scopes (a pointer passed on from elsewhere): the
         // process-wide slot, as for an unknown caller.
         None => real::real(h)?,
     };
-    if let Some(c) = c {
-        // Only an address whose library is kept loaded is stored.
-        if loader::pin(a) {
-            c.real[h as usize].store(a, Relaxed);
-        }
+    // Only an address whose library is kept loaded is stored.
+    if loader::pin(a) {
+        c.real[h as usize].store(a, Relaxed);
     }
     Some(a)
 }
@@ -118,7 +124,10 @@ fn add_caller(ra: usize) -> Option<&'static Caller> {
     if n == CALLERS {
         return None;
     }
-    let (start, end) = loader::module_span(ra)?;
+    let Some((start, end)) = loader::module_span(ra) else {
+        NO_MODULE.store(ra >> 12, Relaxed);
+        return None;
+    };
     let c = &TABLE[n];
     c.start.store(start, Relaxed);
     c.len.store(end - start, Relaxed);

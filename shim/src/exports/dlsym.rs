@@ -11,7 +11,8 @@ use crate::{loader, real, route};
 const NOT_FOUND: usize = 1;
 
 /// Decides a `dlsym(handle, name)` call: returns our wrapper for a name we wrap looked up in a
-/// specific library (remembering the real function found there), [`NOT_FOUND`] for an
+/// specific library (remembering the real function found there: for a runtime function, in a
+/// fixed copy of the export bound to it for good, `route::claim_fixed`), [`NOT_FOUND`] for an
 /// `RTLD_DEFAULT` lookup of a wrapped name that only this library defines, or 0 to let libc's
 /// `dlsym` answer the call itself. Other `RTLD_DEFAULT` and all `RTLD_NEXT` lookups go to
 /// libc: they depend on who the caller is, and through the tail jump below libc sees the

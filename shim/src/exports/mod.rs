@@ -1,10 +1,12 @@
 //! Every symbol this library exports: the inventory of what we intercept.
 //!
 //! The CUDA functions are generated from the one list in `hook.rs`. Each has the same shape:
-//! find the real function (or return the error CUDA gives when the library is missing, `3`,
-//! not initialized), enter the re-entrancy guard (or forward at once if this thread is already
-//! inside an intercepted call), call the real function with the caller's arguments unchanged,
-//! record a small event, and return the real result unchanged. `custom` entries do the same in
+//! find the real function (for a runtime function, the one its caller reaches: the export's
+//! entry passes the return address on to `route.rs`, see `export!`), or return the error CUDA
+//! gives when the library is missing (`3`, not initialized); enter the re-entrancy guard (or
+//! forward at once if this thread is already inside an intercepted call), call the real function
+//! with the caller's arguments unchanged, record a small event, and return the real result
+//! unchanged. `custom` entries do the same in
 //! a handler of their own (`vmm.rs`, `procaddr.rs`). The other exports are `dlsym` (dlsym.rs)
 //! and the exits that run no atexit handler (quick.rs).
 //!
@@ -26,8 +28,8 @@ use gpushim_wire::{Api, Kind};
 use arrays::{Array3dDesc, ArrayDesc, ChannelDesc, Extent};
 
 use crate::hook::{for_each_hook, Hook};
-use crate::{real, route};
 use crate::record::{self, Guard, DEV_CURRENT};
+use crate::{real, route};
 
 /// `CUdeviceptr`.
 type DevPtr = u64;
@@ -129,10 +131,10 @@ macro_rules! missing {
     };
 }
 
-/// `1`, once per argument counted.
+/// One element per argument counted.
 macro_rules! one {
     ($x:ident) => {
-        1
+        0u8
     };
 }
 
@@ -166,7 +168,10 @@ macro_rules! export {
         mod $v {
             use super::*;
 
-            const _: () = assert!(0 $(+ one!($arg))* <= 5, "the entry passes the return address in the sixth register");
+            const _: () = assert!(
+                <[u8]>::len(&[$(one!($arg)),*]) <= 5,
+                "the entry passes the return address in the sixth register"
+            );
 
             /// The export's body: `ra` is the caller's return address.
             pub(super) unsafe extern "C" fn routed(ra: usize, $($arg: $ty),*) -> c_int {
