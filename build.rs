@@ -5,7 +5,8 @@
 //! Outputs (all in one directory; executables and libcudart carry RUNPATH
 //! `$ORIGIN`, so they find each other there):
 //! - `libcuda.so.1`          driver stand-in (standins/cuda.c, cuda_table.c, cuda_arrays.c, cuda_contexts.c)
-//! - `libcudart.so.13`       runtime stand-in, shared (standins/cudart.c)
+//! - `libcudart.so.13`       runtime stand-in, shared (standins/cudart.c), version `libcudart.so.13`
+//! - `libcudart.so.12`       the same source as a second runtime (version `libcudart.so.12`)
 //! - `libcudart_static.a`    runtime stand-in, static archive (same source)
 //! - `target_dynamic`        tests/programs/target*.c (TARGET_SOURCES) linked to libcudart.so.13
 //! - `target_static`         tests/programs/target*.c (TARGET_SOURCES) with libcudart_static.a inside
@@ -13,9 +14,10 @@
 //! - `librtldnext.so`        tests/programs/rtldnext.c (a second RTLD_NEXT interposer)
 //! - `hostile`               tests/programs/hostile.c linked to libcudart.so.13
 //! - `libcudauser.so`        tests/programs/cudauser.c (links libcudart; dlopen'ed RTLD_LOCAL)
+//! - `libcudauser12.so`      the same, linked to libcudart.so.12
 //! - `libloaderspy.so`       tests/programs/loaderspy.c (reports dlopen inside dl_iterate_phdr)
 //! - `nocuda`                tests/programs/nocuda.c (no CUDA library; probes for CUDA)
-//! - `localrt`               tests/programs/localrt.c (CUDA only through an RTLD_LOCAL library)
+//! - `localrt`               tests/programs/localrt.c (CUDA only through RTLD_LOCAL libraries)
 //! - `leak_example`          examples/leak.c linked to libcudart.so.13
 
 use std::env;
@@ -148,11 +150,22 @@ fn main() {
     ctx.cc("cudart.o", &a);
     let cudart_o = ctx.out.join("cudart.o");
 
-    let mut a = os(&["-shared", "-Wl,-soname,libcudart.so.13"]);
-    a.extend(os(RUNPATH_ORIGIN));
-    a.push(cudart_o.clone().into_os_string());
-    a.extend(os(&["-ldl", "-lpthread"]));
-    ctx.cc("libcudart.so.13", &a);
+    // Two runtimes from the one object, each with its soname as the version of its symbols, as
+    // NVIDIA's are (`cudaMalloc@@libcudart.so.12`): a library linked to one binds to it even when
+    // the other is in the global scope.
+    for soname in ["libcudart.so.13", "libcudart.so.12"] {
+        let script = ctx.out.join(format!("{soname}.map"));
+        fs::write(&script, format!("{soname} {{ global: *; }};\n"))
+            .unwrap_or_else(|e| panic!("writing {}: {e}", script.display()));
+        let mut a = os(&["-shared", &format!("-Wl,-soname,{soname}")]);
+        let mut v = OsString::from("-Wl,--version-script,");
+        v.push(&script);
+        a.push(v);
+        a.extend(os(RUNPATH_ORIGIN));
+        a.push(cudart_o.clone().into_os_string());
+        a.extend(os(&["-ldl", "-lpthread"]));
+        ctx.cc(soname, &a);
+    }
 
     let archive_tmp = ctx.out.join(".libcudart_static.a.tmp");
     let _ = fs::remove_file(&archive_tmp);
@@ -196,13 +209,15 @@ fn main() {
     a.extend(os(RUNPATH_ORIGIN));
     ctx.cc("hostile", &a);
 
-    let mut a = os(LIBRARY);
-    a.extend(os(&["-shared", "-Wl,-soname,libcudauser.so"]));
-    a.push(ctx.src("tests/programs/cudauser.c"));
-    a.push(ctx.lib_dir());
-    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
-    a.extend(os(RUNPATH_ORIGIN));
-    ctx.cc("libcudauser.so", &a);
+    for (user, runtime) in [("libcudauser.so", "libcudart.so.13"), ("libcudauser12.so", "libcudart.so.12")] {
+        let mut a = os(LIBRARY);
+        a.extend(os(&["-shared", &format!("-Wl,-soname,{user}")]));
+        a.push(ctx.src("tests/programs/cudauser.c"));
+        a.push(ctx.lib_dir());
+        a.extend(os(&["-Wl,--no-as-needed", &format!("-l:{runtime}")]));
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc(user, &a);
+    }
 
     let mut a = os(LIBRARY);
     a.extend(os(&["-shared", "-Wl,-soname,libloaderspy.so"]));

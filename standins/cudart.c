@@ -11,6 +11,12 @@
  *
  * Every exported cuda* function calls the driver only through that table and
  * never calls another exported cuda* function.
+ *
+ * Built twice, as two runtimes a process can hold at once (a framework's bundled runtime next to
+ * the system's): libcudart.so.13 and libcudart.so.12, each with its soname as its symbol version
+ * (as NVIDIA's runtimes are versioned: "cudaMalloc@@libcudart.so.12").  Each copy counts the
+ * cudaMalloc and cudaFree calls it served (cudart_standin_calls), so a test can tell which
+ * runtime a call reached.
  */
 #define _GNU_SOURCE
 #include "cuda_standin.h"
@@ -18,10 +24,25 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #define API __attribute__((visibility("default")))
+
+/* Calls this copy of the runtime served. */
+static atomic_ulong served_malloc, served_free;
+
+/* The number of calls of `name` ("cudaMalloc" or "cudaFree") this copy of the runtime served. */
+API unsigned long cudart_standin_calls(const char *name)
+{
+    if (strcmp(name, "cudaMalloc") == 0)
+        return atomic_load(&served_malloc);
+    if (strcmp(name, "cudaFree") == 0)
+        return atomic_load(&served_free);
+    return 0;
+}
 
 static struct {
     PFN_cuGetProcAddress_v2 getProcAddress;
@@ -205,6 +226,7 @@ static cudaError_t pool_alloc(PFN_cuMemAllocFromPoolAsync fn, void **ptr, size_t
 
 API cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
+    atomic_fetch_add(&served_malloc, 1);
     REQUIRE(drv.memAlloc);
     if (size == 0 && devPtr != NULL) {
         *devPtr = NULL;
@@ -215,6 +237,7 @@ API cudaError_t cudaMalloc(void **devPtr, size_t size)
 
 API cudaError_t cudaFree(void *devPtr)
 {
+    atomic_fetch_add(&served_free, 1);
     if (devPtr == NULL)
         return cudaSuccess;
     REQUIRE(drv.memFree);

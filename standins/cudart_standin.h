@@ -58,6 +58,10 @@ cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const
 cudaError_t cudaFreeArray(cudaArray_t array);
 cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray);
 cudaError_t cudaGetDevice(int *device);
+
+/* Stand-in only: the cudaMalloc or cudaFree calls this copy of the runtime served. */
+unsigned long cudart_standin_calls(const char *name);
+typedef unsigned long (*PFN_cudart_standin_calls)(const char *name);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaDeviceReset(void);
 

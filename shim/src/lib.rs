@@ -6,7 +6,8 @@
 //! - by symbol: the runtime and driver entry points are exported from this library, so a
 //!   program that links `libcudart.so`/`libcuda.so` dynamically binds to them first;
 //! - by `dlsym(handle, name)`: our `dlsym` hands out our wrapper for the exact names we wrap
-//!   and remembers the real function it found behind that handle;
+//!   and remembers the real function it found behind that handle (for a runtime function, a
+//!   copy of the wrapper bound to it for good: several runtimes may be loaded, `route`);
 //! - by `cuGetProcAddress`: our wrapper of it swaps each returned pointer that is one of the
 //!   functions we wrap (matched by address, so the ABI variant the caller asked for is kept),
 //!   including `cuGetProcAddress` itself, which the CUDA runtime asks for first.
@@ -29,8 +30,8 @@
 //! - `record` (the hot path), `exit` (the end of the stream at exit);
 //! - `writer` (the writer thread), `launch` (starting the collector), `socket` (the socket's
 //!   identity), `inflight` (frees in progress, for snapshots);
-//! - `real` (the real functions behind our exports), `python` (Python frames), `unwind` (native
-//!   backtraces);
+//! - `route` (which of several CUDA runtimes a call reaches), `real` (the real functions behind
+//!   our exports), `python` (Python frames), `unwind` (native backtraces);
 //! - `hook` (the one list of intercepted functions), `config` (settings), `state` (process-wide
 //!   atomics), `event` (the hot path's event), `loader` (the dynamic loader), `hash`, `sys`.
 #![allow(clippy::missing_safety_doc)] // each export has its `# Safety` section in exports/
@@ -48,6 +49,7 @@ mod loader;
 mod python;
 mod real;
 mod record;
+mod route;
 mod socket;
 mod state;
 mod sys;

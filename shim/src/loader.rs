@@ -252,3 +252,215 @@ pub fn modules() -> Vec<ModuleInfo> {
     unsafe { iterate_phdr(cb, &mut dynf as *mut _ as *mut c_void) };
     all
 }
+
+/// `[start, end)` of the whole mapping of the loaded object holding `addr` (from its lowest to
+/// its highest `PT_LOAD` segment: the loader reserves the gaps, so no other object lies inside).
+pub fn module_span(addr: usize) -> Option<(usize, usize)> {
+    let m = modules().into_iter().find(|m| m.ranges.iter().any(|&(s, e)| addr >= s && addr < e))?;
+    let s = m.ranges.iter().map(|r| r.0).min()?;
+    let e = m.ranges.iter().map(|r| r.1).max()?;
+    Some((s, e))
+}
+
+/// The public head of glibc's `struct link_map` (<link.h>).
+#[repr(C)]
+struct LinkMap {
+    /// Load bias, bytes.
+    addr: usize,
+    /// Path; empty for the main program.
+    name: *const c_char,
+    /// The object's dynamic section.
+    ld: *const Dyn,
+}
+
+/// `ElfW(Dyn)`.
+#[repr(C)]
+struct Dyn {
+    tag: isize,
+    val: usize,
+}
+
+/// The loaded object holding `addr`: its `link_map` and file name, if any.
+fn object_of(addr: usize) -> Option<(*const LinkMap, *const c_char)> {
+    let mut info = empty_dl_info();
+    let mut map: *mut c_void = std::ptr::null_mut();
+    // SAFETY: dladdr1 writes `info` and, with RTLD_DL_LINKMAP, the object's `struct link_map *`.
+    let found = unsafe { libc::dladdr1(addr as *const c_void, &mut info, &mut map, RTLD_DL_LINKMAP) } != 0;
+    (found && !map.is_null() && !info.dli_fname.is_null()).then_some((map as *const LinkMap, info.dli_fname))
+}
+
+/// What a call to our export of `name` from the object holding `ra` would have reached without
+/// us: the definition the loader binds that object's reference to. The loader searches the
+/// global scope first (relative to us, that is `RTLD_NEXT`: everything after this library),
+/// then, for an object loaded `RTLD_LOCAL`, its own dependencies (`dlsym` on its handle searches
+/// exactly those, never the global scope, so it does not find us); a reference with a symbol
+/// version (NVIDIA's runtimes version theirs, `cudaMalloc@@libcudart.so.12`) matches only a
+/// definition of that version or an unversioned one, so a library linked to runtime 12 reaches
+/// runtime 12 even when runtime 13 is global. A definition inside the caller itself is never
+/// its answer (an interposer calling on). `None` if neither scope defines `name`. Calls the
+/// loader (never from inside `dl_iterate_phdr`).
+pub fn binding_for_caller(ra: usize, name: &CStr) -> Option<usize> {
+    let (map, fname) = object_of(ra)?;
+    // SAFETY: `map` is the loader's link_map of an object mapped now (it holds `ra`, a return
+    // address into code that is waiting for this call to return).
+    let lm = unsafe { &*map };
+    let version = required_version(lm, name);
+    let look = |handle: *mut c_void| -> usize {
+        match &version {
+            // SAFETY: NUL-terminated strings; dlvsym accepts any handle and reports by NULL.
+            Some(v) => unsafe { libc::dlvsym(handle, name.as_ptr(), v.as_ptr()) as usize },
+            None => dlsym(handle, name),
+        }
+    };
+    let usable = |a: usize| a != 0 && !is_own(a) && object_of(a).map(|o| o.0) != Some(map);
+    let global = look(libc::RTLD_NEXT);
+    if usable(global) {
+        return Some(global);
+    }
+    // SAFETY: l_name is NULL or a NUL-terminated string owned by the loader.
+    if lm.name.is_null() || unsafe { *lm.name } == 0 {
+        return None; // the main program: its scope is the global one
+    }
+    // SAFETY: `fname` is the loader's NUL-terminated name of a loaded object; RTLD_NOLOAD
+    // loads nothing and runs no constructor, it only adds a reference (dropped below).
+    let h = unsafe { libc::dlopen(fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return None;
+    }
+    let mut held: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `h` is a valid handle; RTLD_DI_LINKMAP writes its `struct link_map *`.
+    let same = unsafe { libc::dlinfo(h, libc::RTLD_DI_LINKMAP, (&mut held as *mut *mut c_void).cast()) } == 0
+        && held as *const LinkMap == map;
+    let local = if same { look(h) } else { 0 };
+    // SAFETY: `h` came from the dlopen above; the program holds its own references.
+    unsafe { libc::dlclose(h) };
+    usable(local).then_some(local)
+}
+
+/// Dynamic tags (<elf.h>).
+const DT_NULL: isize = 0;
+const DT_HASH: isize = 4;
+const DT_STRTAB: isize = 5;
+const DT_SYMTAB: isize = 6;
+const DT_GNU_HASH: isize = 0x6fff_fef5;
+const DT_VERSYM: isize = 0x6fff_fff0;
+const DT_VERNEED: isize = 0x6fff_fffe;
+const DT_VERNEEDNUM: isize = 0x6fff_ffff;
+
+/// `Elf64_Sym`.
+#[repr(C)]
+#[allow(dead_code)] // the layout's other fields
+struct Sym {
+    name: u32,
+    info: u8,
+    other: u8,
+    shndx: u16,
+    value: u64,
+    size: u64,
+}
+
+/// `Elf64_Verneed`: one library the object needs versions of.
+#[repr(C)]
+#[allow(dead_code)] // the layout's other fields
+struct Verneed {
+    version: u16,
+    cnt: u16,
+    file: u32,
+    aux: u32,
+    next: u32,
+}
+
+/// `Elf64_Vernaux`: one version needed from that library.
+#[repr(C)]
+#[allow(dead_code)] // the layout's other fields
+struct Vernaux {
+    hash: u32,
+    flags: u16,
+    other: u16,
+    name: u32,
+    next: u32,
+}
+
+/// The symbol version the object `lm` requires of its undefined reference to `name`
+/// (`cudaMalloc@libcudart.so.12`), from its dynamic symbol table, `.gnu.version` and
+/// `.gnu.version_r`; `None` if it has no such reference or the reference is unversioned.
+#[cfg(target_pointer_width = "64")]
+fn required_version(lm: &LinkMap, name: &CStr) -> Option<std::ffi::CString> {
+    if lm.ld.is_null() {
+        return None;
+    }
+    // glibc rewrites some of these entries to absolute addresses in place and not others:
+    // a value below the load bias is still an offset.
+    let abs = |v: usize| if v >= lm.addr { v } else { v + lm.addr };
+    let (mut strtab, mut symtab, mut hash, mut gnu_hash, mut versym, mut verneed, mut verneednum) =
+        (0, 0, 0, 0, 0, 0, 0);
+    for i in 0..4096 {
+        // SAFETY: the dynamic section of a loaded object, ended by DT_NULL.
+        let d = unsafe { &*lm.ld.add(i) };
+        match d.tag {
+            DT_NULL => break,
+            DT_STRTAB => strtab = abs(d.val),
+            DT_SYMTAB => symtab = abs(d.val),
+            DT_HASH => hash = abs(d.val),
+            DT_GNU_HASH => gnu_hash = abs(d.val),
+            DT_VERSYM => versym = abs(d.val),
+            DT_VERNEED => verneed = abs(d.val),
+            DT_VERNEEDNUM => verneednum = d.val,
+            _ => {}
+        }
+    }
+    if strtab == 0 || symtab == 0 || versym == 0 || verneed == 0 {
+        return None;
+    }
+    // Undefined symbols are not hashed: GNU hash tables start after them (`symoffset`), and
+    // SysV ones count every symbol (`nchain`).
+    let count = if hash != 0 {
+        // SAFETY: the second word of the SysV hash table, mapped with the object.
+        unsafe { *(hash as *const u32).add(1) }
+    } else if gnu_hash != 0 {
+        // SAFETY: the second word of the GNU hash table, mapped with the object.
+        unsafe { *(gnu_hash as *const u32).add(1) }
+    } else {
+        return None;
+    } as usize;
+    let wanted = name.to_bytes();
+    let str_at = |off: u32| {
+        // SAFETY: an offset into the object's string table, whose strings are NUL-terminated.
+        unsafe { CStr::from_ptr((strtab as *const c_char).add(off as usize)) }
+    };
+    let index = (1..count.min(1 << 20)).find_map(|i| {
+        // SAFETY: `i` is below the number of symbols of the dynamic symbol table.
+        let s = unsafe { &*(symtab as *const Sym).add(i) };
+        // SAFETY: `.gnu.version` has one entry per dynamic symbol.
+        (s.shndx == 0 && str_at(s.name).to_bytes() == wanted)
+            .then(|| unsafe { *(versym as *const u16).add(i) } & 0x7fff)
+    })?;
+    if index < 2 {
+        return None; // local or global: unversioned
+    }
+    let mut vn = verneed;
+    for _ in 0..verneednum.min(1024) {
+        // SAFETY: `.gnu.version_r` entries, chained by their byte offsets.
+        let need = unsafe { &*(vn as *const Verneed) };
+        let mut va = vn + need.aux as usize;
+        for _ in 0..need.cnt {
+            // SAFETY: as above.
+            let aux = unsafe { &*(va as *const Vernaux) };
+            if aux.other == index {
+                return Some(str_at(aux.name).to_owned());
+            }
+            va += aux.next as usize;
+        }
+        if need.next == 0 {
+            break;
+        }
+        vn += need.next as usize;
+    }
+    None
+}
+
+/// Symbol versions are read on 64-bit targets only; elsewhere a reference counts as unversioned.
+#[cfg(not(target_pointer_width = "64"))]
+fn required_version(_: &LinkMap, _: &CStr) -> Option<std::ffi::CString> {
+    None
+}

@@ -2,10 +2,14 @@
 //!
 //! Each wrapped ABI variant (`cuMemAllocAsync` and `cuMemAllocAsync_ptsz` are two) has a slot
 //! holding the real function's address. A slot is filled by whichever path saw it first: a
-//! `dlsym(handle, name)` we answered, a `cuGetProcAddress` result we swapped, or, for the
+//! driver `dlsym(handle, name)` we answered, a `cuGetProcAddress` result we swapped, or, for the
 //! symbols we export, a lookup after this library (`RTLD_NEXT`) and then in the loaded CUDA
 //! libraries themselves (a `libcudart` loaded by a Python extension module is `RTLD_LOCAL`, out
 //! of `RTLD_NEXT`'s reach). A slot never holds an address inside this library.
+//!
+//! For the runtime's functions this slot is only the fallback: a process may hold several
+//! runtimes, and `route.rs` sends each call to the one its caller reaches; `dlsym` fills it no
+//! more (a pointer from `dlsym` in one runtime must not change what the program's own calls run).
 
 use crate::hook::{Hook, N};
 use crate::loader::{self, dlsym, empty_dl_info, for_each_module, is_own, noload_handle};

@@ -102,6 +102,42 @@ fn a_runtime_in_another_link_map_namespace_is_left_unwrapped_and_may_be_closed()
 }
 
 #[test]
+fn two_rtld_local_libraries_each_reach_their_own_runtime() {
+    // libcudauser.so links libcudart.so.13, libcudauser12.so libcudart.so.12; both are loaded
+    // RTLD_LOCAL and no runtime is in the global scope. The shim had one real function per name:
+    // both libraries' calls ran whichever runtime it found first (runtime13 served all four).
+    let served = ["runtime13 cudaMalloc=1 cudaFree=0", "runtime12 cudaMalloc=2 cudaFree=1", "ok"];
+    assert_eq!(plain_stdout("localrt", &["two"]), served, "without the shim");
+    for backtrace in ["1", "0"] {
+        let t = Target::new("localrt", "two-runtimes").args(&["two"]).env("GPUSHIM_BACKTRACE", backtrace);
+        let d = run_bounded(&t);
+        assert!(d.status.success(), "{d}");
+        assert_eq!(d.stdout, served, "each call served by the runtime its library links{d}");
+        let r = d.report_in(t.dir.path());
+        assert_eq!(total(&r, "alloc_count"), 3, "each allocation recorded once{d}");
+        assert_eq!(total(&r, "free_count"), 1, "{d}");
+        assert_eq!(total(&r, "live_bytes"), 3 * MIB, "{d}");
+        assert_eq!(total(&r, "peak_live_bytes"), 7 * MIB, "{d}");
+    }
+}
+
+#[test]
+fn a_pointer_from_dlsym_on_a_second_runtime_runs_it_and_the_programs_own_calls_keep_their_runtime() {
+    // The program links libcudart.so.13; it loads libcudart.so.12 beside it, through a library
+    // (RTLD_LOCAL) and through dlsym. Before: the library's calls ran runtime 13 (the one slot),
+    // and after the dlsym the program's own cudaMalloc ran runtime 12.
+    let served = ["runtime13 cudaMalloc=3 cudaFree=0", "runtime12 cudaMalloc=2 cudaFree=1", "ok"];
+    assert_eq!(plain_stdout("hostile", &["two-runtimes"]), served, "without the shim");
+    let (t, d) = hostile("two-runtimes");
+    assert_eq!(d.stdout, served, "each call served by the runtime it reaches without the shim{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "alloc_count"), 5, "each allocation recorded once{d}");
+    assert_eq!(total(&r, "free_count"), 1, "{d}");
+    assert_eq!(total(&r, "live_bytes"), 29 * MIB, "{d}");
+    assert_eq!(sites_with(&r, "own_alloc_13").len(), 2, "the program's own two calls{d}");
+}
+
+#[test]
 fn a_program_without_cuda_finds_no_cuda_through_dlsym() {
     let plain = plain_stdout("nocuda", &[]);
     assert_eq!(plain, ["dlsym null", "cuMemAlloc_v2 null", "weak null", "ok"]);

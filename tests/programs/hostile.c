@@ -237,6 +237,45 @@ static int scenario_dlmopen(void)
     return 0;
 }
 
+/* two-runtimes: a second runtime (libcudart.so.12) beside the program's own (libcudart.so.13):
+ * a library dlopen'ed RTLD_LOCAL that links it, and a pointer taken from it with dlsym.  Each call
+ * must reach the runtime it reaches without the shim: the program's own cudaMalloc its own
+ * runtime, before and after the dlsym.  Prints what each runtime served.  Live at exit:
+ * 1 + 4 + 8 + 16 MiB (the library's 2 MiB block is freed). */
+NOINLINE static void *own_alloc_13(size_t n)
+{
+    void *p = NULL;
+    check("cudaMalloc", cudaMalloc(&p, n));
+    return p;
+}
+
+static int scenario_two_runtimes(void)
+{
+    (void)own_alloc_13(1 * MiB);
+    void *user12 = dlopen("libcudauser12.so", RTLD_NOW | RTLD_LOCAL);
+    void *user13 = dlopen("libcudauser.so", RTLD_NOW | RTLD_LOCAL);
+    void *rt12 = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
+    if (user12 == NULL || user13 == NULL || rt12 == NULL) {
+        fprintf(stderr, "hostile: dlopen: %s\n", dlerror());
+        return 1;
+    }
+    cudaError_t (*alloc12)(void **, size_t) = (cudaError_t(*)(void **, size_t))dlsym(user12, "cudauser_alloc");
+    cudaError_t (*free12)(void *) = (cudaError_t(*)(void *))dlsym(user12, "cudauser_free");
+    cudaError_t (*alloc13)(void **, size_t) = (cudaError_t(*)(void **, size_t))dlsym(user13, "cudauser_alloc");
+    void *p = NULL;
+    check("cudauser_alloc through libcudart.so.12", alloc12(&p, 2 * MiB));
+    check("cudauser_free through libcudart.so.12", free12(p));
+    check("cudauser_alloc through libcudart.so.13", alloc13(&p, 4 * MiB));
+    cudaError_t (*malloc12)(void **, size_t) = (cudaError_t(*)(void **, size_t))dlsym(rt12, "cudaMalloc");
+    check("cudaMalloc from dlsym(libcudart.so.12)", malloc12(&p, 8 * MiB));
+    (void)own_alloc_13(16 * MiB);
+    PFN_cudart_standin_calls calls12 = (PFN_cudart_standin_calls)dlsym(rt12, "cudart_standin_calls");
+    printf("runtime13 cudaMalloc=%lu cudaFree=%lu\n", cudart_standin_calls("cudaMalloc"),
+           cudart_standin_calls("cudaFree"));
+    printf("runtime12 cudaMalloc=%lu cudaFree=%lu\n", calls12("cudaMalloc"), calls12("cudaFree"));
+    return 0;
+}
+
 /* slow-free: allocates 1 MiB and 7 MiB, says "ready", then frees the 7 MiB block, which the
  * stand-in makes wait (STANDIN_SLOW_FREE_BYTES/FIFO) as a free waits for a running kernel.
  * Live at exit: 1 MiB. */
@@ -549,6 +588,8 @@ int main(int argc, char **argv)
         rc = scenario_oom_device();
     else if (strcmp(s, "slow-free") == 0)
         rc = scenario_slow_free();
+    else if (strcmp(s, "two-runtimes") == 0)
+        rc = scenario_two_runtimes();
     else {
         fprintf(stderr, "hostile: unknown scenario %s\n", s);
         return 2;

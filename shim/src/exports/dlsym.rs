@@ -3,15 +3,16 @@
 
 use std::ffi::{c_char, c_void, CStr};
 
-use super::wrapper;
+use super::{fixed_wrapper, wrapper};
 use crate::hook::Hook;
-use crate::{loader, real};
+use crate::{loader, real, route};
 
 /// [`dlsym_decide`]'s answer that the lookup finds nothing: our `dlsym` returns NULL.
 const NOT_FOUND: usize = 1;
 
 /// Decides a `dlsym(handle, name)` call: returns our wrapper for a name we wrap looked up in a
-/// specific library (remembering the real function found there), [`NOT_FOUND`] for an
+/// specific library (remembering the real function found there: for a runtime function, in a
+/// fixed copy of the export bound to it for good, `route::claim_fixed`), [`NOT_FOUND`] for an
 /// `RTLD_DEFAULT` lookup of a wrapped name that only this library defines, or 0 to let libc's
 /// `dlsym` answer the call itself. Other `RTLD_DEFAULT` and all `RTLD_NEXT` lookups go to
 /// libc: they depend on who the caller is, and through the tail jump below libc sees the
@@ -31,6 +32,12 @@ extern "C" fn dlsym_decide(handle: *mut c_void, name: *const c_char) -> usize {
         let a = loader::dlsym(handle, cname);
         if a == 0 || loader::is_own(a) {
             return 0;
+        }
+        if !h.is_driver() {
+            // A runtime: the pointer must call this runtime for good, whatever another handle
+            // gives later (a copy bound to it); none left, or a runtime we could not keep
+            // loaded: the caller gets it unwrapped.
+            return route::claim_fixed(h, a).and_then(|k| fixed_wrapper(h, k)).unwrap_or(0);
         }
         if !real::set_real(h, a) {
             // A function we could not keep loaded (a runtime in another link-map namespace):

@@ -1,10 +1,12 @@
 //! Every symbol this library exports: the inventory of what we intercept.
 //!
 //! The CUDA functions are generated from the one list in `hook.rs`. Each has the same shape:
-//! find the real function (or return the error CUDA gives when the library is missing, `3`,
-//! not initialized), enter the re-entrancy guard (or forward at once if this thread is already
-//! inside an intercepted call), call the real function with the caller's arguments unchanged,
-//! record a small event, and return the real result unchanged. `custom` entries do the same in
+//! find the real function (for a runtime function, the one its caller reaches: the export's
+//! entry passes the return address on to `route.rs`, see `export!`), or return the error CUDA
+//! gives when the library is missing (`3`, not initialized); enter the re-entrancy guard (or
+//! forward at once if this thread is already inside an intercepted call), call the real function
+//! with the caller's arguments unchanged, record a small event, and return the real result
+//! unchanged. `custom` entries do the same in
 //! a handler of their own (`vmm.rs`, `procaddr.rs`). The other exports are `dlsym` (dlsym.rs)
 //! and the exits that run no atexit handler (quick.rs).
 //!
@@ -26,8 +28,8 @@ use gpushim_wire::{Api, Kind};
 use arrays::{Array3dDesc, ArrayDesc, ChannelDesc, Extent};
 
 use crate::hook::{for_each_hook, Hook};
-use crate::real;
 use crate::record::{self, Guard, DEV_CURRENT};
+use crate::{real, route};
 
 /// `CUdeviceptr`.
 type DevPtr = u64;
@@ -129,7 +131,149 @@ macro_rules! missing {
     };
 }
 
-/// Generates every export and [`wrapper`] from the list.
+/// One element per argument counted.
+macro_rules! one {
+    ($x:ident) => {
+        0u8
+    };
+}
+
+/// One export, by the library of its entry.
+///
+/// A driver function (one driver per process) calls the one slot of `real.rs`. A runtime
+/// function is routed by its caller (`route.rs`, several runtimes in one process): its exported
+/// entry is a few instructions that pass the return address on as a first argument, shifting
+/// the others by one register, and jump to `$v::routed`, which finds the real function the
+/// caller would have reached. Stack-passed arguments (a `cudaExtent` by value on x86-64) stay
+/// where they are, since the jump keeps the stack as the caller left it; at most five register
+/// arguments (asserted) leave room for the sixth. `$v::fixed::<K>` are the copies `dlsym`
+/// hands out, each bound to one real function.
+macro_rules! export {
+    (driver, $v:ident, $name:ident, ($($arg:ident: $ty:ty),*), [$($docs:tt)*], [$($missing:tt)*], [$($body:tt)*]) => {
+        $($docs)*
+        ///
+        /// # Safety
+        /// The same contract as the CUDA function of this name; arguments are forwarded unchanged.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            type F = unsafe extern "C" fn($($ty),*) -> c_int;
+            let Some(a) = real::real(Hook::$v) else { return missing!($($missing)*) };
+            // SAFETY: the slot holds the real function of exactly this ABI variant.
+            let f = unsafe { std::mem::transmute::<usize, F>(a) };
+            hook_body!($($body)* $v, ($($arg),*), f)
+        }
+    };
+    (runtime, $v:ident, $name:ident, ($($arg:ident: $ty:ty),*), [$($docs:tt)*], [$($missing:tt)*], [$($body:tt)*]) => {
+        #[allow(non_snake_case)]
+        mod $v {
+            use super::*;
+
+            const _: () = assert!(
+                <[u8]>::len(&[$(one!($arg)),*]) <= 5,
+                "the entry passes the return address in the sixth register"
+            );
+
+            /// The export's body: `ra` is the caller's return address.
+            pub(super) unsafe extern "C" fn routed(ra: usize, $($arg: $ty),*) -> c_int {
+                type F = unsafe extern "C" fn($($ty),*) -> c_int;
+                let Some(a) = route::routed(Hook::$v, ra) else { return missing!($($missing)*) };
+                // SAFETY: the caller's binding of exactly this ABI variant.
+                let f = unsafe { std::mem::transmute::<usize, F>(a) };
+                hook_body!($($body)* $v, ($($arg),*), f)
+            }
+
+            /// Fixed copy `K`, handed out by `dlsym`.
+            pub(super) unsafe extern "C" fn fixed<const K: usize>($($arg: $ty),*) -> c_int {
+                type F = unsafe extern "C" fn($($ty),*) -> c_int;
+                let a = route::fixed_real(Hook::$v, K);
+                if a == 0 {
+                    return missing!($($missing)*);
+                }
+                // SAFETY: the real function `dlsym` found for this copy, of exactly this ABI variant.
+                let f = unsafe { std::mem::transmute::<usize, F>(a) };
+                hook_body!($($body)* $v, ($($arg),*), f)
+            }
+
+            /// The address of fixed copy `k` (below `route::INSTANCES`).
+            pub(super) fn fixed_copy(k: usize) -> usize {
+                let all: [usize; route::INSTANCES] = [
+                    fixed::<0> as *const () as usize,
+                    fixed::<1> as *const () as usize,
+                    fixed::<2> as *const () as usize,
+                    fixed::<3> as *const () as usize,
+                ];
+                all[k]
+            }
+        }
+
+        $($docs)*
+        ///
+        /// # Safety
+        /// The same contract as the CUDA function of this name; arguments are forwarded unchanged.
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            std::arch::naked_asm!(
+                "mov r9, r8",
+                "mov r8, rcx",
+                "mov rcx, rdx",
+                "mov rdx, rsi",
+                "mov rsi, rdi",
+                "mov rdi, qword ptr [rsp]",
+                "jmp {routed}",
+                routed = sym $v::routed,
+            )
+        }
+
+        $($docs)*
+        ///
+        /// # Safety
+        /// The same contract as the CUDA function of this name; arguments are forwarded unchanged.
+        #[cfg(target_arch = "aarch64")]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            std::arch::naked_asm!(
+                "mov x6, x5",
+                "mov x5, x4",
+                "mov x4, x3",
+                "mov x3, x2",
+                "mov x2, x1",
+                "mov x1, x0",
+                "mov x0, x30",
+                "b {routed}",
+                routed = sym $v::routed,
+            )
+        }
+
+        $($docs)*
+        ///
+        /// Without the return address (no entry in assembly for this target), every caller gets
+        /// the one process-wide slot.
+        ///
+        /// # Safety
+        /// The same contract as the CUDA function of this name; arguments are forwarded unchanged.
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { $v::routed(0, $($arg),*) }
+        }
+    };
+}
+
+/// The fixed copy `k` of a runtime entry's export; `None` for a driver entry.
+macro_rules! fixed_of {
+    (runtime, $v:ident, $k:expr) => {
+        Some($v::fixed_copy($k))
+    };
+    (driver, $v:ident, $k:expr) => {
+        None
+    };
+}
+
+/// Generates every export, [`wrapper`] and [`fixed_wrapper`] from the list.
 macro_rules! define_exports {
     ($(
         $(#[doc = $doc:literal])*
@@ -137,24 +281,23 @@ macro_rules! define_exports {
             => $shape:ident ($($sarg:tt)*) $({ $($field:tt)* })?;
     )*) => {
         $(
-            $(#[doc = $doc])*
-            ///
-            /// # Safety
-            /// The same contract as the CUDA function of this name; arguments are forwarded unchanged.
-            #[no_mangle]
-            pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
-                type F = unsafe extern "C" fn($($ty),*) -> c_int;
-                let Some(a) = real::real(Hook::$v) else { return missing!($shape($($sarg)*)) };
-                // SAFETY: the slot holds the real function of exactly this ABI variant.
-                let f = unsafe { std::mem::transmute::<usize, F>(a) };
-                hook_body!($shape($($sarg)*) $({ $($field)* })? $v, ($($arg),*), f)
-            }
+            export!($lib, $v, $name, ($($arg: $ty),*), [$(#[doc = $doc])*], [$shape($($sarg)*)],
+                [$shape($($sarg)*) $({ $($field)* })?]);
         )*
 
         /// Our exported function for `h`.
         pub(crate) fn wrapper(h: Hook) -> usize {
             match h {
                 $(Hook::$v => $name as *const () as usize,)*
+            }
+        }
+
+        /// Fixed copy `k` (below `route::INSTANCES`) of our export of the runtime function `h`,
+        /// which calls the real function `route::claim_fixed` bound to it; `None` for a driver
+        /// function.
+        pub(crate) fn fixed_wrapper(h: Hook, k: usize) -> Option<usize> {
+            match h {
+                $(Hook::$v => fixed_of!($lib, $v, k),)*
             }
         }
     };
