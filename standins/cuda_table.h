@@ -50,4 +50,23 @@ CUresult impl_cuArrayDestroy(CUarray a);
 CUresult impl_cuMipmappedArrayDestroy(CUmipmappedArray m);
 CUresult impl_cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *req, CUarray a, int device);
 
+/* Virtual memory management (cuda_vmm.c). */
+CUresult impl_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                          unsigned long long flags);
+CUresult impl_cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult impl_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                  unsigned long long flags);
+CUresult impl_cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult impl_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                       unsigned long long flags);
+CUresult impl_cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult impl_cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count);
+CUresult impl_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+CUresult impl_cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle, int type,
+                                           unsigned long long flags);
+CUresult impl_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os, int type);
+CUresult impl_cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
+/* A context torn down: every device VMM allocation goes. Call without the table lock. */
+void vmm_reset_device(void);
+
 #endif

@@ -40,6 +40,12 @@ pub enum Msg {
         result: i32,
         mem: Option<(u64, u64)>,
     },
+    /// A successful `cuMemMap` of `[addr, addr + size)` to `handle`.
+    Map { seq: u64, ts_ns: u64, addr: u64, size: u64, handle: u64, tid: u32 },
+    /// A `cuMemUnmap` of `[addr, addr + size)` and its result.
+    Unmap { seq: u64, ts_ns: u64, addr: u64, size: u64, tid: u32, result: i32 },
+    /// A handle retained (`addr`: the address asked about) or imported (`addr`: the OS handle).
+    HandleRef { seq: u64, ts_ns: u64, handle: u64, addr: u64, api: Api, device: i32, tid: u32 },
     /// A context of `device` torn down by `api`.
     Reset { seq: u64, ts_ns: u64, device: i32, api: Api, tid: u32 },
     /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then answer on `done`.
