@@ -4,7 +4,7 @@
 //!
 //! Outputs (all in one directory; executables and libcudart carry RUNPATH
 //! `$ORIGIN`, so they find each other there):
-//! - `libcuda.so.1`          driver stand-in (standins/cuda.c, cuda_table.c, cuda_arrays.c, cuda_contexts.c)
+//! - `libcuda.so.1`          driver stand-in (standins/cuda.c, cuda_table.c, cuda_arrays.c, cuda_contexts.c, cuda_vmm.c)
 //! - `libcudart.so.13`       runtime stand-in, shared (standins/cudart.c), version `libcudart.so.13`
 //! - `libcudart.so.12`       the same source as a second runtime (version `libcudart.so.12`)
 //! - `libcudart_static.a`    runtime stand-in, static archive (same source)
@@ -110,6 +110,7 @@ fn main() {
         "standins/cuda_table.h",
         "standins/cuda_arrays.c",
         "standins/cuda_contexts.c",
+        "standins/cuda_vmm.c",
         "standins/cudart.c",
         "standins/cuda_standin.h",
         "standins/cudart_standin.h",
@@ -140,6 +141,7 @@ fn main() {
     a.push(ctx.src("standins/cuda_table.c"));
     a.push(ctx.src("standins/cuda_arrays.c"));
     a.push(ctx.src("standins/cuda_contexts.c"));
+    a.push(ctx.src("standins/cuda_vmm.c"));
     a.extend(os(&["-lpthread"]));
     ctx.cc("libcuda.so.1", &a);
 

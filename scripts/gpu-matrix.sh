@@ -100,6 +100,7 @@ run_case fault_contexts -- "$WORK/bin/faults" contexts
 run_case fault_reset_static -- "$WORK/bin/faults" reset
 run_case fault_pool_device -- "$WORK/bin/faults" pool-device
 run_case fault_oom_device -- "$WORK/bin/faults" oom-device
+run_case fault_vmm -- "$WORK/bin/faults" vmm
 
 python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"
 cp "$WORK/table.md" "$WORK/versions.txt" "$OUT/"

@@ -9,6 +9,8 @@
  * - STANDIN_DEVICE_BYTES (default 80 GiB) bounds live device+managed bytes;
  *   an allocation beyond it returns CUDA_ERROR_OUT_OF_MEMORY.
  * - standin_calls(name) reports how often each exported function was entered.
+ * - Virtual memory management (cuMemCreate, cuMemMap, ...) lives in cuda_vmm.c: memory is
+ *   freed once every reference is released and every mapping unmapped.
  * - Streams are opaque: the handles 0x5000 + N stand for a stream of device N (N < 16), for
  *   cuStreamGetDevice; any other stream is device 0's.
  * - A device free of exactly STANDIN_SLOW_FREE_BYTES bytes waits, as cudaFree waits for a
@@ -248,59 +250,18 @@ static CUresult impl_cuMemFreeHost(void *p)
     return free_backed((uintptr_t)p, CLASS_HOST);
 }
 
-static CUresult impl_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
-                                 const CUmemAllocationProp *prop, unsigned long long flags)
+/* cuMemCreate, cuMemRelease and the rest of VMM: cuda_vmm.c. */
+static CUresult counted_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                                    const CUmemAllocationProp *prop, unsigned long long flags)
 {
     COUNT(cuMemCreate);
-    if (handle == NULL || prop == NULL || size == 0 || flags != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
-        return CUDA_ERROR_INVALID_VALUE;
-    int on_device;
-    if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-        if (prop->location.id != 0)
-            return CUDA_ERROR_INVALID_VALUE;
-        on_device = 1;
-    } else if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST) {
-        on_device = 0;
-    } else {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    ensure_setup();
-    struct entry *e = malloc(sizeof *e);
-    if (e == NULL)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    lock_table();
-    if (on_device && !reserve_locked(size)) {
-        unlock_table();
-        free(e);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    unsigned long long h = atomic_fetch_add(&next_handle, 1);
-    e->key = (uintptr_t)h;
-    e->size = size;
-    e->cls = CLASS_HANDLE;
-    e->counts = on_device;
-    e->mapped = 0;
-    insert_locked(e);
-    unlock_table();
-    *handle = h;
-    return CUDA_SUCCESS;
+    return impl_cuMemCreate(handle, size, prop, flags);
 }
 
-static CUresult impl_cuMemRelease(CUmemGenericAllocationHandle handle)
+static CUresult counted_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     COUNT(cuMemRelease);
-    if (handle == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    ensure_setup();
-    lock_table();
-    struct entry *e = remove_locked((uintptr_t)handle, CLASS_HANDLE);
-    unlock_table();
-    if (e == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    free(e);
-    return CUDA_SUCCESS;
+    return impl_cuMemRelease(handle);
 }
 
 static CUresult impl_cuMemGetInfo_v2(size_t *freep, size_t *totalp)
@@ -380,8 +341,17 @@ static const struct proc procs[] = {
      FP(impl_cuMemAllocFromPoolAsync_ptsz)},
     {"cuMemHostAlloc", FP(impl_cuMemHostAlloc), NULL, 0, NULL},
     {"cuMemFreeHost", FP(impl_cuMemFreeHost), NULL, 0, NULL},
-    {"cuMemCreate", FP(impl_cuMemCreate), NULL, 0, NULL},
-    {"cuMemRelease", FP(impl_cuMemRelease), NULL, 0, NULL},
+    {"cuMemCreate", FP(counted_cuMemCreate), NULL, 0, NULL},
+    {"cuMemRelease", FP(counted_cuMemRelease), NULL, 0, NULL},
+    {"cuMemAddressReserve", FP(impl_cuMemAddressReserve), NULL, 0, NULL},
+    {"cuMemAddressFree", FP(impl_cuMemAddressFree), NULL, 0, NULL},
+    {"cuMemMap", FP(impl_cuMemMap), NULL, 0, NULL},
+    {"cuMemUnmap", FP(impl_cuMemUnmap), NULL, 0, NULL},
+    {"cuMemSetAccess", FP(impl_cuMemSetAccess), NULL, 0, NULL},
+    {"cuMemRetainAllocationHandle", FP(impl_cuMemRetainAllocationHandle), NULL, 0, NULL},
+    {"cuMemExportToShareableHandle", FP(impl_cuMemExportToShareableHandle), NULL, 0, NULL},
+    {"cuMemImportFromShareableHandle", FP(impl_cuMemImportFromShareableHandle), NULL, 0, NULL},
+    {"cuMemGetAllocationPropertiesFromHandle", FP(impl_cuMemGetAllocationPropertiesFromHandle), NULL, 0, NULL},
     {"cuGetExportTable", FP(impl_cuGetExportTable), NULL, 0, NULL},
     {"cuDevicePrimaryCtxReset", FP(impl_cuDevicePrimaryCtxReset_v2), NULL, 11000, NULL},
     {"cuCtxDestroy", FP(impl_cuCtxDestroy_v2), NULL, 4000, NULL},
@@ -503,9 +473,42 @@ API CUresult cuMemFreeHost(void *p) { return impl_cuMemFreeHost(p); }
 API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                          const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    return impl_cuMemCreate(handle, size, prop, flags);
+    return counted_cuMemCreate(handle, size, prop, flags);
 }
-API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { return impl_cuMemRelease(handle); }
+API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { return counted_cuMemRelease(handle); }
+API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                 unsigned long long flags)
+{
+    return impl_cuMemAddressReserve(ptr, size, alignment, addr, flags);
+}
+API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) { return impl_cuMemAddressFree(ptr, size); }
+API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                      unsigned long long flags)
+{
+    return impl_cuMemMap(ptr, size, offset, handle, flags);
+}
+API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) { return impl_cuMemUnmap(ptr, size); }
+API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count)
+{
+    return impl_cuMemSetAccess(ptr, size, desc, count);
+}
+API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    return impl_cuMemRetainAllocationHandle(handle, addr);
+}
+API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle, int type,
+                                          unsigned long long flags)
+{
+    return impl_cuMemExportToShareableHandle(shareable, handle, type, flags);
+}
+API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os, int type)
+{
+    return impl_cuMemImportFromShareableHandle(handle, os, type);
+}
+API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+    return impl_cuMemGetAllocationPropertiesFromHandle(prop, handle);
+}
 API CUresult cuMemGetInfo_v2(size_t *freep, size_t *totalp)
 {
     return impl_cuMemGetInfo_v2(freep, totalp);

@@ -91,8 +91,11 @@ CUresult impl_cuDevicePrimaryCtxRelease_v2(int device)
     unlock_table();
     if (refs == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (refs == 1)
+    if (refs == 1) {
         reset_ctx_entries(&primaries[device]);
+        if (device == 0)
+            vmm_reset_device();
+    }
     return CUDA_SUCCESS;
 }
 
@@ -112,6 +115,8 @@ CUresult impl_cuDevicePrimaryCtxReset_v2(int device)
     if (device < 0 || device >= MAX_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
     reset_ctx_entries(&primaries[device]);
+    if (device == 0)
+        vmm_reset_device(); /* the stand-in's VMM memory is on device 0 */
     return CUDA_SUCCESS;
 }
 
@@ -137,6 +142,8 @@ CUresult impl_cuCtxDestroy_v2(void *ctx)
     if (c == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     reset_ctx_entries(c);
+    if (c == &primaries[0])
+        vmm_reset_device();
     /* Off this thread's stack; other threads' stacks are the program's business. */
     for (int i = 0; i < depth; i++)
         if (stack[i] == c) {

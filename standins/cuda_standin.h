@@ -41,6 +41,8 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 /* CUmemAllocationProp.location.type */
 #define CU_MEM_LOCATION_TYPE_DEVICE 1
 #define CU_MEM_LOCATION_TYPE_HOST 2
+/* CUmemAllocationHandleType */
+#define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 1
 
 typedef struct CUmemLocation_st {
     int type;
@@ -94,6 +96,20 @@ CUresult cuMemFreeHost(void *p);
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                      const CUmemAllocationProp *prop, unsigned long long flags);
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                      int handleType, unsigned long long flags);
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                        int shHandleType);
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                CUmemGenericAllocationHandle handle);
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
 CUresult cuGetExportTable(const void **ppExportTable, const void *pExportTableId);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,

@@ -57,7 +57,13 @@ int reserve_locked(size_t size)
     void *ctx;
     int d;
     standin_owner(&ctx, &d);
-    d &= 15;
+    return reserve_locked_on(d, size);
+}
+
+/* The same on a given device. */
+int reserve_locked_on(int device, size_t size)
+{
+    int d = device & 15;
     if (size > device_limit || live_by_device[d] > device_limit - size)
         return 0;
     live_by_device[d] += size;
@@ -65,11 +71,14 @@ int reserve_locked(size_t size)
     return 1;
 }
 
-static void unreserve_locked(const struct entry *e)
+/* Gives back bytes reserved on `device`.  Lock held. */
+void unreserve_locked_on(int device, size_t size)
 {
-    live_by_device[e->device & 15] -= e->size;
-    live_device_bytes -= e->size;
+    live_by_device[device & 15] -= size;
+    live_device_bytes -= size;
 }
+
+static void unreserve_locked(const struct entry *e) { unreserve_locked_on(e->device, e->size); }
 
 /* Live bytes counted on `device`. */
 size_t live_bytes_of(int device)

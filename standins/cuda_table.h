@@ -33,6 +33,8 @@ void lock_table(void);
 void unlock_table(void);
 void ensure_setup(void);
 int reserve_locked(size_t size);
+int reserve_locked_on(int device, size_t size);
+void unreserve_locked_on(int device, size_t size);
 void insert_locked(struct entry *e);
 struct entry *remove_locked(uintptr_t key, int cls);
 CUresult alloc_backed(uintptr_t *out, size_t size, int cls, int counts, int low32);
@@ -68,5 +70,24 @@ CUresult impl_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY
 CUresult impl_cuArrayDestroy(CUarray a);
 CUresult impl_cuMipmappedArrayDestroy(CUmipmappedArray m);
 CUresult impl_cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *req, CUarray a, int device);
+
+/* Virtual memory management (cuda_vmm.c). */
+CUresult impl_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                          unsigned long long flags);
+CUresult impl_cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult impl_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                  unsigned long long flags);
+CUresult impl_cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult impl_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                       unsigned long long flags);
+CUresult impl_cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult impl_cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count);
+CUresult impl_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+CUresult impl_cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle, int type,
+                                           unsigned long long flags);
+CUresult impl_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os, int type);
+CUresult impl_cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
+/* A context torn down: every device VMM allocation goes. Call without the table lock. */
+void vmm_reset_device(void);
 
 #endif

@@ -9,7 +9,7 @@ use crate::gauge::Gauge;
 use crate::live::{State, MAX_FAILURES};
 use crate::rank;
 use crate::report::{
-    DeviceTotals, FailureRecord, KindTotals, Kinds, MemInfoRecord, Reason, Report, Site, Totals, SCHEMA,
+    DeviceTotals, FailureRecord, KindTotals, Kinds, MemInfoRecord, Reason, Report, Site, Totals, VmmTotals, SCHEMA,
 };
 use crate::symbolize::Symbolizer;
 
@@ -158,6 +158,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             failed_free_count: t.failed_free_count,
             replaced_count: t.replaced_count,
             lost_events: ctx.lost_events,
+            unknown_unmap_count: state.vmm.unknown_unmap_count,
         },
         kinds: Kinds {
             device: kind_totals(&k[Kind::Device as usize]),
@@ -172,6 +173,22 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
                 live_bytes: g.live_bytes,
                 live_count: g.live_count,
                 peak_live_bytes: g.peak_live_bytes,
+            })
+            .collect(),
+        vmm: state
+            .vmm
+            .devices
+            .iter()
+            .map(|(&ordinal, g)| VmmTotals {
+                ordinal,
+                handles: g.handles,
+                created_bytes: g.created_bytes,
+                released_mapped: g.released_mapped,
+                released_mapped_bytes: g.released_mapped_bytes,
+                imported_handles: g.imported_handles,
+                mappings: g.mappings,
+                mapped_bytes: g.mapped_bytes,
+                peak_mapped_bytes: g.peak_mapped_bytes,
             })
             .collect(),
         sites,

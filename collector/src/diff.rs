@@ -493,6 +493,7 @@ mod tests {
             totals: Totals { live_bytes: live, ..Totals::default() },
             kinds: Default::default(),
             devices: vec![],
+            vmm: vec![],
             sites,
             suspects: vec![],
             failures: vec![],

@@ -7,7 +7,7 @@
 //!
 //! The way through: [`collect`] decodes the stream (its format is the `gpushim-wire` crate) and
 //! hands the allocation events to the [`reorder`] buffer, which applies them to the [`live`]
-//! set; the live set keeps its [`gauge`]s, their live bytes over time in thinned [`series`],
+//! set; the live set keeps its [`gauge`]s and the [`vmm`] handles and mappings, their live bytes over time in thinned [`series`],
 //! and the [`timeline`]. At a snapshot boundary, at an out-of-memory failure and at the end of
 //! the stream, the state becomes a [`report`]: [`symbolize`] turns stacks into frames (Python
 //! frames from [`pyframes`]) and [`rank`] picks the leak suspects. [`render`] writes a report in
@@ -19,7 +19,7 @@
 //!   up to and including its failure.
 //! - Memory stays bounded however long the stream: series are thinned, the reorder buffer gives
 //!   a missing number up as lost past a bound, failures and listed sites are capped.
-//! - The accounting ([`live`], [`reorder`], [`gauge`], [`series`], [`timeline`], [`rank`]) is
+//! - The accounting ([`live`], [`vmm`], [`reorder`], [`gauge`], [`series`], [`timeline`], [`rank`]) is
 //!   pure: no I/O, no clocks.
 //! - A stream that breaks after its Hello event still gets a report of everything valid received
 //!   before the break. Report files never replace a file and never follow a symlink, and what is
@@ -27,7 +27,7 @@
 //! - Exit codes are those of [`error`].
 //! - No module imports one that imports it back. [`series`], [`report`], [`words`] and
 //!   [`error`] import no other module of the crate but `report`; the accounting imports only
-//!   those and itself, in the order series, gauge, timeline, live, reorder, rank; [`symbolize`],
+//!   those and itself, in the order series, gauge, timeline, vmm, live, reorder, rank; [`symbolize`],
 //!   [`render`], [`diff`] and [`collect`] build on those; [`cmd`] builds on everything, and
 //!   nothing imports it.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -53,4 +53,5 @@ pub mod report;
 pub mod series;
 pub mod symbolize;
 pub mod timeline;
+pub mod vmm;
 pub mod words;

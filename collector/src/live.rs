@@ -7,10 +7,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use gpushim_wire::{Alloc, Api, ContextCreated, Failed, Free, FreePending, Kind, Reset};
+use gpushim_wire::{Alloc, Api, ContextCreated, Failed, Free, FreePending, HandleRef, Kind, Map, Reset, Unmap};
 
 use crate::gauge::{Gauge, SiteSeries, SiteStats, Totals};
 use crate::timeline::Timeline;
+use crate::vmm::{Released, Vmm};
 
 /// At most this many failed allocations are kept individually; the rest are only counted.
 pub const MAX_FAILURES: usize = 1000;
@@ -68,6 +69,12 @@ pub enum Op {
     Reset(Reset),
     /// A context the program created (not a primary one).
     ContextCreated(ContextCreated),
+    /// A virtual address range mapped to a VMM handle (`cuMemMap`).
+    Map(Map),
+    /// A `cuMemUnmap` call.
+    Unmap(Unmap),
+    /// A VMM handle retained or imported.
+    HandleRef(HandleRef),
 }
 
 impl Op {
@@ -80,6 +87,9 @@ impl Op {
             Op::FreePending(f) => f.seq,
             Op::Reset(r) => r.seq,
             Op::ContextCreated(c) => c.seq,
+            Op::Map(m) => m.seq,
+            Op::Unmap(u) => u.seq,
+            Op::HandleRef(h) => h.seq,
         }
     }
 
@@ -93,6 +103,9 @@ impl Op {
             Op::FreePending(f) => f.seq = seq,
             Op::Reset(r) => r.seq = seq,
             Op::ContextCreated(c) => c.seq = seq,
+            Op::Map(m) => m.seq = seq,
+            Op::Unmap(u) => u.seq = seq,
+            Op::HandleRef(h) => h.seq = seq,
         }
     }
 
@@ -105,6 +118,9 @@ impl Op {
             Op::FreePending(f) => f.ts_ns,
             Op::Reset(r) => r.ts_ns,
             Op::ContextCreated(c) => c.ts_ns,
+            Op::Map(m) => m.ts_ns,
+            Op::Unmap(u) => u.ts_ns,
+            Op::HandleRef(h) => h.ts_ns,
         }
     }
 }
@@ -184,6 +200,11 @@ pub struct State {
     /// Contexts the program created and has not destroyed, with their device. An allocation
     /// whose context is not among them is in a primary context.
     created: IntMap<u64, i32>,
+    /// The virtual memory management API's handles, references and mappings.
+    pub vmm: Vmm,
+    /// `cuMemUnmap` calls applied as in progress (a [`FreePending`] with that API), by
+    /// sequence number, until their [`Unmap`] arrives: the mappings stay meanwhile.
+    pending_unmaps: IntMap<u64, ()>,
 }
 
 /// A context torn down, as the report tells it.
@@ -216,6 +237,9 @@ impl State {
         match op {
             Op::Alloc(a) => self.alloc(a),
             Op::Free(f) => self.free(f),
+            Op::FreePending(p) if p.api == Api::CuMemUnmap => {
+                self.pending_unmaps.insert(p.seq, ());
+            }
             Op::FreePending(p) => {
                 let key = (p.api.is_handle(), p.addr);
                 self.pending_frees.insert(p.seq, Some(key));
@@ -224,6 +248,16 @@ impl State {
             Op::Reset(r) => self.reset(r),
             Op::ContextCreated(c) => {
                 self.created.insert(c.ctx, c.device);
+            }
+            Op::Map(m) => {
+                if let Some((handle, true)) = self.vmm.map(m.addr, m.size, m.handle) {
+                    self.free_handle(handle, m.ts_ns);
+                }
+            }
+            Op::Unmap(u) => self.unmap(u),
+            Op::HandleRef(h) => {
+                let imported = h.api == Api::CuMemImportFromShareableHandle;
+                self.vmm.add_ref(h.handle, h.addr, imported, h.device);
             }
             Op::Failed(f) => {
                 self.totals.failed_count += 1;
@@ -254,6 +288,9 @@ impl State {
             ts_ns: a.ts_ns,
             ctx: a.ctx,
         };
+        if a.api == Api::CuMemCreate {
+            self.vmm.create(a.addr, a.size, device_key(&e).unwrap_or(-1));
+        }
         // One lookup: the entry goes in first, a live one it replaces is released after.
         if let Some(old) = self.live.insert(key, e) {
             match self.pending_by_key.remove(&key) {
@@ -306,6 +343,21 @@ impl State {
         if f.addr == 0 && !key.0 {
             return;
         }
+        if f.api == Api::CuMemRelease {
+            match self.vmm.release(f.addr, f.result) {
+                Released::Unknown => {}
+                Released::Failed => {
+                    self.totals.failed_free_count += 1;
+                    return;
+                }
+                Released::Extra => {
+                    self.totals.unknown_free_count += 1;
+                    return;
+                }
+                Released::Kept | Released::Gone(false) => return,
+                Released::Gone(true) => {}
+            }
+        }
         // A free of an address that is not live is unknown whatever CUDA answered (it usually
         // rejects it); a rejected free of a live address leaves it live.
         let e = match self.live.entry(key) {
@@ -321,6 +373,28 @@ impl State {
         };
         self.count_free(&e);
         self.release(&e, f.ts_ns);
+    }
+
+    /// A `cuMemUnmap`: on success its mappings go, and with them the memory of every handle
+    /// already released.
+    fn unmap(&mut self, u: &Unmap) {
+        if u.result != 0 {
+            return;
+        }
+        for (handle, created) in self.vmm.unmap(u.addr, u.size) {
+            if created {
+                self.free_handle(handle, u.ts_ns);
+            }
+        }
+    }
+
+    /// The live entry of `cuMemCreate` handle `handle`, freed (its last reference and mapping
+    /// went).
+    fn free_handle(&mut self, handle: u64, ts_ns: u64) {
+        if let Some(e) = self.live.remove(&(true, handle)) {
+            self.count_free(&e);
+            self.release(&e, ts_ns);
+        }
     }
 
     /// Frees every device and managed allocation of the context torn down (pinned host memory
@@ -358,6 +432,7 @@ impl State {
                 self.swept.push(e);
             }
         }
+        self.vmm.reset_device(r.device);
         self.resets.push(gone);
     }
 
@@ -370,7 +445,16 @@ impl State {
 
     /// Whether free `seq` was applied as in progress and waits for its [`Free`].
     pub fn is_pending_free(&self, seq: u64) -> bool {
-        self.pending_frees.contains_key(&seq)
+        self.pending_frees.contains_key(&seq) || self.pending_unmaps.contains_key(&seq)
+    }
+
+    /// The [`Unmap`] of an unmap applied earlier as in progress: applied now.
+    pub fn complete_pending_unmap(&mut self, u: &Unmap) {
+        if self.pending_unmaps.remove(&u.seq).is_none() {
+            return;
+        }
+        self.last_ts_ns = self.last_ts_ns.max(u.ts_ns);
+        self.unmap(u);
     }
 
     /// The [`Free`] of a free applied earlier as in progress: applied now (unless the address
@@ -581,5 +665,163 @@ pub(crate) mod tests {
             ContextReset { api: Api::CuDevicePrimaryCtxRelease, device: 0, count: 2, bytes: 50, created: false }
         );
         assert_eq!((s.totals.free_count, s.totals.unknown_free_count, s.totals.replaced_count), (3, 0, 0));
+    }
+
+    /// VMM events for the tests below, numbered in order of the list by [`vmm_ops`].
+    enum V {
+        Create(u64, u64),
+        Map(u64, u64, u64),
+        Unmap(u64, u64),
+        Release(u64),
+        Retain(u64, u64),
+        Import(u64),
+    }
+
+    fn vmm_ops(list: &[V]) -> Vec<Op> {
+        list.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let (seq, ts_ns) = (i as u64, 10 * i as u64 + 10);
+                match *v {
+                    V::Create(handle, size) => Op::Alloc(Alloc {
+                        seq,
+                        ts_ns,
+                        addr: handle,
+                        size,
+                        kind: Kind::Device,
+                        api: Api::CuMemCreate,
+                        device: 0,
+                        stream: 0,
+                        tid: 1,
+                        stack: 9,
+                        ctx: 0,
+                    }),
+                    V::Map(addr, size, handle) => Op::Map(Map { seq, ts_ns, addr, size, handle, tid: 1 }),
+                    V::Unmap(addr, size) => Op::Unmap(Unmap { seq, ts_ns, addr, size, tid: 1, result: 0 }),
+                    V::Release(handle) => Op::Free(Free {
+                        seq,
+                        ts_ns,
+                        addr: handle,
+                        api: Api::CuMemRelease,
+                        stream: 0,
+                        tid: 1,
+                        result: 0,
+                    }),
+                    V::Retain(handle, addr) => Op::HandleRef(HandleRef {
+                        seq,
+                        ts_ns,
+                        handle,
+                        addr,
+                        api: Api::CuMemRetainAllocationHandle,
+                        device: -1,
+                        tid: 1,
+                    }),
+                    V::Import(handle) => Op::HandleRef(HandleRef {
+                        seq,
+                        ts_ns,
+                        handle,
+                        addr: 7,
+                        api: Api::CuMemImportFromShareableHandle,
+                        device: 0,
+                        tid: 1,
+                    }),
+                }
+            })
+            .collect()
+    }
+
+    /// (live bytes, live count, frees, unknown frees) of the whole process.
+    fn counts(s: &State) -> (u64, u64, u64, u64) {
+        let t = &s.totals;
+        (t.gauge.live_bytes, t.gauge.live_count, t.free_count, t.unknown_free_count)
+    }
+
+    const MIB64: u64 = 64 << 20;
+    const VA: u64 = 0x7f00_0000_0000;
+
+    #[test]
+    fn vmm_memory_released_while_mapped_stays_live_until_unmapped() {
+        let ops = vmm_ops(&[V::Create(0x10, MIB64), V::Map(VA, MIB64, 0x10), V::Release(0x10), V::Unmap(VA, MIB64)]);
+        let s = apply_all(&ops[..3]);
+        assert_eq!(counts(&s), (MIB64, 1, 0, 0));
+        let g = s.vmm.devices[&0];
+        assert_eq!((g.handles, g.created_bytes, g.mapped_bytes, g.released_mapped_bytes), (1, MIB64, MIB64, MIB64));
+        let s = apply_all(&ops);
+        assert_eq!(counts(&s), (0, 0, 1, 0));
+        assert_eq!(s.sites[&9].free_count, 1, "the free counts at the cuMemCreate's site");
+        let g = s.vmm.devices[&0];
+        assert_eq!((g.handles, g.created_bytes, g.mapped_bytes, g.peak_mapped_bytes), (0, 0, 0, MIB64));
+        assert_eq!(g.released_mapped_bytes, 0);
+    }
+
+    #[test]
+    fn vmm_nccl_retain_release_unmap_release_frees_once() {
+        let ops = vmm_ops(&[
+            V::Create(0x10, MIB64),
+            V::Map(VA, MIB64, 0x10),
+            V::Retain(0x10, VA + 4096),
+            V::Release(0x10),
+            V::Unmap(VA, MIB64),
+            V::Release(0x10),
+        ]);
+        assert_eq!(counts(&apply_all(&ops[..5])), (MIB64, 1, 0, 0), "one reference left after the unmap");
+        let s = apply_all(&ops);
+        assert_eq!(counts(&s), (0, 0, 1, 0));
+        assert_eq!(s.vmm.devices[&0], crate::vmm::VmmGauge { peak_mapped_bytes: MIB64, ..Default::default() });
+    }
+
+    #[test]
+    fn vmm_unmap_then_release_and_one_unmap_over_two_handles() {
+        let ops = vmm_ops(&[
+            V::Create(0x10, MIB64),
+            V::Create(0x11, MIB64),
+            V::Map(VA, MIB64, 0x10),
+            V::Map(VA + MIB64, MIB64, 0x11),
+            V::Unmap(VA, 2 * MIB64),
+        ]);
+        let s = apply_all(&ops);
+        assert_eq!(counts(&s), (2 * MIB64, 2, 0, 0));
+        assert_eq!((s.vmm.devices[&0].mappings, s.vmm.devices[&0].mapped_bytes), (0, 0));
+        let mut more = ops.clone();
+        more.extend(vmm_ops(&[V::Release(0x10), V::Release(0x11)]).into_iter().map(|mut o| {
+            o.set_seq(o.seq() + 5);
+            o
+        }));
+        let s = apply_all(&more);
+        assert_eq!(counts(&s), (0, 0, 2, 0));
+        assert_eq!(s.vmm.unknown_unmap_count, 0);
+    }
+
+    #[test]
+    fn vmm_imported_handles_count_no_live_bytes_and_no_unknown_frees() {
+        // 0x20 is an import of memory made elsewhere; 0x10 is imported back into this process
+        // under its own value, one more reference to it.
+        let ops = vmm_ops(&[
+            V::Create(0x10, MIB64),
+            V::Import(0x20),
+            V::Map(VA, MIB64, 0x20),
+            V::Import(0x10),
+            V::Map(VA + MIB64, MIB64, 0x10),
+        ]);
+        let s = apply_all(&ops);
+        assert_eq!(counts(&s), (MIB64, 1, 0, 0));
+        let g = s.vmm.devices[&0];
+        assert_eq!((g.handles, g.imported_handles, g.mapped_bytes), (1, 1, 2 * MIB64));
+        let mut more = ops.clone();
+        more.extend(
+            vmm_ops(&[V::Release(0x20), V::Release(0x10), V::Unmap(VA, 2 * MIB64), V::Release(0x10)]).into_iter().map(
+                |mut o| {
+                    o.set_seq(o.seq() + 5);
+                    o
+                },
+            ),
+        );
+        let s = apply_all(&more[..7]);
+        assert_eq!(counts(&s), (MIB64, 1, 0, 0), "the import's reference keeps 0x10");
+        let s = apply_all(&more);
+        assert_eq!(counts(&s), (0, 0, 1, 0));
+        assert_eq!((s.totals.failed_free_count, s.vmm.unknown_unmap_count), (0, 0));
+        let g = s.vmm.devices[&0];
+        assert_eq!((g.handles, g.imported_handles, g.mapped_bytes), (0, 0, 0));
     }
 }

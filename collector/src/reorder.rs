@@ -120,9 +120,14 @@ impl Tracker {
                 self.state.complete_pending_free(f);
                 return;
             }
+            // The same for a `cuMemUnmap`.
+            Op::Unmap(u) if seq < self.next_seq && self.state.is_pending_free(seq) => {
+                self.state.complete_pending_unmap(u);
+                return;
+            }
             // The free's call returned before its in-progress mark was applied: the Free
-            // replaces the mark.
-            Op::Free(_) if matches!(self.pending.get(&seq), Some(Op::FreePending(_))) => {
+            // (or Unmap) replaces the mark.
+            Op::Free(_) | Op::Unmap(_) if matches!(self.pending.get(&seq), Some(Op::FreePending(_))) => {
                 self.pending.insert(seq, op);
                 return;
             }
@@ -449,5 +454,42 @@ mod tests {
             assert_eq!(counts(t.state()), (1, 2, 1, 0, 0, 0), "order {order:?}");
             assert_eq!((t.lost(), t.duplicates(), t.pending()), (0, 0, 0), "order {order:?}");
         }
+    }
+
+    #[test]
+    fn an_unmap_in_progress_keeps_the_mapping_and_its_released_memory_until_it_returns() {
+        use gpushim_wire::{Alloc, Api, Free, FreePending, Map, Unmap};
+        let create = Op::Alloc(Alloc {
+            seq: 0,
+            ts_ns: 0,
+            addr: 0x10,
+            size: 64,
+            kind: Kind::Device,
+            api: Api::CuMemCreate,
+            device: 0,
+            stream: 0,
+            tid: 7,
+            stack: 1,
+            ctx: 0,
+        });
+        let map = Op::Map(Map { seq: 1, ts_ns: 1, addr: 0x9000, size: 64, handle: 0x10, tid: 7 });
+        let release =
+            Op::Free(Free { seq: 2, ts_ns: 2, addr: 0x10, api: Api::CuMemRelease, stream: 0, tid: 7, result: 0 });
+        let pending =
+            Op::FreePending(FreePending { seq: 3, ts_ns: 3, addr: 0x9000, api: Api::CuMemUnmap, stream: 64, tid: 7 });
+        let unmap = Op::Unmap(Unmap { seq: 3, ts_ns: 9, addr: 0x9000, size: 64, tid: 7, result: 0 });
+        let mut t = Tracker::new();
+        let mut got = Vec::new();
+        let mut on = |p: &SnapshotPoint, s: &State| got.push((p.boundary, counts(s), s.vmm.devices[&0].mapped_bytes));
+        t.request_snapshot(4, 5, &mut on);
+        for op in [create, map, release, pending] {
+            t.push(op, &mut on);
+        }
+        assert_eq!(got, vec![(4, (64, 1, 0, 0, 0, 0), 64)], "released but mapped: still live in the snapshot");
+        let mut none = |_: &SnapshotPoint, _: &State| {};
+        t.push(unmap.clone(), &mut none);
+        assert_eq!((counts(t.state()), t.state().vmm.devices[&0].mapped_bytes), ((0, 1, 1, 0, 0, 0), 0));
+        t.push(unmap, &mut none);
+        assert_eq!((t.duplicates(), t.state().totals.free_count), (1, 1));
     }
 }

@@ -78,6 +78,11 @@ pub struct Report {
     pub kinds: Kinds,
     /// Live device and managed memory per device ordinal, ascending.
     pub devices: Vec<DeviceTotals>,
+    /// Use of the driver's virtual memory management API (`cuMemCreate`, `cuMemMap`, …) per
+    /// device ordinal, ascending (-1: host memory or an unknown device); absent when the
+    /// program made no such call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vmm: Vec<VmmTotals>,
     /// Allocation sites, most live bytes first.
     pub sites: Vec<Site>,
     /// Leak suspects, most likely first.
@@ -122,6 +127,9 @@ pub struct Totals {
     /// Events the collector never received (gaps in the sequence numbers).
     #[serde(default)]
     pub lost_events: u64,
+    /// Successful `cuMemUnmap` calls of a range that held no known mapping.
+    #[serde(default)]
+    pub unknown_unmap_count: u64,
 }
 
 /// Live bytes and count with their peak.
@@ -164,6 +172,33 @@ pub struct DeviceTotals {
     pub live_count: u64,
     /// Highest live bytes at any moment, bytes.
     pub peak_live_bytes: u64,
+}
+
+/// Virtual memory management on one device: physical allocations, imported handles and
+/// mappings at the end of the report. A physical allocation lives until every reference to
+/// it is released and every mapping of it is unmapped (CUDA Driver API, `cuMemRelease`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmmTotals {
+    /// CUDA device ordinal; -1 for host memory or an unknown device.
+    pub ordinal: i32,
+    /// Physical allocations made by `cuMemCreate` still live.
+    pub handles: u64,
+    /// Their bytes (part of the device's `live_bytes`).
+    pub created_bytes: u64,
+    /// Of those, the allocations every reference has released that live on only because
+    /// they are still mapped.
+    pub released_mapped: u64,
+    /// Their bytes.
+    pub released_mapped_bytes: u64,
+    /// Imported handles (`cuMemImportFromShareableHandle`) still held: memory another
+    /// process (or this one, under another handle) counts, so not in `live_bytes`.
+    pub imported_handles: u64,
+    /// Virtual address ranges mapped (`cuMemMap`) and not unmapped.
+    pub mappings: u64,
+    /// Their bytes, of created and imported handles alike.
+    pub mapped_bytes: u64,
+    /// Highest `mapped_bytes` at any moment, bytes.
+    pub peak_mapped_bytes: u64,
 }
 
 /// One allocation site: one distinct native backtrace.
@@ -430,6 +465,7 @@ mod tests {
             totals: Totals::default(),
             kinds: Kinds::default(),
             devices: vec![DeviceTotals { ordinal: 0, live_bytes: 1, live_count: 1, peak_live_bytes: 1 }],
+            vmm: vec![],
             sites: vec![Site { id: 3, frames: vec![Frame::default()], series: vec![(0.25, 7)], ..Site::default() }],
             suspects: vec![],
             failures: vec![],

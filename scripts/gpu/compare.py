@@ -453,6 +453,7 @@ def fault_rows():
         row("fault_oom_device", "needs two GPUs", "2", t["gpus"], True, "not run on this machine")
     else:
         missing("fault_oom_device")
+    vmm_rows()
     for case, names in (
         ("fault_arrays", "driver"),
         ("fault_arrays_shared", "runtime"),
@@ -477,6 +478,55 @@ def fault_rows():
             and runtime == (names == "runtime"),
             f"cuMemGetInfo delta {mib(t['used_delta'])}; requirements {reqs}; apis {array_apis}",
         )
+
+
+def vmm_gpu(r, ordinal=0):
+    """The report's `vmm` entry of a device, or an empty one."""
+    return next((v for v in (r or {}).get("vmm", []) if v["ordinal"] == ordinal), {})
+
+
+def vmm_rows():
+    """fault_vmm (faults.cu vmm): released-while-mapped memory stays live; NCCL's order frees once."""
+    t, r, s = load("fault_vmm")
+    if not (r and "size" in t):
+        missing("fault_vmm")
+        return
+    size = t["size"]
+    v = vmm_gpu(s)
+    row(
+        "fault_vmm",
+        "released while mapped: live in the snapshot as the driver says",
+        f"{mib(size)} live, mapped, released",
+        f"{mib(kind(s, 'device'))} live, {mib(v.get('mapped_bytes'))} mapped, "
+        f"{mib(v.get('released_mapped_bytes'))} released",
+        s is not None
+        and t["used_after_release"] >= size
+        and t["byte"] == 42
+        and kind(s, "device") == size
+        and v.get("mapped_bytes") == size
+        and v.get("released_mapped_bytes") == size,
+        f"cuMemGetInfo +{mib(t['used_after_release'])} after the release, "
+        f"+{mib(t['used_after_unmap'])} after the unmap; byte read {t['byte']}",
+    )
+    tot = r["totals"]
+    v = vmm_gpu(r)
+    row(
+        "fault_vmm",
+        "NCCL retain/release/unmap/release: 0 live, 2 frees, 0 unknown",
+        "0 B, 2, 0",
+        f"{mib(kind(r, 'device'))}, {tot['free_count']}, {tot['unknown_free_count']}",
+        kind(r, "device") == 0
+        and tot["free_count"] == 2
+        and tot["unknown_free_count"] == 0
+        and tot["failed_free_count"] == 0
+        and v.get("handles") == 0
+        and v.get("mapped_bytes") == 0
+        and t["same_handle"] == 1
+        and t["nccl_used_after_unmap"] >= size
+        and t["used_end"] < size,
+        f"same handle {t['same_handle']}; cuMemGetInfo +{mib(t['nccl_used_after_unmap'])} after the unmap, "
+        f"+{mib(t['used_end'])} at the end",
+    )
 
 
 def main(argv=None):

@@ -16,6 +16,10 @@
 //   pool-device   (two GPUs) 256 MiB from a memory pool located on GPU 1, on a stream of GPU 0.
 //   oom-device    (two GPUs) 16 GiB held on GPU 0, then an out-of-memory cudaMallocAsync on a stream
 //                 of GPU 1: the OOM report's free/total must be GPU 1's.
+//   vmm           64 MiB by cuMemCreate, mapped, released while mapped (the driver still uses it:
+//                 a snapshot then must show it live), unmapped; then NCCL's order on another
+//                 64 MiB: map, cuMemRetainAllocationHandle, release, unmap, release. Nothing may
+//                 stay live, no unknown free.
 //   arrays        CUDA arrays (2D, 3D, mipmapped) left live, against cuMemGetInfo's used bytes and
 //                 cuArrayGetMemoryRequirements.
 #include <cuda.h>
@@ -34,6 +38,15 @@
         cudaError_t e_ = (x);                                                             \
         if (e_ != cudaSuccess) {                                                          \
             fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+#define DRV(x)                                                                            \
+    do {                                                                                  \
+        CUresult r_ = (x);                                                                \
+        if (r_ != CUDA_SUCCESS) {                                                         \
+            fprintf(stderr, "%s:%d %s: CUresult %d\n", __FILE__, __LINE__, #x, (int)r_);   \
             exit(1);                                                                      \
         }                                                                                 \
     } while (0)
@@ -196,6 +209,82 @@ static int reset(bool driver)
     return 0;
 }
 
+// ---- vmm
+// Device memory in use beyond `free0` (cuMemGetInfo), bytes; negative if less.
+static long long used_since(size_t free0)
+{
+    size_t f = 0, total = 0;
+    DRV(cuMemGetInfo(&f, &total));
+    return (long long)free0 - (long long)f;
+}
+
+__attribute__((noinline)) static CUmemGenericAllocationHandle vmm_create(size_t size, const CUmemAllocationProp *prop)
+{
+    CUmemGenericAllocationHandle h = 0;
+    DRV(cuMemCreate(&h, size, prop, 0));
+    return h;
+}
+
+static int vmm()
+{
+    CHECK(cudaFree(0));
+    CUdevice dev = 0;
+    DRV(cuCtxGetDevice(&dev));
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    size_t gran = 0;
+    DRV(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    const size_t size = 64 * MiB; // a multiple of the granularity (2 MiB on the H200)
+    CUmemAccessDesc access = {};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    size_t free0 = 0, total = 0;
+    DRV(cuMemGetInfo(&free0, &total));
+    CUdeviceptr va = 0;
+    DRV(cuMemAddressReserve(&va, size, 0, 0, 0));
+
+    // Released while mapped: still in use and readable.
+    CUmemGenericAllocationHandle h = vmm_create(size, &prop);
+    DRV(cuMemMap(va, size, 0, h, 0));
+    DRV(cuMemSetAccess(va, size, &access, 1));
+    CHECK(cudaMemset((void *)va, 42, size));
+    CHECK(cudaDeviceSynchronize());
+    DRV(cuMemRelease(h));
+    long long after_release = used_since(free0);
+    unsigned char byte = 0;
+    CHECK(cudaMemcpy(&byte, (void *)(va + 12345), 1, cudaMemcpyDeviceToHost));
+    double t0 = now_ms();
+    kill(getpid(), SIGUSR1);
+    while (!snapshot_exists() && now_ms() - t0 < 10000)
+        usleep(1000);
+    DRV(cuMemUnmap(va, size));
+    long long after_unmap = used_since(free0);
+
+    // NCCL's order: retain the handle mapped at the address, release it, unmap, release.
+    CUmemGenericAllocationHandle h2 = vmm_create(size, &prop);
+    DRV(cuMemMap(va, size, 0, h2, 0));
+    DRV(cuMemSetAccess(va, size, &access, 1));
+    CUmemGenericAllocationHandle again = 0;
+    DRV(cuMemRetainAllocationHandle(&again, (void *)va));
+    DRV(cuMemRelease(again));
+    DRV(cuMemUnmap(va, size));
+    long long nccl_after_unmap = used_since(free0);
+    DRV(cuMemRelease(h2));
+    long long end = used_since(free0);
+    DRV(cuMemAddressFree(va, size));
+
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f,
+            "{\"size\": %zu, \"granularity\": %zu, \"used_after_release\": %lld, \"byte\": %d, "
+            "\"used_after_unmap\": %lld, \"same_handle\": %d, \"nccl_used_after_unmap\": %lld, "
+            "\"used_end\": %lld}\n",
+            size, gran, after_release, (int)byte, after_unmap, again == h2 ? 1 : 0, nccl_after_unmap, end);
+    fclose(f);
+    return 0;
+}
+
 // ---- stream-device
 static int stream_device()
 {
@@ -349,6 +438,8 @@ int main(int argc, char **argv)
         return pool_device();
     if (!strcmp(c, "oom-device"))
         return oom_device();
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device\n");
+    if (!strcmp(c, "vmm"))
+        return vmm();
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm\n");
     return 2;
 }

@@ -45,6 +45,12 @@ pub enum Msg {
     Reset { seq: u64, ts_ns: u64, device: i32, api: Api, tid: u32, ctx: u64 },
     /// A context `ctx` of `device` the program created.
     ContextCreated { seq: u64, ts_ns: u64, ctx: u64, device: i32, api: Api, tid: u32 },
+    /// A successful `cuMemMap` of `[addr, addr + size)` to `handle`.
+    Map { seq: u64, ts_ns: u64, addr: u64, size: u64, handle: u64, tid: u32 },
+    /// A `cuMemUnmap` of `[addr, addr + size)` and its result.
+    Unmap { seq: u64, ts_ns: u64, addr: u64, size: u64, tid: u32, result: i32 },
+    /// A handle retained (`addr`: the address asked about) or imported (`addr`: the OS handle).
+    HandleRef { seq: u64, ts_ns: u64, handle: u64, addr: u64, api: Api, device: i32, tid: u32 },
     /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then answer on `done`.
     Exit { ts_ns: u64, done: Sender<()> },
     /// `_exit`, `_Exit` or `quick_exit` (no atexit handlers run): send `Exit`, flush, then set

@@ -129,10 +129,26 @@ macro_rules! for_each_hook {
             /// driver's virtual memory management (PyTorch's expandable segments, JAX).
             CuMemCreate = cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) in driver("cuMemCreate", 0, any)
                 => custom(vmm::mem_create, NOT_INITIALIZED);
-            /// `CUresult cuMemRelease(CUmemGenericAllocationHandle handle)`: ends a `cuMemCreate`
-            /// allocation (the physical memory goes once it is also unmapped; we count it at release).
+            /// `CUresult cuMemRelease(CUmemGenericAllocationHandle handle)`: gives back one
+            /// reference to a handle; the physical memory goes once every reference is released
+            /// and every mapping unmapped (the collector counts both: collector/src/vmm.rs).
             CuMemRelease = cuMemRelease(handle: u64) in driver("cuMemRelease", 0, any)
                 => free(CuMemRelease) { addr = handle; stream = 0 };
+            /// `CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+            /// CUmemGenericAllocationHandle handle, unsigned long long flags)`.
+            CuMemMap = cuMemMap(ptr: DevPtr, size: usize, offset: usize, handle: u64, flags: u64) in driver("cuMemMap", 0, any)
+                => custom(vmm::mem_map, NOT_INITIALIZED);
+            /// `CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)`: every mapping in the range.
+            CuMemUnmap = cuMemUnmap(ptr: DevPtr, size: usize) in driver("cuMemUnmap", 0, any)
+                => custom(vmm::mem_unmap, NOT_INITIALIZED);
+            /// `CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)`:
+            /// one more reference to the handle mapped at `addr`.
+            CuMemRetainAllocationHandle = cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) in driver("cuMemRetainAllocationHandle", 0, any)
+                => custom(vmm::retain, NOT_INITIALIZED);
+            /// `CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+            /// void *osHandle, CUmemAllocationHandleType shHandleType)`.
+            CuMemImportFromShareableHandle = cuMemImportFromShareableHandle(handle: *mut u64, os: *mut c_void, ty: c_int) in driver("cuMemImportFromShareableHandle", 0, any)
+                => custom(vmm::import, NOT_INITIALIZED);
             // CUDA arrays (textures, surfaces): device memory whose address is the array's
             // handle; the footprint is the driver's where it can tell it (exports/arrays.rs).
 

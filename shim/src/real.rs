@@ -49,6 +49,8 @@ static PRIMARY_RELEASE: AtomicUsize = AtomicUsize::new(0);
 static POINTER_GET_ATTRIBUTE: AtomicUsize = AtomicUsize::new(0);
 /// Whether the program has created a context of its own (`cuCtxCreate`).
 static CONTEXTS_CREATED: AtomicBool = AtomicBool::new(false);
+/// Real `cuMemGetAllocationPropertiesFromHandle`, for the device of an imported VMM handle.
+static HANDLE_PROPERTIES: AtomicUsize = AtomicUsize::new(0);
 
 /// Stores `addr` as the real function of `h` unless it is one of ours or the library that holds
 /// it cannot be kept loaded (see `loader::pin`). True if and only if the slot now holds `addr`.
@@ -374,4 +376,33 @@ pub fn mem_info_of(device: i32, stream: u64) -> Option<(u64, u64)> {
     // SAFETY: drops the reference taken above.
     unsafe { release(device) };
     info
+}
+
+/// The device ordinal of VMM handle `handle`'s memory, from
+/// `cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, handle)` (CUDA Driver
+/// API, "Virtual Memory Management"; `CUmemAllocationProp` is 32 bytes in CUDA 13.0's `cuda.h`,
+/// with its `CUmemLocation {int type; int id;}` at byte offset 8); -1 for host memory or when
+/// the driver cannot tell.
+pub fn handle_device(handle: u64) -> i32 {
+    let f = driver_helper(&HANDLE_PROPERTIES, c"cuMemGetAllocationPropertiesFromHandle");
+    if f == 0 || handle == 0 {
+        return -1;
+    }
+    // Twice the size the header gives, zeroed, so that a larger struct of a later driver
+    // still fits.
+    let mut prop = [0u64; 8];
+    // SAFETY: f is the driver's `CUresult (CUmemAllocationProp *, CUmemGenericAllocationHandle)`.
+    let f: unsafe extern "C" fn(*mut u64, u64) -> c_int = unsafe { std::mem::transmute(f) };
+    // SAFETY: `prop` is a valid, aligned out-buffer of 64 bytes; the handle came from the
+    // driver's own import call that just succeeded.
+    if unsafe { f(prop.as_mut_ptr(), handle) } != 0 {
+        return -1;
+    }
+    let (ty, id) = ((prop[1] & 0xffff_ffff) as c_int, (prop[1] >> 32) as c_int);
+    // CU_MEM_LOCATION_TYPE_DEVICE = 1.
+    if ty == 1 && id >= 0 {
+        id
+    } else {
+        -1
+    }
 }

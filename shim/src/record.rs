@@ -211,6 +211,42 @@ pub fn context_created(api: Api, ctx: u64, device: i32) {
     });
 }
 
+/// Records a successful `cuMemMap` of `[addr, addr + size)` to `handle` (after the call).
+pub fn map(addr: u64, size: u64, handle: u64) {
+    sys::guarded(|| {
+        let Some(tx) = sender() else { return };
+        let seq = SEQ.fetch_add(1, AcqRel);
+        send(tx, Msg::Map { seq, ts_ns: sys::now_ns(), addr, size, handle, tid: tid() });
+    });
+}
+
+/// Records a successful retain or import (`api`) that returned `handle` (after the call);
+/// `addr` is the retained address or the OS handle, `device` the memory's ordinal or -1.
+pub fn handle_ref(api: Api, handle: u64, addr: u64, device: i32) {
+    sys::guarded(|| {
+        let Some(tx) = sender() else { return };
+        let seq = SEQ.fetch_add(1, AcqRel);
+        send(tx, Msg::HandleRef { seq, ts_ns: sys::now_ns(), handle, addr, api, device, tid: tid() });
+    });
+}
+
+/// Takes the sequence number of a `cuMemUnmap` of `[addr, addr + size)` before the real call,
+/// as a free does (a range unmapped and mapped again by another thread is then unmapped first
+/// in sequence order), and marks it in progress for snapshots, the size in the mark's stream.
+pub fn unmap_begin(addr: u64, size: u64) -> Option<FreeTicket> {
+    free_begin(Api::CuMemUnmap, addr, size)
+}
+
+/// Records the `cuMemUnmap` whose ticket was taken, with the real call's result.
+pub fn unmap_end(t: Option<FreeTicket>, addr: u64, size: u64, result: i32) {
+    let Some(t) = t else { return };
+    sys::guarded(|| {
+        let msg = Msg::Unmap { seq: t.seq, ts_ns: sys::now_ns(), addr, size, tid: tid(), result };
+        send(t.tx, msg);
+        inflight::end();
+    });
+}
+
 /// A free in progress: its sequence number is taken before the real call.
 pub struct FreeTicket {
     tx: &'static Sender<Msg>,

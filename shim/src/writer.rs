@@ -242,6 +242,15 @@ impl Writer {
             Msg::ContextCreated { seq, ts_ns, ctx, device, api, tid } => {
                 self.push(&Event::ContextCreated(wire::ContextCreated { seq, ts_ns, ctx, device, api, tid }));
             }
+            Msg::Map { seq, ts_ns, addr, size, handle, tid } => {
+                self.push(&Event::Map(wire::Map { seq, ts_ns, addr, size, handle, tid }));
+            }
+            Msg::Unmap { seq, ts_ns, addr, size, tid, result } => {
+                self.push(&Event::Unmap(wire::Unmap { seq, ts_ns, addr, size, tid, result }));
+            }
+            Msg::HandleRef { seq, ts_ns, handle, addr, api, device, tid } => {
+                self.push(&Event::HandleRef(wire::HandleRef { seq, ts_ns, handle, addr, api, device, tid }));
+            }
             Msg::Free { seq, ts_ns, addr, api, stream, tid, result } => {
                 self.push(&Event::Free(wire::Free { seq, ts_ns, addr, api, stream, tid, result }));
             }

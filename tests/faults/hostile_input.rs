@@ -63,7 +63,32 @@ fn random_event(g: &mut Rng, seq: &mut u64, tame: bool) -> wire::Event {
             id: g.below(10) as u32,
             frames: (0..g.below(6)).map(|_| g.edgy()).collect(),
         }),
-        _ => match g.below(6) {
+        _ => match g.below(9) {
+            6 => wire::Event::Map(wire::Map {
+                seq: num(g, s),
+                ts_ns: num(g, s * 1000),
+                addr: if tame { addr } else { g.edgy() },
+                size: g.edgy(),
+                handle: g.below(8),
+                tid: 1,
+            }),
+            7 => wire::Event::Unmap(wire::Unmap {
+                seq: num(g, s),
+                ts_ns: num(g, s * 1000),
+                addr: if tame { addr } else { g.edgy() },
+                size: g.edgy(),
+                tid: 1,
+                result: if g.chance(4) { g.next_u64() as i32 } else { 0 },
+            }),
+            8 => wire::Event::HandleRef(wire::HandleRef {
+                seq: num(g, s),
+                ts_ns: num(g, s * 1000),
+                handle: g.below(8),
+                addr: g.edgy(),
+                api,
+                device: g.next_u64() as i32,
+                tid: 1,
+            }),
             3 => wire::Event::PyRuntime(wire::PyRuntime {
                 version: [0x030A_00F0, 0x030C_03F0, 0x030D_00F0, g.next_u64() as u32][g.below(4) as usize],
             }),

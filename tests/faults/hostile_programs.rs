@@ -356,3 +356,82 @@ fn memory_from_a_pool_counts_on_the_pools_device_and_an_oom_report_gives_that_de
     assert_eq!(info, vec![(1, 32 * MIB, 64 * MIB)], "{d}");
     assert_eq!(r["failures"][0]["device"], 1, "{d}");
 }
+
+/// Runs a VMM scenario: its final report and its snapshot `1..=n` reports.
+fn vmm_run(scenario: &str, snapshots: u32) -> (Done, serde_json::Value, Vec<serde_json::Value>) {
+    let (t, d) = hostile(scenario);
+    let r = d.report_in(t.dir.path());
+    let snaps = (1..=snapshots)
+        .map(|n| read_json(&t.dir.path().join(format!("gpushim-{}-snapshot-{n}.json", d.pid())), &d))
+        .collect();
+    (d, r, snaps)
+}
+
+/// `(live bytes, frees, unknown frees)` of a report.
+fn vmm_totals(r: &serde_json::Value) -> (u64, u64, u64) {
+    (total(r, "live_bytes"), total(r, "free_count"), total(r, "unknown_free_count"))
+}
+
+/// `vmm[]`'s entry of GPU 0 as (handles, created, released but mapped, imported handles, mapped).
+fn vmm_gpu0(r: &serde_json::Value) -> (u64, u64, u64, u64, u64) {
+    let v = r["vmm"].as_array().and_then(|a| a.iter().find(|v| v["ordinal"] == 0)).unwrap_or_else(|| panic!("{r:#}"));
+    let n = |f: &str| v[f].as_u64().unwrap();
+    (n("handles"), n("created_bytes"), n("released_mapped_bytes"), n("imported_handles"), n("mapped_bytes"))
+}
+
+#[test]
+fn vmm_memory_released_while_mapped_stays_live_until_unmapped() {
+    // cuMemCreate + cuMemMap + cuMemRelease left 64 MiB in use and readable on the H200, and the
+    // report said 0 live: the release was counted as the free.
+    let (d, r, s) = vmm_run("vmm-release-mapped", 1);
+    assert!(d.stdout.contains(&"after release: +64 MiB in use, byte 42".to_string()), "{d}");
+    assert!(d.stdout.contains(&"after unmap: +0 MiB in use".to_string()), "{d}");
+    assert_eq!(vmm_totals(&s[0]), (64 * MIB, 0, 0), "{d}");
+    assert_eq!(vmm_gpu0(&s[0]), (1, 64 * MIB, 64 * MIB, 0, 64 * MIB), "{d}");
+    assert_eq!(vmm_totals(&r), (0, 1, 0), "{d}");
+    assert_eq!(vmm_gpu0(&r), (0, 0, 0, 0, 0), "{d}");
+    assert_eq!(the_site(&r, "vmm_create", &d)["free_count"], 1, "the free counts at cuMemCreate's site{d}");
+    assert!(
+        d.stderr.contains("gpushim: VMM on GPU 0: 0 handles, 0 B created; 0 B mapped in 0 mappings (peak 64.0 MiB)"),
+        "{d}"
+    );
+}
+
+#[test]
+fn vmm_nccl_retain_release_unmap_release_frees_once() {
+    // cuMemRetainAllocationHandle returns the cuMemCreate's handle: the first release was counted
+    // as the free and the second as a free of an unknown handle.
+    let (d, r, s) = vmm_run("vmm-nccl", 1);
+    for line in ["retained the same handle: 1", "after unmap: +64 MiB in use", "after the last release: +0 MiB in use"]
+    {
+        assert!(d.stdout.contains(&line.to_string()), "{line}{d}");
+    }
+    assert_eq!(vmm_totals(&s[0]), (64 * MIB, 0, 0), "{d}");
+    assert_eq!(vmm_gpu0(&s[0]), (1, 64 * MIB, 0, 0, 0), "{d}");
+    assert_eq!(vmm_totals(&r), (0, 1, 0), "{d}");
+    assert_eq!(total(&r, "failed_free_count"), 0, "{d}");
+}
+
+#[test]
+fn vmm_one_unmap_over_two_handles_then_their_releases() {
+    let (d, r, s) = vmm_run("vmm-unmap-two", 1);
+    assert!(d.stdout.contains(&"after unmap: +64 MiB in use".to_string()), "{d}");
+    assert!(d.stdout.contains(&"after release: +0 MiB in use".to_string()), "{d}");
+    assert_eq!(vmm_totals(&s[0]), (64 * MIB, 0, 0), "{d}");
+    assert_eq!(vmm_gpu0(&s[0]), (2, 64 * MIB, 0, 0, 0), "{d}");
+    assert_eq!(vmm_totals(&r), (0, 2, 0), "{d}");
+    assert_eq!(total(&r, "unknown_unmap_count"), 0, "{d}");
+}
+
+#[test]
+fn vmm_an_imported_handle_counts_no_bytes_twice_and_frees_nothing_unknown() {
+    // A handle exported as a POSIX descriptor and imported back in the same process: the
+    // import is another handle for the same 64 MiB.
+    let (d, r, s) = vmm_run("vmm-import", 1);
+    assert!(d.stdout.contains(&"imported mapped: +64 MiB in use".to_string()), "{d}");
+    assert!(d.stdout.contains(&"after release: +0 MiB in use".to_string()), "{d}");
+    assert_eq!(vmm_totals(&s[0]), (64 * MIB, 0, 0), "{d}");
+    assert_eq!(vmm_totals(&r), (0, 1, 0), "the import's release is no unknown free{d}");
+    assert_eq!(vmm_gpu0(&s[0]), (1, 64 * MIB, 0, 1, 64 * MIB), "{d}");
+    assert_eq!(vmm_gpu0(&r), (0, 0, 0, 0, 0), "{d}");
+}

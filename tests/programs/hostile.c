@@ -546,6 +546,177 @@ static int scenario_oom_device(void)
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Virtual memory management through the driver (dlsym on libcuda.so.1, as XLA and PyTorch do).
+ * Each scenario prints what the stand-in driver saw (cuMemGetInfo) and raises SIGUSR1 where a
+ * snapshot shows the collector's view in the middle. */
+
+static struct {
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*address_free)(CUdeviceptr, size_t);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*retain)(CUmemGenericAllocationHandle *, void *);
+    CUresult (*export_fd)(void *, CUmemGenericAllocationHandle, int, unsigned long long);
+    CUresult (*import_fd)(CUmemGenericAllocationHandle *, void *, int);
+    CUresult (*mem_info)(size_t *, size_t *);
+} vmm;
+
+static void drv(const char *what, CUresult r)
+{
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "hostile: %s returned %d\n", what, r);
+        exit(1);
+    }
+}
+
+static void vmm_load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        exit(1);
+#define LOAD(field, name)                                                                                      \
+    do {                                                                                                       \
+        *(void **)&vmm.field = dlsym(h, name);                                                                 \
+        if (vmm.field == NULL) {                                                                               \
+            fprintf(stderr, "hostile: no %s\n", name);                                                         \
+            exit(1);                                                                                           \
+        }                                                                                                      \
+    } while (0)
+    LOAD(create, "cuMemCreate");
+    LOAD(release, "cuMemRelease");
+    LOAD(reserve, "cuMemAddressReserve");
+    LOAD(address_free, "cuMemAddressFree");
+    LOAD(map, "cuMemMap");
+    LOAD(unmap, "cuMemUnmap");
+    LOAD(retain, "cuMemRetainAllocationHandle");
+    LOAD(export_fd, "cuMemExportToShareableHandle");
+    LOAD(import_fd, "cuMemImportFromShareableHandle");
+    LOAD(mem_info, "cuMemGetInfo_v2");
+#undef LOAD
+}
+
+/* Device memory in use as the driver counts it, MiB. */
+static size_t used_mib(void)
+{
+    size_t free_b = 0, total = 0;
+    drv("cuMemGetInfo", vmm.mem_info(&free_b, &total));
+    return (total - free_b) / MiB;
+}
+
+NOINLINE static CUmemGenericAllocationHandle vmm_create(size_t size)
+{
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle h = 0;
+    drv("cuMemCreate", vmm.create(&h, size, &prop, 0));
+    return h;
+}
+
+static CUdeviceptr vmm_reserve(size_t size)
+{
+    CUdeviceptr va = 0;
+    drv("cuMemAddressReserve", vmm.reserve(&va, size, 0, 0, 0));
+    return va;
+}
+
+static void snapshot_here(void)
+{
+    fflush(stdout);
+    raise(SIGUSR1);
+}
+
+/* vmm-release-mapped: 64 MiB created, mapped, written, released; still in use and readable;
+ * snapshot 1; unmapped (now freed). */
+static int scenario_vmm_release_mapped(void)
+{
+    vmm_load();
+    size_t base = used_mib();
+    CUmemGenericAllocationHandle h = vmm_create(64 * MiB);
+    CUdeviceptr va = vmm_reserve(64 * MiB);
+    drv("cuMemMap", vmm.map(va, 64 * MiB, 0, h, 0));
+    ((volatile char *)(uintptr_t)va)[12345] = 42;
+    drv("cuMemRelease", vmm.release(h));
+    printf("after release: +%zu MiB in use, byte %d\n", used_mib() - base, ((volatile char *)(uintptr_t)va)[12345]);
+    snapshot_here();
+    drv("cuMemUnmap", vmm.unmap(va, 64 * MiB));
+    printf("after unmap: +%zu MiB in use\n", used_mib() - base);
+    drv("cuMemAddressFree", vmm.address_free(va, 64 * MiB));
+    return 0;
+}
+
+/* vmm-nccl: create, map, retain (the same handle comes back), release, unmap (snapshot 1:
+ * one reference left), release. */
+static int scenario_vmm_nccl(void)
+{
+    vmm_load();
+    size_t base = used_mib();
+    CUmemGenericAllocationHandle h = vmm_create(64 * MiB);
+    CUdeviceptr va = vmm_reserve(64 * MiB);
+    drv("cuMemMap", vmm.map(va, 64 * MiB, 0, h, 0));
+    CUmemGenericAllocationHandle again = 0;
+    drv("cuMemRetainAllocationHandle", vmm.retain(&again, (void *)(uintptr_t)(va + 4096)));
+    printf("retained the same handle: %d\n", again == h);
+    drv("cuMemRelease", vmm.release(again));
+    drv("cuMemUnmap", vmm.unmap(va, 64 * MiB));
+    printf("after unmap: +%zu MiB in use\n", used_mib() - base);
+    snapshot_here();
+    drv("cuMemRelease", vmm.release(h));
+    printf("after the last release: +%zu MiB in use\n", used_mib() - base);
+    drv("cuMemAddressFree", vmm.address_free(va, 64 * MiB));
+    return 0;
+}
+
+/* vmm-unmap-two: two 32 MiB handles mapped side by side, one cuMemUnmap over both (snapshot
+ * 1: both still referenced), then both released. */
+static int scenario_vmm_unmap_two(void)
+{
+    vmm_load();
+    size_t base = used_mib();
+    CUmemGenericAllocationHandle a = vmm_create(32 * MiB), b = vmm_create(32 * MiB);
+    CUdeviceptr va = vmm_reserve(64 * MiB);
+    drv("cuMemMap", vmm.map(va, 32 * MiB, 0, a, 0));
+    drv("cuMemMap", vmm.map(va + 32 * MiB, 32 * MiB, 0, b, 0));
+    drv("cuMemUnmap", vmm.unmap(va, 64 * MiB));
+    printf("after unmap: +%zu MiB in use\n", used_mib() - base);
+    snapshot_here();
+    drv("cuMemRelease", vmm.release(a));
+    drv("cuMemRelease", vmm.release(b));
+    printf("after release: +%zu MiB in use\n", used_mib() - base);
+    drv("cuMemAddressFree", vmm.address_free(va, 64 * MiB));
+    return 0;
+}
+
+/* vmm-import: 64 MiB exported as a POSIX descriptor and imported back (another handle for the
+ * same memory), the import mapped (snapshot 1), unmapped, both handles released. */
+static int scenario_vmm_import(void)
+{
+    vmm_load();
+    size_t base = used_mib();
+    CUmemGenericAllocationHandle h = vmm_create(64 * MiB);
+    int fd = -1;
+    drv("cuMemExportToShareableHandle", vmm.export_fd(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    CUmemGenericAllocationHandle imported = 0;
+    drv("cuMemImportFromShareableHandle",
+        vmm.import_fd(&imported, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    close(fd);
+    CUdeviceptr va = vmm_reserve(64 * MiB);
+    drv("cuMemMap", vmm.map(va, 64 * MiB, 0, imported, 0));
+    printf("imported mapped: +%zu MiB in use\n", used_mib() - base);
+    snapshot_here();
+    drv("cuMemUnmap", vmm.unmap(va, 64 * MiB));
+    drv("cuMemRelease", vmm.release(imported));
+    drv("cuMemRelease", vmm.release(h));
+    printf("after release: +%zu MiB in use\n", used_mib() - base);
+    drv("cuMemAddressFree", vmm.address_free(va, 64 * MiB));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -586,6 +757,14 @@ int main(int argc, char **argv)
         rc = scenario_pool_device();
     else if (strcmp(s, "oom-device") == 0)
         rc = scenario_oom_device();
+    else if (strcmp(s, "vmm-release-mapped") == 0)
+        rc = scenario_vmm_release_mapped();
+    else if (strcmp(s, "vmm-nccl") == 0)
+        rc = scenario_vmm_nccl();
+    else if (strcmp(s, "vmm-unmap-two") == 0)
+        rc = scenario_vmm_unmap_two();
+    else if (strcmp(s, "vmm-import") == 0)
+        rc = scenario_vmm_import();
     else if (strcmp(s, "slow-free") == 0)
         rc = scenario_slow_free();
     else if (strcmp(s, "two-runtimes") == 0)

@@ -342,3 +342,61 @@ def test_fault_stream_device_on_one_gpu_is_skipped_not_failed(tmp_path, capsys):
     compare.main(["compare.py", str(tmp_path)])
     rows = table_rows(capsys.readouterr().out)
     assert rows[1] == ["fault_stream_device", "needs two GPUs", "2", "1", "PASS", "not run on this machine"]
+
+
+def vmm_truth(used_after_release=64 * MIB, same_handle=1):
+    return {
+        "size": 64 * MIB,
+        "granularity": 2 * MIB,
+        "used_after_release": used_after_release,
+        "byte": 42,
+        "used_after_unmap": 0,
+        "same_handle": same_handle,
+        "nccl_used_after_unmap": 64 * MIB,
+        "used_end": 0,
+    }
+
+
+def vmm_report(device, free_count, unknown, mapped, released, reason="exit"):
+    r = fault_report(device, reason=reason, apis_=("cuMemCreate",), free_count=free_count)
+    r["totals"]["unknown_free_count"] = unknown
+    r["totals"]["failed_free_count"] = 0
+    r["vmm"] = [
+        {
+            "ordinal": 0,
+            "handles": 1 if device else 0,
+            "created_bytes": device,
+            "released_mapped": 1 if released else 0,
+            "released_mapped_bytes": released,
+            "imported_handles": 0,
+            "mappings": 1 if mapped else 0,
+            "mapped_bytes": mapped,
+            "peak_mapped_bytes": 64 * MIB,
+        }
+    ]
+    return r
+
+
+@pytest.mark.parametrize(
+    ("snap_live", "final_frees", "unknown", "results"),
+    [
+        (64 * MIB, 2, 0, ["PASS", "PASS"]),
+        # The shim before VMM accounting: the release was the free, the last release unknown.
+        (0, 2, 1, ["FAIL", "FAIL"]),
+    ],
+)
+def test_fault_vmm_rows(tmp_path, capsys, snap_live, final_frees, unknown, results):
+    snap = vmm_report(snap_live, 0, 0, 64 * MIB if snap_live else 0, snap_live, reason="snapshot")
+    files = {
+        "truth.json": vmm_truth(),
+        "gpushim-7.json": vmm_report(0, final_frees, unknown, 0, 0),
+        "gpushim-7-snapshot-1.json": snap,
+    }
+    write_case(tmp_path, "fault_vmm", files)
+    compare.main(["compare.py", str(tmp_path)])
+    rows = [r for r in table_rows(capsys.readouterr().out) if r[0] == "fault_vmm"]
+    assert [r[4] for r in rows] == results
+    assert rows[0][3] == f"{compare.mib(snap_live)} live, {compare.mib(snap['vmm'][0]['mapped_bytes'])} mapped, " + (
+        f"{compare.mib(snap_live)} released"
+    )
+    assert rows[1][3] == f"0.00 MiB, {final_frees}, {unknown}"

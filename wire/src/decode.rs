@@ -7,8 +7,9 @@ use std::fmt;
 use std::io::{self, Read};
 
 use crate::{
-    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, Hello, Kind, LineTableFormat, MemInfo, Module,
-    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
+    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, HandleRef, Hello, Kind, LineTableFormat, Map,
+    MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, HEADER_LEN, MAGIC, MAX_FRAME,
+    VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer
@@ -207,6 +208,31 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
             ctx: r.u64()?,
             device: r.i32()?,
             api: Api::from_u8(r.u8()?)?,
+            tid: r.u32()?,
+        }),
+        13 => Event::Map(Map {
+            seq: r.u64()?,
+            ts_ns: r.u64()?,
+            addr: r.u64()?,
+            size: r.u64()?,
+            handle: r.u64()?,
+            tid: r.u32()?,
+        }),
+        14 => Event::Unmap(Unmap {
+            seq: r.u64()?,
+            ts_ns: r.u64()?,
+            addr: r.u64()?,
+            size: r.u64()?,
+            tid: r.u32()?,
+            result: r.i32()?,
+        }),
+        15 => Event::HandleRef(HandleRef {
+            seq: r.u64()?,
+            ts_ns: r.u64()?,
+            handle: r.u64()?,
+            addr: r.u64()?,
+            api: Api::from_u8(r.u8()?)?,
+            device: r.i32()?,
             tid: r.u32()?,
         }),
         11 => Event::FreePending(FreePending {

@@ -121,6 +121,34 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u8(x.api as u8);
             w.u32(x.tid);
         }
+        Event::Map(x) => {
+            w.u8(13);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.addr);
+            w.u64(x.size);
+            w.u64(x.handle);
+            w.u32(x.tid);
+        }
+        Event::Unmap(x) => {
+            w.u8(14);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.addr);
+            w.u64(x.size);
+            w.u32(x.tid);
+            w.i32(x.result);
+        }
+        Event::HandleRef(x) => {
+            w.u8(15);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.handle);
+            w.u64(x.addr);
+            w.u8(x.api as u8);
+            w.i32(x.device);
+            w.u32(x.tid);
+        }
         Event::FreePending(x) => {
             w.u8(11);
             w.u64(x.seq);

@@ -109,6 +109,10 @@ apis! {
     CudaDeviceReset = 33, "cudaDeviceReset", true;
     CuDevicePrimaryCtxReset = 34, "cuDevicePrimaryCtxReset", true;
     CuCtxDestroy = 35, "cuCtxDestroy", true;
+    CuMemMap = 36, "cuMemMap", false;
+    CuMemUnmap = 37, "cuMemUnmap", false;
+    CuMemRetainAllocationHandle = 38, "cuMemRetainAllocationHandle", false;
+    CuMemImportFromShareableHandle = 39, "cuMemImportFromShareableHandle", false;
     CuDevicePrimaryCtxRelease = 60, "cuDevicePrimaryCtxRelease", true;
     CuCtxCreate = 61, "cuCtxCreate", false;
 }
@@ -272,6 +276,70 @@ pub struct ContextCreated {
     pub tid: u32,
 }
 
+/// A successful `cuMemMap`: the virtual address range `[addr, addr + size)` now maps the
+/// physical memory of `handle` (from `cuMemCreate`, an import, or a retain). Numbered like an
+/// allocation, after the call returned. A failed `cuMemMap` changes nothing and is not sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Map {
+    /// Global sequence number.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// Start of the mapped virtual address range.
+    pub addr: u64,
+    /// Length of the range, bytes.
+    pub size: u64,
+    /// The `CUmemGenericAllocationHandle` mapped.
+    pub handle: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+}
+
+/// A `cuMemUnmap(addr, size)` call and its result: on success every mapping inside
+/// `[addr, addr + size)` is gone (CUDA Driver API, "Virtual Memory Management", `cuMemUnmap`:
+/// the range must cover whole mappings, and backing memory is freed once it has no mapping
+/// and no unreleased handle). Numbered like a free, before the real call; while the call runs
+/// a snapshot may carry it as a [`FreePending`] with api `cuMemUnmap` and the size in `stream`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unmap {
+    /// Global sequence number, taken before the real call.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// Start of the range.
+    pub addr: u64,
+    /// Length of the range, bytes.
+    pub size: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// The CUDA result code the real call returned (0 is success).
+    pub result: i32,
+}
+
+/// One more reference to a physical allocation's handle, from a successful
+/// `cuMemRetainAllocationHandle(&handle, addr)` (`addr`: the mapped address asked about) or
+/// `cuMemImportFromShareableHandle(&handle, osHandle, type)` (`addr`: the OS handle, e.g. a
+/// file descriptor). Each such reference is given back by one `cuMemRelease` of the handle.
+/// Numbered like an allocation, after the call returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandleRef {
+    /// Global sequence number.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// The handle the call returned.
+    pub handle: u64,
+    /// The retained address, or the imported OS handle.
+    pub addr: u64,
+    /// `cuMemRetainAllocationHandle` or `cuMemImportFromShareableHandle`.
+    pub api: Api,
+    /// Device ordinal of the memory (for an import, as `cuMemGetAllocationPropertiesFromHandle`
+    /// tells it), or -1 where it is not known or is the host.
+    pub device: i32,
+    /// Kernel thread id.
+    pub tid: u32,
+}
+
 /// An allocation call that failed; never part of the live set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failed {
@@ -426,6 +494,12 @@ pub enum Event {
     Reset(Reset),
     /// Tag 34: a context the program created.
     ContextCreated(ContextCreated),
+    /// Tag 13: a virtual address range mapped to a VMM handle.
+    Map(Map),
+    /// Tag 14: a `cuMemUnmap` call.
+    Unmap(Unmap),
+    /// Tag 15: a VMM handle retained or imported.
+    HandleRef(HandleRef),
     /// Tag 20 (tags 20 to 29 are kept for Python frames).
     PyRuntime(PyRuntime),
     /// Tag 21.

@@ -7,7 +7,7 @@
 //! newer writer can add event types without breaking an older collector of the same version.
 //!
 //! Invariants the collector relies on:
-//! - Every [`Alloc`], [`Free`], [`Failed`] and [`Reset`] carries a sequence number (`seq`) drawn from one
+//! - Every [`Alloc`], [`Free`], [`Failed`], [`Reset`], [`Map`], [`Unmap`] and [`HandleRef`] carries a sequence number (`seq`) drawn from one
 //!   process-wide counter; together they are dense from 0, so the reader can put events from
 //!   many threads back in order. A free takes its number *before* the real free call and an
 //!   allocation *after* the real allocation call, so a reused address is always freed first.
@@ -17,7 +17,8 @@
 //!   with the same native frames but different Python frames have different stack ids (the
 //!   [`Stack`] is then sent once per id, with equal frames).
 //! - A [`Snapshot`] asks for the live set made of exactly the events with `seq < boundary`.
-//! - A [`Reset`] (a context torn down) carries a sequence number like an allocation.
+//! - A [`Reset`] (a context torn down), a [`Map`] and a [`HandleRef`] carry a sequence number
+//!   like an allocation (taken after the call); an [`Unmap`] like a free (taken before it).
 //! - A [`FreePending`] takes its free's place in sequence order when that free's call has not
 //!   returned by the time of a snapshot; the [`Free`] with the same `seq` comes later.
 //!
@@ -40,8 +41,8 @@ mod event; // Event, its structs, Kind, Api, LineTableFormat
 pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
-    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, Hello, Kind, LineTableFormat, MemInfo, Module,
-    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, PY_NO_OFFSET,
+    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, HandleRef, Hello, Kind, LineTableFormat, Map,
+    MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
@@ -122,6 +123,17 @@ mod tests {
                 device: 1,
                 api: Api::CuCtxCreate,
                 tid: 26,
+            }),
+            Event::Map(Map { seq: 24, ts_ns: 25, addr: 0x7f00_0000_0000, size: 2 << 20, handle: 0x1001, tid: 26 }),
+            Event::Unmap(Unmap { seq: 27, ts_ns: 28, addr: 0x7f00_0000_0000, size: 4 << 20, tid: 29, result: 1 }),
+            Event::HandleRef(HandleRef {
+                seq: 30,
+                ts_ns: 31,
+                handle: 0x1001,
+                addr: 0x7f00_0000_1000,
+                api: Api::CuMemRetainAllocationHandle,
+                device: 0,
+                tid: 32,
             }),
             Event::FreePending(FreePending { seq: 16, ts_ns: 17, addr: 18, api: Api::CuMemFree, stream: 19, tid: 20 }),
             Event::PyRuntime(PyRuntime { version: 0x030C_03F0 }),

@@ -6,7 +6,7 @@
 use std::io::{self, Write};
 
 use super::{Render, TextOptions};
-use crate::report::{Frame, Report};
+use crate::report::{Frame, Report, VmmTotals};
 use crate::words::{
     count, first_user_frame, fmt_bytes, fmt_seconds, frame_label, shell_words, site_id_name, site_name,
 };
@@ -58,6 +58,9 @@ impl Render for Text {
                 d.live_count,
                 fmt_bytes(d.peak_live_bytes)
             )?;
+        }
+        for v in &r.vmm {
+            writeln!(out, "  {}", vmm_line(v))?;
         }
         let odd = anomalies(r);
         if !odd.is_empty() {
@@ -172,6 +175,31 @@ fn write_frames(out: &mut dyn Write, frames: &[Frame], opts: TextOptions, indent
     Ok(())
 }
 
+/// One device's virtual memory management use in words, e.g. `VMM on GPU 0: 1 handle,
+/// 64.0 MiB created (64.0 MiB released, kept by its mappings); 64.0 MiB mapped in 1 mapping
+/// (peak 64.0 MiB)`.
+pub fn vmm_line(v: &VmmTotals) -> String {
+    let on = if v.ordinal >= 0 { format!("GPU {}", v.ordinal) } else { "host or unknown device".to_string() };
+    let mut s = format!("VMM on {on}: {}, {} created", count(v.handles, "handle"), fmt_bytes(v.created_bytes));
+    if v.released_mapped > 0 {
+        s += &format!(
+            " ({} released, kept by {} mappings)",
+            fmt_bytes(v.released_mapped_bytes),
+            if v.released_mapped == 1 { "its" } else { "their" }
+        );
+    }
+    if v.imported_handles > 0 {
+        s += &format!(", {}", count(v.imported_handles, "imported handle"));
+    }
+    s += &format!(
+        "; {} mapped in {} (peak {})",
+        fmt_bytes(v.mapped_bytes),
+        count(v.mappings, "mapping"),
+        fmt_bytes(v.peak_mapped_bytes)
+    );
+    s
+}
+
 /// The counters that mean something was off, in words; empty if none.
 fn anomalies(r: &Report) -> Vec<String> {
     let t = &r.totals;
@@ -180,6 +208,7 @@ fn anomalies(r: &Report) -> Vec<String> {
         (t.failed_free_count, "failed frees"),
         (t.replaced_count, "addresses returned again while live (missed frees)"),
         (t.lost_events, "events lost"),
+        (t.unknown_unmap_count, "unmaps of unknown ranges"),
     ]
     .iter()
     .filter(|(n, _)| *n > 0)
@@ -219,6 +248,9 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         fmt_bytes(t.live_bytes),
         fmt_bytes(t.peak_live_bytes),
     )?;
+    for v in &r.vmm {
+        writeln!(out, "gpushim: {}", vmm_line(v))?;
+    }
     if r.suspects.is_empty() {
         writeln!(out, "gpushim: no leak suspects")?;
     }
