@@ -17,7 +17,9 @@
 //!   with the same native frames but different Python frames have different stack ids (the
 //!   [`Stack`] is then sent once per id, with equal frames).
 //! - A [`Snapshot`] asks for the live set made of exactly the events with `seq < boundary`.
-//! - A [`Reset`] (a context torn down) carries a sequence number like an allocation.
+//! - A [`Reset`] (a context torn down) carries a sequence number like an allocation, and so do
+//!   the graph events [`GraphNode`], [`GraphExec`], [`GraphLaunch`], [`GraphExecDestroy`] and
+//!   [`GraphMemTrim`].
 //! - A [`FreePending`] takes its free's place in sequence order when that free's call has not
 //!   returned by the time of a snapshot; the [`Free`] with the same `seq` comes later.
 //!
@@ -40,8 +42,9 @@ mod event; // Event, its structs, Kind, Api, LineTableFormat
 pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
-    Alloc, Api, Event, Exit, Failed, Free, FreePending, Hello, Kind, LineTableFormat, MemInfo, Module, PyCode, PyFrame,
-    PyRuntime, PyStack, Reset, Snapshot, Stack, PY_NO_OFFSET,
+    Alloc, Api, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy, GraphLaunch,
+    GraphMemTrim, GraphNode, Hello, Kind, LineTableFormat, MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset,
+    Snapshot, Stack, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
@@ -115,6 +118,56 @@ mod tests {
             Event::Note("lost 3 events".into()),
             Event::Reset(Reset { seq: 21, ts_ns: 22, device: 1, api: Api::CudaDeviceReset, tid: 23 }),
             Event::FreePending(FreePending { seq: 16, ts_ns: 17, addr: 18, api: Api::CuMemFree, stream: 19, tid: 20 }),
+            Event::GraphNode(GraphNode {
+                seq: 30,
+                ts_ns: 31,
+                addr: 0x7f00_0000,
+                size: 64 << 20,
+                kind: Kind::Device,
+                api: Api::CudaGraphAddMemAllocNode,
+                device: 0,
+                graph: 0x55aa,
+                stream: 0,
+                tid: 7,
+                stack: 3,
+            }),
+            Event::GraphExec(GraphExec {
+                seq: 32,
+                ts_ns: 33,
+                exec: 0x66bb,
+                graph: 0x55aa,
+                api: Api::CuGraphInstantiateWithFlags,
+                auto_free: true,
+                tid: 7,
+                stack: NO_STACK,
+                allocs: vec![
+                    GraphAlloc { addr: 0x7f00_0000, size: 64 << 20, kind: Kind::Device, device: 0 },
+                    GraphAlloc { addr: 0x8f00_0000, size: 1, kind: Kind::PinnedHost, device: -1 },
+                ],
+                frees: vec![0x9f00_0000],
+            }),
+            Event::GraphLaunch(GraphLaunch {
+                seq: 34,
+                ts_ns: 35,
+                exec: 0x66bb,
+                api: Api::CudaGraphLaunch,
+                stream: 9,
+                tid: 7,
+            }),
+            Event::GraphExecDestroy(GraphExecDestroy {
+                seq: 36,
+                ts_ns: 37,
+                exec: 0x66bb,
+                api: Api::CuGraphExecDestroy,
+                tid: 7,
+            }),
+            Event::GraphMemTrim(GraphMemTrim {
+                seq: 38,
+                ts_ns: 39,
+                device: 1,
+                api: Api::CudaDeviceGraphMemTrim,
+                tid: 7,
+            }),
             Event::PyRuntime(PyRuntime { version: 0x030C_03F0 }),
             Event::PyCode(PyCode {
                 id: 0,
