@@ -4,7 +4,7 @@
 //!
 //! Outputs (all in one directory; executables and libcudart carry RUNPATH
 //! `$ORIGIN`, so they find each other there):
-//! - `libcuda.so.1`          driver stand-in (standins/cuda.c, cuda_table.c, cuda_arrays.c)
+//! - `libcuda.so.1`          driver stand-in (standins/cuda.c, cuda_table.c, cuda_arrays.c, cuda_graphs.c)
 //! - `libcudart.so.13`       runtime stand-in, shared (standins/cudart.c)
 //! - `libcudart_static.a`    runtime stand-in, static archive (same source)
 //! - `target_dynamic`        tests/programs/target*.c (TARGET_SOURCES) linked to libcudart.so.13
@@ -107,6 +107,7 @@ fn main() {
         "standins/cuda_table.c",
         "standins/cuda_table.h",
         "standins/cuda_arrays.c",
+        "standins/cuda_graphs.c",
         "standins/cudart.c",
         "standins/cuda_standin.h",
         "standins/cudart_standin.h",
@@ -136,6 +137,7 @@ fn main() {
     a.push(ctx.src("standins/cuda.c"));
     a.push(ctx.src("standins/cuda_table.c"));
     a.push(ctx.src("standins/cuda_arrays.c"));
+    a.push(ctx.src("standins/cuda_graphs.c"));
     a.extend(os(&["-lpthread"]));
     ctx.cc("libcuda.so.1", &a);
 
