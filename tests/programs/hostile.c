@@ -479,12 +479,11 @@ NOINLINE static void *captured_alloc(size_t n)
 }
 
 /* graph-capture-unlaunched: a 32 MiB cudaMallocAsync captured into a graph that is destroyed
- * without being launched, and a cudaFreeAsync of it captured too.  Live: nothing. */
+ * without being launched.  Live: nothing. */
 static int scenario_graph_capture_unlaunched(void)
 {
     check_graph("cudaStreamBeginCapture", cudaStreamBeginCapture(CAPTURE_STREAM, cudaStreamCaptureModeGlobal));
-    void *p = captured_alloc(32 * MiB);
-    check_graph("cudaFreeAsync", cudaFreeAsync(p, CAPTURE_STREAM));
+    (void)captured_alloc(32 * MiB);
     cudaGraph_t g = NULL;
     check_graph("cudaStreamEndCapture", cudaStreamEndCapture(CAPTURE_STREAM, &g));
     check_graph("cudaGraphDestroy", cudaGraphDestroy(g));
