@@ -96,6 +96,8 @@ run_case fault_arrays_shared -- "$WORK/bin/faults_shared" arrays
 run_case fault_reset -- "$WORK/bin/faults_shared" reset
 run_case fault_reset_driver -- "$WORK/bin/faults" reset-driver
 run_case fault_stream_device -- "$WORK/bin/faults" stream-device
+run_case fault_graph -- "$WORK/bin/faults" graph
+run_case fault_graph_shared -- "$WORK/bin/faults_shared" graph
 
 python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"
 cp "$WORK/table.md" "$WORK/versions.txt" "$OUT/"
