@@ -69,10 +69,11 @@ pub enum Op {
     FreePending(FreePending),
     /// A context torn down, with every device and managed allocation of its device.
     Reset(Reset),
-    /// A graph allocation node created: known, not live.
-    GraphNode(GraphNode),
+    /// A graph allocation node created: known, not live. (Boxed, as `GraphExec`: rare events
+    /// that would make every `Op` in the reorder buffer larger.)
+    GraphNode(Box<GraphNode>),
     /// A graph with memory nodes instantiated: its table of allocation and free nodes.
-    GraphExec(GraphExec),
+    GraphExec(Box<GraphExec>),
     /// An executable graph with memory nodes launched.
     GraphLaunch(GraphLaunch),
     /// An executable graph with memory nodes destroyed.
@@ -646,6 +647,12 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_op_is_no_larger_than_an_allocation_needs() {
+        // The reorder buffer holds up to MAX_PENDING of them.
+        assert!(std::mem::size_of::<Op>() <= std::mem::size_of::<Alloc>() + 8, "{}", std::mem::size_of::<Op>());
+    }
+
+    #[test]
     fn handles_and_pointers_are_separate() {
         let mut s = State::default();
         s.apply(&Op::Alloc(Alloc {
@@ -686,7 +693,7 @@ pub(crate) mod tests {
     const MIB: u64 = 1 << 20;
 
     fn node(seq: u64, addr: u64, size: u64, api: Api, stack: u32) -> Op {
-        Op::GraphNode(GraphNode {
+        Op::GraphNode(Box::new(GraphNode {
             seq,
             ts_ns: seq,
             addr,
@@ -698,11 +705,11 @@ pub(crate) mod tests {
             stream: 0,
             tid: 1,
             stack,
-        })
+        }))
     }
 
     fn exec(seq: u64, exec: u64, allocs: &[(u64, u64)], frees: &[u64], auto_free: bool) -> Op {
-        Op::GraphExec(GraphExec {
+        Op::GraphExec(Box::new(GraphExec {
             seq,
             ts_ns: seq,
             exec,
@@ -716,7 +723,7 @@ pub(crate) mod tests {
                 .map(|&(addr, size)| gpushim_wire::GraphAlloc { addr, size, kind: Kind::Device, device: 0 })
                 .collect(),
             frees: frees.to_vec(),
-        })
+        }))
     }
 
     fn launch(seq: u64, exec: u64) -> Op {

@@ -309,7 +309,9 @@ fn a_captured_allocation_of_a_graph_destroyed_unlaunched_is_never_live() {
     assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
     let notes = notes(&r);
     assert!(
-        notes.contains(&"32.0 MiB in 1 graph allocation node that no launch reached: never allocated, not counted as live"),
+        notes.contains(
+            &"32.0 MiB in 1 graph allocation node that no launch reached: never allocated, not counted as live"
+        ),
         "{notes:?}"
     );
 }
