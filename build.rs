@@ -111,6 +111,7 @@ fn main() {
         "standins/cuda_arrays.c",
         "standins/cuda_contexts.c",
         "standins/cuda_vmm.c",
+        "standins/cuda_graphs.c",
         "standins/cudart.c",
         "standins/cuda_standin.h",
         "standins/cudart_standin.h",
@@ -142,6 +143,7 @@ fn main() {
     a.push(ctx.src("standins/cuda_arrays.c"));
     a.push(ctx.src("standins/cuda_contexts.c"));
     a.push(ctx.src("standins/cuda_vmm.c"));
+    a.push(ctx.src("standins/cuda_graphs.c"));
     a.extend(os(&["-lpthread"]));
     ctx.cc("libcuda.so.1", &a);
 

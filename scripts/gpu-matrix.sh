@@ -101,6 +101,8 @@ run_case fault_reset_static -- "$WORK/bin/faults" reset
 run_case fault_pool_device -- "$WORK/bin/faults" pool-device
 run_case fault_oom_device -- "$WORK/bin/faults" oom-device
 run_case fault_vmm -- "$WORK/bin/faults" vmm
+run_case fault_graph -- "$WORK/bin/faults" graph
+run_case fault_graph_shared -- "$WORK/bin/faults_shared" graph
 
 python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"
 cp "$WORK/table.md" "$WORK/versions.txt" "$OUT/"

@@ -173,36 +173,53 @@ static CUresult impl_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsig
     return alloc_device(dptr, bytesize);
 }
 
+/* A stream-ordered allocation: an allocation node of the graph its stream captures into, if it
+ * does (cuda_graphs.c), else device memory.  The per-thread default stream's handle 0 is
+ * CU_STREAM_PER_THREAD (2). */
+/* A stream-ordered allocation on `s`, owned by `owner` (a pool's context; NULL: the stream's). */
+static CUresult async_alloc(CUdeviceptr *dptr, size_t bytesize, CUstream s, void *owner)
+{
+    CUresult r;
+    if (graph_capture_alloc(s, bytesize, dptr, &r))
+        return r;
+    standin_set_owner(owner != NULL ? owner : standin_stream_ctx(s));
+    r = alloc_device(dptr, bytesize);
+    standin_set_owner(NULL);
+    return r;
+}
+
+static CUresult async_free(CUdeviceptr dptr, CUstream s)
+{
+    CUresult r;
+    if (graph_capture_free(s, dptr, &r))
+        return r;
+    return free_backed((uintptr_t)dptr, CLASS_DEVICE);
+}
+
+#define PER_THREAD(s) ((s) == NULL ? (CUstream)(uintptr_t)2 : (s))
+
 static CUresult impl_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
     COUNT(cuMemAllocAsync);
-    standin_set_owner(standin_stream_ctx(s));
-    CUresult r = alloc_device(dptr, bytesize);
-    standin_set_owner(NULL);
-    return r;
+    return async_alloc(dptr, bytesize, s, NULL);
 }
 
 static CUresult impl_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
     COUNT(cuMemAllocAsync_ptsz);
-    standin_set_owner(standin_stream_ctx(s));
-    CUresult r = alloc_device(dptr, bytesize);
-    standin_set_owner(NULL);
-    return r;
+    return async_alloc(dptr, bytesize, PER_THREAD(s), NULL);
 }
 
 static CUresult impl_cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
     COUNT(cuMemFreeAsync);
-    (void)s;
-    return free_backed((uintptr_t)dptr, CLASS_DEVICE);
+    return async_free(dptr, s);
 }
 
 static CUresult impl_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
     COUNT(cuMemFreeAsync_ptsz);
-    (void)s;
-    return free_backed((uintptr_t)dptr, CLASS_DEVICE);
+    return async_free(dptr, PER_THREAD(s));
 }
 
 static CUresult impl_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
@@ -211,11 +228,7 @@ static CUresult impl_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
     COUNT(cuMemAllocFromPoolAsync);
     if (pool == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    void *owner = standin_pool_ctx(pool);
-    standin_set_owner(owner != NULL ? owner : standin_stream_ctx(s));
-    CUresult r = alloc_device(dptr, bytesize);
-    standin_set_owner(NULL);
-    return r;
+    return async_alloc(dptr, bytesize, s, standin_pool_ctx(pool));
 }
 
 static CUresult impl_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
@@ -224,11 +237,7 @@ static CUresult impl_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t byte
     COUNT(cuMemAllocFromPoolAsync_ptsz);
     if (pool == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    void *owner = standin_pool_ctx(pool);
-    standin_set_owner(owner != NULL ? owner : standin_stream_ctx(s));
-    CUresult r = alloc_device(dptr, bytesize);
-    standin_set_owner(NULL);
-    return r;
+    return async_alloc(dptr, bytesize, PER_THREAD(s), standin_pool_ctx(pool));
 }
 
 static CUresult impl_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags)
@@ -364,6 +373,22 @@ static const struct proc procs[] = {
     {"cuMipmappedArrayDestroy", FP(impl_cuMipmappedArrayDestroy), NULL, 0, NULL},
     {"cuArrayGetMemoryRequirements", FP(impl_cuArrayGetMemoryRequirements), NULL, 0, NULL},
     {"cuMipmappedArrayGetMemoryRequirements", FP(impl_cuArrayGetMemoryRequirements), NULL, 0, NULL},
+    {"cuGraphCreate", FP(impl_cuGraphCreate), NULL, 0, NULL},
+    {"cuGraphDestroy", FP(impl_cuGraphDestroy), NULL, 0, NULL},
+    {"cuGraphAddMemAllocNode", FP(impl_cuGraphAddMemAllocNode), NULL, 0, NULL},
+    {"cuGraphAddMemFreeNode", FP(impl_cuGraphAddMemFreeNode), NULL, 0, NULL},
+    {"cuGraphGetNodes", FP(impl_cuGraphGetNodes), NULL, 0, NULL},
+    {"cuGraphNodeGetType", FP(impl_cuGraphNodeGetType), NULL, 0, NULL},
+    {"cuGraphMemAllocNodeGetParams", FP(impl_cuGraphMemAllocNodeGetParams), NULL, 0, NULL},
+    {"cuGraphMemFreeNodeGetParams", FP(impl_cuGraphMemFreeNodeGetParams), NULL, 0, NULL},
+    {"cuGraphInstantiate", FP(impl_cuGraphInstantiateWithFlags), NULL, 12000, NULL},
+    {"cuGraphInstantiateWithFlags", FP(impl_cuGraphInstantiateWithFlags), NULL, 0, NULL},
+    {"cuGraphLaunch", FP(impl_cuGraphLaunch), NULL, 0, FP(impl_cuGraphLaunch_ptsz)},
+    {"cuGraphExecDestroy", FP(impl_cuGraphExecDestroy), NULL, 0, NULL},
+    {"cuDeviceGraphMemTrim", FP(impl_cuDeviceGraphMemTrim), NULL, 0, NULL},
+    {"cuStreamBeginCapture", FP(impl_cuStreamBeginCapture_v2), NULL, 10010, NULL},
+    {"cuStreamEndCapture", FP(impl_cuStreamEndCapture), NULL, 0, NULL},
+    {"cuStreamIsCapturing", FP(impl_cuStreamIsCapturing), NULL, 0, NULL},
     {"cuGetProcAddress", FP(impl_cuGetProcAddress_v2), FP(impl_cuGetProcAddress_v1), 12000, NULL},
 };
 

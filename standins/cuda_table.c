@@ -174,9 +174,9 @@ CUresult alloc_backed(uintptr_t *out, size_t size, int cls, int counts, int low3
 static void release_entry(struct entry *e)
 {
     if (e->cls != CLASS_HANDLE) {
-        if (e->mapped)
+        if (e->mapped == 1)
             munmap((void *)e->key, e->size);
-        else
+        else if (e->mapped == 0)
             free((void *)e->key);
     }
     free(e);

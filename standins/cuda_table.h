@@ -19,7 +19,8 @@ struct entry {
     size_t size;
     int cls;          /* enum entry_class */
     int counts;       /* 1 if the bytes count against STANDIN_DEVICE_BYTES */
-    int mapped;       /* 1 if backed by mmap (cuMemAlloc v1), else malloc */
+    int mapped;       /* 1 if backed by mmap (cuMemAlloc v1), 2 if not backed (a graph
+                         allocation's reserved address), else malloc */
     void *ctx;        /* the context it belongs to (cuda_contexts.c) */
     int device;       /* that context's device */
     struct entry *next;
@@ -61,6 +62,29 @@ CUresult impl_cuDevicePrimaryCtxRelease_v2(int device);
 CUresult impl_cuDevicePrimaryCtxReset_v2(int device);
 CUresult impl_cuCtxDestroy_v2(void *ctx);
 CUresult impl_cuCtxGetDevice(int *device);
+
+/* Graphs (cuda_graphs.c): stream-ordered calls on a capturing stream add graph nodes. Each
+ * returns 1 (with *result set) when `stream` is capturing and the call became a node. */
+int graph_capture_alloc(CUstream stream, size_t size, CUdeviceptr *dptr, CUresult *result);
+int graph_capture_free(CUstream stream, CUdeviceptr dptr, CUresult *result);
+CUresult impl_cuGraphCreate(CUgraph *g, unsigned int flags);
+CUresult impl_cuGraphDestroy(CUgraph g);
+CUresult impl_cuGraphAddMemAllocNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                     CUDA_MEM_ALLOC_NODE_PARAMS *p);
+CUresult impl_cuGraphAddMemFreeNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                    CUdeviceptr dptr);
+CUresult impl_cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *num);
+CUresult impl_cuGraphNodeGetType(CUgraphNode n, int *type);
+CUresult impl_cuGraphMemAllocNodeGetParams(CUgraphNode n, CUDA_MEM_ALLOC_NODE_PARAMS *p);
+CUresult impl_cuGraphMemFreeNodeGetParams(CUgraphNode n, CUdeviceptr *dptr);
+CUresult impl_cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags);
+CUresult impl_cuGraphLaunch(CUgraphExec e, CUstream s);
+CUresult impl_cuGraphLaunch_ptsz(CUgraphExec e, CUstream s);
+CUresult impl_cuGraphExecDestroy(CUgraphExec e);
+CUresult impl_cuDeviceGraphMemTrim(int device);
+CUresult impl_cuStreamBeginCapture_v2(CUstream s, int mode);
+CUresult impl_cuStreamEndCapture(CUstream s, CUgraph *g);
+CUresult impl_cuStreamIsCapturing(CUstream s, int *status);
 
 /* The array functions (cuda_arrays.c), for cuGetProcAddress's table in cuda.c. */
 CUresult impl_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d);

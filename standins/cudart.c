@@ -69,6 +69,16 @@ static struct {
     PFN_cuMipmappedArrayCreate mipmappedArrayCreate;
     PFN_cuMipmappedArrayDestroy mipmappedArrayDestroy;
     CUresult (*primaryCtxReset)(int);
+    PFN_cuGraphCreate graphCreate;
+    PFN_cuGraphDestroy graphDestroy;
+    PFN_cuGraphAddMemAllocNode graphAddMemAllocNode;
+    PFN_cuGraphAddMemFreeNode graphAddMemFreeNode;
+    PFN_cuGraphInstantiateWithFlags graphInstantiate;
+    PFN_cuGraphLaunch graphLaunch;
+    PFN_cuGraphExecDestroy graphExecDestroy;
+    PFN_cuDeviceGraphMemTrim graphMemTrim;
+    PFN_cuStreamBeginCapture_v2 streamBeginCapture;
+    PFN_cuStreamEndCapture streamEndCapture;
 } drv;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -157,6 +167,17 @@ static void runtime_init(void)
     drv.arrayDestroy = (PFN_cuArrayDestroy)load("cuArrayDestroy", 2000, 0);
     drv.mipmappedArrayCreate = (PFN_cuMipmappedArrayCreate)load("cuMipmappedArrayCreate", 5000, 0);
     drv.mipmappedArrayDestroy = (PFN_cuMipmappedArrayDestroy)load("cuMipmappedArrayDestroy", 5000, 0);
+
+    drv.graphCreate = (PFN_cuGraphCreate)load("cuGraphCreate", 10000, 0);
+    drv.graphDestroy = (PFN_cuGraphDestroy)load("cuGraphDestroy", 10000, 0);
+    drv.graphAddMemAllocNode = (PFN_cuGraphAddMemAllocNode)load("cuGraphAddMemAllocNode", 11040, 0);
+    drv.graphAddMemFreeNode = (PFN_cuGraphAddMemFreeNode)load("cuGraphAddMemFreeNode", 11040, 0);
+    drv.graphInstantiate = (PFN_cuGraphInstantiateWithFlags)load("cuGraphInstantiate", 12000, 0);
+    drv.graphLaunch = (PFN_cuGraphLaunch)load("cuGraphLaunch", 10000, 0);
+    drv.graphExecDestroy = (PFN_cuGraphExecDestroy)load("cuGraphExecDestroy", 10000, 0);
+    drv.graphMemTrim = (PFN_cuDeviceGraphMemTrim)load("cuDeviceGraphMemTrim", 11040, 0);
+    drv.streamBeginCapture = (PFN_cuStreamBeginCapture_v2)load("cuStreamBeginCapture", 10010, 0);
+    drv.streamEndCapture = (PFN_cuStreamEndCapture)load("cuStreamEndCapture", 10000, 0);
 
     /* The real runtime fetches a private table once; the result is ignored. */
     if (drv.getExportTable != NULL) {
@@ -414,4 +435,81 @@ API cudaError_t cudaDeviceReset(void)
 {
     REQUIRE(drv.primaryCtxReset);
     return map_error(drv.primaryCtxReset(0));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Graphs: each through the driver's function, as the real runtime does.      */
+
+API cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
+{
+    REQUIRE(drv.graphCreate);
+    return map_error(drv.graphCreate((CUgraph *)pGraph, flags));
+}
+
+API cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    REQUIRE(drv.graphDestroy);
+    return map_error(drv.graphDestroy((CUgraph)graph));
+}
+
+API cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                         const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                         void *nodeParams)
+{
+    REQUIRE(drv.graphAddMemAllocNode);
+    return map_error(drv.graphAddMemAllocNode((CUgraphNode *)pGraphNode, (CUgraph)graph,
+                                              (const CUgraphNode *)pDependencies, numDependencies,
+                                              (CUDA_MEM_ALLOC_NODE_PARAMS *)nodeParams));
+}
+
+API cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                        const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dptr)
+{
+    REQUIRE(drv.graphAddMemFreeNode);
+    return map_error(drv.graphAddMemFreeNode((CUgraphNode *)pGraphNode, (CUgraph)graph,
+                                             (const CUgraphNode *)pDependencies, numDependencies,
+                                             (CUdeviceptr)(uintptr_t)dptr));
+}
+
+API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
+{
+    REQUIRE(drv.graphInstantiate);
+    return map_error(drv.graphInstantiate((CUgraphExec *)pGraphExec, (CUgraph)graph, flags));
+}
+
+API cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                              unsigned long long flags)
+{
+    REQUIRE(drv.graphInstantiate);
+    return map_error(drv.graphInstantiate((CUgraphExec *)pGraphExec, (CUgraph)graph, flags));
+}
+
+API cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    REQUIRE(drv.graphLaunch);
+    return map_error(drv.graphLaunch((CUgraphExec)graphExec, (CUstream)stream));
+}
+
+API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+    REQUIRE(drv.graphExecDestroy);
+    return map_error(drv.graphExecDestroy((CUgraphExec)graphExec));
+}
+
+API cudaError_t cudaDeviceGraphMemTrim(int device)
+{
+    REQUIRE(drv.graphMemTrim);
+    return map_error(drv.graphMemTrim(device));
+}
+
+API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, int mode)
+{
+    REQUIRE(drv.streamBeginCapture);
+    return map_error(drv.streamBeginCapture((CUstream)stream, mode));
+}
+
+API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+    REQUIRE(drv.streamEndCapture);
+    return map_error(drv.streamEndCapture((CUstream)stream, (CUgraph *)pGraph));
 }

@@ -57,6 +57,26 @@ cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const
                                      struct cudaExtent extent, unsigned int numLevels, unsigned int flags);
 cudaError_t cudaFreeArray(cudaArray_t array);
 cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray);
+/* Graphs with memory nodes (cuda_runtime_api.h's names; the node parameters' layout is the
+ * driver's). */
+typedef void *cudaGraph_t;
+typedef void *cudaGraphNode_t;
+typedef void *cudaGraphExec_t;
+#define cudaGraphInstantiateFlagAutoFreeOnLaunch 1
+#define cudaStreamCaptureModeGlobal 0
+cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies,
+                                     size_t numDependencies, void *nodeParams /* cudaMemAllocNodeParams */);
+cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies,
+                                    size_t numDependencies, void *dptr);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec);
+cudaError_t cudaDeviceGraphMemTrim(int device);
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, int mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
 cudaError_t cudaGetDevice(int *device);
 
 /* Stand-in only: the cudaMalloc or cudaFree calls this copy of the runtime served. */

@@ -41,6 +41,49 @@ fn kind_totals(g: &Gauge) -> KindTotals {
     KindTotals { live_bytes: g.live_bytes, live_count: g.live_count, peak_live_bytes: g.peak_live_bytes }
 }
 
+/// The report's lines on graph memory (CUDA Programming Guide, "Graph Memory Nodes"): what
+/// launches made live, what allocation nodes never held memory, and the trims.
+fn graph_notes(state: &State, notes: &mut Vec<String>) {
+    let g = &state.graphs;
+    let unlaunched = state.unlaunched_graph_nodes();
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    if g.launches > 0 || g.execs > 0 {
+        let (count, bytes) = state.live_graph_allocations();
+        notes.push(format!(
+            "graph memory: {} launch{} of {} executable graph{} with memory nodes; {} live at the end in {} graph allocation{}, under the sites that made their nodes",
+            g.launches,
+            if g.launches == 1 { "" } else { "es" },
+            g.execs,
+            plural(g.execs),
+            crate::words::fmt_bytes(bytes),
+            count,
+            plural(count)
+        ));
+    }
+    if unlaunched.count > 0 {
+        notes.push(format!(
+            "{} in {} graph allocation node{} that no launch reached: never allocated, not counted as live",
+            crate::words::fmt_bytes(unlaunched.bytes),
+            unlaunched.count,
+            plural(unlaunched.count)
+        ));
+    }
+    if g.unknown_launches > 0 {
+        notes.push(format!(
+            "{} graph launch{} of an executable graph whose instantiation was not seen: its memory nodes are not counted",
+            g.unknown_launches,
+            if g.unknown_launches == 1 { "" } else { "es" }
+        ));
+    }
+    for ((api, device), n) in &g.trims {
+        notes.push(format!(
+            "{} returned GPU {device}'s unused graph memory to the system ({n} call{}): reserved memory only, no allocation was freed",
+            api.name(),
+            plural(*n)
+        ));
+    }
+}
+
 /// Builds the report of `state`.
 pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     let end = ctx.end_ts_ns.max(state.last_ts_ns);
@@ -129,6 +172,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             crate::words::fmt_bytes(r.bytes)
         ));
     }
+    graph_notes(state, &mut notes);
     notes.extend(sym.problems().iter().cloned());
 
     let t = &state.totals;

@@ -7,7 +7,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use gpushim_wire::{Alloc, Api, ContextCreated, Failed, Free, FreePending, HandleRef, Kind, Map, Reset, Unmap};
+use gpushim_wire::{
+    Alloc, Api, ContextCreated, Failed, Free, FreePending, GraphExec, GraphExecDestroy, GraphLaunch, GraphMemTrim,
+    GraphNode, HandleRef, Kind, Map, Reset, Unmap,
+};
 
 use crate::gauge::{Gauge, SiteSeries, SiteStats, Totals};
 use crate::timeline::Timeline;
@@ -75,53 +78,56 @@ pub enum Op {
     Unmap(Unmap),
     /// A VMM handle retained or imported.
     HandleRef(HandleRef),
+    /// A graph allocation node created: known, not live. (Boxed, as `GraphExec`: rare events
+    /// that would make every `Op` in the reorder buffer larger.)
+    GraphNode(Box<GraphNode>),
+    /// A graph with memory nodes instantiated: its table of allocation and free nodes.
+    GraphExec(Box<GraphExec>),
+    /// An executable graph with memory nodes launched.
+    GraphLaunch(GraphLaunch),
+    /// An executable graph with memory nodes destroyed.
+    GraphExecDestroy(GraphExecDestroy),
+    /// A device's unused graph memory returned to the system.
+    GraphMemTrim(GraphMemTrim),
+}
+
+/// Calls `$body` with `$x` bound to the event inside any [`Op`].
+macro_rules! each_op {
+    ($op:expr, $x:ident => $body:expr) => {
+        match $op {
+            Op::Alloc($x) => $body,
+            Op::Free($x) => $body,
+            Op::Failed($x) => $body,
+            Op::FreePending($x) => $body,
+            Op::Reset($x) => $body,
+            Op::ContextCreated($x) => $body,
+            Op::Map($x) => $body,
+            Op::Unmap($x) => $body,
+            Op::HandleRef($x) => $body,
+            Op::GraphNode($x) => $body,
+            Op::GraphExec($x) => $body,
+            Op::GraphLaunch($x) => $body,
+            Op::GraphExecDestroy($x) => $body,
+            Op::GraphMemTrim($x) => $body,
+        }
+    };
 }
 
 impl Op {
     /// The event's global sequence number.
     pub fn seq(&self) -> u64 {
-        match self {
-            Op::Alloc(a) => a.seq,
-            Op::Free(f) => f.seq,
-            Op::Failed(f) => f.seq,
-            Op::FreePending(f) => f.seq,
-            Op::Reset(r) => r.seq,
-            Op::ContextCreated(c) => c.seq,
-            Op::Map(m) => m.seq,
-            Op::Unmap(u) => u.seq,
-            Op::HandleRef(h) => h.seq,
-        }
+        each_op!(self, x => x.seq)
     }
 
     /// Gives the event sequence number `seq` (tests build events first and number them after).
     #[cfg(test)]
     pub(crate) fn set_seq(&mut self, seq: u64) {
-        match self {
-            Op::Alloc(a) => a.seq = seq,
-            Op::Free(f) => f.seq = seq,
-            Op::Failed(f) => f.seq = seq,
-            Op::FreePending(f) => f.seq = seq,
-            Op::Reset(r) => r.seq = seq,
-            Op::ContextCreated(c) => c.seq = seq,
-            Op::Map(m) => m.seq = seq,
-            Op::Unmap(u) => u.seq = seq,
-            Op::HandleRef(h) => h.seq = seq,
-        }
+        each_op!(self, x => x.seq = seq)
     }
 
     /// The event's monotonic timestamp, ns.
     pub fn ts_ns(&self) -> u64 {
-        match self {
-            Op::Alloc(a) => a.ts_ns,
-            Op::Free(f) => f.ts_ns,
-            Op::Failed(f) => f.ts_ns,
-            Op::FreePending(f) => f.ts_ns,
-            Op::Reset(r) => r.ts_ns,
-            Op::ContextCreated(c) => c.ts_ns,
-            Op::Map(m) => m.ts_ns,
-            Op::Unmap(u) => u.ts_ns,
-            Op::HandleRef(h) => h.ts_ns,
-        }
+        each_op!(self, x => x.ts_ns)
     }
 }
 
@@ -205,6 +211,59 @@ pub struct State {
     /// `cuMemUnmap` calls applied as in progress (a [`FreePending`] with that API), by
     /// sequence number, until their [`Unmap`] arrives: the mappings stay meanwhile.
     pending_unmaps: IntMap<u64, ()>,
+    /// Graph allocation nodes by virtual address: where each was made (see [`GraphNode`]).
+    graph_nodes: IntMap<u64, NodeInfo>,
+    /// Executable graphs with memory nodes, by handle.
+    graph_execs: IntMap<u64, ExecTable>,
+    /// Counters of graph memory, for the report.
+    pub graphs: GraphStats,
+}
+
+/// A graph allocation node, as the live set needs it when a launch makes its memory live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// Size in bytes.
+    pub size: u64,
+    /// Kind of memory.
+    pub kind: Kind,
+    /// Device ordinal, or -1.
+    pub device: i32,
+    /// Stack id of the node's creation (or of the instantiation when the creation was not seen).
+    pub site: u32,
+    /// The entry point that made the node.
+    pub api: Api,
+    /// Whether a launch ever made its memory live.
+    pub launched: bool,
+}
+
+/// What a launch of one executable graph does to the live set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct ExecTable {
+    allocs: Vec<(u64, NodeInfo)>,
+    frees: Vec<u64>,
+    auto_free: bool,
+}
+
+/// Graph memory counters (CUDA Programming Guide, "Graph Memory Nodes").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GraphStats {
+    /// Executable graphs with memory nodes instantiated.
+    pub execs: u64,
+    /// Launches of them.
+    pub launches: u64,
+    /// Launches of an executable graph whose instantiation was not seen (nothing applied).
+    pub unknown_launches: u64,
+    /// Calls of `cudaDeviceGraphMemTrim`/`cuDeviceGraphMemTrim`, by API and device.
+    pub trims: BTreeMap<(Api, i32), u64>,
+}
+
+/// Allocation nodes whose memory no launch ever made live, as the report tells them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnlaunchedNodes {
+    /// How many.
+    pub count: u64,
+    /// Their bytes.
+    pub bytes: u64,
 }
 
 /// A context torn down, as the report tells it.
@@ -259,6 +318,23 @@ impl State {
                 let imported = h.api == Api::CuMemImportFromShareableHandle;
                 self.vmm.add_ref(h.handle, h.addr, imported, h.device);
             }
+            Op::GraphNode(n) => {
+                let info = NodeInfo {
+                    size: n.size,
+                    kind: n.kind,
+                    device: n.device,
+                    site: n.stack,
+                    api: n.api,
+                    launched: false,
+                };
+                self.graph_nodes.insert(n.addr, info);
+            }
+            Op::GraphExec(x) => self.graph_exec(x),
+            Op::GraphLaunch(l) => self.graph_launch(l),
+            Op::GraphExecDestroy(d) => {
+                self.graph_execs.remove(&d.exec);
+            }
+            Op::GraphMemTrim(t) => *self.graphs.trims.entry((t.api, t.device)).or_default() += 1,
             Op::Failed(f) => {
                 self.totals.failed_count += 1;
                 if self.failures.len() < MAX_FAILURES {
@@ -291,6 +367,11 @@ impl State {
         if a.api == Api::CuMemCreate {
             self.vmm.create(a.addr, a.size, device_key(&e).unwrap_or(-1));
         }
+        self.insert_live(key, e);
+    }
+
+    /// Makes `e` live at `key`, replacing (and releasing) a live entry there.
+    fn insert_live(&mut self, key: (bool, u64), e: Entry) {
         // One lookup: the entry goes in first, a live one it replaces is released after.
         if let Some(old) = self.live.insert(key, e) {
             match self.pending_by_key.remove(&key) {
@@ -301,39 +382,39 @@ impl State {
                 }
                 None => self.totals.replaced_count += 1,
             }
-            self.release(&old, a.ts_ns);
+            self.release(&old, e.ts_ns);
         }
         self.totals.alloc_count += 1;
-        self.totals.alloc_bytes = self.totals.alloc_bytes.saturating_add(a.size);
-        self.totals.gauge.add(a.size);
-        self.kinds[a.kind as usize].add(a.size);
+        self.totals.alloc_bytes = self.totals.alloc_bytes.saturating_add(e.size);
+        self.totals.gauge.add(e.size);
+        self.kinds[e.kind as usize].add(e.size);
         if let Some(d) = device_key(&e) {
-            self.devices.entry(d).or_default().add(a.size);
+            self.devices.entry(d).or_default().add(e.size);
         }
-        let site = self.sites.entry(a.stack).or_insert_with(|| SiteStats {
-            id: a.stack,
-            kind: a.kind,
+        let site = self.sites.entry(e.site).or_insert_with(|| SiteStats {
+            id: e.site,
+            kind: e.kind,
             apis: Vec::new(),
             gauge: Gauge::default(),
             alloc_count: 0,
             alloc_bytes: 0,
             free_count: 0,
-            first_alloc_ns: a.ts_ns,
-            last_alloc_ns: a.ts_ns,
+            first_alloc_ns: e.ts_ns,
+            last_alloc_ns: e.ts_ns,
             series: SiteSeries::default(),
             swept_count: 0,
             swept_bytes: 0,
         });
-        if !site.apis.contains(&a.api) {
-            site.apis.push(a.api);
+        if !site.apis.contains(&e.api) {
+            site.apis.push(e.api);
         }
-        site.gauge.add(a.size);
+        site.gauge.add(e.size);
         site.alloc_count += 1;
-        site.alloc_bytes = site.alloc_bytes.saturating_add(a.size);
-        site.first_alloc_ns = site.first_alloc_ns.min(a.ts_ns);
-        site.last_alloc_ns = site.last_alloc_ns.max(a.ts_ns);
-        site.series.record(a.ts_ns, site.gauge.live_bytes);
-        self.timeline.record(a.ts_ns, &self.kinds, &self.devices);
+        site.alloc_bytes = site.alloc_bytes.saturating_add(e.size);
+        site.first_alloc_ns = site.first_alloc_ns.min(e.ts_ns);
+        site.last_alloc_ns = site.last_alloc_ns.max(e.ts_ns);
+        site.series.record(e.ts_ns, site.gauge.live_bytes);
+        self.timeline.record(e.ts_ns, &self.kinds, &self.devices);
     }
 
     fn free(&mut self, f: &Free) {
@@ -395,6 +476,104 @@ impl State {
             self.count_free(&e);
             self.release(&e, ts_ns);
         }
+    }
+
+    /// Frees the live pointer `addr` (a graph's free node, or an auto-free at relaunch); a free
+    /// node of an address that is not live counts as an unknown free.
+    fn graph_free(&mut self, addr: u64, ts_ns: u64) {
+        match self.live.remove(&(false, addr)) {
+            Some(e) => {
+                self.count_free(&e);
+                self.release(&e, ts_ns);
+            }
+            None => self.totals.unknown_free_count += 1,
+        }
+    }
+
+    /// An instantiation: the executable graph's allocation nodes, each with the site of its
+    /// creation when that was seen, else the instantiation's.
+    fn graph_exec(&mut self, x: &GraphExec) {
+        let allocs = x
+            .allocs
+            .iter()
+            .map(|a| {
+                let made = self.graph_nodes.get(&a.addr);
+                let info = NodeInfo {
+                    size: a.size,
+                    kind: a.kind,
+                    device: a.device,
+                    site: made.map_or(x.stack, |n| n.site),
+                    api: made.map_or(x.api, |n| n.api),
+                    launched: false,
+                };
+                if made.is_none() {
+                    self.graph_nodes.insert(a.addr, info);
+                }
+                (a.addr, info)
+            })
+            .collect();
+        self.graph_execs.insert(x.exec, ExecTable { allocs, frees: x.frees.clone(), auto_free: x.auto_free });
+        self.graphs.execs += 1;
+    }
+
+    /// A launch (CUDA Programming Guide, "Graph Memory Nodes"; `cuGraphLaunch`): with
+    /// `AUTO_FREE_ON_LAUNCH`, the allocations of the previous launch still unfreed are freed
+    /// first; then each allocation node's memory becomes live under the node's site, and each
+    /// free node frees its address (a free node is ordered after the allocation it frees).
+    fn graph_launch(&mut self, l: &GraphLaunch) {
+        let Some(t) = self.graph_execs.get(&l.exec) else {
+            self.graphs.unknown_launches += 1;
+            return;
+        };
+        let t = t.clone();
+        self.graphs.launches += 1;
+        if t.auto_free {
+            for (addr, _) in &t.allocs {
+                if self.live.contains_key(&(false, *addr)) {
+                    self.graph_free(*addr, l.ts_ns);
+                }
+            }
+        }
+        for (addr, info) in &t.allocs {
+            let e = Entry {
+                size: info.size,
+                kind: info.kind,
+                api: info.api,
+                device: info.device,
+                site: info.site,
+                seq: l.seq,
+                ts_ns: l.ts_ns,
+                // Graph memory is counted in the primary context (a context the program
+                // created does not take it when destroyed).
+                ctx: 0,
+            };
+            self.insert_live((false, *addr), e);
+            if let Some(n) = self.graph_nodes.get_mut(addr) {
+                n.launched = true;
+            }
+        }
+        for &addr in &t.frees {
+            self.graph_free(addr, l.ts_ns);
+        }
+    }
+
+    /// Allocation nodes no launch ever made live (a graph destroyed unlaunched, or not
+    /// launched yet): memory that is not counted as live.
+    pub fn unlaunched_graph_nodes(&self) -> UnlaunchedNodes {
+        let mut u = UnlaunchedNodes::default();
+        for n in self.graph_nodes.values().filter(|n| !n.launched) {
+            u.count += 1;
+            u.bytes = u.bytes.saturating_add(n.size);
+        }
+        u
+    }
+
+    /// Live allocations made by graph launches: how many and their bytes.
+    pub fn live_graph_allocations(&self) -> (u64, u64) {
+        self.live
+            .iter()
+            .filter(|((handle, addr), _)| !handle && self.graph_nodes.get(addr).is_some_and(|n| n.launched))
+            .fold((0, 0), |(c, b), (_, e)| (c + 1, b + e.size))
     }
 
     /// Frees every device and managed allocation of the context torn down (pinned host memory
@@ -583,6 +762,12 @@ pub(crate) mod tests {
         assert_eq!((s.failures[0].size, s.failures[0].site, s.failures[0].result), (1 << 40, 7, 2));
         assert_eq!(s.live().count(), 4);
         assert_eq!((s.first_ts_ns, s.last_ts_ns), (Some(100), 190));
+    }
+
+    #[test]
+    fn an_op_is_no_larger_than_an_allocation_needs() {
+        // The reorder buffer holds up to MAX_PENDING of them.
+        assert!(std::mem::size_of::<Op>() <= std::mem::size_of::<Alloc>() + 8, "{}", std::mem::size_of::<Op>());
     }
 
     #[test]
@@ -823,5 +1008,122 @@ pub(crate) mod tests {
         assert_eq!((s.totals.failed_free_count, s.vmm.unknown_unmap_count), (0, 0));
         let g = s.vmm.devices[&0];
         assert_eq!((g.handles, g.imported_handles, g.mapped_bytes), (0, 0, 0));
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    fn node(seq: u64, addr: u64, size: u64, api: Api, stack: u32) -> Op {
+        Op::GraphNode(Box::new(GraphNode {
+            seq,
+            ts_ns: seq,
+            addr,
+            size,
+            kind: Kind::Device,
+            api,
+            device: 0,
+            graph: 0x9000,
+            stream: 0,
+            tid: 1,
+            stack,
+        }))
+    }
+
+    fn exec(seq: u64, exec: u64, allocs: &[(u64, u64)], frees: &[u64], auto_free: bool) -> Op {
+        Op::GraphExec(Box::new(GraphExec {
+            seq,
+            ts_ns: seq,
+            exec,
+            graph: 0x9000,
+            api: Api::CudaGraphInstantiate,
+            auto_free,
+            tid: 1,
+            stack: 99,
+            allocs: allocs
+                .iter()
+                .map(|&(addr, size)| gpushim_wire::GraphAlloc { addr, size, kind: Kind::Device, device: 0 })
+                .collect(),
+            frees: frees.to_vec(),
+        }))
+    }
+
+    fn launch(seq: u64, exec: u64) -> Op {
+        Op::GraphLaunch(GraphLaunch { seq, ts_ns: seq, exec, api: Api::CudaGraphLaunch, stream: 5, tid: 1 })
+    }
+
+    #[test]
+    fn a_graph_allocation_is_live_from_its_launch_under_the_site_that_made_its_node() {
+        let a = 0x7000_0000;
+        let s = apply_all(&[
+            node(0, a, 64 * MIB, Api::CudaGraphAddMemAllocNode, 3),
+            exec(1, 0xe1, &[(a, 64 * MIB)], &[], false),
+        ]);
+        assert_eq!(s.totals.gauge.live_bytes, 0, "instantiated, not launched: nothing live");
+        assert_eq!(s.unlaunched_graph_nodes(), UnlaunchedNodes { count: 1, bytes: 64 * MIB });
+        let s = apply_all(&[
+            node(0, a, 64 * MIB, Api::CudaGraphAddMemAllocNode, 3),
+            exec(1, 0xe1, &[(a, 64 * MIB)], &[], false),
+            launch(2, 0xe1),
+            Op::GraphExecDestroy(GraphExecDestroy {
+                seq: 3,
+                ts_ns: 3,
+                exec: 0xe1,
+                api: Api::CudaGraphExecDestroy,
+                tid: 1,
+            }),
+        ]);
+        assert_eq!(s.totals.gauge.live_bytes, 64 * MIB, "destroying the executable graph frees nothing");
+        assert_eq!(s.sites[&3].gauge.live_bytes, 64 * MIB);
+        assert_eq!(s.sites[&3].apis, vec![Api::CudaGraphAddMemAllocNode]);
+        assert_eq!(s.devices[&0].live_bytes, 64 * MIB);
+        assert_eq!(s.live_graph_allocations(), (1, 64 * MIB));
+        assert_eq!(s.unlaunched_graph_nodes().count, 0);
+        assert_eq!((s.graphs.execs, s.graphs.launches), (1, 1));
+    }
+
+    #[test]
+    fn a_captured_allocation_of_a_graph_destroyed_unlaunched_is_never_live() {
+        let s = apply_all(&[node(0, 0x5000, 32 * MIB, Api::CudaMallocAsync, 4)]);
+        assert_eq!((s.totals.gauge.live_bytes, s.totals.alloc_count, s.totals.unknown_free_count), (0, 0, 0));
+        assert_eq!(s.unlaunched_graph_nodes(), UnlaunchedNodes { count: 1, bytes: 32 * MIB });
+    }
+
+    #[test]
+    fn an_allocation_freed_in_its_own_graph_is_freed_by_every_launch() {
+        let a = 0x7000_0000;
+        let mut ops =
+            vec![node(0, a, 16 * MIB, Api::CuGraphAddMemAllocNode, 3), exec(1, 0xe1, &[(a, 16 * MIB)], &[a], false)];
+        ops.extend((2..5).map(|i| launch(i, 0xe1)));
+        let s = apply_all(&ops);
+        assert_eq!(s.totals.gauge, g(0, 0, 16 * MIB));
+        assert_eq!((s.totals.alloc_count, s.totals.free_count, s.totals.replaced_count), (3, 3, 0));
+        assert_eq!(s.totals.unknown_free_count, 0);
+    }
+
+    #[test]
+    fn auto_free_on_launch_frees_the_previous_launch_and_other_graphs_and_cuda_free_free_too() {
+        let (a, b) = (0x7000_0000, 0x8000_0000);
+        let s = apply_all(&[
+            node(0, a, 8 * MIB, Api::CudaGraphAddMemAllocNode, 3),
+            exec(1, 0xe1, &[(a, 8 * MIB)], &[], true),
+            launch(2, 0xe1),
+            launch(3, 0xe1),
+            launch(4, 0xe1),
+        ]);
+        assert_eq!(s.totals.gauge, g(8 * MIB, 1, 8 * MIB));
+        assert_eq!((s.totals.free_count, s.totals.replaced_count), (2, 0));
+        // Allocated by graph A, freed by graph B's free node, then by a cudaFreeAsync outside.
+        let s = apply_all(&[
+            exec(0, 0xe1, &[(a, 8 * MIB), (b, 2 * MIB)], &[], false),
+            exec(1, 0xe2, &[], &[a], false),
+            launch(2, 0xe1),
+            launch(3, 0xe2),
+            free(4, 4, b, 0),
+        ]);
+        assert_eq!(s.totals.gauge.live_bytes, 0);
+        assert_eq!((s.totals.free_count, s.totals.unknown_free_count), (2, 0));
+        assert_eq!(s.sites[&99].alloc_count, 2, "nodes whose creation was not seen take the instantiation's site");
+        // A launch of an executable graph never seen instantiated changes nothing.
+        let s = apply_all(&[launch(0, 0xe9)]);
+        assert_eq!((s.totals.gauge.live_bytes, s.graphs.unknown_launches), (0, 1));
     }
 }

@@ -328,6 +328,7 @@ def checks():
     else:
         missing("S8")
     fault_rows()
+    graph_rows()
 
 
 def fault_rows():
@@ -527,6 +528,59 @@ def vmm_rows():
         f"same handle {t['same_handle']}; cuMemGetInfo +{mib(t['nccl_used_after_unmap'])} after the unmap, "
         f"+{mib(t['used_end'])} at the end",
     )
+
+
+def site_calls(r, site_id, function):
+    """Whether a frame of site `site_id` is in `function`."""
+    return any(f.get("function") == function for s in r["sites"] if s["id"] == site_id for f in s["frames"])
+
+
+GRAPH_NODE_APIS = {"cudaGraphAddMemAllocNode", "cuGraphAddMemAllocNode"}
+
+
+def graph_rows():
+    """Graph memory nodes (faults.cu graph): statically and dynamically linked runtime."""
+    for case in ("fault_graph", "fault_graph_shared"):
+        t, r, _ = load(case)
+        if not (r and "leaked" in t):
+            missing(case)
+            continue
+        s = r["suspects"][0] if r["suspects"] else None
+        at_node = s is not None and site_calls(r, s["site"], "graph_alloc_node")
+        node_apis = next((x["apis"] for x in r["sites"] if s and x["id"] == s["site"]), [])
+        used = ", ".join(
+            f"{k[5:]} {mib(t[k])}"
+            for k in ("used_at_create", "used_at_instantiate", "used_at_launch", "used_after_destroy")
+        )
+        row(
+            case,
+            "graph leak live under its allocation node's site, the top suspect",
+            f"{mib(t['leaked'])} in {t['leak_count']}, at graph_alloc_node",
+            f"{mib(kind(r, 'device'))} in {kind(r, 'device', 'live_count')}, "
+            + ("at graph_alloc_node" if at_node else "top suspect elsewhere"),
+            kind(r, "device") == t["leaked"]
+            and kind(r, "device", "live_count") == t["leak_count"]
+            and at_node
+            and set(node_apis) <= GRAPH_NODE_APIS
+            and bool(node_apis),
+            f"apis {node_apis}; cuMemGetInfo used: {used}",
+        )
+        tot = r["totals"]
+        unlaunched = next((n for n in r["notes"] if "that no launch reached" in n), "")
+        want_note = f"{t['unlaunched'] / MIB:.1f} MiB in 1 graph allocation node that no launch reached"
+        row(
+            case,
+            "launches allocate and free; captured, unlaunched not live",
+            f"{t['allocs']} allocs, {t['frees']} frees, 0 unknown; {mib(t['unlaunched'])} unlaunched",
+            f"{tot['alloc_count']} allocs, {tot['free_count']} frees, {tot['unknown_free_count']} unknown; "
+            + (unlaunched.split(" that ")[0] if unlaunched else "no unlaunched note"),
+            tot["alloc_count"] == t["allocs"]
+            and tot["free_count"] == t["frees"]
+            and tot["unknown_free_count"] == 0
+            and unlaunched.startswith(want_note),
+            f"used at capture {mib(t['used_at_capture'])}; trim {mib(t['used_before_trim'])} -> "
+            f"{mib(t['used_after_trim'])}",
+        )
 
 
 def main(argv=None):

@@ -22,6 +22,11 @@
 //                 stay live, no unknown free.
 //   arrays        CUDA arrays (2D, 3D, mipmapped) left live, against cuMemGetInfo's used bytes and
 //                 cuArrayGetMemoryRequirements.
+//   graph         graph memory nodes: 64 graphs each leaking a 1 MiB allocation node (launched once,
+//                 destroyed); a 32 MiB cudaMallocAsync captured into a graph destroyed unlaunched;
+//                 a 16 MiB allocation freed in its own graph, launched 3 times; an 8 MiB graph
+//                 allocation freed by cudaFreeAsync outside, relaunched and freed by another
+//                 graph's free node; a trim. Records cuMemGetInfo's used bytes at each step.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dirent.h>
@@ -417,6 +422,117 @@ static int oom_device()
     return 0;
 }
 
+// ---- graph
+static long long used_bytes()
+{
+    size_t f = 0, t = 0;
+    cudaMemGetInfo(&f, &t);
+    return (long long)t - (long long)f;
+}
+
+// A graph holding one allocation node of `n` bytes on device 0 (and a free node for it if `freed`).
+__attribute__((noinline)) static cudaGraph_t graph_alloc_node(size_t n, void **p, bool freed)
+{
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaMemAllocNodeParams a{};
+    a.poolProps.allocType = cudaMemAllocationTypePinned;
+    a.poolProps.location.type = cudaMemLocationTypeDevice;
+    a.poolProps.location.id = 0;
+    a.bytesize = n;
+    cudaGraphNode_t an, fn;
+    CHECK(cudaGraphAddMemAllocNode(&an, g, nullptr, 0, &a));
+    *p = a.dptr;
+    if (freed)
+        CHECK(cudaGraphAddMemFreeNode(&fn, g, &an, 1, a.dptr));
+    return g;
+}
+
+__attribute__((noinline)) static void *captured_alloc(size_t n, cudaStream_t s)
+{
+    void *p = nullptr;
+    CHECK(cudaMallocAsync(&p, n, s));
+    return p;
+}
+
+static int graph()
+{
+    int clock_khz = 0;
+    CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaDeviceSynchronize());
+    const long long base = used_bytes();
+    long long at_create = 0, at_instantiate = 0, at_launch = 0, after_destroy = 0;
+    // 1. The leak: each step's graph allocates 1 MiB that nobody frees; a 1 ms kernel per step
+    //    spreads it over the run.
+    for (int i = 0; i < 64; i++) {
+        spin<<<1, 1, 0, s>>>((long long)clock_khz);
+        void *p = nullptr;
+        cudaGraph_t g = graph_alloc_node(1 * MiB, &p, false);
+        if (i == 0)
+            at_create = used_bytes() - base;
+        cudaGraphExec_t e;
+        CHECK(cudaGraphInstantiate(&e, g, 0));
+        if (i == 0)
+            at_instantiate = used_bytes() - base;
+        CHECK(cudaGraphLaunch(e, s));
+        CHECK(cudaStreamSynchronize(s));
+        if (i == 0)
+            at_launch = used_bytes() - base;
+        CHECK(cudaGraphExecDestroy(e));
+        CHECK(cudaGraphDestroy(g));
+        if (i == 0)
+            after_destroy = used_bytes() - base;
+    }
+    // 2. A captured allocation in a graph destroyed without a launch.
+    const long long before_capture = used_bytes();
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    (void)captured_alloc(32 * MiB, s);
+    cudaGraph_t cg;
+    CHECK(cudaStreamEndCapture(s, &cg));
+    const long long at_capture = used_bytes() - before_capture;
+    CHECK(cudaGraphDestroy(cg));
+    // 3. Allocated and freed in its own graph, launched three times.
+    void *q = nullptr;
+    cudaGraph_t fg = graph_alloc_node(16 * MiB, &q, true);
+    cudaGraphExec_t fe;
+    CHECK(cudaGraphInstantiate(&fe, fg, 0));
+    for (int i = 0; i < 3; i++)
+        CHECK(cudaGraphLaunch(fe, s));
+    CHECK(cudaStreamSynchronize(s));
+    // 4. Freed outside its graph, then by another graph's free node.
+    void *r = nullptr;
+    cudaGraph_t ag = graph_alloc_node(8 * MiB, &r, false);
+    cudaGraphExec_t ae;
+    CHECK(cudaGraphInstantiate(&ae, ag, 0));
+    CHECK(cudaGraphLaunch(ae, s));
+    CHECK(cudaFreeAsync(r, s));
+    CHECK(cudaGraphLaunch(ae, s));
+    cudaGraph_t bg;
+    CHECK(cudaGraphCreate(&bg, 0));
+    cudaGraphNode_t bn;
+    CHECK(cudaGraphAddMemFreeNode(&bn, bg, nullptr, 0, r));
+    cudaGraphExec_t be;
+    CHECK(cudaGraphInstantiate(&be, bg, 0));
+    CHECK(cudaGraphLaunch(be, s));
+    CHECK(cudaStreamSynchronize(s));
+    // 5. A trim: returns unused graph memory (the freed 16 and 8 MiB), not the leak.
+    const long long before_trim = used_bytes() - base;
+    CHECK(cudaDeviceGraphMemTrim(0));
+    const long long after_trim = used_bytes() - base;
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f,
+            "{\"leaked\": %zu, \"leak_count\": 64, \"unlaunched\": %zu, \"allocs\": %d, \"frees\": %d, "
+            "\"used_at_create\": %lld, \"used_at_instantiate\": %lld, \"used_at_launch\": %lld, "
+            "\"used_after_destroy\": %lld, \"used_at_capture\": %lld, \"used_before_trim\": %lld, "
+            "\"used_after_trim\": %lld}\n",
+            64 * MiB, 32 * MiB, 64 + 3 + 2, 3 + 2, at_create, at_instantiate, at_launch, after_destroy, at_capture,
+            before_trim, after_trim);
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -440,6 +556,8 @@ int main(int argc, char **argv)
         return oom_device();
     if (!strcmp(c, "vmm"))
         return vmm();
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm\n");
+    if (!strcmp(c, "graph"))
+        return graph();
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph\n");
     return 2;
 }

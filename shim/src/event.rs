@@ -51,6 +51,42 @@ pub enum Msg {
     Unmap { seq: u64, ts_ns: u64, addr: u64, size: u64, tid: u32, result: i32 },
     /// A handle retained (`addr`: the address asked about) or imported (`addr`: the OS handle).
     HandleRef { seq: u64, ts_ns: u64, handle: u64, addr: u64, api: Api, device: i32, tid: u32 },
+    /// A graph allocation node created (explicitly, or by a stream-ordered allocation on a
+    /// capturing stream): not live until a launch.
+    GraphNode {
+        seq: u64,
+        ts_ns: u64,
+        addr: u64,
+        size: u64,
+        kind: Kind,
+        api: Api,
+        device: i32,
+        graph: u64,
+        stream: u64,
+        tid: u32,
+        frames: Box<[u64]>,
+        py: PyFrames,
+    },
+    /// A graph with memory nodes instantiated: its allocation nodes and freed addresses.
+    GraphExec {
+        seq: u64,
+        ts_ns: u64,
+        exec: u64,
+        graph: u64,
+        api: Api,
+        auto_free: bool,
+        tid: u32,
+        frames: Box<[u64]>,
+        py: PyFrames,
+        /// The allocation nodes and the freed addresses (boxed: the channel's slots stay small).
+        nodes: Box<(Vec<gpushim_wire::GraphAlloc>, Vec<u64>)>,
+    },
+    /// A launch of an executable graph with memory nodes.
+    GraphLaunch { seq: u64, ts_ns: u64, exec: u64, api: Api, stream: u64, tid: u32 },
+    /// An executable graph with memory nodes destroyed.
+    GraphExecDestroy { seq: u64, ts_ns: u64, exec: u64, api: Api, tid: u32 },
+    /// A device's graph memory trimmed.
+    GraphMemTrim { seq: u64, ts_ns: u64, device: i32, api: Api, tid: u32 },
     /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then answer on `done`.
     Exit { ts_ns: u64, done: Sender<()> },
     /// `_exit`, `_Exit` or `quick_exit` (no atexit handlers run): send `Exit`, flush, then set

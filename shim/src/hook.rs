@@ -22,6 +22,10 @@
 //!     success and may read other out-parameters, `req` is the size recorded on failure,
 //!     `device` an ordinal or `DEV_CURRENT`;
 //!   - `free(Api) { addr = ..; stream = .. }`: a free of `addr`;
+//!   - `async_alloc(..)` and `async_free(..)`: as `alloc` and `free`, with `capture = ..` the
+//!     stream to ask whether it is capturing into a graph: a stream-ordered allocation on a
+//!     capturing stream is a graph allocation node (not live until launched), a free there a
+//!     free node (`exports/graphs.rs`);
 //!   - `custom(path, MISSING)`: the export calls `path(real_fn, args...)`, which records
 //!     whatever it needs; `MISSING` is returned when no CUDA library defines the function.
 //!
@@ -42,22 +46,22 @@ macro_rules! for_each_hook {
                 => free(CudaFree) { addr = ptr; stream = 0 };
             /// `cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)`: stream-ordered.
             CudaMallocAsync = cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: *mut c_void) in runtime
-                => alloc(Device, CudaMallocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
+                => async_alloc(Device, CudaMallocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream; capture = stream };
             /// `cudaMallocAsync`, per-thread default stream ABI.
             CudaMallocAsyncPtsz = cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, stream: *mut c_void) in runtime
-                => alloc(Device, CudaMallocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
+                => async_alloc(Device, CudaMallocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream; capture = real::per_thread(stream) };
             /// `cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)`.
             CudaFreeAsync = cudaFreeAsync(ptr: *mut c_void, stream: *mut c_void) in runtime
-                => free(CudaFreeAsync) { addr = ptr; stream = stream };
+                => async_free(CudaFreeAsync) { addr = ptr; stream = stream; capture = stream };
             /// `cudaFreeAsync`, per-thread default stream ABI.
             CudaFreeAsyncPtsz = cudaFreeAsync_ptsz(ptr: *mut c_void, stream: *mut c_void) in runtime
-                => free(CudaFreeAsync) { addr = ptr; stream = stream };
+                => async_free(CudaFreeAsync) { addr = ptr; stream = stream; capture = real::per_thread(stream) };
             /// `cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)`.
             CudaMallocFromPoolAsync = cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: *mut c_void, stream: *mut c_void) in runtime
-                => alloc(Device, CudaMallocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
+                => async_alloc(Device, CudaMallocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream; capture = stream };
             /// `cudaMallocFromPoolAsync`, per-thread default stream ABI.
             CudaMallocFromPoolAsyncPtsz = cudaMallocFromPoolAsync_ptsz(ptr: *mut *mut c_void, size: usize, pool: *mut c_void, stream: *mut c_void) in runtime
-                => alloc(Device, CudaMallocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
+                => async_alloc(Device, CudaMallocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream; capture = real::per_thread(stream) };
             /// `cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)`: managed memory.
             CudaMallocManaged = cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) in runtime
                 => alloc(Managed, CudaMallocManaged) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = 0 };
@@ -99,22 +103,22 @@ macro_rules! for_each_hook {
                 => alloc(Managed, CuMemAllocManaged) { out = ptr; size = size as u64; req = size as u64; device = DEV_CURRENT; stream = 0 };
             /// `CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)`.
             CuMemAllocAsync = cuMemAllocAsync(ptr: *mut DevPtr, size: usize, stream: *mut c_void) in driver("cuMemAllocAsync", 0, no)
-                => alloc(Device, CuMemAllocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
+                => async_alloc(Device, CuMemAllocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream; capture = stream };
             /// `cuMemAllocAsync`, per-thread default stream ABI.
             CuMemAllocAsyncPtsz = cuMemAllocAsync_ptsz(ptr: *mut DevPtr, size: usize, stream: *mut c_void) in driver("cuMemAllocAsync", 0, yes)
-                => alloc(Device, CuMemAllocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
+                => async_alloc(Device, CuMemAllocAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream; capture = real::per_thread(stream) };
             /// `CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)`.
             CuMemFreeAsync = cuMemFreeAsync(ptr: DevPtr, stream: *mut c_void) in driver("cuMemFreeAsync", 0, no)
-                => free(CuMemFreeAsync) { addr = ptr; stream = stream };
+                => async_free(CuMemFreeAsync) { addr = ptr; stream = stream; capture = stream };
             /// `cuMemFreeAsync`, per-thread default stream ABI.
             CuMemFreeAsyncPtsz = cuMemFreeAsync_ptsz(ptr: DevPtr, stream: *mut c_void) in driver("cuMemFreeAsync", 0, yes)
-                => free(CuMemFreeAsync) { addr = ptr; stream = stream };
+                => async_free(CuMemFreeAsync) { addr = ptr; stream = stream; capture = real::per_thread(stream) };
             /// `CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)`.
             CuMemAllocFromPoolAsync = cuMemAllocFromPoolAsync(ptr: *mut DevPtr, size: usize, pool: *mut c_void, stream: *mut c_void) in driver("cuMemAllocFromPoolAsync", 0, no)
-                => alloc(Device, CuMemAllocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
+                => async_alloc(Device, CuMemAllocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream; capture = stream };
             /// `cuMemAllocFromPoolAsync`, per-thread default stream ABI.
             CuMemAllocFromPoolAsyncPtsz = cuMemAllocFromPoolAsync_ptsz(ptr: *mut DevPtr, size: usize, pool: *mut c_void, stream: *mut c_void) in driver("cuMemAllocFromPoolAsync", 0, yes)
-                => alloc(Device, CuMemAllocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream };
+                => async_alloc(Device, CuMemAllocFromPoolAsync) { out = ptr; size = size as u64; req = size as u64; device = real::stream_device(stream); stream = stream; capture = real::per_thread(stream) };
             /// `CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)`: pinned host memory.
             CuMemHostAlloc = cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) in driver("cuMemHostAlloc", 0, any)
                 => alloc(PinnedHost, CuMemHostAlloc) { out = ptr; size = size as u64; req = size as u64; device = -1; stream = 0 };
@@ -204,6 +208,70 @@ macro_rules! for_each_hook {
             /// `CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)`.
             CuMipmappedArrayDestroy = cuMipmappedArrayDestroy(array: *mut c_void) in driver("cuMipmappedArrayDestroy", 0, any)
                 => free(CuMipmappedArrayDestroy) { addr = array; stream = 0 };
+
+            // Graph memory (exports/graphs.rs): allocation nodes are known at creation, live from
+            // a launch; instantiation reads the graph's memory nodes once.
+
+            /// `cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+            /// const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaMemAllocNodeParams *nodeParams)`.
+            CudaGraphAddMemAllocNode = cudaGraphAddMemAllocNode(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, n: usize, params: *mut c_void) in runtime
+                => custom(graphs::add_alloc_node_rt, NOT_INITIALIZED);
+            /// `CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+            /// const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)`.
+            CuGraphAddMemAllocNode = cuGraphAddMemAllocNode(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, n: usize, params: *mut c_void) in driver("cuGraphAddMemAllocNode", 11040, any)
+                => custom(graphs::add_alloc_node_drv, NOT_INITIALIZED);
+            /// `cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)`.
+            CudaGraphInstantiate = cudaGraphInstantiate(exec: *mut *mut c_void, graph: *mut c_void, flags: u64) in runtime
+                => custom(graphs::instantiate_rt, NOT_INITIALIZED);
+            /// `cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)`.
+            CudaGraphInstantiateWithFlags = cudaGraphInstantiateWithFlags(exec: *mut *mut c_void, graph: *mut c_void, flags: u64) in runtime
+                => custom(graphs::instantiate_with_flags_rt, NOT_INITIALIZED);
+            /// `cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+            /// cudaGraphInstantiateParams *instantiateParams)`.
+            CudaGraphInstantiateWithParams = cudaGraphInstantiateWithParams(exec: *mut *mut c_void, graph: *mut c_void, params: *mut c_void) in runtime
+                => custom(graphs::instantiate_with_params_rt, NOT_INITIALIZED);
+            /// `cudaGraphInstantiateWithParams`, per-thread default stream ABI.
+            CudaGraphInstantiateWithParamsPtsz = cudaGraphInstantiateWithParams_ptsz(exec: *mut *mut c_void, graph: *mut c_void, params: *mut c_void) in runtime
+                => custom(graphs::instantiate_with_params_rt, NOT_INITIALIZED);
+            /// `CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+            /// char *logBuffer, size_t bufferSize)`: the ABI of CUDA 11 (`cuGetProcAddress` version 11000).
+            CuGraphInstantiateV2 = cuGraphInstantiate_v2(exec: *mut *mut c_void, graph: *mut c_void, err: *mut *mut c_void, log: *mut c_char, size: usize) in driver("cuGraphInstantiate", 11000, any)
+                => custom(graphs::instantiate_v2_drv, NOT_INITIALIZED);
+            /// `CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)`
+            /// (`cuGraphInstantiate` in CUDA 12 and 13's `cuda.h`).
+            CuGraphInstantiateWithFlags = cuGraphInstantiateWithFlags(exec: *mut *mut c_void, graph: *mut c_void, flags: u64) in driver("cuGraphInstantiateWithFlags", 11040, any)
+                => custom(graphs::instantiate_with_flags_drv, NOT_INITIALIZED);
+            /// `CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+            /// CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)`.
+            CuGraphInstantiateWithParams = cuGraphInstantiateWithParams(exec: *mut *mut c_void, graph: *mut c_void, params: *mut c_void) in driver("cuGraphInstantiateWithParams", 12000, no)
+                => custom(graphs::instantiate_with_params_drv, NOT_INITIALIZED);
+            /// `cuGraphInstantiateWithParams`, per-thread default stream ABI.
+            CuGraphInstantiateWithParamsPtsz = cuGraphInstantiateWithParams_ptsz(exec: *mut *mut c_void, graph: *mut c_void, params: *mut c_void) in driver("cuGraphInstantiateWithParams", 12000, yes)
+                => custom(graphs::instantiate_with_params_drv, NOT_INITIALIZED);
+            /// `cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)`.
+            CudaGraphLaunch = cudaGraphLaunch(exec: *mut c_void, stream: *mut c_void) in runtime
+                => custom(graphs::launch_rt, NOT_INITIALIZED);
+            /// `cudaGraphLaunch`, per-thread default stream ABI.
+            CudaGraphLaunchPtsz = cudaGraphLaunch_ptsz(exec: *mut c_void, stream: *mut c_void) in runtime
+                => custom(graphs::launch_rt, NOT_INITIALIZED);
+            /// `CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)`.
+            CuGraphLaunch = cuGraphLaunch(exec: *mut c_void, stream: *mut c_void) in driver("cuGraphLaunch", 10000, no)
+                => custom(graphs::launch_drv, NOT_INITIALIZED);
+            /// `cuGraphLaunch`, per-thread default stream ABI.
+            CuGraphLaunchPtsz = cuGraphLaunch_ptsz(exec: *mut c_void, stream: *mut c_void) in driver("cuGraphLaunch", 10000, yes)
+                => custom(graphs::launch_drv, NOT_INITIALIZED);
+            /// `cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)`.
+            CudaGraphExecDestroy = cudaGraphExecDestroy(exec: *mut c_void) in runtime
+                => custom(graphs::exec_destroy_rt, NOT_INITIALIZED);
+            /// `CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)`.
+            CuGraphExecDestroy = cuGraphExecDestroy(exec: *mut c_void) in driver("cuGraphExecDestroy", 10000, any)
+                => custom(graphs::exec_destroy_drv, NOT_INITIALIZED);
+            /// `cudaError_t cudaDeviceGraphMemTrim(int device)`.
+            CudaDeviceGraphMemTrim = cudaDeviceGraphMemTrim(device: c_int) in runtime
+                => custom(graphs::trim_rt, NOT_INITIALIZED);
+            /// `CUresult cuDeviceGraphMemTrim(CUdevice device)`.
+            CuDeviceGraphMemTrim = cuDeviceGraphMemTrim(device: c_int) in driver("cuDeviceGraphMemTrim", 11040, any)
+                => custom(graphs::trim_drv, NOT_INITIALIZED);
 
             // Contexts torn down: every allocation in them goes (exports/contexts.rs).
 

@@ -51,6 +51,8 @@ static POINTER_GET_ATTRIBUTE: AtomicUsize = AtomicUsize::new(0);
 static CONTEXTS_CREATED: AtomicBool = AtomicBool::new(false);
 /// Real `cuMemGetAllocationPropertiesFromHandle`, for the device of an imported VMM handle.
 static HANDLE_PROPERTIES: AtomicUsize = AtomicUsize::new(0);
+/// Real `cuStreamIsCapturing`.
+static STREAM_IS_CAPTURING: AtomicUsize = AtomicUsize::new(0);
 
 /// Stores `addr` as the real function of `h` unless it is one of ours or the library that holds
 /// it cannot be kept loaded (see `loader::pin`). True if and only if the slot now holds `addr`.
@@ -144,8 +146,9 @@ pub fn known_driver_fn(addr: usize) -> Option<Hook> {
     Hook::ALL.iter().copied().find(|h| KNOWN[*h as usize].load(Relaxed) == addr)
 }
 
-/// Resolves a driver helper (`cuCtxGetDevice`, `cuMemGetInfo_v2`) from the loaded driver.
-fn driver_helper(slot: &AtomicUsize, name: &CStr) -> usize {
+/// Resolves a driver helper (`cuCtxGetDevice`, `cuMemGetInfo_v2`, the graph queries of
+/// `exports::graphs`) from the loaded driver, caching it in `slot`; 0 if there is none.
+pub(crate) fn driver_helper(slot: &AtomicUsize, name: &CStr) -> usize {
     let a = slot.load(Relaxed);
     if a != 0 {
         return a;
@@ -405,4 +408,37 @@ pub fn handle_device(handle: u64) -> i32 {
     } else {
         -1
     }
+}
+
+/// The stream a per-thread-default-stream (`_ptsz`) entry point means by `stream`: its handle 0
+/// is the calling thread's per-thread default stream, `CU_STREAM_PER_THREAD` (2, `cuda.h`).
+pub fn per_thread(stream: *mut c_void) -> *mut c_void {
+    if stream.is_null() {
+        2 as *mut c_void
+    } else {
+        stream
+    }
+}
+
+/// Whether `stream` is capturing into a graph (`cuStreamIsCapturing` says
+/// `CU_STREAM_CAPTURE_STATUS_ACTIVE`, 1): a stream-ordered allocation or free on it then adds a
+/// node to the graph being captured instead of allocating or freeing (CUDA Programming Guide,
+/// "Graph Memory Nodes", stream capture). The legacy default stream (handles 0 and 1,
+/// `cuda.h`) cannot capture and is not asked: asking about it while another stream captures
+/// is an error (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`). The runtime's `cudaStream_t` and the
+/// driver's `CUstream` are the same handle. False without the function.
+pub fn capturing(stream: *mut c_void) -> bool {
+    if (stream as usize) <= 1 {
+        return false;
+    }
+    let f = driver_helper(&STREAM_IS_CAPTURING, c"cuStreamIsCapturing");
+    if f == 0 {
+        return false;
+    }
+    let mut status: c_int = 0;
+    // SAFETY: f is the driver's `CUresult cuStreamIsCapturing(CUstream, CUstreamCaptureStatus *)`.
+    let f: unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int = unsafe { std::mem::transmute(f) };
+    // SAFETY: the stream is the caller's, just used by a call that succeeded (or about to be
+    // used by a free); `status` is a valid out-pointer.
+    unsafe { f(stream, &mut status) == 0 && status == 1 }
 }

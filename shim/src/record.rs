@@ -247,6 +247,76 @@ pub fn unmap_end(t: Option<FreeTicket>, addr: u64, size: u64, result: i32) {
     });
 }
 
+/// Records a graph allocation node made by `api` at virtual address `addr` (`size` bytes):
+/// known, not live (see `exports::graphs`). `graph` is 0 for a node made by stream capture,
+/// whose capturing `stream` is given instead. `device` may be [`DEV_CURRENT`].
+#[allow(clippy::too_many_arguments)]
+pub fn graph_node(api: Api, kind: Kind, addr: u64, size: u64, device: i32, graph: u64, stream: u64) {
+    sys::guarded(|| {
+        if addr == 0 {
+            return;
+        }
+        let Some(tx) = sender() else { return };
+        let device = if device == DEV_CURRENT { real::current_device() } else { device };
+        let frames = capture();
+        let py = python::capture();
+        let ts_ns = sys::now_ns();
+        let tid = tid();
+        let seq = SEQ.fetch_add(1, AcqRel);
+        send(tx, Msg::GraphNode { seq, ts_ns, addr, size, kind, api, device, graph, stream, tid, frames, py });
+    });
+}
+
+/// Records that `api` instantiated `graph` as `exec`, whose allocation nodes are `allocs` and
+/// whose free nodes free `frees` (after the call succeeded).
+pub fn graph_exec(
+    api: Api,
+    exec: u64,
+    graph: u64,
+    auto_free: bool,
+    allocs: Vec<gpushim_wire::GraphAlloc>,
+    frees: Vec<u64>,
+) {
+    sys::guarded(|| {
+        let Some(tx) = sender() else { return };
+        let frames = capture();
+        let py = python::capture();
+        let ts_ns = sys::now_ns();
+        let tid = tid();
+        let seq = SEQ.fetch_add(1, AcqRel);
+        let nodes = Box::new((allocs, frees));
+        send(tx, Msg::GraphExec { seq, ts_ns, exec, graph, api, auto_free, tid, frames, py, nodes });
+    });
+}
+
+/// Records a successful launch of the executable graph `exec` into `stream`: no backtrace,
+/// one small event.
+pub fn graph_launch(api: Api, exec: u64, stream: u64) {
+    sys::guarded(|| {
+        let Some(tx) = sender() else { return };
+        let seq = SEQ.fetch_add(1, AcqRel);
+        send(tx, Msg::GraphLaunch { seq, ts_ns: sys::now_ns(), exec, api, stream, tid: tid() });
+    });
+}
+
+/// Records that the executable graph `exec` was destroyed.
+pub fn graph_exec_destroy(api: Api, exec: u64) {
+    sys::guarded(|| {
+        let Some(tx) = sender() else { return };
+        let seq = SEQ.fetch_add(1, AcqRel);
+        send(tx, Msg::GraphExecDestroy { seq, ts_ns: sys::now_ns(), exec, api, tid: tid() });
+    });
+}
+
+/// Records that `api` trimmed `device`'s graph memory.
+pub fn graph_trim(api: Api, device: i32) {
+    sys::guarded(|| {
+        let Some(tx) = sender() else { return };
+        let seq = SEQ.fetch_add(1, AcqRel);
+        send(tx, Msg::GraphMemTrim { seq, ts_ns: sys::now_ns(), device, api, tid: tid() });
+    });
+}
+
 /// A free in progress: its sequence number is taken before the real call.
 pub struct FreeTicket {
     tx: &'static Sender<Msg>,

@@ -251,6 +251,26 @@ impl Writer {
             Msg::HandleRef { seq, ts_ns, handle, addr, api, device, tid } => {
                 self.push(&Event::HandleRef(wire::HandleRef { seq, ts_ns, handle, addr, api, device, tid }));
             }
+            Msg::GraphNode { seq, ts_ns, addr, size, kind, api, device, graph, stream, tid, frames, py } => {
+                let stack = self.stack_id(frames, py);
+                let n = wire::GraphNode { seq, ts_ns, addr, size, kind, api, device, graph, stream, tid, stack };
+                self.push(&Event::GraphNode(n));
+            }
+            Msg::GraphExec { seq, ts_ns, exec, graph, api, auto_free, tid, frames, py, nodes } => {
+                let stack = self.stack_id(frames, py);
+                let (allocs, frees) = *nodes;
+                let x = wire::GraphExec { seq, ts_ns, exec, graph, api, auto_free, tid, stack, allocs, frees };
+                self.push(&Event::GraphExec(x));
+            }
+            Msg::GraphLaunch { seq, ts_ns, exec, api, stream, tid } => {
+                self.push(&Event::GraphLaunch(wire::GraphLaunch { seq, ts_ns, exec, api, stream, tid }));
+            }
+            Msg::GraphExecDestroy { seq, ts_ns, exec, api, tid } => {
+                self.push(&Event::GraphExecDestroy(wire::GraphExecDestroy { seq, ts_ns, exec, api, tid }));
+            }
+            Msg::GraphMemTrim { seq, ts_ns, device, api, tid } => {
+                self.push(&Event::GraphMemTrim(wire::GraphMemTrim { seq, ts_ns, device, api, tid }));
+            }
             Msg::Free { seq, ts_ns, addr, api, stream, tid, result } => {
                 self.push(&Event::Free(wire::Free { seq, ts_ns, addr, api, stream, tid, result }));
             }

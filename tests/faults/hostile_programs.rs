@@ -435,3 +435,83 @@ fn vmm_an_imported_handle_counts_no_bytes_twice_and_frees_nothing_unknown() {
     assert_eq!(vmm_gpu0(&s[0]), (1, 64 * MIB, 0, 1, 64 * MIB), "{d}");
     assert_eq!(vmm_gpu0(&r), (0, 0, 0, 0, 0), "{d}");
 }
+
+/// The report's notes.
+fn notes(r: &serde_json::Value) -> Vec<&str> {
+    r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect()
+}
+
+#[test]
+fn graph_allocations_are_live_from_their_launch_under_the_site_that_made_their_node() {
+    // 64 graphs, each with a 1 MiB allocation node never freed, launched once and destroyed:
+    // the memory stays allocated (graph destruction frees nothing). No hook saw it: the report
+    // said 0 B (a 64 MiB graph leak on the H200, issue 11).
+    let (t, d) = hostile("graph-leak");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(kind(&r, "device", "live_bytes"), 64 * MIB, "{d}");
+    assert_eq!(kind(&r, "device", "live_count"), 64, "{d}");
+    let site = the_site(&r, "graph_alloc_node", &d);
+    assert_eq!(site["live_bytes"], 64 * MIB, "{d}");
+    assert_eq!(site["apis"], serde_json::json!(["cudaGraphAddMemAllocNode"]), "{d}");
+    let suspects = r["suspects"].as_array().unwrap();
+    assert!(suspects.iter().any(|s| s["site"] == site["id"]), "the node's site is a suspect{d}");
+    let notes = notes(&r);
+    assert!(
+        notes.contains(&"graph memory: 64 launches of 64 executable graphs with memory nodes; 64.0 MiB live at the end in 64 graph allocations, under the sites that made their nodes"),
+        "{notes:?}"
+    );
+    assert!(
+        notes.contains(&"cudaDeviceGraphMemTrim returned GPU 0's unused graph memory to the system (1 call): reserved memory only, no allocation was freed"),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn a_captured_allocation_of_a_graph_destroyed_unlaunched_is_never_live() {
+    // A 32 MiB cudaMallocAsync captured into a graph destroyed without a launch: the shim
+    // counted it live at capture, a phantom 32 MiB for ever (as on the H200, issue 11).
+    let (t, d) = hostile("graph-capture-unlaunched");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), 0, "{d}");
+    assert_eq!(total(&r, "alloc_count"), 0, "{d}");
+    assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
+    let notes = notes(&r);
+    assert!(
+        notes.contains(
+            &"32.0 MiB in 1 graph allocation node that no launch reached: never allocated, not counted as live"
+        ),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn a_captured_allocation_is_live_from_launch_and_auto_free_frees_it_at_each_relaunch() {
+    let (t, d) = hostile("graph-capture-launch");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), 4 * MIB, "{d}");
+    assert_eq!((total(&r, "alloc_count"), total(&r, "free_count")), (3, 2), "{d}");
+    assert_eq!(total(&r, "replaced_count"), 0, "{d}");
+    let site = the_site(&r, "captured_alloc", &d);
+    assert_eq!(site["live_bytes"], 4 * MIB, "{d}");
+    assert_eq!(site["apis"], serde_json::json!(["cudaMallocAsync"]), "{d}");
+}
+
+#[test]
+fn an_allocation_freed_in_its_own_graph_is_allocated_and_freed_by_each_launch() {
+    let (t, d) = hostile("graph-alloc-free");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), 0, "{d}");
+    assert_eq!((total(&r, "alloc_count"), total(&r, "free_count")), (3, 3), "{d}");
+    assert_eq!(total(&r, "peak_live_bytes"), 16 * MIB, "{d}");
+    assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
+}
+
+#[test]
+fn a_graph_allocation_freed_outside_its_graph_or_by_another_graph_is_freed() {
+    // cudaFreeAsync of a graph allocation was an unknown free, and the allocation never live.
+    let (t, d) = hostile("graph-free-elsewhere");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), 0, "{d}");
+    assert_eq!((total(&r, "alloc_count"), total(&r, "free_count")), (2, 2), "{d}");
+    assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
+}

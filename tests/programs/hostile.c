@@ -717,6 +717,139 @@ static int scenario_vmm_import(void)
     return 0;
 }
 
+/* Graph memory (CUDA Programming Guide, "Graph Memory Nodes").  The capturing stream is the
+ * stand-in's stream 0x5000 (device 0). */
+#define CAPTURE_STREAM ((cudaStream_t)(uintptr_t)0x5000)
+
+static void check_graph(const char *what, cudaError_t got) { check(what, got); }
+
+/* A graph holding one allocation node of `n` bytes (and a free node for it if `freed`). */
+NOINLINE static cudaGraph_t graph_alloc_node(size_t n, void **p, int freed)
+{
+    cudaGraph_t g = NULL;
+    check_graph("cudaGraphCreate", cudaGraphCreate(&g, 0));
+    CUDA_MEM_ALLOC_NODE_PARAMS a;
+    memset(&a, 0, sizeof a);
+    a.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    a.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.bytesize = n;
+    cudaGraphNode_t an = NULL, fn = NULL;
+    check_graph("cudaGraphAddMemAllocNode", cudaGraphAddMemAllocNode(&an, g, NULL, 0, &a));
+    *p = (void *)(uintptr_t)a.dptr;
+    if (freed)
+        check_graph("cudaGraphAddMemFreeNode", cudaGraphAddMemFreeNode(&fn, g, &an, 1, *p));
+    return g;
+}
+
+/* A step's own work (on a GPU the graph's kernels): it spreads the leak over the run, as in
+ * examples/leak.c, so that timing can tell it from a burst before a slow exit. */
+static volatile unsigned step_sink;
+NOINLINE static void step_work(int step)
+{
+    unsigned h = (unsigned)step;
+    for (int i = 0; i < 100000; i++)
+        h = h * 1664525u + 1013904223u;
+    step_sink = h;
+}
+
+/* graph-leak: 64 steps, each building a graph with a 1 MiB allocation node never freed,
+ * launching it once and destroying it (graph destruction frees nothing), then a trim.  Live:
+ * 64 MiB at graph_alloc_node. */
+static int scenario_graph_leak(void)
+{
+    for (int i = 0; i < 64; i++) {
+        step_work(i);
+        void *p = NULL;
+        cudaGraph_t g = graph_alloc_node(1 * MiB, &p, 0);
+        cudaGraphExec_t e = NULL;
+        check_graph("cudaGraphInstantiate", cudaGraphInstantiate(&e, g, 0));
+        check_graph("cudaGraphLaunch", cudaGraphLaunch(e, CAPTURE_STREAM));
+        check_graph("cudaGraphExecDestroy", cudaGraphExecDestroy(e));
+        check_graph("cudaGraphDestroy", cudaGraphDestroy(g));
+    }
+    check_graph("cudaDeviceGraphMemTrim", cudaDeviceGraphMemTrim(0));
+    return 0;
+}
+
+NOINLINE static void *captured_alloc(size_t n)
+{
+    void *p = NULL;
+    check_graph("cudaMallocAsync", cudaMallocAsync(&p, n, CAPTURE_STREAM));
+    return p;
+}
+
+/* graph-capture-unlaunched: a 32 MiB cudaMallocAsync captured into a graph that is destroyed
+ * without being launched.  Live: nothing. */
+static int scenario_graph_capture_unlaunched(void)
+{
+    check_graph("cudaStreamBeginCapture", cudaStreamBeginCapture(CAPTURE_STREAM, cudaStreamCaptureModeGlobal));
+    (void)captured_alloc(32 * MiB);
+    cudaGraph_t g = NULL;
+    check_graph("cudaStreamEndCapture", cudaStreamEndCapture(CAPTURE_STREAM, &g));
+    check_graph("cudaGraphDestroy", cudaGraphDestroy(g));
+    return 0;
+}
+
+/* graph-capture-launch: a 4 MiB cudaMallocAsync captured into a graph instantiated with
+ * auto-free-on-launch, launched three times (each relaunch frees the previous launch's).
+ * Live: 4 MiB at captured_alloc. */
+static int scenario_graph_capture_launch(void)
+{
+    check_graph("cudaStreamBeginCapture", cudaStreamBeginCapture(CAPTURE_STREAM, cudaStreamCaptureModeGlobal));
+    (void)captured_alloc(4 * MiB);
+    cudaGraph_t g = NULL;
+    check_graph("cudaStreamEndCapture", cudaStreamEndCapture(CAPTURE_STREAM, &g));
+    cudaGraphExec_t e = NULL;
+    check_graph("cudaGraphInstantiate", cudaGraphInstantiate(&e, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+    for (int i = 0; i < 3; i++)
+        check_graph("cudaGraphLaunch", cudaGraphLaunch(e, CAPTURE_STREAM));
+    return 0;
+}
+
+/* graph-alloc-free: a graph that allocates 16 MiB and frees it, launched three times.  Live:
+ * nothing; three allocations and three frees. */
+static int scenario_graph_alloc_free(void)
+{
+    void *p = NULL;
+    cudaGraph_t g = graph_alloc_node(16 * MiB, &p, 1);
+    cudaGraphExec_t e = NULL;
+    check_graph("cudaGraphInstantiate", cudaGraphInstantiate(&e, g, 0));
+    for (int i = 0; i < 3; i++)
+        check_graph("cudaGraphLaunch", cudaGraphLaunch(e, CAPTURE_STREAM));
+    return 0;
+}
+
+/* graph-free-elsewhere: graph A's 8 MiB allocation, launched, freed by cudaFreeAsync outside any
+ * graph; A launched again, and freed by graph B's free node (B made with the driver's
+ * cuGraphAddMemFreeNode, instantiated and launched through the driver, found with dlsym).
+ * Live: nothing, no unknown free. */
+static int scenario_graph_free_elsewhere(void)
+{
+    void *p = NULL;
+    cudaGraph_t a = graph_alloc_node(8 * MiB, &p, 0);
+    cudaGraphExec_t ea = NULL;
+    check_graph("cudaGraphInstantiate", cudaGraphInstantiate(&ea, a, 0));
+    check_graph("cudaGraphLaunch", cudaGraphLaunch(ea, CAPTURE_STREAM));
+    check_graph("cudaFreeAsync", cudaFreeAsync(p, CAPTURE_STREAM));
+    check_graph("cudaGraphLaunch", cudaGraphLaunch(ea, CAPTURE_STREAM));
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    PFN_cuGraphCreate create = drv ? (PFN_cuGraphCreate)dlsym(drv, "cuGraphCreate") : NULL;
+    PFN_cuGraphAddMemFreeNode add_free = drv ? (PFN_cuGraphAddMemFreeNode)dlsym(drv, "cuGraphAddMemFreeNode") : NULL;
+    PFN_cuGraphInstantiateWithFlags inst =
+        drv ? (PFN_cuGraphInstantiateWithFlags)dlsym(drv, "cuGraphInstantiateWithFlags") : NULL;
+    PFN_cuGraphLaunch launch = drv ? (PFN_cuGraphLaunch)dlsym(drv, "cuGraphLaunch") : NULL;
+    if (create == NULL || add_free == NULL || inst == NULL || launch == NULL)
+        return 1;
+    CUgraph b = NULL;
+    CUgraphNode fn = NULL;
+    CUgraphExec eb = NULL;
+    if (create(&b, 0) != CUDA_SUCCESS || add_free(&fn, b, NULL, 0, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS ||
+        inst(&eb, b, 0) != CUDA_SUCCESS || launch(eb, (CUstream)CAPTURE_STREAM) != CUDA_SUCCESS)
+        return 1;
+    return 0;
+}
+
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -765,6 +898,16 @@ int main(int argc, char **argv)
         rc = scenario_vmm_unmap_two();
     else if (strcmp(s, "vmm-import") == 0)
         rc = scenario_vmm_import();
+    else if (strcmp(s, "graph-leak") == 0)
+        rc = scenario_graph_leak();
+    else if (strcmp(s, "graph-capture-unlaunched") == 0)
+        rc = scenario_graph_capture_unlaunched();
+    else if (strcmp(s, "graph-capture-launch") == 0)
+        rc = scenario_graph_capture_launch();
+    else if (strcmp(s, "graph-alloc-free") == 0)
+        rc = scenario_graph_alloc_free();
+    else if (strcmp(s, "graph-free-elsewhere") == 0)
+        rc = scenario_graph_free_elsewhere();
     else if (strcmp(s, "slow-free") == 0)
         rc = scenario_slow_free();
     else if (strcmp(s, "two-runtimes") == 0)

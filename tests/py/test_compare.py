@@ -400,3 +400,57 @@ def test_fault_vmm_rows(tmp_path, capsys, snap_live, final_frees, unknown, resul
         f"{compare.mib(snap_live)} released"
     )
     assert rows[1][3] == f"0.00 MiB, {final_frees}, {unknown}"
+
+
+GRAPH_TRUTH = {
+    "leaked": 64 * MIB,
+    "leak_count": 64,
+    "unlaunched": 32 * MIB,
+    "allocs": 69,
+    "frees": 5,
+    "used_at_create": 0,
+    "used_at_instantiate": 0,
+    "used_at_launch": 64 * MIB,
+    "used_after_destroy": 64 * MIB,
+    "used_at_capture": 0,
+    "used_before_trim": 88 * MIB,
+    "used_after_trim": 64 * MIB,
+}
+
+
+def graph_report(device, count, at_node=True, allocs=69, unknown=0, note=True):
+    frames = [frame("graph_alloc_node" if at_node else "main")]
+    r = report(
+        device=device,
+        device_count=count,
+        sites=[site(3, frames, apis=("cuGraphAddMemAllocNode",), live_bytes=device)],
+        suspects=[suspect(3)],
+        alloc_count=allocs,
+    )
+    r["totals"]["free_count"] = 5
+    r["totals"]["unknown_free_count"] = unknown
+    if note:
+        r["notes"] = [
+            "32.0 MiB in 1 graph allocation node that no launch reached: never allocated, not counted as live"
+        ]
+    return r
+
+
+@pytest.mark.parametrize(
+    ("case", "r", "results"),
+    [
+        ("fault_graph", graph_report(64 * MIB, 64), ["PASS", "PASS"]),
+        ("fault_graph_shared", graph_report(64 * MIB, 64), ["PASS", "PASS"]),
+        ("fault_graph", graph_report(0, 0, at_node=False, allocs=1, note=False), ["FAIL", "FAIL"]),
+        ("fault_graph", graph_report(64 * MIB, 64, unknown=1), ["PASS", "FAIL"]),
+        ("fault_graph", graph_report(96 * MIB, 65), ["FAIL", "PASS"]),
+    ],
+)
+def test_fault_graph_rows(tmp_path, capsys, case, r, results):
+    write_case(tmp_path, case, {"truth.json": GRAPH_TRUTH, "gpushim-7.json": r})
+    compare.main(["compare.py", str(tmp_path)])
+    rows = [x for x in table_rows(capsys.readouterr().out) if x[0] == case]
+    assert [x[4] for x in rows] == results
+    assert rows[0][2] == "64.00 MiB in 64, at graph_alloc_node"
+    assert rows[1][2] == "69 allocs, 5 frees, 0 unknown; 32.00 MiB unlaunched"
+    assert "cuMemGetInfo used: at_create 0.00 MiB" in rows[0][5]

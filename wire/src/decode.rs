@@ -7,9 +7,9 @@ use std::fmt;
 use std::io::{self, Read};
 
 use crate::{
-    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, HandleRef, Hello, Kind, LineTableFormat, Map,
-    MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, HEADER_LEN, MAGIC, MAX_FRAME,
-    VERSION,
+    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
+    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, Hello, Kind, LineTableFormat, Map, MemInfo, Module, PyCode,
+    PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer
@@ -243,6 +243,71 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
             stream: r.u64()?,
             tid: r.u32()?,
         }),
+        16 => Event::GraphNode(GraphNode {
+            seq: r.u64()?,
+            ts_ns: r.u64()?,
+            addr: r.u64()?,
+            size: r.u64()?,
+            kind: Kind::from_u8(r.u8()?)?,
+            api: Api::from_u8(r.u8()?)?,
+            device: r.i32()?,
+            graph: r.u64()?,
+            stream: r.u64()?,
+            tid: r.u32()?,
+            stack: r.u32()?,
+        }),
+        17 => {
+            let seq = r.u64()?;
+            let ts_ns = r.u64()?;
+            let exec = r.u64()?;
+            let graph = r.u64()?;
+            let api = Api::from_u8(r.u8()?)?;
+            let auto_free = match r.u8()? {
+                0 => false,
+                1 => true,
+                v => return Err(WireError::BadValue("auto-free flag", u64::from(v))),
+            };
+            let tid = r.u32()?;
+            let stack = r.u32()?;
+            let n = r.count(21)?;
+            let mut allocs = Vec::with_capacity(n);
+            for _ in 0..n {
+                allocs.push(GraphAlloc {
+                    addr: r.u64()?,
+                    size: r.u64()?,
+                    kind: Kind::from_u8(r.u8()?)?,
+                    device: r.i32()?,
+                });
+            }
+            let n = r.count(8)?;
+            let mut frees = Vec::with_capacity(n);
+            for _ in 0..n {
+                frees.push(r.u64()?);
+            }
+            Event::GraphExec(GraphExec { seq, ts_ns, exec, graph, api, auto_free, tid, stack, allocs, frees })
+        }
+        18 => Event::GraphLaunch(GraphLaunch {
+            seq: r.u64()?,
+            ts_ns: r.u64()?,
+            exec: r.u64()?,
+            api: Api::from_u8(r.u8()?)?,
+            stream: r.u64()?,
+            tid: r.u32()?,
+        }),
+        19 => Event::GraphExecDestroy(GraphExecDestroy {
+            seq: r.u64()?,
+            ts_ns: r.u64()?,
+            exec: r.u64()?,
+            api: Api::from_u8(r.u8()?)?,
+            tid: r.u32()?,
+        }),
+        30 => Event::GraphMemTrim(GraphMemTrim {
+            seq: r.u64()?,
+            ts_ns: r.u64()?,
+            device: r.i32()?,
+            api: Api::from_u8(r.u8()?)?,
+            tid: r.u32()?,
+        }),
         20 => Event::PyRuntime(PyRuntime { version: r.u32()? }),
         21 => {
             let id = r.u32()?;
@@ -411,5 +476,12 @@ mod tests {
         // A huge list count in a tiny frame must not allocate.
         assert!(matches!(decode_body(&[3, 0, 0, 0, 0, 255, 255, 255, 255]), Err(WireError::BadFrame(3))));
         assert!(matches!(decode_body(&[4; 47]), Err(WireError::BadValue("kind", 4))));
+        // A graph executable claiming 2^32 - 1 allocation nodes in a tiny frame.
+        let mut b = vec![17];
+        b.extend_from_slice(&[0; 8 * 4]);
+        b.extend_from_slice(&[Api::CudaGraphInstantiate as u8, 0]);
+        b.extend_from_slice(&[0; 8]);
+        b.extend_from_slice(&[255; 4]);
+        assert!(matches!(decode_body(&b), Err(WireError::BadFrame(17))));
     }
 }

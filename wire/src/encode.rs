@@ -158,6 +158,67 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u64(x.stream);
             w.u32(x.tid);
         }
+        Event::GraphNode(x) => {
+            w.u8(16);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.addr);
+            w.u64(x.size);
+            w.u8(x.kind as u8);
+            w.u8(x.api as u8);
+            w.i32(x.device);
+            w.u64(x.graph);
+            w.u64(x.stream);
+            w.u32(x.tid);
+            w.u32(x.stack);
+        }
+        Event::GraphExec(x) => {
+            w.u8(17);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.exec);
+            w.u64(x.graph);
+            w.u8(x.api as u8);
+            w.u8(u8::from(x.auto_free));
+            w.u32(x.tid);
+            w.u32(x.stack);
+            w.u32(x.allocs.len() as u32);
+            for a in &x.allocs {
+                w.u64(a.addr);
+                w.u64(a.size);
+                w.u8(a.kind as u8);
+                w.i32(a.device);
+            }
+            w.u32(x.frees.len() as u32);
+            for &f in &x.frees {
+                w.u64(f);
+            }
+        }
+        Event::GraphLaunch(x) => {
+            w.u8(18);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.exec);
+            w.u8(x.api as u8);
+            w.u64(x.stream);
+            w.u32(x.tid);
+        }
+        Event::GraphExecDestroy(x) => {
+            w.u8(19);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.u64(x.exec);
+            w.u8(x.api as u8);
+            w.u32(x.tid);
+        }
+        Event::GraphMemTrim(x) => {
+            w.u8(30);
+            w.u64(x.seq);
+            w.u64(x.ts_ns);
+            w.i32(x.device);
+            w.u8(x.api as u8);
+            w.u32(x.tid);
+        }
         Event::PyRuntime(p) => {
             w.u8(20);
             w.u32(p.version);
@@ -239,6 +300,34 @@ mod tests {
         buf.clear();
         encode(&Event::Stack(Stack { id: 1, frames: vec![0x10] }), &mut buf);
         assert_eq!(buf, [17, 0, 0, 0, 3, 1, 0, 0, 0, 1, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn golden_bytes_of_a_graph_launch() {
+        let mut buf = Vec::new();
+        encode(
+            &Event::GraphLaunch(crate::GraphLaunch {
+                seq: 1,
+                ts_ns: 2,
+                exec: 3,
+                api: Api::CudaGraphLaunch,
+                stream: 4,
+                tid: 5,
+            }),
+            &mut buf,
+        );
+        let want: Vec<u8> = [
+            &38u32.to_le_bytes()[..],
+            &[18],
+            &1u64.to_le_bytes(),
+            &2u64.to_le_bytes(),
+            &3u64.to_le_bytes(),
+            &[54],
+            &4u64.to_le_bytes(),
+            &5u32.to_le_bytes(),
+        ]
+        .concat();
+        assert_eq!(buf, want);
     }
 
     #[test]

@@ -115,6 +115,20 @@ apis! {
     CuMemImportFromShareableHandle = 39, "cuMemImportFromShareableHandle", false;
     CuDevicePrimaryCtxRelease = 60, "cuDevicePrimaryCtxRelease", true;
     CuCtxCreate = 61, "cuCtxCreate", false;
+    CudaGraphAddMemAllocNode = 46, "cudaGraphAddMemAllocNode", false;
+    CuGraphAddMemAllocNode = 47, "cuGraphAddMemAllocNode", false;
+    CudaGraphInstantiate = 48, "cudaGraphInstantiate", false;
+    CudaGraphInstantiateWithFlags = 49, "cudaGraphInstantiateWithFlags", false;
+    CudaGraphInstantiateWithParams = 50, "cudaGraphInstantiateWithParams", false;
+    CuGraphInstantiate = 51, "cuGraphInstantiate", false;
+    CuGraphInstantiateWithFlags = 52, "cuGraphInstantiateWithFlags", false;
+    CuGraphInstantiateWithParams = 53, "cuGraphInstantiateWithParams", false;
+    CudaGraphLaunch = 54, "cudaGraphLaunch", false;
+    CuGraphLaunch = 55, "cuGraphLaunch", false;
+    CudaGraphExecDestroy = 56, "cudaGraphExecDestroy", false;
+    CuGraphExecDestroy = 57, "cuGraphExecDestroy", false;
+    CudaDeviceGraphMemTrim = 58, "cudaDeviceGraphMemTrim", false;
+    CuDeviceGraphMemTrim = 59, "cuDeviceGraphMemTrim", false;
 }
 
 impl Api {
@@ -340,6 +354,132 @@ pub struct HandleRef {
     pub tid: u32,
 }
 
+/// A graph allocation node was created (CUDA Programming Guide, "Graph Memory Nodes": the
+/// virtual address is assigned at node creation and stays fixed across instantiations and
+/// launches). No memory is live yet: the allocation's lifetime begins when a launch of a graph
+/// holding the node reaches it ([`GraphLaunch`]). Made by `cudaGraphAddMemAllocNode` /
+/// `cuGraphAddMemAllocNode`, or by a stream-ordered allocation (`cudaMallocAsync`, …) on a
+/// stream that was capturing into a graph. Numbered like an allocation, after the call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphNode {
+    /// Global sequence number.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// The node's virtual address (`dptr`).
+    pub addr: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Device memory, or pinned host memory for a host location.
+    pub kind: Kind,
+    /// The entry point that made the node.
+    pub api: Api,
+    /// Device ordinal, or -1.
+    pub device: i32,
+    /// The graph handle for an explicit node, 0 for a captured one.
+    pub graph: u64,
+    /// The capturing stream for a captured allocation, else 0.
+    pub stream: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Stack id of the node's creation, or [`NO_STACK`](crate::NO_STACK).
+    pub stack: u32,
+}
+
+/// One allocation node of an executable graph ([`GraphExec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphAlloc {
+    /// The node's virtual address.
+    pub addr: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Device memory, or pinned host memory for a host location.
+    pub kind: Kind,
+    /// Device ordinal, or -1.
+    pub device: i32,
+}
+
+/// A graph holding memory nodes was instantiated: the executable graph's allocation nodes and
+/// the addresses its free nodes free, read from the graph with the driver (`cuGraphGetNodes`,
+/// `cuGraphMemAllocNodeGetParams`, `cuGraphMemFreeNodeGetParams`, child graphs included).
+/// Numbered like an allocation, after the call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphExec {
+    /// Global sequence number.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// The executable graph's handle.
+    pub exec: u64,
+    /// The graph it was instantiated from.
+    pub graph: u64,
+    /// The entry point.
+    pub api: Api,
+    /// Instantiated with `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH` (1): each launch
+    /// first frees the allocations of the previous launch that are still unfreed.
+    pub auto_free: bool,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Stack id of the instantiation (the site of an allocation node whose creation was not
+    /// seen), or [`NO_STACK`](crate::NO_STACK).
+    pub stack: u32,
+    /// Its allocation nodes.
+    pub allocs: Vec<GraphAlloc>,
+    /// The addresses its free nodes free.
+    pub frees: Vec<u64>,
+}
+
+/// A launch of an executable graph with memory nodes: its allocations become live, then its
+/// free nodes free their addresses. Numbered like an allocation, after the call succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphLaunch {
+    /// Global sequence number.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// The executable graph's handle.
+    pub exec: u64,
+    /// The entry point.
+    pub api: Api,
+    /// The stream it was launched into.
+    pub stream: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+}
+
+/// An executable graph with memory nodes was destroyed. Its allocations that are live stay live
+/// (CUDA Programming Guide, "Graph Memory Nodes": destruction does not free graph-allocated
+/// memory). Numbered, after the call succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphExecDestroy {
+    /// Global sequence number.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// The executable graph's handle.
+    pub exec: u64,
+    /// The entry point.
+    pub api: Api,
+    /// Kernel thread id.
+    pub tid: u32,
+}
+
+/// `cudaDeviceGraphMemTrim` / `cuDeviceGraphMemTrim` returned the device's unused graph memory
+/// to the system: reserved memory, no live allocation. Numbered, after the call succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphMemTrim {
+    /// Global sequence number.
+    pub seq: u64,
+    /// Monotonic clock, ns.
+    pub ts_ns: u64,
+    /// Device ordinal.
+    pub device: i32,
+    /// The entry point.
+    pub api: Api,
+    /// Kernel thread id.
+    pub tid: u32,
+}
+
 /// An allocation call that failed; never part of the live set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failed {
@@ -500,6 +640,16 @@ pub enum Event {
     Unmap(Unmap),
     /// Tag 15: a VMM handle retained or imported.
     HandleRef(HandleRef),
+    /// Tag 16: a graph allocation node created (not live).
+    GraphNode(GraphNode),
+    /// Tag 17: a graph with memory nodes instantiated.
+    GraphExec(GraphExec),
+    /// Tag 18: an executable graph with memory nodes launched.
+    GraphLaunch(GraphLaunch),
+    /// Tag 19: an executable graph with memory nodes destroyed.
+    GraphExecDestroy(GraphExecDestroy),
+    /// Tag 30: a device's graph memory trimmed.
+    GraphMemTrim(GraphMemTrim),
     /// Tag 20 (tags 20 to 29 are kept for Python frames).
     PyRuntime(PyRuntime),
     /// Tag 21.

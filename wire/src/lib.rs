@@ -17,8 +17,10 @@
 //!   with the same native frames but different Python frames have different stack ids (the
 //!   [`Stack`] is then sent once per id, with equal frames).
 //! - A [`Snapshot`] asks for the live set made of exactly the events with `seq < boundary`.
-//! - A [`Reset`] (a context torn down), a [`Map`] and a [`HandleRef`] carry a sequence number
-//!   like an allocation (taken after the call); an [`Unmap`] like a free (taken before it).
+//! - A [`Reset`] (a context torn down), a [`ContextCreated`], a [`Map`] and a [`HandleRef`]
+//!   carry a sequence number like an allocation (taken after the call), and so do the graph
+//!   events [`GraphNode`], [`GraphExec`], [`GraphLaunch`], [`GraphExecDestroy`] and
+//!   [`GraphMemTrim`]; an [`Unmap`] is numbered like a free (before the call).
 //! - A [`FreePending`] takes its free's place in sequence order when that free's call has not
 //!   returned by the time of a snapshot; the [`Free`] with the same `seq` comes later.
 //!
@@ -41,8 +43,9 @@ mod event; // Event, its structs, Kind, Api, LineTableFormat
 pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
-    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, HandleRef, Hello, Kind, LineTableFormat, Map,
-    MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, PY_NO_OFFSET,
+    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
+    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, Hello, Kind, LineTableFormat, Map, MemInfo, Module, PyCode,
+    PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
@@ -136,6 +139,56 @@ mod tests {
                 tid: 32,
             }),
             Event::FreePending(FreePending { seq: 16, ts_ns: 17, addr: 18, api: Api::CuMemFree, stream: 19, tid: 20 }),
+            Event::GraphNode(GraphNode {
+                seq: 30,
+                ts_ns: 31,
+                addr: 0x7f00_0000,
+                size: 64 << 20,
+                kind: Kind::Device,
+                api: Api::CudaGraphAddMemAllocNode,
+                device: 0,
+                graph: 0x55aa,
+                stream: 0,
+                tid: 7,
+                stack: 3,
+            }),
+            Event::GraphExec(GraphExec {
+                seq: 32,
+                ts_ns: 33,
+                exec: 0x66bb,
+                graph: 0x55aa,
+                api: Api::CuGraphInstantiateWithFlags,
+                auto_free: true,
+                tid: 7,
+                stack: NO_STACK,
+                allocs: vec![
+                    GraphAlloc { addr: 0x7f00_0000, size: 64 << 20, kind: Kind::Device, device: 0 },
+                    GraphAlloc { addr: 0x8f00_0000, size: 1, kind: Kind::PinnedHost, device: -1 },
+                ],
+                frees: vec![0x9f00_0000],
+            }),
+            Event::GraphLaunch(GraphLaunch {
+                seq: 34,
+                ts_ns: 35,
+                exec: 0x66bb,
+                api: Api::CudaGraphLaunch,
+                stream: 9,
+                tid: 7,
+            }),
+            Event::GraphExecDestroy(GraphExecDestroy {
+                seq: 36,
+                ts_ns: 37,
+                exec: 0x66bb,
+                api: Api::CuGraphExecDestroy,
+                tid: 7,
+            }),
+            Event::GraphMemTrim(GraphMemTrim {
+                seq: 38,
+                ts_ns: 39,
+                device: 1,
+                api: Api::CudaDeviceGraphMemTrim,
+                tid: 7,
+            }),
             Event::PyRuntime(PyRuntime { version: 0x030C_03F0 }),
             Event::PyCode(PyCode {
                 id: 0,

@@ -17,6 +17,7 @@
 mod arrays;
 mod contexts;
 mod dlsym;
+mod graphs;
 mod procaddr;
 mod quick;
 mod vmm;
@@ -98,6 +99,47 @@ macro_rules! hook_body {
             let req = unsafe { $req };
             record::alloc(Api::$api, Kind::$kind, r, 0, req, $dev, $stream as u64);
         }
+        r
+    }};
+    // A stream-ordered allocation: on a stream that is capturing into a graph it makes an
+    // allocation node (not live until the graph is launched; `graphs.rs`), else an allocation.
+    (async_alloc($kind:ident, $api:ident) { out = $out:expr; size = $size:expr; req = $req:expr; device = $dev:expr; stream = $stream:expr; capture = $cap:expr }
+        $v:ident, ($($arg:ident),*), $f:ident) => {{
+        let Some(_g) = Guard::enter() else {
+            // SAFETY: the caller's arguments, unchanged, to the real function.
+            return unsafe { $f($($arg),*) };
+        };
+        // SAFETY: as above.
+        let r = unsafe { $f($($arg),*) };
+        if r == 0 {
+            // SAFETY: the real call succeeded, so it wrote its out-parameters.
+            let (addr, size) = unsafe { ($out.value(), $size) };
+            if real::capturing($cap) {
+                record::graph_node(Api::$api, Kind::$kind, addr, size, $dev, 0, $stream as u64);
+            } else {
+                record::alloc(Api::$api, Kind::$kind, r, addr, size, $dev, $stream as u64);
+            }
+        } else {
+            record::alloc(Api::$api, Kind::$kind, r, 0, $req, $dev, $stream as u64);
+        }
+        r
+    }};
+    // A stream-ordered free: on a capturing stream it makes a free node of the graph being
+    // captured (seen when the graph is instantiated), not a free now.
+    (async_free($api:ident) { addr = $addr:expr; stream = $stream:expr; capture = $cap:expr } $v:ident, ($($arg:ident),*), $f:ident) => {{
+        let Some(_g) = Guard::enter() else {
+            // SAFETY: the caller's arguments, unchanged, to the real function.
+            return unsafe { $f($($arg),*) };
+        };
+        if real::capturing($cap) {
+            // SAFETY: as above.
+            return unsafe { $f($($arg),*) };
+        }
+        let addr = $addr as u64;
+        let ticket = record::free_begin(Api::$api, addr, $stream as u64);
+        // SAFETY: as above.
+        let r = unsafe { $f($($arg),*) };
+        record::free_end(ticket, Api::$api, addr, $stream as u64, r);
         r
     }};
     // A free.
