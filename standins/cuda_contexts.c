@@ -207,6 +207,8 @@ API CUresult cuStreamGetDevice(CUstream stream, int *device)
 {
     if (device == NULL)
         return CUDA_ERROR_INVALID_VALUE;
+    if (graph_capture_unsupported(stream))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     *device = ((struct standin_ctx *)standin_stream_ctx(stream))->device;
     return CUDA_SUCCESS;
 }

@@ -49,6 +49,7 @@ static uint64_t next_graph_address = 0x7d0000000000ull;
 static struct {
     CUstream stream;
     struct graph *graph;
+    int invalidated; /* a call the capture does not support was made on the stream */
 } captures[MAX_CAPTURES];
 
 static struct graph *capturing_locked(CUstream s)
@@ -298,6 +299,7 @@ CUresult impl_cuStreamBeginCapture_v2(CUstream s, int mode)
         if (captures[i].graph == NULL) {
             captures[i].stream = s;
             captures[i].graph = g;
+            captures[i].invalidated = 0;
             pthread_mutex_unlock(&graph_lock);
             return CUDA_SUCCESS;
         }
@@ -314,14 +316,34 @@ CUresult impl_cuStreamEndCapture(CUstream s, CUgraph *out)
     pthread_mutex_lock(&graph_lock);
     for (int i = 0; i < MAX_CAPTURES; i++) {
         if (captures[i].graph != NULL && captures[i].stream == s) {
-            *out = captures[i].graph;
+            int invalidated = captures[i].invalidated;
+            *out = invalidated ? NULL : captures[i].graph;
+            if (invalidated)
+                free(captures[i].graph);
             captures[i].graph = NULL;
             pthread_mutex_unlock(&graph_lock);
-            return CUDA_SUCCESS;
+            return invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
         }
     }
     pthread_mutex_unlock(&graph_lock);
     return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* A call the driver does not support on a capturing stream (measured on the H200 with CUDA 13.0:
+ * cuStreamGetDevice returns 900, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture's end
+ * then fails with 901, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED): 1 if `s` is capturing, which it
+ * invalidates. */
+int graph_capture_unsupported(CUstream s)
+{
+    int hit = 0;
+    pthread_mutex_lock(&graph_lock);
+    for (int i = 0; i < MAX_CAPTURES; i++)
+        if (captures[i].graph != NULL && captures[i].stream == s) {
+            captures[i].invalidated = 1;
+            hit = 1;
+        }
+    pthread_mutex_unlock(&graph_lock);
+    return hit;
 }
 
 CUresult impl_cuStreamIsCapturing(CUstream s, int *status)

@@ -165,6 +165,7 @@ typedef void *CUgraphExec;
 #define CU_STREAM_CAPTURE_STATUS_NONE 0
 #define CU_STREAM_CAPTURE_STATUS_ACTIVE 1
 #define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
+#define CUDA_ERROR_STREAM_CAPTURE_INVALIDATED 901
 /* CUmemPoolProps: above. */
 typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
     CUmemPoolProps poolProps;

@@ -66,6 +66,7 @@ CUresult impl_cuCtxGetDevice(int *device);
 /* Graphs (cuda_graphs.c): stream-ordered calls on a capturing stream add graph nodes. Each
  * returns 1 (with *result set) when `stream` is capturing and the call became a node. */
 int graph_capture_alloc(CUstream stream, size_t size, CUdeviceptr *dptr, CUresult *result);
+int graph_capture_unsupported(CUstream stream);
 int graph_capture_free(CUstream stream, CUdeviceptr dptr, CUresult *result);
 CUresult impl_cuGraphCreate(CUgraph *g, unsigned int flags);
 CUresult impl_cuGraphDestroy(CUgraph g);

@@ -190,6 +190,21 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
     });
 }
 
+/// Records a stream-ordered allocation that failed on a stream capturing into a graph: with the
+/// current device, and without the device's free memory (no call the capture may not support).
+pub fn alloc_failed_in_capture(api: Api, kind: Kind, result: i32, size: u64) {
+    sys::guarded(|| {
+        let Some(tx) = sender() else { return };
+        let device = real::current_device();
+        let frames = capture();
+        let py = python::capture();
+        let ts_ns = sys::now_ns();
+        let tid = tid();
+        let seq = SEQ.fetch_add(1, AcqRel);
+        send(tx, Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem: None });
+    });
+}
+
 /// Records that a context was torn down by `api` (after the call returned): the primary context
 /// of `device` when `ctx` is 0, else the context `ctx` (`device` -1 where unknown).
 pub fn reset(api: Api, device: i32, ctx: u64) {

@@ -111,14 +111,23 @@ macro_rules! hook_body {
         };
         // SAFETY: as above.
         let r = unsafe { $f($($arg),*) };
+        // Asked first: on a capturing stream the shim may make no call the capture does not
+        // support. `cuStreamGetDevice` (the `device` of these entries) is one: it fails with
+        // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and the program's capture ends with
+        // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (measured on the H200, CUDA 13.0). The current
+        // device (`cuCtxGetDevice`, allowed) stands in; the node's own device comes with the
+        // instantiation.
+        let capturing = real::capturing($cap);
         if r == 0 {
             // SAFETY: the real call succeeded, so it wrote its out-parameters.
             let (addr, size) = unsafe { ($out.value(), $size) };
-            if real::capturing($cap) {
-                record::graph_node(Api::$api, Kind::$kind, addr, size, $dev, 0, $stream as u64);
+            if capturing {
+                record::graph_node(Api::$api, Kind::$kind, addr, size, DEV_CURRENT, 0, $stream as u64);
             } else {
                 record::alloc(Api::$api, Kind::$kind, r, addr, size, $dev, $stream as u64);
             }
+        } else if capturing {
+            record::alloc_failed_in_capture(Api::$api, Kind::$kind, r, $req);
         } else {
             record::alloc(Api::$api, Kind::$kind, r, 0, $req, $dev, $stream as u64);
         }
