@@ -176,13 +176,15 @@ static CUresult impl_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsig
 /* A stream-ordered allocation: an allocation node of the graph its stream captures into, if it
  * does (cuda_graphs.c), else device memory.  The per-thread default stream's handle 0 is
  * CU_STREAM_PER_THREAD (2). */
-/* A stream-ordered allocation on `s`, owned by `owner` (a pool's context; NULL: the stream's). */
+/* A stream-ordered allocation on `s`, owned by `owner` (a pool's context; NULL: the stream's
+ * device's). Pool memory belongs to a device, not to a context the program created: that
+ * context's destruction leaves it. */
 static CUresult async_alloc(CUdeviceptr *dptr, size_t bytesize, CUstream s, void *owner)
 {
     CUresult r;
     if (graph_capture_alloc(s, bytesize, dptr, &r))
         return r;
-    standin_set_owner(owner != NULL ? owner : standin_stream_ctx(s));
+    standin_set_owner(owner != NULL ? owner : standin_primary_of(standin_stream_ctx(s)));
     r = alloc_device(dptr, bytesize);
     standin_set_owner(NULL);
     return r;

@@ -58,6 +58,9 @@ void *standin_pool_ctx(CUmemoryPool pool)
 
 int standin_current_device(void) { return current()->device; }
 
+/* The primary context of `ctx`'s device: where stream-ordered (pool) memory lives. */
+void *standin_primary_of(void *ctx) { return &primaries[((struct standin_ctx *)ctx)->device & (MAX_DEVICES - 1)]; }
+
 #define API __attribute__((visibility("default")))
 
 API CUresult cuDeviceGet(int *device, int ordinal)

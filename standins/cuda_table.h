@@ -56,6 +56,7 @@ void standin_set_owner(void *ctx);
 void *standin_stream_ctx(CUstream s);
 void *standin_pool_ctx(CUmemoryPool pool);
 void *standin_primary(int device);
+void *standin_primary_of(void *ctx);
 int standin_current_device(void);
 CUresult standin_ctx_create(void **pctx, int dev);
 CUresult impl_cuDevicePrimaryCtxRelease_v2(int device);

@@ -591,7 +591,8 @@ impl State {
             .filter(|(_, e)| {
                 e.kind != Kind::PinnedHost
                     && match created {
-                        Some(_) => e.ctx == r.ctx,
+                        // VMM memory is the device's, not a context's (and carries ctx 0).
+                        Some(_) => e.ctx == r.ctx && !e.api.is_handle(),
                         None => e.device == r.device && r.device >= 0 && !self.created.contains_key(&e.ctx),
                     }
             })
@@ -611,7 +612,11 @@ impl State {
                 self.swept.push(e);
             }
         }
-        self.vmm.reset_device(r.device);
+        // A primary context's teardown takes the device's VMM memory; a context the program
+        // created does not (its device may not even be known here).
+        if created.is_none() && r.device >= 0 {
+            self.vmm.reset_device(r.device);
+        }
         self.resets.push(gone);
     }
 
@@ -916,6 +921,39 @@ pub(crate) mod tests {
     }
 
     /// (live bytes, live count, frees, unknown frees) of the whole process.
+    #[test]
+    fn destroying_a_context_the_program_created_leaves_vmm_memory() {
+        // VMM memory is the device's: a created context's destruction (device unknown, -1)
+        // neither frees a handle nor forgets its mappings.
+        let mut ops = vmm_ops(&[V::Create(0x10, MIB64), V::Map(VA, MIB64, 0x10), V::Release(0x10)]);
+        if let Op::Alloc(a) = &mut ops[0] {
+            a.ctx = 0xc1; // as an older shim recorded it: the context current at cuMemCreate
+        }
+        let base = ops.len() as u64;
+        ops.push(Op::ContextCreated(ContextCreated {
+            seq: base,
+            ts_ns: 1000,
+            ctx: 0xc1,
+            device: 0,
+            api: Api::CuCtxCreate,
+            tid: 1,
+        }));
+        ops.push(Op::Reset(Reset {
+            seq: base + 1,
+            ts_ns: 1001,
+            device: -1,
+            api: Api::CuCtxDestroy,
+            tid: 1,
+            ctx: 0xc1,
+        }));
+        let mut s = apply_all(&ops);
+        assert_eq!(counts(&s), (MIB64, 1, 0, 0), "released but mapped: still live");
+        assert_eq!(s.vmm.devices[&0].mapped_bytes, MIB64);
+        s.apply(&Op::Unmap(Unmap { seq: base + 2, ts_ns: 1002, addr: VA, size: MIB64, tid: 1, result: 0 }));
+        assert_eq!(counts(&s), (0, 0, 1, 0));
+        assert_eq!(s.vmm.unknown_unmap_count, 0);
+    }
+
     fn counts(s: &State) -> (u64, u64, u64, u64) {
         let t = &s.totals;
         (t.gauge.live_bytes, t.gauge.live_count, t.free_count, t.unknown_free_count)

@@ -412,8 +412,11 @@ def fault_rows():
             mib(kind(r, "device")),
             kind(r, "device") == t["kept"]
             and any("created" in n and "cuCtxDestroy" in n for n in notes)
-            and any("cuDevicePrimaryCtxRelease" in n for n in notes),
-            f"cuMemGetInfo free {mib(t['free_before'])} -> {mib(t['free_after'])}; " + "; ".join(notes),
+            and any("cuDevicePrimaryCtxRelease" in n for n in notes)
+            and (t.get("pooled_free_after_destroy", 0) != 0 or r["totals"]["unknown_free_count"] == 0),
+            f"cuMemGetInfo free {mib(t['free_before'])} -> {mib(t['free_after'])}; "
+            f"cuMemFreeAsync of pool memory after its context's destruction: {t.get('pooled_free_after_destroy')}; "
+            + "; ".join(notes),
         )
     else:
         missing("fault_contexts")

@@ -348,16 +348,25 @@ static int contexts()
     CU(cuMemAlloc(&a, 16 * MiB));
     CU(create_context(&own));
     CU(cuMemAlloc(&b, 32 * MiB));
+    // Stream-ordered memory made while the program's own context is current: the device's
+    // pool's, or the context's? The free after the context's destruction tells.
+    CUdeviceptr pooled;
+    CU(cuMemAllocAsync(&pooled, 4 * MiB, 0));
+    CU(cuStreamSynchronize(0));
     CU(create_context(&other));
     CU(cuMemAlloc(&c, 8 * MiB));
     CU(cuCtxSetCurrent(primary));
     CU(cuCtxDestroy(own));
+    CUresult pooled_free = cuMemFreeAsync(pooled, 0);
+    cuStreamSynchronize(0);
     CU(cuDevicePrimaryCtxRelease(0));
     CU(cuCtxSetCurrent(other));
     CU(cuMemGetInfo(&free1, &total));
     FILE *f = fopen("truth.json", "w");
-    fprintf(f, "{\"kept\": %zu, \"freed_created\": %zu, \"freed_primary\": %zu, \"free_before\": %zu, \"free_after\": %zu}\n",
-            8 * MiB, 32 * MiB, 16 * MiB, free0, free1);
+    fprintf(f,
+            "{\"kept\": %zu, \"freed_created\": %zu, \"freed_primary\": %zu, \"free_before\": %zu, \"free_after\": %zu, "
+            "\"pooled_free_after_destroy\": %d}\n",
+            8 * MiB, 32 * MiB, 16 * MiB, free0, free1, (int)pooled_free);
     fclose(f);
     return 0;
 }

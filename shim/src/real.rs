@@ -265,14 +265,9 @@ pub fn contexts_created() -> bool {
     CONTEXTS_CREATED.load(Relaxed)
 }
 
-/// The context of an allocation: for a stream-ordered one on an explicit stream, the stream's
-/// (`cuStreamGetCtx`); otherwise the calling thread's current context. 0 where unknown.
-pub fn allocation_context(stream: u64) -> u64 {
-    if stream > 2 {
-        if let Some(ctx) = stream_context(stream) {
-            return ctx;
-        }
-    }
+/// The context of an allocation that belongs to one: the calling thread's current context
+/// (`cuCtxGetCurrent`); 0 where unknown.
+pub fn allocation_context() -> u64 {
     current_context().map_or(0, |c| c as u64)
 }
 

@@ -170,8 +170,18 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
             }
         }
         // Which context: needed only once the program has made one of its own (see
-        // `contexts`); until then every allocation is in a primary context.
-        let ctx = if result == 0 && real::contexts_created() { real::allocation_context(stream) } else { 0 };
+        // `contexts`); until then every allocation is in a primary context. Stream-ordered
+        // (pool) memory and VMM memory belong to a device, not to a context: 0, which the
+        // collector counts with the device's primary context.
+        let device_level = matches!(
+            api,
+            Api::CudaMallocAsync
+                | Api::CudaMallocFromPoolAsync
+                | Api::CuMemAllocAsync
+                | Api::CuMemAllocFromPoolAsync
+                | Api::CuMemCreate
+        );
+        let ctx = if result == 0 && !device_level && real::contexts_created() { real::allocation_context() } else { 0 };
         let frames = capture();
         // One relaxed load when the process runs no (supported) Python.
         let py = python::capture();

@@ -328,6 +328,22 @@ fn contexts_the_program_creates_and_the_last_release_of_a_primary_context_free_t
 }
 
 #[test]
+fn destroying_a_context_the_program_created_leaves_stream_ordered_and_pool_memory() {
+    // Pool memory is the device's: the shim recorded the context current at a cuMemAllocAsync
+    // (and at a pool allocation), and destroying that context counted them freed; the program's
+    // later, successful frees were then unknown.
+    let (t, d) = hostile("ctx-device-memory");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(kind(&r, "device", "live_bytes"), 0, "{d}");
+    assert_eq!((total(&r, "free_count"), total(&r, "unknown_free_count")), (3, 0), "{d}");
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    assert!(
+        notes.contains(&"cuCtxDestroy tore down a context the program created on GPU 0 and freed 1 live allocation (1.0 MiB) with it"),
+        "{notes:?}"
+    );
+}
+
+#[test]
 fn memory_from_a_pool_counts_on_the_pools_device_and_an_oom_report_gives_that_devices_free_memory() {
     // A pool located on device 1, allocated from on a stream of device 0, was counted on GPU 0.
     let (t, d) = hostile("pool-device");

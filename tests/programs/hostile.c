@@ -508,6 +508,41 @@ static int scenario_contexts(void)
     return 0;
 }
 
+/* ctx-device-memory: in a context the program created, 1 MiB by cuMemAlloc (the context's), 4
+ * MiB by cuMemAllocAsync on the legacy stream and 8 MiB from a pool of device 1 (the devices',
+ * not the context's); the context is destroyed (1 MiB goes), then the program frees the other
+ * two, which the driver still holds. Live at exit: nothing; no unknown free. */
+static int scenario_ctx_device_memory(void)
+{
+    CUresult (*create_v2)(void **, unsigned, int) = (CUresult(*)(void **, unsigned, int))driver_fn("cuCtxCreate_v2");
+    CUresult (*destroy)(void *) = (CUresult(*)(void *))driver_fn("cuCtxDestroy_v2");
+    CUresult (*mem_alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))driver_fn("cuMemAlloc_v2");
+    CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream) =
+        (CUresult(*)(CUdeviceptr *, size_t, CUstream))driver_fn("cuMemAllocAsync");
+    CUresult (*free_async)(CUdeviceptr, CUstream) = (CUresult(*)(CUdeviceptr, CUstream))driver_fn("cuMemFreeAsync");
+    CUresult (*pool_create)(CUmemoryPool *, const CUmemPoolProps *) =
+        (CUresult(*)(CUmemoryPool *, const CUmemPoolProps *))driver_fn("cuMemPoolCreate");
+    CUresult (*alloc_from)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
+        (CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))driver_fn("cuMemAllocFromPoolAsync");
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = 1;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 1;
+    CUmemoryPool pool = NULL;
+    void *own = NULL;
+    CUdeviceptr a, b, c;
+    check_cu("cuMemPoolCreate", pool_create(&pool, &props));
+    check_cu("cuCtxCreate_v2", create_v2(&own, 0, 0));
+    check_cu("cuMemAlloc_v2", mem_alloc(&a, 1 * MiB));
+    check_cu("cuMemAllocAsync", alloc_async(&b, 4 * MiB, NULL));
+    check_cu("cuMemAllocFromPoolAsync", alloc_from(&c, 8 * MiB, pool, NULL));
+    check_cu("cuCtxDestroy_v2", destroy(own));
+    check_cu("cuMemFreeAsync", free_async(b, NULL));
+    check_cu("cuMemFreeAsync", free_async(c, NULL));
+    return 0;
+}
+
 /* pool-device: a memory pool located on device 1 (the stand-in's pool 0x7001), allocated from
  * on a stream of device 0: 8 MiB through the driver, 2 MiB through the runtime. Live at exit:
  * 10 MiB on GPU 1, nothing on GPU 0. */
@@ -886,6 +921,8 @@ int main(int argc, char **argv)
         rc = scenario_stream_device();
     else if (strcmp(s, "contexts") == 0)
         rc = scenario_contexts();
+    else if (strcmp(s, "ctx-device-memory") == 0)
+        rc = scenario_ctx_device_memory();
     else if (strcmp(s, "pool-device") == 0)
         rc = scenario_pool_device();
     else if (strcmp(s, "oom-device") == 0)

@@ -204,9 +204,10 @@ pub struct Alloc {
     pub tid: u32,
     /// Stack id, or [`NO_STACK`](crate::NO_STACK).
     pub stack: u32,
-    /// The context the allocation belongs to (the stream's for stream-ordered calls, else the
-    /// calling thread's current one), once the process has created a context of its own
-    /// ([`ContextCreated`]); 0 before that, when every allocation is in a primary context.
+    /// The context the allocation belongs to (the calling thread's current one), once the
+    /// process has created a context of its own ([`ContextCreated`]); 0 before that, when every
+    /// allocation is in a primary context, and always 0 for stream-ordered (pool) and VMM
+    /// memory, which belongs to a device rather than a context.
     pub ctx: u64,
 }
 
