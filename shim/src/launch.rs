@@ -7,9 +7,10 @@
 //! - the intermediate has no exit signal: the program gets no SIGCHLD, and its `wait()` (which
 //!   waits only for children with one, wait(2) `__WCLONE`) never sees it; the shim reaps it
 //!   with `__WALL`;
-//! - the collector starts with only its socket as standard input, stdout and stderr: every
-//!   other descriptor is closed before `exec` (a program that closes its pipe's write end to
-//!   give a reader EOF must not find a copy kept open in the collector);
+//! - the collector starts with only its socket as standard input, `/dev/null` as stdout and
+//!   the program's stderr (for its one-line summary): every other descriptor is closed before
+//!   `exec` (a program that closes its pipe's write end, or its stdout, to give a reader EOF
+//!   must not find a copy kept open in the collector);
 //! - the collector gets an empty signal mask and its own process group.
 //!
 //! Between `clone` and `exec` the children make system calls only, with memory prepared
@@ -248,6 +249,17 @@ unsafe fn collector_child(exec: &Exec, theirs: RawFd, err_w: RawFd) -> ! {
         if libc::dup2(theirs, 0) < 0 {
             report(err_w, errno());
             libc::syscall(libc::SYS_exit_group, 127 as libc::c_long);
+        }
+        // The collector writes nothing on stdout; holding the program's would keep a reader
+        // of it (`prog | head`) from seeing EOF when the program closes it. /dev/null instead
+        // (where it cannot be opened, stdout is closed: close_from below spares only 0 to 2).
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if null < 0 {
+            libc::close(1);
+        } else if null != 1 {
+            libc::dup2(null, 1); // dup2 clears close-on-exec on the copy
+        } else {
+            libc::fcntl(1, libc::F_SETFD, 0);
         }
         let run_fd = config::run_fd();
         if run_fd >= 0 {

@@ -38,6 +38,17 @@ fn the_collector_keeps_none_of_the_programs_descriptors() {
 }
 
 #[test]
+fn a_reader_of_the_programs_stdout_sees_eof_when_the_program_closes_it() {
+    // `prog | reader`: the program closes its stdout and goes on; the collector, started with
+    // the program's stdout, kept the pipe open and the reader saw EOF only at the program's exit.
+    let t = Target::new("hostile", "stdout-eof").args(&["stdout-eof"]);
+    let d = run_bounded(&t);
+    assert!(d.stderr.contains("stdout-eof: the reader saw EOF"), "{d}");
+    assert!(d.status.success(), "{d}");
+    assert_eq!(total(&d.report_in(t.dir.path()), "live_bytes"), MIB, "{d}");
+}
+
+#[test]
 fn a_signal_the_program_blocks_in_all_its_threads_is_never_taken_by_a_shim_thread() {
     // SIGTERM blocked in the program's thread and taken with sigwait: delivered to the shim's
     // writer thread instead, it killed the program (status 143) in most runs before the fix.

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <limits.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <dlfcn.h>
 #include <sys/syscall.h>
@@ -73,6 +74,39 @@ static int scenario_pipe_eof(void)
     ssize_t n = read(p[0], &c, 1);
     printf("read %zd\n", n);
     return n == 0 ? 0 : 1;
+}
+
+/* stdout-eof: the program's stdout is a pipe to a reader (a child here, `prog | head` in
+ * life); after its first allocation the program closes its stdout and waits (10 s at most) for
+ * the reader to see EOF. Prints on stderr whether it did, since stdout is closed. */
+static int scenario_stdout_eof(void)
+{
+    int q[2], r[2];
+    if (pipe(q) != 0 || pipe(r) != 0)
+        return 1;
+    pid_t reader = fork();
+    if (reader == 0) {
+        close(q[1]);
+        close(r[0]);
+        char buf[64];
+        while (read(q[0], buf, sizeof buf) > 0)
+            ;
+        (void)write(r[1], "e", 1);
+        _exit(0);
+    }
+    close(q[0]);
+    close(r[1]);
+    dup2(q[1], STDOUT_FILENO);
+    close(q[1]);
+    void *d = NULL;
+    check("cudaMalloc", cudaMalloc(&d, 1 * MiB));
+    close(STDOUT_FILENO);
+    struct pollfd pfd = {.fd = r[0], .events = POLLIN};
+    int seen = poll(&pfd, 1, 10000) == 1;
+    fprintf(stderr, "stdout-eof: the reader %s EOF\n", seen ? "saw" : "did not see");
+    kill(reader, SIGKILL);
+    waitpid(reader, NULL, 0);
+    return seen ? 0 : 1;
 }
 
 /* sigwait: a server that blocks SIGTERM and takes it with sigwait, after its first
@@ -897,6 +931,8 @@ int main(int argc, char **argv)
         rc = scenario_atfork_lock();
     else if (strcmp(s, "pipe-eof") == 0)
         rc = scenario_pipe_eof();
+    else if (strcmp(s, "stdout-eof") == 0)
+        rc = scenario_stdout_eof();
     else if (strcmp(s, "sigwait") == 0)
         rc = scenario_sigwait();
     else if (strcmp(s, "coroutine") == 0)
