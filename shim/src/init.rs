@@ -58,7 +58,17 @@ fn quiet_panics() {
     }));
 }
 
+/// Installs the snapshot handler for `sig`, unless the signal is ignored: a disposition
+/// inherited from a parent that ignores it (`nohup`-like launchers, or a program that ignores it
+/// before exec'ing children) must stay ignored, because a handler is reset to the default
+/// action across `exec` while "ignored" is inherited. That process takes no snapshots.
 fn install(sig: c_int) {
+    // SAFETY: zeroed sigaction is a valid value to receive the current disposition.
+    let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a query (NULL new action) into a valid out-pointer.
+    if unsafe { libc::sigaction(sig, std::ptr::null(), &mut cur) } == 0 && cur.sa_sigaction == libc::SIG_IGN {
+        return;
+    }
     // SAFETY: zeroed sigaction is a valid "no handler, empty mask" value; we fill what we use.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = on_signal as *const () as usize;

@@ -49,6 +49,25 @@ fn a_reader_of_the_programs_stdout_sees_eof_when_the_program_closes_it() {
 }
 
 #[test]
+fn a_snapshot_signal_the_program_inherited_as_ignored_stays_ignored() {
+    // The shim installed its handler over SIG_IGN: a child the program then exec'd without the
+    // shim had SIGUSR1's default action instead of the ignored one, and a SIGUSR1 killed it.
+    let t = Target::new("hostile", "sigusr1-ignored").args(&["sigusr1-ignored"]);
+    let mut cmd = t.command();
+    // SAFETY: async-signal-safe calls only, between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGUSR1, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let d = Live::spawn(cmd, t.describe()).finish();
+    assert!(d.status.success(), "{d}");
+    assert!(d.stdout.contains(&"SIGUSR1 still ignored".to_string()), "{d}");
+    assert_eq!(total(&d.report_in(t.dir.path()), "live_bytes"), MIB, "{d}");
+}
+
+#[test]
 fn a_signal_the_program_blocks_in_all_its_threads_is_never_taken_by_a_shim_thread() {
     // SIGTERM blocked in the program's thread and taken with sigwait: delivered to the shim's
     // writer thread instead, it killed the program (status 143) in most runs before the fix.

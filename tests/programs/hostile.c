@@ -109,6 +109,20 @@ static int scenario_stdout_eof(void)
     return seen ? 0 : 1;
 }
 
+/* sigusr1-ignored: started with SIGUSR1 ignored (inherited); after its first allocation the
+ * signal must still be ignored, so that children it execs inherit that (a handler would be
+ * reset to the default action, which ends them). */
+static int scenario_sigusr1_ignored(void)
+{
+    void *d = NULL;
+    check("cudaMalloc", cudaMalloc(&d, 1 * MiB));
+    struct sigaction cur;
+    if (sigaction(SIGUSR1, NULL, &cur) != 0)
+        return 1;
+    printf("SIGUSR1 %s\n", cur.sa_handler == SIG_IGN ? "still ignored" : "no longer ignored");
+    return 0;
+}
+
 /* sigwait: a server that blocks SIGTERM and takes it with sigwait, after its first
  * allocation started the shim's thread.  Live: 1 MiB. */
 /* How many threads other than the caller do not block signal `sig` (/proc/self/task/N/status,
@@ -933,6 +947,8 @@ int main(int argc, char **argv)
         rc = scenario_pipe_eof();
     else if (strcmp(s, "stdout-eof") == 0)
         rc = scenario_stdout_eof();
+    else if (strcmp(s, "sigusr1-ignored") == 0)
+        rc = scenario_sigusr1_ignored();
     else if (strcmp(s, "sigwait") == 0)
         rc = scenario_sigwait();
     else if (strcmp(s, "coroutine") == 0)

@@ -98,6 +98,16 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
         }
         (None, Setting::Signal(s)) => s,
     };
+    if fs::read_to_string(proc_dir.join("status")).is_ok_and(|st| ignores(&st, signal.number())) {
+        return Err(coded(
+            USAGE,
+            format!(
+                "pid {pid} ignores {} (it started with it ignored, so the shim left it so): it takes no \
+                 snapshots; start it with GPUSHIM_SIGNAL=USR2",
+                signal.name()
+            ),
+        ));
+    }
     if let Ok(maps) = fs::read_to_string(proc_dir.join("maps")) {
         if !maps.contains("libgpushim") {
             return Err(coded(
@@ -242,6 +252,16 @@ fn collector_output(pid: i32) -> Option<PathBuf> {
     None
 }
 
+/// Whether `/proc/PID/status` text `status` says the process ignores signal `sig` (its
+/// `SigIgn` mask, hexadecimal, bit `sig - 1`; proc(5)).
+fn ignores(status: &str, sig: libc::c_int) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|mask| (1..=64).contains(&sig) && mask & (1u64 << (sig - 1)) != 0)
+}
+
 /// Names of the snapshot files of `pid` in `dir`.
 fn snapshot_names(dir: &Path, pid: i32) -> io::Result<HashSet<OsString>> {
     let prefix = format!("gpushim-{pid}-snapshot-");
@@ -276,6 +296,14 @@ mod tests {
         let mut got: Vec<_> = snapshot_names(&d.0, 5).unwrap().into_iter().collect();
         got.sort();
         assert_eq!(got, vec!["gpushim-5-snapshot-1.json", "gpushim-5-snapshot-2.1.json"]);
+    }
+
+    #[test]
+    fn reads_the_ignored_signals_of_a_status_file() {
+        let status = "Name:\tpython3\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000200\nSigCgt:\t0\n";
+        assert!(ignores(status, libc::SIGUSR1)); // 10: bit 9
+        assert!(!ignores(status, libc::SIGUSR2));
+        assert!(!ignores("garbage", libc::SIGUSR1));
     }
 
     #[test]
