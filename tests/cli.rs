@@ -181,6 +181,25 @@ fn snapshot_finds_the_report_directory_after_the_program_changed_its_working_dir
 }
 
 #[test]
+fn snapshot_finds_a_snapshot_written_to_the_fallback_directory() {
+    // GPUSHIM_OUTPUT cannot be written (/proc): the collector falls back to $TMPDIR, where
+    // `gpushim snapshot` did not look (it waited in /proc and gave up).
+    let t = Target::new("target_dynamic", "snapshot-fallback").args(&["sleep-snapshot"]);
+    let tmp = t.dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut cmd = t.command();
+    cmd.env("GPUSHIM_OUTPUT", "/proc").env("TMPDIR", &tmp);
+    let mut live = Live::spawn(cmd, t.describe());
+    assert_eq!(live.line(), "ready");
+    let out = gpushim(["snapshot", "--timeout", "10", &live.pid.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(Path::new(&path).parent(), Some(tmp.as_path()), "{path}");
+    let d = live.finish();
+    assert!(d.status.success(), "{d}");
+}
+
+#[test]
 fn signals_sent_to_gpushim_run_reach_the_program() {
     let dir = TempDir::new("run-forwards");
     let mut cmd = Command::new(collector());

@@ -122,14 +122,31 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
     }
     let dir = output_dir(&proc_dir, pid)
         .map_err(|e| coded(USAGE, format!("cannot find where pid {pid} writes reports: {e:#}")))?;
+    // Where the collector may write: the output directory, else (when it cannot write there)
+    // the target's $TMPDIR, then /tmp, as `output.rs` falls back.
+    let mut dirs = vec![dir.clone()];
+    for fallback in
+        [env_value(&proc_dir, b"TMPDIR").map(PathBuf::from), Some(PathBuf::from("/tmp"))].into_iter().flatten()
+    {
+        if fallback.is_absolute() && !dirs.contains(&fallback) {
+            dirs.push(fallback);
+        }
+    }
     let before = snapshot_names(&dir, pid)
         .map_err(|e| coded(USAGE, format!("cannot read the output directory {} of pid {pid}: {e}", dir.display())))?;
+    let before: Vec<HashSet<OsString>> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| if i == 0 { before.clone() } else { snapshot_names(d, pid).unwrap_or_default() })
+        .collect();
     send(pid, signal.number())?;
     let deadline = Instant::now() + timeout;
     loop {
-        if let Ok(now) = snapshot_names(&dir, pid) {
-            if let Some(new) = now.difference(&before).min() {
-                return Ok(dir.join(new));
+        for (d, seen) in dirs.iter().zip(&before) {
+            if let Ok(now) = snapshot_names(d, pid) {
+                if let Some(new) = now.difference(seen).min() {
+                    return Ok(d.join(new));
+                }
             }
         }
         if Instant::now() >= deadline {
@@ -201,6 +218,17 @@ fn signal_setting(proc_dir: &Path) -> Setting {
         Some(b"NONE") => Setting::Off,
         _ => Setting::Signal(Signal::Usr1),
     }
+}
+
+/// The value of `name` in the target's environment (`/proc/PID/environ`), if set and not empty.
+fn env_value(proc_dir: &Path, name: &[u8]) -> Option<OsString> {
+    let env = fs::read(proc_dir.join("environ")).ok()?;
+    env.split(|&b| b == 0).find_map(|kv| {
+        kv.strip_prefix(name)
+            .and_then(|v| v.strip_prefix(b"="))
+            .filter(|v| !v.is_empty())
+            .map(|v| OsString::from_vec(v.to_vec()))
+    })
 }
 
 /// The target's report directory: the one its collector was started with (`gpushim collect
