@@ -6,7 +6,9 @@
 //! A bad value is said in one line on stderr, and only by a process that traces: a process
 //! that never allocates CUDA memory prints nothing.
 
-use std::ffi::{c_int, CStr};
+use std::ffi::{c_int, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -58,6 +60,11 @@ fn env(name: &str) -> Option<String> {
     std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()).filter(|v| !v.is_empty())
 }
 
+/// A path setting, byte for byte (a directory name need not be UTF-8).
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
 /// `GPUSHIM_RUN_FD` (`fd:dev:inode`, set by `gpushim run`), read once by the library's
 /// constructor: if that descriptor is open and is that pipe, it is marked close-on-exec (the
 /// programs this one runs must not hold it, or `gpushim run` would wait for them) and remembered
@@ -100,12 +107,13 @@ pub fn snapshot_signal() -> Option<c_int> {
 
 /// The settings read when tracing starts.
 pub struct Config {
-    /// The `gpushim` binary (`GPUSHIM_COLLECTOR`, else `gpushim` beside this library).
-    pub collector: String,
+    /// The `gpushim` binary (`GPUSHIM_COLLECTOR`, else `gpushim` beside this library). Paths
+    /// are kept as the bytes the system gave, whatever their encoding.
+    pub collector: PathBuf,
     /// Where reports go (`GPUSHIM_OUTPUT`, made absolute against `cwd`; default `cwd`).
-    pub output_dir: String,
+    pub output_dir: PathBuf,
     /// The working directory when tracing started.
-    pub cwd: String,
+    pub cwd: PathBuf,
     /// `GPUSHIM_EXIT_TIMEOUT` did not parse as seconds.
     bad_exit_timeout: bool,
 }
@@ -138,13 +146,13 @@ impl Config {
             Some(Err(_)) => bad_exit_timeout = true,
             None => {}
         }
-        let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| ".".into());
-        let output_dir = match env("GPUSHIM_OUTPUT") {
-            Some(d) if d.starts_with('/') => d,
-            Some(d) => format!("{cwd}/{d}"),
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let output_dir = match env_path("GPUSHIM_OUTPUT") {
+            Some(d) if d.is_absolute() => d,
+            Some(d) => cwd.join(d),
             None => cwd.clone(),
         };
-        let collector = env("GPUSHIM_COLLECTOR").unwrap_or_else(default_collector);
+        let collector = env_path("GPUSHIM_COLLECTOR").unwrap_or_else(default_collector);
         Config { collector, output_dir, cwd, bad_exit_timeout }
     }
 
@@ -160,16 +168,16 @@ impl Config {
 }
 
 /// `gpushim` in the directory this library was loaded from.
-fn default_collector() -> String {
+fn default_collector() -> PathBuf {
     let mut info = loader::empty_dl_info();
     // SAFETY: dladdr only writes `info`.
     let ok = unsafe { libc::dladdr(default_collector as *const libc::c_void, &mut info) } != 0;
     if ok && !info.dli_fname.is_null() {
         // SAFETY: the loader's NUL-terminated path.
-        let me = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
-        if let Some((dir, _)) = me.rsplit_once('/') {
-            return format!("{dir}/gpushim");
+        let me = Path::new(OsStr::from_bytes(unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes()));
+        if let Some(dir) = me.parent().filter(|d| !d.as_os_str().is_empty()) {
+            return dir.join("gpushim");
         }
     }
-    "gpushim".into()
+    PathBuf::from("gpushim")
 }

@@ -18,8 +18,8 @@
 
 use std::ffi::{c_char, c_int, CString};
 use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
 
 use crate::config::{self, Config};
 
@@ -37,13 +37,13 @@ impl Exec {
     /// `LD_PRELOAD`. The directory (absolute, resolved when tracing started) and the pid are
     /// on the command line so that `gpushim snapshot PID` finds where the reports go even
     /// after the program changed its working directory.
-    fn new(program: &str, output_dir: &str) -> Option<Exec> {
-        let path = CString::new(resolve(program)).ok()?;
+    fn new(program: &Path, output_dir: &Path) -> Option<Exec> {
+        let path = CString::new(resolve(program).into_os_string().into_vec()).ok()?;
         let mut strings = vec![
-            CString::new(program).ok()?,
+            CString::new(program.as_os_str().as_bytes()).ok()?,
             CString::new("collect").ok()?,
             CString::new("--output").ok()?,
-            CString::new(output_dir).ok()?,
+            CString::new(output_dir.as_os_str().as_bytes()).ok()?,
             CString::new("--pid").ok()?,
             CString::new(crate::sys::getpid_raw().to_string()).ok()?,
         ];
@@ -69,18 +69,18 @@ impl Exec {
 
 /// `program` itself when it names a path, else the first executable file of that name in
 /// `PATH` (as `execvp` would find it), else `program` (whose `exec` then fails).
-fn resolve(program: &str) -> String {
-    if program.contains('/') {
-        return program.to_string();
+fn resolve(program: &Path) -> PathBuf {
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return program.to_path_buf();
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     for dir in std::env::split_paths(&path) {
         let candidate = dir.join(program);
         if is_executable(&candidate) {
-            return candidate.to_string_lossy().into_owned();
+            return candidate;
         }
     }
-    program.to_string()
+    program.to_path_buf()
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -96,7 +96,7 @@ pub fn collector(cfg: &Config) -> Option<RawFd> {
     let say = |e: std::io::Error| {
         eprintln!(
             "gpushim: cannot start the collector '{}': {e}; recording is off (set GPUSHIM_COLLECTOR to the gpushim binary)",
-            cfg.collector
+            cfg.collector.display()
         );
     };
     let Some(exec) = Exec::new(&cfg.collector, &cfg.output_dir) else {

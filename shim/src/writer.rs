@@ -452,8 +452,8 @@ fn hello(cfg: &Config) -> wire::Hello {
         ppid: unsafe { libc::getppid() } as u32,
         start_unix_ns,
         command,
-        cwd: cfg.cwd.clone(),
-        output_dir: cfg.output_dir.clone(),
+        cwd: cfg.cwd.to_string_lossy().into_owned(),
+        output_dir: cfg.output_dir.to_string_lossy().into_owned(),
         shim_version: env!("CARGO_PKG_VERSION").into(),
     }
 }

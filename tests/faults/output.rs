@@ -112,3 +112,28 @@ fn a_file_or_symlink_at_the_report_path_is_neither_followed_nor_overwritten() {
     assert!(d.stderr.lines().any(|l| l == msg), "expected {msg:?}{d}");
     assert!(!names_in(dir).iter().any(|n| n.contains(".tmp-")), "{:?}{d}", names_in(dir));
 }
+
+#[test]
+fn output_directory_and_collector_paths_that_are_not_utf8_are_used_byte_for_byte() {
+    // GPUSHIM_OUTPUT and GPUSHIM_COLLECTOR are paths, not text: a 0xff byte in them was replaced
+    // (U+FFFD), the report went to $TMPDIR ("No such file or directory"), and a collector
+    // installed under such a name could not be started at all.
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let scratch = TempDir::new("non-utf8");
+    let out = scratch.path().join(OsStr::from_bytes(b"out\xffdir"));
+    let bin = scratch.path().join(OsStr::from_bytes(b"inst\xffx"));
+    fs::create_dir(&out).unwrap();
+    fs::create_dir(&bin).unwrap();
+    fs::copy(collector(), bin.join("gpushim")).unwrap();
+    let t = Target::new("target_dynamic", "non-utf8").args(&["pause", "10"]);
+    let mut cmd = t.command();
+    cmd.env("GPUSHIM_OUTPUT", &out).env("GPUSHIM_COLLECTOR", bin.join("gpushim"));
+    let d = Live::spawn(cmd, t.describe()).finish();
+    assert!(d.status.success(), "{d}");
+    assert!(!d.stderr.contains("cannot"), "{d}");
+    let files: Vec<_> = fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(files.len(), 1, "{files:?}{d}");
+    let r = read_json(&out.join(&files[0]), &d);
+    assert_eq!(total(&r, "live_bytes"), 3 * MIB, "{d}");
+}
