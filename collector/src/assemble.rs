@@ -9,7 +9,8 @@ use crate::gauge::Gauge;
 use crate::live::{State, MAX_FAILURES};
 use crate::rank;
 use crate::report::{
-    DeviceTotals, FailureRecord, KindTotals, Kinds, MemInfoRecord, Reason, Report, Site, Totals, VmmTotals, SCHEMA,
+    DeviceTotals, FailureRecord, KindTotals, Kinds, MemInfoRecord, Reason, Report, Site, TeardownRecord, Totals,
+    VmmTotals, SCHEMA,
 };
 use crate::symbolize::Symbolizer;
 
@@ -249,6 +250,17 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             })
             .collect(),
         timeline: state.timeline.to_report(start, end, &state.kinds, &state.devices),
+        context_teardowns: state
+            .resets
+            .iter()
+            .map(|r| TeardownRecord {
+                api: r.api.name().to_string(),
+                device: r.device,
+                created: r.created,
+                count: r.count,
+                bytes: r.bytes,
+            })
+            .collect(),
         notes,
     }
 }

@@ -499,6 +499,7 @@ mod tests {
             failures: vec![],
             mem_info: vec![],
             timeline: Default::default(),
+            context_teardowns: Vec::new(),
             notes: vec![],
             oom: None,
         }

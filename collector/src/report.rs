@@ -96,6 +96,9 @@ pub struct Report {
     /// Live bytes per kind and per device over time.
     #[serde(default)]
     pub timeline: Timeline,
+    /// Contexts torn down, in order, with the live memory they freed; absent when none was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context_teardowns: Vec<TeardownRecord>,
     /// Messages from the shim and the collector about the report's completeness.
     pub notes: Vec<String>,
 }
@@ -401,6 +404,22 @@ pub struct TimelinePoint {
     pub devices: Vec<u64>,
 }
 
+/// A context torn down (`cudaDeviceReset`, `cuDevicePrimaryCtxReset`, the last
+/// `cuDevicePrimaryCtxRelease`, `cuCtxDestroy`) and the live allocations it freed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TeardownRecord {
+    /// The entry point.
+    pub api: String,
+    /// Device ordinal (-1 if unknown).
+    pub device: i32,
+    /// Whether it was a context the program created (`cuCtxCreate`), not a primary one.
+    pub created: bool,
+    /// Live allocations it freed.
+    pub count: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
 /// Device memory as the driver reported it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemInfoRecord {
@@ -474,6 +493,13 @@ mod tests {
                 devices: vec![0],
                 points: vec![TimelinePoint { t_s: 0.5, kinds: [1, 0, 0], devices: vec![1] }],
             },
+            context_teardowns: vec![TeardownRecord {
+                api: "cudaDeviceReset".into(),
+                device: 0,
+                created: false,
+                count: 2,
+                bytes: 3,
+            }],
             notes: vec!["n".into()],
             oom: None,
         }

@@ -342,6 +342,13 @@ fn contexts_the_program_creates_and_the_last_release_of_a_primary_context_free_t
     let (t, d) = hostile("contexts");
     let r = d.report_in(t.dir.path());
     assert_eq!(kind(&r, "device", "live_bytes"), 4 * MIB, "the other created context keeps its memory{d}");
+    let torn: Vec<(&str, bool, u64)> = r["context_teardowns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["api"].as_str().unwrap(), c["created"].as_bool().unwrap(), c["bytes"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(torn, vec![("cuCtxDestroy", true, 2 * MIB), ("cuDevicePrimaryCtxRelease", false, MIB)], "{d}");
     assert_eq!(total(&r, "free_count"), 2, "{d}");
     assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
     let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
