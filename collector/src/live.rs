@@ -255,6 +255,9 @@ pub struct GraphStats {
     pub unknown_launches: u64,
     /// Calls of `cudaDeviceGraphMemTrim`/`cuDeviceGraphMemTrim`, by API and device.
     pub trims: BTreeMap<(Api, i32), u64>,
+    /// Allocation nodes no launch reached whose virtual address a later node took (the driver
+    /// reuses the address of a destroyed graph's node): how many, and their bytes.
+    pub retired_unlaunched: UnlaunchedNodes,
 }
 
 /// Allocation nodes whose memory no launch ever made live, as the report tells them.
@@ -327,7 +330,13 @@ impl State {
                     api: n.api,
                     launched: false,
                 };
-                self.graph_nodes.insert(n.addr, info);
+                if let Some(old) = self.graph_nodes.insert(n.addr, info) {
+                    if !old.launched {
+                        let r = &mut self.graphs.retired_unlaunched;
+                        r.count += 1;
+                        r.bytes = r.bytes.saturating_add(old.size);
+                    }
+                }
             }
             Op::GraphExec(x) => self.graph_exec(x),
             Op::GraphLaunch(l) => self.graph_launch(l),
@@ -560,7 +569,7 @@ impl State {
     /// Allocation nodes no launch ever made live (a graph destroyed unlaunched, or not
     /// launched yet): memory that is not counted as live.
     pub fn unlaunched_graph_nodes(&self) -> UnlaunchedNodes {
-        let mut u = UnlaunchedNodes::default();
+        let mut u = self.graphs.retired_unlaunched;
         for n in self.graph_nodes.values().filter(|n| !n.launched) {
             u.count += 1;
             u.bytes = u.bytes.saturating_add(n.size);
@@ -1123,6 +1132,22 @@ pub(crate) mod tests {
         let s = apply_all(&[node(0, 0x5000, 32 * MIB, Api::CudaMallocAsync, 4)]);
         assert_eq!((s.totals.gauge.live_bytes, s.totals.alloc_count, s.totals.unknown_free_count), (0, 0, 0));
         assert_eq!(s.unlaunched_graph_nodes(), UnlaunchedNodes { count: 1, bytes: 32 * MIB });
+    }
+
+    #[test]
+    fn an_unlaunched_node_whose_address_a_later_node_takes_is_still_counted_unlaunched() {
+        // On the H200 the driver gave the next graph's node the address of a captured node
+        // whose graph was destroyed unlaunched: the report lost the unlaunched 32 MiB.
+        let a = 0x7000_0000;
+        let ops = vec![
+            node(0, a, 32 * MIB, Api::CudaMallocAsync, 4),
+            node(1, a, 16 * MIB, Api::CuGraphAddMemAllocNode, 3),
+            exec(2, 0xe1, &[(a, 16 * MIB)], &[a], false),
+            launch(3, 0xe1),
+        ];
+        let s = apply_all(&ops);
+        assert_eq!(s.unlaunched_graph_nodes(), UnlaunchedNodes { count: 1, bytes: 32 * MIB });
+        assert_eq!((s.totals.gauge.live_bytes, s.totals.unknown_free_count), (0, 0));
     }
 
     #[test]
