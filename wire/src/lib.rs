@@ -40,8 +40,8 @@ mod event; // Event, its structs, Kind, Api, LineTableFormat
 pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
-    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, Hello, Kind, LineTableFormat, MemInfo, Module,
-    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, PY_NO_OFFSET,
+    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, HeapWalk, Hello, Kind, LineTableFormat,
+    MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, WalkReason, WalkStatus, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
@@ -147,6 +147,24 @@ mod tests {
                     PyFrame { code: 0, offset: 40, entry: false },
                     PyFrame { code: 1, offset: PY_NO_OFFSET, entry: true },
                 ],
+            }),
+            Event::HeapWalk(HeapWalk {
+                reason: WalkReason::Snapshot,
+                number: 2,
+                status: WalkStatus::Cut,
+                ts_ns: 30,
+                elapsed_ns: 2_000_000_000,
+                visited: 12_345,
+                result: r#"{"objects":[],"holders":[]}"#.into(),
+            }),
+            Event::HeapWalk(HeapWalk {
+                reason: WalkReason::Exit,
+                number: 0,
+                status: WalkStatus::Blocked,
+                ts_ns: 31,
+                elapsed_ns: 0,
+                visited: 0,
+                result: String::new(),
             }),
         ]
     }
