@@ -189,5 +189,6 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             .collect(),
         timeline: state.timeline.to_report(start, end, &state.kinds, &state.devices),
         notes,
+        holders: None,
     }
 }

@@ -499,6 +499,7 @@ mod tests {
             mem_info: vec![],
             timeline: Default::default(),
             notes: vec![],
+            holders: None,
             oom: None,
         }
     }

@@ -39,6 +39,7 @@ pub mod collect;
 pub mod diff;
 pub mod error;
 pub mod gauge;
+pub mod holders;
 mod json;
 pub mod live;
 mod oom;

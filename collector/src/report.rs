@@ -93,6 +93,10 @@ pub struct Report {
     pub timeline: Timeline,
     /// Messages from the shim and the collector about the report's completeness.
     pub notes: Vec<String>,
+    /// Who holds the memory (CPython targets): the heap walk's companion file, merged in when
+    /// the report is read or rendered; never written into the report itself.
+    #[serde(skip)]
+    pub holders: Option<crate::holders::Holders>,
 }
 
 /// Process-wide counters.
@@ -439,6 +443,7 @@ mod tests {
                 points: vec![TimelinePoint { t_s: 0.5, kinds: [1, 0, 0], devices: vec![1] }],
             },
             notes: vec!["n".into()],
+            holders: None,
             oom: None,
         }
     }

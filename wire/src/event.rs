@@ -431,8 +431,11 @@ pub enum WalkStatus {
     /// The walk did not start within its cap: the main thread ran no Python code (blocked in
     /// native code). No result; a late start is skipped.
     Blocked = 2,
-    /// The walker itself failed (an internal error, caught); no result.
+    /// The walker itself failed (an internal error, caught), or could not be scheduled; no
+    /// result.
     Failed = 3,
+    /// Not started: another walk was still waiting to start or running.
+    Skipped = 4,
 }
 
 impl WalkStatus {
@@ -442,6 +445,7 @@ impl WalkStatus {
             1 => WalkStatus::Cut,
             2 => WalkStatus::Blocked,
             3 => WalkStatus::Failed,
+            4 => WalkStatus::Skipped,
             _ => return Err(WireError::BadValue("walk status", u64::from(v))),
         })
     }

@@ -383,8 +383,14 @@ def _thread_name(tid, modules):
 
 
 def _module_label(name, d):
+    """A module as a person knows it: `__main__` by its file's name (from `__file__`, which
+    CPython removes once the script has run, else from its loader's `path`)."""
     if name == "__main__":
         f = d.get("__file__")
+        if type(f) is not str:
+            loader = d.get("__loader__")
+            ld = _instance_dict(loader, type(loader)) if loader is not None else None
+            f = ld.get("path") if ld is not None else None
         if type(f) is str:
             return f.rsplit("/", 1)[-1]
     return name

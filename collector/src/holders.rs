@@ -1,0 +1,355 @@
+//! Who holds the memory: the result of a heap walk inside a CPython target (the wire's
+//! `HeapWalk`: the Python objects that own GPU memory, each with a grouped path from a root),
+//! attributed to the live allocations that contain the objects' memory, per site. Written as a
+//! companion file beside the report it completes (`…-snapshot-<n>.holders.json`,
+//! `…-oom-<n>.holders.json`, `gpushim-<pid>.holders.json`; docs/report-schema.md), and read back
+//! by `gpushim report` and `gpushim diff` when present.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _, Result};
+use gpushim_wire::{HeapWalk, WalkReason, WalkStatus};
+use serde::{Deserialize, Serialize};
+
+use crate::live::State;
+use crate::words::fmt_bytes;
+
+/// The companion file's schema.
+pub const SCHEMA: &str = "gpushim.holders.v1";
+/// Most objects listed per site (the largest).
+pub const TOP_OBJECTS: usize = 10;
+/// Most sites listed (most live bytes first).
+pub const MAX_SITES: usize = 1000;
+
+/// A companion file: the heap walk of one report, attributed to its sites.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Holders {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// Process id of the target.
+    pub pid: u32,
+    /// `snapshot`, `oom` or `exit`: which report the walk completes.
+    pub reason: String,
+    /// The snapshot's or out-of-memory report's number; absent for the final report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u32>,
+    /// How the walk went.
+    pub walk: Walk,
+    /// Per site with live memory, most live bytes first: the objects inside its allocations.
+    pub sites: Vec<SiteHolders>,
+    /// Objects whose memory lies in no live allocation (allocated before tracing, by an untraced
+    /// path, or freed already); `site` is absent.
+    pub unattributed: SiteHolders,
+}
+
+/// How a walk went.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Walk {
+    /// `complete`, `cut` (stopped at `GPUSHIM_HEAP_WALK_MS`), `blocked` (did not start
+    /// within the cap: the main thread ran no Python code), `failed`, or `skipped` (another walk
+    /// was waiting or running).
+    pub status: String,
+    /// The walk's duration (for `blocked`, how long the shim waited), seconds.
+    pub elapsed_s: f64,
+    /// Python objects visited.
+    pub objects_visited: u64,
+    /// Objects found that own GPU memory.
+    pub objects_found: u64,
+    /// The status in words, for a person.
+    pub message: String,
+}
+
+/// The objects of one site (or of no site).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SiteHolders {
+    /// The site's stack id (as in the report's `sites[].id`); absent for `unattributed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<u32>,
+    /// The site's live bytes when the walk's result arrived.
+    pub live_bytes: u64,
+    /// Objects found inside the site's live allocations.
+    pub objects: u64,
+    /// Their bytes, summed (views of the same memory count once each).
+    pub object_bytes: u64,
+    /// Bytes of the site's live allocations that some object's memory covers (overlaps count
+    /// once): memory in use.
+    pub in_use_bytes: u64,
+    /// `live_bytes - in_use_bytes`: memory no Python object covers (a caching allocator's free
+    /// blocks, or memory nothing in Python refers to).
+    pub cached_bytes: u64,
+    /// What holds the objects, one line per group of objects with the same path, most bytes
+    /// first.
+    pub holders: Vec<HolderLine>,
+    /// The largest objects, at most [`TOP_OBJECTS`].
+    pub top_objects: Vec<HeldObject>,
+}
+
+/// A group of objects kept alive the same way.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HolderLine {
+    /// `path` (reachable from a root), `native` (held from native code) or `cycle` (only by
+    /// an unreachable reference cycle: the next cyclic collection frees them).
+    pub how: String,
+    /// The steps from the root, e.g. `["train.py global 'history'", "list[*]"]`.
+    pub path: Vec<String>,
+    /// Objects in the group.
+    pub objects: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The whole line for a person.
+    pub text: String,
+}
+
+/// One object that owns GPU memory.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeldObject {
+    /// Start of its memory, hex.
+    pub address: String,
+    /// Its extent, bytes.
+    pub bytes: u64,
+    /// What it is (`Tensor(1024, 1024) float32 grad_fn=MulBackward0`).
+    pub desc: String,
+    /// Its holder's path, as in `holders[].text`.
+    pub holder: String,
+}
+
+/// The walker's result as it comes in the `HeapWalk` event.
+#[derive(Debug, Default, Deserialize)]
+struct Walked {
+    #[serde(default)]
+    objects: Vec<WalkedObject>,
+    #[serde(default)]
+    holders: Vec<WalkedHolder>,
+    #[serde(default)]
+    found: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct WalkedObject {
+    ptr: u64,
+    nbytes: u64,
+    desc: String,
+    holder: usize,
+}
+
+#[derive(Debug, Deserialize)]
+struct WalkedHolder {
+    how: String,
+    path: Vec<String>,
+}
+
+/// The name of `r`, as the companion file says it.
+pub fn reason_name(r: WalkReason) -> &'static str {
+    match r {
+        WalkReason::Snapshot => "snapshot",
+        WalkReason::Oom => "oom",
+        WalkReason::Exit => "exit",
+    }
+}
+
+fn status_name(s: WalkStatus) -> &'static str {
+    match s {
+        WalkStatus::Complete => "complete",
+        WalkStatus::Cut => "cut",
+        WalkStatus::Blocked => "blocked",
+        WalkStatus::Failed => "failed",
+        WalkStatus::Skipped => "skipped",
+    }
+}
+
+/// The line a person reads for a group.
+fn line_text(how: &str, path: &[String], objects: u64, bytes: u64, one: Option<&str>) -> String {
+    let what = match one {
+        Some(desc) if objects == 1 => format!("{desc} ({})", fmt_bytes(bytes)),
+        _ if objects == 1 => format!("1 object ({})", fmt_bytes(bytes)),
+        _ => format!("{objects} objects ({})", fmt_bytes(bytes)),
+    };
+    match how {
+        "cycle" => format!(
+            "{}: the next cyclic collection frees {what}",
+            path.first().map_or("unreachable reference cycle", String::as_str)
+        ),
+        _ => format!("{} \u{2192} {what}", path.join(" \u{2192} ")),
+    }
+}
+
+/// Attributes walk `h` to the live allocations of `state`.
+pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
+    let walked: Walked =
+        if h.result.is_empty() { Walked::default() } else { serde_json::from_str(&h.result).unwrap_or_default() };
+    let status = status_name(h.status);
+    let message = match h.status {
+        WalkStatus::Complete => format!("walked {} Python objects", h.visited),
+        WalkStatus::Cut => format!("walk cut after {} objects (GPUSHIM_HEAP_WALK_MS)", h.visited),
+        WalkStatus::Blocked => format!(
+            "no walk: the main thread ran no Python code for {} (blocked in native code?)",
+            crate::words::fmt_seconds(h.elapsed_ns as f64 / 1e9)
+        ),
+        WalkStatus::Failed => "no walk: the walker failed".to_string(),
+        WalkStatus::Skipped => "no walk: another walk was waiting or running".to_string(),
+    };
+    // Live pointer allocations by address: (end, site).
+    let mut by_addr: BTreeMap<u64, (u64, u32)> = BTreeMap::new();
+    let mut site_live: BTreeMap<u32, u64> = BTreeMap::new();
+    for (&(handle, addr), e) in state.live() {
+        *site_live.entry(e.site).or_default() += e.size;
+        if !handle {
+            by_addr.insert(addr, (addr.saturating_add(e.size), e.site));
+        }
+    }
+    // Per site (None: unattributed): objects with their allocation.
+    let mut per: BTreeMap<Option<u32>, Vec<(&WalkedObject, Option<(u64, u64)>)>> = BTreeMap::new();
+    for o in &walked.objects {
+        let hit = by_addr.range(..=o.ptr).next_back().filter(|(_, &(end, _))| o.ptr < end);
+        match hit {
+            Some((&start, &(end, site))) => per.entry(Some(site)).or_default().push((o, Some((start, end)))),
+            None => per.entry(None).or_default().push((o, None)),
+        }
+    }
+    let holder_of = |o: &WalkedObject| walked.holders.get(o.holder);
+    let build = |site: Option<u32>, objs: &[(&WalkedObject, Option<(u64, u64)>)]| -> SiteHolders {
+        let live_bytes = site.and_then(|s| site_live.get(&s).copied()).unwrap_or(0);
+        let mut groups: BTreeMap<usize, (u64, u64, &str)> = BTreeMap::new();
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        let mut object_bytes = 0u64;
+        for (o, alloc) in objs {
+            object_bytes = object_bytes.saturating_add(o.nbytes);
+            let g = groups.entry(o.holder).or_insert((0, 0, &o.desc));
+            g.0 += 1;
+            g.1 = g.1.saturating_add(o.nbytes);
+            if let Some((s, e)) = alloc {
+                let end = o.ptr.saturating_add(o.nbytes).min(*e);
+                ranges.push((o.ptr.max(*s), end));
+            }
+        }
+        ranges.sort_unstable();
+        let (mut in_use, mut reach) = (0u64, 0u64);
+        for (s, e) in ranges {
+            let s = s.max(reach);
+            if e > s {
+                in_use += e - s;
+                reach = e;
+            }
+        }
+        let text_of = |i: usize, n: u64, b: u64, desc: &str| match walked.holders.get(i) {
+            Some(h) => line_text(&h.how, &h.path, n, b, Some(desc)),
+            None => "holder unknown".to_string(),
+        };
+        let mut holders: Vec<HolderLine> = groups
+            .iter()
+            .map(|(&i, &(n, b, desc))| {
+                let (how, path) =
+                    walked.holders.get(i).map_or(("path".to_string(), Vec::new()), |h| (h.how.clone(), h.path.clone()));
+                HolderLine { how, path, objects: n, bytes: b, text: text_of(i, n, b, desc) }
+            })
+            .collect();
+        holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.objects.cmp(&a.objects)));
+        let mut top: Vec<&(&WalkedObject, Option<(u64, u64)>)> = objs.iter().collect();
+        top.sort_by(|a, b| b.0.nbytes.cmp(&a.0.nbytes).then(a.0.ptr.cmp(&b.0.ptr)));
+        let top_objects = top
+            .into_iter()
+            .take(TOP_OBJECTS)
+            .map(|(o, _)| HeldObject {
+                address: format!("{:#x}", o.ptr),
+                bytes: o.nbytes,
+                desc: o.desc.clone(),
+                holder: holder_of(o).map_or(String::new(), |h| line_text(&h.how, &h.path, 1, o.nbytes, None)),
+            })
+            .collect();
+        SiteHolders {
+            site,
+            live_bytes,
+            objects: objs.len() as u64,
+            object_bytes,
+            in_use_bytes: in_use,
+            cached_bytes: live_bytes.saturating_sub(in_use),
+            holders,
+            top_objects,
+        }
+    };
+    let mut order: Vec<(u32, u64)> = site_live.iter().map(|(&s, &b)| (s, b)).collect();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let sites = order
+        .into_iter()
+        .take(MAX_SITES)
+        .map(|(s, _)| build(Some(s), per.get(&Some(s)).map_or(&[][..], Vec::as_slice)))
+        .collect();
+    let unattributed = build(None, per.get(&None).map_or(&[][..], Vec::as_slice));
+    Holders {
+        schema: SCHEMA.to_string(),
+        pid,
+        reason: reason_name(h.reason).to_string(),
+        number: (h.reason != WalkReason::Exit).then_some(h.number),
+        walk: Walk {
+            status: status.to_string(),
+            elapsed_s: h.elapsed_ns as f64 / 1e9,
+            objects_visited: h.visited,
+            objects_found: walked.found,
+            message,
+        },
+        sites,
+        unattributed,
+    }
+}
+
+impl Holders {
+    /// The entry of site `id`, if any.
+    pub fn site(&self, id: u32) -> Option<&SiteHolders> {
+        self.sites.iter().find(|s| s.site == Some(id))
+    }
+
+    /// Reads and checks a companion file.
+    ///
+    /// # Errors
+    /// If it cannot be read, is not JSON of this shape, or has another schema.
+    pub fn read(path: &Path) -> Result<Holders> {
+        let bytes = std::fs::read(path)?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).context("not valid JSON")?;
+        match value.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA) => {}
+            Some(other) => bail!("schema is {other:?}, this gpushim reads {SCHEMA:?}"),
+            None => bail!("not a gpushim holders file (no \"schema\" string)"),
+        }
+        serde_json::from_value(value).context("malformed gpushim holders file")
+    }
+}
+
+/// The companion file of report `report`: `X.json` → `X.holders.json`.
+pub fn companion_of(report: &Path) -> PathBuf {
+    let name = report.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = name.strip_suffix(".json").unwrap_or(&name);
+    report.with_file_name(format!("{stem}.holders.json"))
+}
+
+/// The companion file of report `report`, if there is one.
+///
+/// # Errors
+/// If it exists but cannot be read or is malformed (the message names it).
+pub fn read_beside(report: &Path) -> Result<Option<Holders>> {
+    let c = companion_of(report);
+    if !c.exists() {
+        return Ok(None);
+    }
+    Holders::read(&c).map(Some).with_context(|| format!("cannot read holders file {}", c.display()))
+}
+
+/// The lines shown under a suspect or a site (without indentation): in use against live, then
+/// the largest holder groups (at most `max`).
+pub fn site_lines(s: &SiteHolders, max: usize) -> Vec<String> {
+    let mut out = vec![format!(
+        "Python objects hold {} of {} live ({} in {} objects; {} not held by any object: cached or unreferenced)",
+        fmt_bytes(s.in_use_bytes),
+        fmt_bytes(s.live_bytes),
+        fmt_bytes(s.object_bytes),
+        s.objects,
+        fmt_bytes(s.cached_bytes)
+    )];
+    for h in s.holders.iter().take(max) {
+        out.push(format!("held by: {}", h.text));
+    }
+    if s.holders.len() > max {
+        out.push(format!("{} more holders in the holders file", s.holders.len() - max));
+    }
+    out
+}
