@@ -139,6 +139,9 @@ struct WalkedHolder {
     path: Vec<String>,
 }
 
+/// An object with the `[start, end)` of the live allocation holding it, if any.
+type Placed<'a> = (&'a WalkedObject, Option<(u64, u64)>);
+
 /// The name of `r`, as the companion file says it.
 pub fn reason_name(r: WalkReason) -> &'static str {
     match r {
@@ -199,7 +202,7 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
         }
     }
     // Per site (None: unattributed): objects with their allocation.
-    let mut per: BTreeMap<Option<u32>, Vec<(&WalkedObject, Option<(u64, u64)>)>> = BTreeMap::new();
+    let mut per: BTreeMap<Option<u32>, Vec<Placed>> = BTreeMap::new();
     for o in &walked.objects {
         let hit = by_addr.range(..=o.ptr).next_back().filter(|(_, &(end, _))| o.ptr < end);
         match hit {
@@ -208,7 +211,7 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
         }
     }
     let holder_of = |o: &WalkedObject| walked.holders.get(o.holder);
-    let build = |site: Option<u32>, objs: &[(&WalkedObject, Option<(u64, u64)>)]| -> SiteHolders {
+    let build = |site: Option<u32>, objs: &[Placed]| -> SiteHolders {
         let live_bytes = site.and_then(|s| site_live.get(&s).copied()).unwrap_or(0);
         let mut groups: BTreeMap<usize, (u64, u64, &str)> = BTreeMap::new();
         let mut ranges: Vec<(u64, u64)> = Vec::new();
@@ -245,7 +248,7 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
             })
             .collect();
         holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.objects.cmp(&a.objects)));
-        let mut top: Vec<&(&WalkedObject, Option<(u64, u64)>)> = objs.iter().collect();
+        let mut top: Vec<&Placed> = objs.iter().collect();
         top.sort_by(|a, b| b.0.nbytes.cmp(&a.0.nbytes).then(a.0.ptr.cmp(&b.0.ptr)));
         let top_objects = top
             .into_iter()
