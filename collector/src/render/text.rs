@@ -117,6 +117,11 @@ impl Render for Text {
                     count(s.free_count, "free"),
                     fmt_bytes(s.peak_live_bytes),
                 )?;
+                if let Some(h) = r.holders.as_ref().and_then(|h| h.site(s.id)) {
+                    for l in crate::holders::site_lines(h, 5) {
+                        writeln!(out, "      {l}")?;
+                    }
+                }
                 write_frames(out, &s.frames, opts, "      ")?;
             }
         }

@@ -534,6 +534,15 @@ def analyse_unreached(walk, extra):
     holder's type), or only by unreachable reference cycles. `extra`: ids of the walker's own
     objects. Returns [(info, how, steps)]."""
     rest = _unreached(walk.index, extra)
+    try:
+        return _analyse(walk, rest)
+    finally:
+        # The list may be part of a cycle (through a frame of this walk); emptied, it keeps
+        # nothing alive, even with the program's GC disabled.
+        rest.clear()
+
+
+def _analyse(walk, rest):
     ext, referrer = external_refs(rest)
     finder = walk.finder
     for n in range(len(rest)):
@@ -626,8 +635,10 @@ def _walk(deadline):
     del frames
     w = Walk(roots, _Finder(modules), deadline).run()
     objects, holders, keys = [], [], {}
+    found = [0]
 
     def add(got, how, steps):
+        found[0] += 1
         key = (how,) + tuple(steps)
         h = keys.get(key)
         if h is None:
@@ -651,7 +662,9 @@ def _walk(deadline):
         del f
         for got, how, steps in analyse_unreached(w, extra):
             add(got, how, steps)
-    res = {"objects": objects, "holders": holders, "found": len(w.found)}
+    res = {"objects": objects, "holders": holders, "found": found[0]}
+    for c in (w.queue, w.parent, w.index, w.label, w.found, roots):
+        c.clear()
     if w.cut:
         res["cut_after"] = w.visited
     return (CUT if w.cut else COMPLETE), w.visited, to_json(res)
