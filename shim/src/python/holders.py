@@ -120,8 +120,8 @@ def _cai_extent(cai):
     if type(strides) is not tuple or len(strides) != len(shape) or not all(type(s) is int for s in strides):
         return None
     # The extent of a strided view: from its lowest to its highest element.
-    lo = sum(s * (n - 1) for s, n in zip(strides, shape) if s < 0)
-    hi = sum(s * (n - 1) for s, n in zip(strides, shape) if s > 0)
+    lo = sum(s * (n - 1) for s, n in zip(strides, shape, strict=False) if s < 0)
+    hi = sum(s * (n - 1) for s, n in zip(strides, shape, strict=False) if s > 0)
     return data[0] + lo, hi - lo + item
 
 
@@ -192,7 +192,7 @@ class _Finder:
             if ext is None:
                 return None
             shape = cai["shape"]
-            desc = "%s%s %s" % (_short_type(t), _shape(shape), cai["typestr"])
+            desc = "{}{} {}".format(_short_type(t), _shape(shape), cai["typestr"])
             return {"ptr": ext[0], "nbytes": ext[1], "device": -1, "type": _short_type(t), "desc": desc}
         except Exception:
             return None
@@ -208,7 +208,7 @@ class _Finder:
             dtype = str(o.dtype).replace("torch.", "")
             gf = o.grad_fn
             req = bool(o.requires_grad)
-        desc = "%s%s %s" % (_short_type(t), _shape(shape), dtype)
+        desc = f"{_short_type(t)}{_shape(shape)} {dtype}"
         if gf is not None:
             desc += " grad_fn=" + _short_type(type(gf))
         elif req:
@@ -233,7 +233,7 @@ def _jstr(s):
         if ch == '"' or ch == "\\":
             out.append("\\" + ch)
         elif c < 0x20:
-            out.append("\\u%04x" % c)
+            out.append(f"\\u{c:04x}")
         else:
             out.append(ch)
     out.append('"')
@@ -368,7 +368,7 @@ def _fmt_key(k):
 def _frame_desc(f):
     co = f.f_code
     fn = co.co_filename.rsplit("/", 1)[-1]
-    return "function '%s' (%s:%d)" % (co.co_name, fn, f.f_lineno)
+    return f"function '{co.co_name}' ({fn}:{f.f_lineno})"
 
 
 def _thread_name(tid, modules):
@@ -409,29 +409,29 @@ def step(objs, j, generic):
             return _short_type(tp) + "[*]"
         for i, x in enumerate(p):
             if x is c:
-                return "%s[%d]" % (_short_type(tp), i)
+                return f"{_short_type(tp)}[{i}]"
         return _short_type(tp)
     if tp is dict:
         k = _key_of(p, c)
         if type(prev) is type:
-            return "%s.%s" % (_short_type(prev), k if type(k) is str else "?")
+            return "{}.{}".format(_short_type(prev), k if type(k) is str else "?")
         if type(prev) is _FrameType:
-            return "%s local %s" % (_frame_desc(prev), _fmt_key(k))
+            return f"{_frame_desc(prev)} local {_fmt_key(k)}"
         if prev is not None and _instance_dict(prev, type(prev)) is p:
-            return "%s.%s" % (_short_type(type(prev)), k if type(k) is str else "?")
-        return "dict[*]" if generic else "dict[%s]" % _fmt_key(k)
+            return "{}.{}".format(_short_type(type(prev)), k if type(k) is str else "?")
+        return "dict[*]" if generic else f"dict[{_fmt_key(k)}]"
     if tp is set or tp is frozenset:
         return _short_type(tp) + "{*}"
     if tp is _FunctionType:
         if c is p.__closure__:
             return None
-        return "function %s" % p.__qualname__
+        return f"function {p.__qualname__}"
     if tp is _CellType:
         fn = objs[j - 2] if j > 1 else None
         if type(fn) is _FunctionType and fn.__closure__ is prev and prev is not None:
-            for name, cell in zip(fn.__code__.co_freevars, prev):
+            for name, cell in zip(fn.__code__.co_freevars, prev, strict=False):
                 if cell is p:
-                    return "function %s closure '%s'" % (fn.__qualname__, name)
+                    return f"function {fn.__qualname__} closure '{name}'"
         return "closure cell"
     if tp is _FrameType:
         try:
@@ -440,7 +440,7 @@ def step(objs, j, generic):
                 return None
             for k in list(loc.keys()):
                 if loc[k] is c:
-                    return "%s local %s" % (_frame_desc(p), _fmt_key(k))
+                    return f"{_frame_desc(p)} local {_fmt_key(k)}"
         except Exception:
             pass
         return _frame_desc(p)
@@ -452,7 +452,7 @@ def step(objs, j, generic):
             return None  # the dict step names the attribute
         k = _key_of(d, c)
         if type(k) is str:
-            return "%s.%s" % (_short_type(tp), k)
+            return f"{_short_type(tp)}.{k}"
     return _short_type(tp)
 
 
@@ -463,7 +463,7 @@ def render(walk, i, generic, modules):
     steps = []
     if label[0] == "global" and len(objs) > 1:
         k = _key_of(objs[0], objs[1])
-        steps.append("%s global %s" % (_module_label(label[1], objs[0]), _fmt_key(k)))
+        steps.append(f"{_module_label(label[1], objs[0])} global {_fmt_key(k)}")
         start = 1
     else:
         start = 0
@@ -474,7 +474,7 @@ def render(walk, i, generic, modules):
     if label[0] == "frame":
         tname = _thread_name(label[1], modules)
         if tname and steps:
-            steps[0] += " in thread '%s'" % tname
+            steps[0] += f" in thread '{tname}'"
     return steps
 
 
@@ -577,7 +577,7 @@ def _analyse(walk, rest):
             m = parent[m]
         chain.reverse()
         objs = [rest[m] for m in chain]
-        steps = ["held from native code: %s" % _short_type(type(objs[0]))]
+        steps = [f"held from native code: {_short_type(type(objs[0]))}"]
         for j in range(len(objs) - 1):
             s = step(objs, j, j == len(objs) - 2)
             if s is not None and s != steps[-1]:
@@ -604,7 +604,7 @@ def _cycle_name(rest, referrer, n):
         nm = _short_type(t)
         if nm not in names:
             names.append(nm)
-    return "unreachable reference cycle (%s)" % " \u2194 ".join(names or ["?"])
+    return "unreachable reference cycle ({})".format(" \u2194 ".join(names or ["?"]))
 
 
 def walk(reason, number, cap_ms, emit):
@@ -616,7 +616,7 @@ def walk(reason, number, cap_ms, emit):
     try:
         _gc.disable()
         status, visited, result = _walk(t0 + cap_ms * 1000000 if cap_ms > 0 else None)
-    except BaseException as e:  # noqa: BLE001 - nothing may escape into the program
+    except BaseException as e:
         status, result = FAILED, to_json({"error": _short_type(type(e))})
     finally:
         if enabled:
@@ -624,7 +624,7 @@ def walk(reason, number, cap_ms, emit):
     try:
         head = b"".join(int(v).to_bytes(8, "little") for v in (reason, number, status, _clock() - t0, visited))
         emit(head + result.encode("utf-8", "replace"))
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         pass
 
 
@@ -639,7 +639,7 @@ def _walk(deadline):
 
     def add(got, how, steps):
         found[0] += 1
-        key = (how,) + tuple(steps)
+        key = (how, *tuple(steps))
         h = keys.get(key)
         if h is None:
             h = keys[key] = len(holders)
