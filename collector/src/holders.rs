@@ -356,3 +356,86 @@ pub fn site_lines(s: &SiteHolders, max: usize) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::Op;
+    use gpushim_testkit::alloc;
+    use gpushim_wire::Event;
+
+    fn state(allocs: &[(u64, u64, u32)]) -> State {
+        let mut s = State::default();
+        for (i, &(addr, size, site)) in allocs.iter().enumerate() {
+            let Event::Alloc(a) = alloc(i as u64, i as u64, addr, size, site) else { unreachable!() };
+            s.apply(&Op::Alloc(a));
+        }
+        s
+    }
+
+    fn walk(result: &str) -> HeapWalk {
+        HeapWalk {
+            reason: WalkReason::Snapshot,
+            number: 3,
+            status: WalkStatus::Complete,
+            ts_ns: 0,
+            elapsed_ns: 1_500_000,
+            visited: 100,
+            result: result.into(),
+        }
+    }
+
+    /// Two views of the same 4 KiB inside a 16 KiB segment of site 1, a tensor in site 2 kept by
+    /// a cycle, and an object whose memory is in no live allocation.
+    #[test]
+    fn objects_are_attributed_to_the_allocation_that_contains_them() {
+        let s = state(&[(0x10000, 16384, 1), (0x40000, 8192, 2)]);
+        let r = r#"{"objects":[
+            {"ptr":65536,"nbytes":4096,"device":0,"type":"Tensor","desc":"Tensor(1024,) float32","holder":0},
+            {"ptr":67584,"nbytes":2048,"device":0,"type":"Tensor","desc":"Tensor(512,) float32","holder":0},
+            {"ptr":262144,"nbytes":8192,"device":0,"type":"Tensor","desc":"Tensor(2048,) float32","holder":1},
+            {"ptr":4096,"nbytes":64,"device":0,"type":"Buf","desc":"Buf(16,) <f4","holder":0}],
+            "holders":[{"how":"path","path":["train.py global 'history'","list[*]"]},
+                       {"how":"cycle","path":["unreachable reference cycle (Net)"]}],"found":4}"#;
+        let h = attribute(&walk(r), &s, 42);
+        assert_eq!((h.reason.as_str(), h.number, h.walk.status.as_str()), ("snapshot", Some(3), "complete"));
+        let one = h.site(1).unwrap();
+        assert_eq!((one.live_bytes, one.objects, one.object_bytes), (16384, 2, 6144));
+        // The second view lies inside the first: 4 KiB in use, 12 KiB cached.
+        assert_eq!((one.in_use_bytes, one.cached_bytes), (4096, 12288));
+        assert_eq!(one.holders.len(), 1);
+        assert_eq!(one.holders[0].text, "train.py global 'history' \u{2192} list[*] \u{2192} 2 objects (6.0 KiB)");
+        assert_eq!(one.top_objects[0].desc, "Tensor(1024,) float32");
+        let two = h.site(2).unwrap();
+        assert_eq!((two.in_use_bytes, two.cached_bytes), (8192, 0));
+        assert_eq!(
+            two.holders[0].text,
+            "unreachable reference cycle (Net): the next cyclic collection frees Tensor(2048,) float32 (8.0 KiB)"
+        );
+        assert_eq!((h.unattributed.objects, h.unattributed.object_bytes), (1, 64));
+        assert_eq!(h.sites.iter().map(|s| s.site).collect::<Vec<_>>(), [Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn a_walk_without_result_says_why() {
+        let s = state(&[(0x10000, 4096, 1)]);
+        let mut w = walk("");
+        w.status = WalkStatus::Blocked;
+        w.elapsed_ns = 2_000_000_000;
+        let h = attribute(&w, &s, 42);
+        assert_eq!(h.walk.status, "blocked");
+        assert!(h.walk.message.starts_with("no walk: the main thread ran no Python code for 2"), "{}", h.walk.message);
+        assert_eq!((h.sites[0].live_bytes, h.sites[0].objects, h.sites[0].cached_bytes), (4096, 0, 4096));
+        // Garbage in the result is treated as no result.
+        let h = attribute(&walk("{not json"), &s, 42);
+        assert_eq!(h.sites[0].objects, 0);
+    }
+
+    #[test]
+    fn the_companion_file_sits_beside_its_report() {
+        assert_eq!(
+            companion_of(Path::new("/d/gpushim-7-snapshot-2.json")),
+            Path::new("/d/gpushim-7-snapshot-2.holders.json")
+        );
+    }
+}
