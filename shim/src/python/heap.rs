@@ -484,16 +484,20 @@ extern "C" fn emit(_self: Obj, arg: Obj) -> Obj {
 /// The walk result `emit` got, or `None` if it is malformed.
 fn parse(b: &[u8]) -> Option<HeapWalk> {
     let word = |i: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(i * 8..i * 8 + 8)?.try_into().ok()?)) };
-    let (reason, number) = unpack(word(0)? << 32 | word(1)? & 0xffff_ffff)?;
+    let (r, n) = (word(0)?, word(1)?);
+    if r > 0xff || n > 0xffff_ffff {
+        return None;
+    }
+    let (reason, number) = unpack(r << 32 | n)?;
     let status = match word(2)? {
         0 => WalkStatus::Complete,
         1 => WalkStatus::Cut,
         _ => WalkStatus::Failed,
     };
-    let elapsed_ns = word(3)?;
-    let result = String::from_utf8_lossy(&b[40..]).into_owned();
+    let (elapsed_ns, visited) = (word(3)?, word(4)?);
+    let result = String::from_utf8_lossy(b.get(40..)?).into_owned();
     let ts_ns = sys::now_ns().saturating_sub(elapsed_ns);
-    Some(HeapWalk { reason, number, status, ts_ns, elapsed_ns, visited: word(4)?, result })
+    Some(HeapWalk { reason, number, status, ts_ns, elapsed_ns, visited, result })
 }
 
 /// Queues a walk's event for the writer (waiting for room like any event).
