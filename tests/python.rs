@@ -72,7 +72,7 @@ fn line_of(marker: &str) -> u64 {
 }
 
 /// The interpreter `python3` on PATH runs (through a pyenv shim, if that is what PATH has).
-fn python3() -> PathBuf {
+pub(crate) fn python3() -> PathBuf {
     let which = Command::new("which").arg("python3").output().expect("running which");
     let path = String::from_utf8_lossy(&which.stdout).trim().to_string();
     assert!(
@@ -83,7 +83,7 @@ fn python3() -> PathBuf {
 }
 
 /// `sys.executable` of `python`: the real binary behind a shim script.
-fn real_executable(python: &Path) -> Option<PathBuf> {
+pub(crate) fn real_executable(python: &Path) -> Option<PathBuf> {
     let out = Command::new(python).args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
     let exe = String::from_utf8_lossy(&out.stdout).trim().to_string();
     (out.status.success() && !exe.is_empty()).then(|| PathBuf::from(exe))
@@ -91,7 +91,7 @@ fn real_executable(python: &Path) -> Option<PathBuf> {
 
 /// Other interpreters to run the scenario under: `GPUSHIM_TEST_PYTHONS`, else pyenv's 3.10, 3.12
 /// and 3.13 if installed.
-fn other_pythons() -> Vec<PathBuf> {
+pub(crate) fn other_pythons() -> Vec<PathBuf> {
     if let Ok(list) = std::env::var("GPUSHIM_TEST_PYTHONS") {
         return list.split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
     }

@@ -9,6 +9,7 @@ mod cli; // gpushim run / report / diff / snapshot from outside
 mod concurrency; // many threads, exact totals
 mod examples; // the bundled C and Rust examples
 mod faults; // whatever fails on our side, the program is unharmed (docs/guarantees.md)
+mod holders; // who holds the memory: the heap walk in CPython programs
 mod interception; // every allocation path: symbol, static runtime, dlsym, RTLD_NEXT neighbours
 mod lifecycle; // fork, SIGKILL, exit, non-CUDA processes, missing collector
 mod python; // Python frames (file, function, line) in CPython programs, 3.10 to 3.13

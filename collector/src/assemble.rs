@@ -262,5 +262,6 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             })
             .collect(),
         notes,
+        holders: None,
     }
 }

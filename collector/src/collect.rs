@@ -10,10 +10,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use gpushim_wire::{Decoder, Event, Failed, Hello, MemInfo};
+use gpushim_wire::{Decoder, Event, Failed, HeapWalk, Hello, MemInfo, WalkReason};
 
 use crate::assemble::{self, Context};
 use crate::error::{coded, BROKEN_STREAM};
+use crate::holders::{self, Holders};
 use crate::live::{Op, State};
 use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
@@ -59,6 +60,10 @@ struct Sink<'a> {
     ooms: Vec<PathBuf>,
     /// Sequence numbers given up as lost so far (as of the latest event pushed).
     lost: u64,
+    /// The heap walk of the final report, attributed when it arrived (before `Exit`).
+    exit_holders: Option<Holders>,
+    /// Heap walks received.
+    walks: u32,
     err: &'a mut dyn Write,
 }
 
@@ -73,6 +78,30 @@ impl Observer for Sink<'_> {
 }
 
 impl Sink<'_> {
+    /// A heap walk's result: attributed to the live set as it is now (the walk saw the objects
+    /// then); written beside its snapshot or out-of-memory report at once, kept for the end for
+    /// the final report.
+    fn heap_walk(&mut self, h: &HeapWalk, state: &State) {
+        self.walks += 1;
+        let holders = holders::attribute(h, state, self.hello.pid);
+        let stem = match h.reason {
+            WalkReason::Exit => {
+                self.exit_holders = Some(holders);
+                return;
+            }
+            WalkReason::Snapshot => format!("gpushim-{}-snapshot-{}.holders", self.hello.pid, h.number),
+            WalkReason::Oom => format!("gpushim-{}-oom-{}.holders", self.hello.pid, h.number),
+        };
+        match write_json(&holders, &self.out_dir, &stem, self.err) {
+            Ok(path) => {
+                let _ = writeln!(self.err, "gpushim: {}; holders written to {}", holders.walk.message, path.display());
+            }
+            Err(e) => {
+                let _ = writeln!(self.err, "gpushim: cannot write {stem}.json: {e:#}");
+            }
+        }
+    }
+
     /// Writes the out-of-memory report for `f`, which `state` has just applied (up to
     /// [`MAX_OOM_REPORTS`]), and says where on stderr.
     fn oom(&mut self, f: &Failed, state: &State) {
@@ -165,8 +194,13 @@ impl Sink<'_> {
 /// Serializes `report` and writes it as `stem.json` (or the next free name) in `dir`, with
 /// the fallbacks of [`output::write_new`]; tells `err` where it went if not where asked.
 fn write_report(report: &Report, dir: &Path, stem: &str, err: &mut dyn Write) -> Result<PathBuf> {
+    write_json(report, dir, stem, err)
+}
+
+/// As [`write_report`], for any document.
+fn write_json<T: serde::Serialize>(doc: &T, dir: &Path, stem: &str, err: &mut dyn Write) -> Result<PathBuf> {
     let w = output::write_new_with(dir, stem, "json", &mut |out| {
-        crate::json::to_writer(out, report)?;
+        crate::json::to_writer(out, doc)?;
         out.write_all(b"\n")
     })?;
     for m in w.messages() {
@@ -216,6 +250,8 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         oom_count: 0,
         ooms: Vec::new(),
         lost: 0,
+        exit_holders: None,
+        walks: 0,
         err,
     };
     let mut tracker = Tracker::new();
@@ -255,6 +291,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             Event::PyRuntime(p) => sink.sym.python_mut().set_runtime(p.version),
             Event::PyCode(c) => sink.sym.python_mut().add_code(c),
             Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
+            Event::HeapWalk(h) => sink.heap_walk(&h, tracker.state()),
             Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
         }
         sink.lost = tracker.lost();
@@ -284,6 +321,16 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             tracker.duplicates()
         ));
     }
+    if (sink.sym.python_mut().has_runtime() || sink.walks > 0) && sink.exit_holders.is_none() {
+        notes.push(
+            if exit_ts.is_some() {
+                "no heap walk at exit: Python's atexit handlers did not run (os._exit), or GPUSHIM_HEAP_WALK=0"
+            } else {
+                "the process was killed: no heap walk for the final report, so who holds its memory is not known"
+            }
+            .to_string(),
+        );
+    }
     let ctx = Context {
         hello: &sink.hello,
         reason: if exit_ts.is_some() { Reason::Exit } else { Reason::Killed },
@@ -295,12 +342,19 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         mem_info: &sink.mem_info,
         stacks: &sink.stacks,
     };
-    let report = assemble::build(tracker.state(), ctx, &mut sink.sym);
+    let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
     if let Some(e) = &broken {
         let _ = writeln!(sink.err, "gpushim: event stream from pid {pid} broken: {e}; report holds what was received");
     }
     let path = write_report(&report, &sink.out_dir, &format!("gpushim-{pid}"), sink.err)
         .with_context(|| format!("cannot write the report of pid {pid}"))?;
+    if let Some(h) = sink.exit_holders.take() {
+        let stem = format!("gpushim-{pid}.holders");
+        if let Err(e) = write_json(&h, &sink.out_dir, &stem, sink.err) {
+            let _ = writeln!(sink.err, "gpushim: cannot write {stem}.json: {e:#}");
+        }
+        report.holders = Some(h);
+    }
     let _ = text::summary(&report, &path, sink.err);
     Ok(Outcome { report: Some(path), snapshots: sink.snapshots, ooms: sink.ooms, broken })
 }

@@ -501,6 +501,7 @@ mod tests {
             timeline: Default::default(),
             context_teardowns: Vec::new(),
             notes: vec![],
+            holders: None,
             oom: None,
         }
     }

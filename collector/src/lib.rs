@@ -27,8 +27,9 @@
 //! - Exit codes are those of [`error`].
 //! - No module imports one that imports it back. [`series`], [`report`], [`words`] and
 //!   [`error`] import no other module of the crate but `report`; the accounting imports only
-//!   those and itself, in the order series, gauge, timeline, vmm, live, reorder, rank; [`symbolize`],
-//!   [`render`], [`diff`] and [`collect`] build on those; [`cmd`] builds on everything, and
+//!   those and itself, in the order series, gauge, timeline, vmm, live, reorder, rank; [`holders`]
+//!   (who holds the memory: a heap walk attributed to the live set) builds on `live`, `report`
+//!   and `words`; [`symbolize`], [`render`], [`diff`] and [`collect`] build on those; [`cmd`] builds on everything, and
 //!   nothing imports it.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -39,6 +40,7 @@ pub mod collect;
 pub mod diff;
 pub mod error;
 pub mod gauge;
+pub mod holders;
 mod json;
 pub mod live;
 mod oom;

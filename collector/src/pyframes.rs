@@ -60,6 +60,11 @@ impl Python {
         self.version = Some(version);
     }
 
+    /// True if and only if the stream said the target runs CPython ([`Python::set_runtime`]).
+    pub fn has_runtime(&self) -> bool {
+        self.version.is_some()
+    }
+
     /// Remembers a code object.
     pub fn add_code(&mut self, c: PyCode) {
         let internal = is_internal_file(&c.filename);

@@ -101,6 +101,10 @@ pub struct Report {
     pub context_teardowns: Vec<TeardownRecord>,
     /// Messages from the shim and the collector about the report's completeness.
     pub notes: Vec<String>,
+    /// Who holds the memory (CPython targets): the heap walk's companion file, merged in when
+    /// the report is read or rendered; never written into the report itself.
+    #[serde(skip)]
+    pub holders: Option<Holders>,
 }
 
 /// Process-wide counters.
@@ -464,6 +468,123 @@ impl Report {
     }
 }
 
+/// The schema of a companion file of who holds the memory (`*.holders.json`).
+pub const HOLDERS_SCHEMA: &str = "gpushim.holders.v1";
+
+/// A companion file: the heap walk of one report, attributed to its sites.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Holders {
+    /// Always [`HOLDERS_SCHEMA`].
+    pub schema: String,
+    /// Process id of the target.
+    pub pid: u32,
+    /// `snapshot`, `oom` or `exit`: which report the walk completes.
+    pub reason: String,
+    /// The snapshot's or out-of-memory report's number; absent for the final report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u32>,
+    /// How the walk went.
+    pub walk: Walk,
+    /// Per site with live memory, most live bytes first: the objects inside its allocations.
+    pub sites: Vec<SiteHolders>,
+    /// Objects whose memory lies in no live allocation (allocated before tracing, by an untraced
+    /// path, or freed already); `site` is absent.
+    pub unattributed: SiteHolders,
+}
+
+/// How a walk went.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Walk {
+    /// `complete`, `cut` (stopped at `GPUSHIM_HEAP_WALK_MS`), `blocked` (did not start
+    /// within the cap: the main thread ran no Python code), `failed`, or `skipped` (another walk
+    /// was waiting or running).
+    pub status: String,
+    /// The walk's duration (for `blocked`, how long the shim waited), seconds.
+    pub elapsed_s: f64,
+    /// Python objects visited.
+    pub objects_visited: u64,
+    /// Objects found that own GPU memory.
+    pub objects_found: u64,
+    /// The status in words, for a person.
+    pub message: String,
+}
+
+/// The objects of one site (or of no site).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SiteHolders {
+    /// The site's stack id (as in the report's `sites[].id`); absent for `unattributed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<u32>,
+    /// The site's live bytes when the walk's result arrived.
+    pub live_bytes: u64,
+    /// Objects found inside the site's live allocations.
+    pub objects: u64,
+    /// Their bytes, summed (views of the same memory count once each).
+    pub object_bytes: u64,
+    /// Bytes of the site's live allocations that some object's memory covers (overlaps count
+    /// once): memory in use.
+    pub in_use_bytes: u64,
+    /// `live_bytes - in_use_bytes`: memory no Python object covers (a caching allocator's free
+    /// blocks, or memory nothing in Python refers to).
+    pub cached_bytes: u64,
+    /// What holds the objects, one line per group of objects with the same path, most bytes
+    /// first.
+    pub holders: Vec<HolderLine>,
+    /// The largest objects, at most 10 (`holders::TOP_OBJECTS`).
+    pub top_objects: Vec<HeldObject>,
+}
+
+/// A group of objects kept alive the same way.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HolderLine {
+    /// `path` (reachable from a root), `native` (held from native code) or `cycle` (only by
+    /// an unreachable reference cycle: the next cyclic collection frees them).
+    pub how: String,
+    /// The steps from the root, e.g. `["train.py global 'history'", "list[*]"]`.
+    pub path: Vec<String>,
+    /// Objects in the group.
+    pub objects: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The whole line for a person.
+    pub text: String,
+}
+
+/// One object that owns GPU memory.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeldObject {
+    /// Start of its memory, hex.
+    pub address: String,
+    /// Its extent, bytes.
+    pub bytes: u64,
+    /// What it is (`Tensor(1024, 1024) float32 grad_fn=MulBackward0`).
+    pub desc: String,
+    /// Its holder's path, as in `holders[].text`.
+    pub holder: String,
+}
+
+impl Holders {
+    /// The entry of site `id`, if any.
+    pub fn site(&self, id: u32) -> Option<&SiteHolders> {
+        self.sites.iter().find(|s| s.site == Some(id))
+    }
+
+    /// Reads and checks a companion file.
+    ///
+    /// # Errors
+    /// If it cannot be read, is not JSON of this shape, or has another schema.
+    pub fn read(path: &Path) -> Result<Holders> {
+        let bytes = std::fs::read(path)?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).context("not valid JSON")?;
+        match value.get("schema").and_then(|s| s.as_str()) {
+            Some(HOLDERS_SCHEMA) => {}
+            Some(other) => bail!("schema is {other:?}, this gpushim reads {HOLDERS_SCHEMA:?}"),
+            None => bail!("not a gpushim holders file (no \"schema\" string)"),
+        }
+        serde_json::from_value(value).context("malformed gpushim holders file")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,6 +622,7 @@ mod tests {
                 bytes: 3,
             }],
             notes: vec!["n".into()],
+            holders: None,
             oom: None,
         }
     }

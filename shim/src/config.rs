@@ -28,6 +28,12 @@ static EXIT_TIMEOUT_S: AtomicU64 = AtomicU64::new(60);
 /// The descriptor `gpushim run` passed (`GPUSHIM_RUN_FD`), or -1: kept open in the collector,
 /// close-on-exec in the program.
 static RUN_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+/// `GPUSHIM_HEAP_WALK` is not `0`: a CPython program's heap is walked for the objects that own
+/// GPU memory at each snapshot, out-of-memory report and normal exit.
+static HEAP_WALK: AtomicBool = AtomicBool::new(true);
+/// `GPUSHIM_HEAP_WALK_MS`: the cap on one heap walk, milliseconds (default 2000), also the
+/// longest the shim waits for a walk to start.
+static HEAP_WALK_MS: AtomicU64 = AtomicU64::new(2000);
 /// The value of a `GPUSHIM_SIGNAL` that is not USR1, USR2 or none (USR1 is used).
 static BAD_SIGNAL: OnceLock<String> = OnceLock::new();
 
@@ -54,6 +60,16 @@ pub fn python_frames() -> bool {
 /// The longest the exit path waits for the collector. Safe in a signal handler.
 pub fn exit_timeout() -> Duration {
     Duration::from_secs(EXIT_TIMEOUT_S.load(Relaxed))
+}
+
+/// Whether heap walks are on (`GPUSHIM_HEAP_WALK` is not `0`).
+pub fn heap_walk() -> bool {
+    HEAP_WALK.load(Relaxed)
+}
+
+/// The cap on one heap walk, milliseconds (`GPUSHIM_HEAP_WALK_MS`, default 2000).
+pub fn heap_walk_ms() -> u64 {
+    HEAP_WALK_MS.load(Relaxed)
 }
 
 fn env(name: &str) -> Option<String> {
@@ -139,6 +155,18 @@ impl Config {
         }
         if env("GPUSHIM_PYTHON").as_deref() == Some("0") {
             PYTHON.store(false, Relaxed);
+        }
+        if env("GPUSHIM_HEAP_WALK").as_deref() == Some("0") {
+            HEAP_WALK.store(false, Relaxed);
+        }
+        if let Some(v) = env("GPUSHIM_HEAP_WALK_MS") {
+            match v.parse::<u64>() {
+                Ok(ms) if ms > 0 => HEAP_WALK_MS.store(ms, Relaxed),
+                _ => eprintln!(
+                    "gpushim: GPUSHIM_HEAP_WALK_MS={v} is not a number of milliseconds above 0; using {}",
+                    HEAP_WALK_MS.load(Relaxed)
+                ),
+            }
         }
         let mut bad_exit_timeout = false;
         match env("GPUSHIM_EXIT_TIMEOUT").map(|v| v.parse::<u64>()) {

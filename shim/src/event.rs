@@ -87,6 +87,8 @@ pub enum Msg {
     GraphExecDestroy { seq: u64, ts_ns: u64, exec: u64, api: Api, tid: u32 },
     /// A device's graph memory trimmed.
     GraphMemTrim { seq: u64, ts_ns: u64, device: i32, api: Api, tid: u32 },
+    /// The result of a heap walk (python/heap.rs), or a walk given up.
+    HeapWalk(gpushim_wire::HeapWalk),
     /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then answer on `done`.
     Exit { ts_ns: u64, done: Sender<()> },
     /// `_exit`, `_Exit` or `quick_exit` (no atexit handlers run): send `Exit`, flush, then set

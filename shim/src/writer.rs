@@ -20,6 +20,12 @@ use crate::hash::FastHash;
 use crate::state::{DISABLED, FINISHED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
 use crate::{inflight, launch, loader, python, socket, sys};
 
+/// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY` are both 2 (CUDA Runtime API,
+/// cudaError; CUDA Driver API, CUresult).
+const OUT_OF_MEMORY: i32 = 2;
+/// The longest the first event waits for the writer thread to queue the exit walk's
+/// registration (python/heap.rs).
+const ARM_WAIT: Duration = Duration::from_millis(100);
 /// Events the channel holds before hooks wait (backpressure), about 1.3 MiB of slots.
 const CHANNEL_CAPACITY: usize = 16 * 1024;
 /// Bytes buffered before a write to the socket.
@@ -55,15 +61,26 @@ pub fn start() -> Option<Sender<Msg>> {
         return None;
     }
     let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+    let (armed_tx, armed_rx) = crossbeam_channel::bounded::<()>(1);
     let spawned = sys::with_async_signals_blocked(|| {
         std::thread::Builder::new().name("gpushim-writer".into()).spawn(move || {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.run(rx)));
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // The pending call that registers the exit walk (CPython only), asked for
+                // from this thread, never from a hook.
+                python::heap::arm();
+                drop(armed_tx);
+                w.run(rx)
+            }));
         })
     });
     if let Err(e) = spawned {
         eprintln!("gpushim: cannot start the writer thread: {e}; recording is off");
         return None;
     }
+    // Wait (bounded) until the exit walk's registration is queued: a short program could
+    // otherwise reach Python's finalization, which runs pending calls once before its atexit
+    // handlers, before the writer thread asked for it.
+    let _ = armed_rx.recv_timeout(ARM_WAIT);
     cfg.warn_after_start();
     // SAFETY: getpid cannot fail.
     TRACED_PID.store(unsafe { libc::getpid() }, Release);
@@ -83,6 +100,9 @@ struct Writer {
     modules: HashSet<(String, u64)>,
     covered: Vec<(u64, u64)>,
     snapshots_handled: u64,
+    /// Snapshots and out-of-memory failures sent, which number their heap walks.
+    snapshots_sent: u32,
+    ooms_sent: u32,
     events: u64,
 }
 
@@ -97,6 +117,8 @@ impl Writer {
             modules: HashSet::new(),
             covered: Vec::new(),
             snapshots_handled: 0,
+            snapshots_sent: 0,
+            ooms_sent: 0,
             events: 0,
         }
     }
@@ -139,6 +161,9 @@ impl Writer {
             // Before the event is handled: an event whose sequence number is at or past a
             // snapshot's boundary was numbered after the signal, so the marker goes first.
             self.snapshots();
+            if let Some(h) = python::heap::poll() {
+                self.push(&Event::HeapWalk(h));
+            }
             match msg {
                 Ok(Msg::Exit { ts_ns, done }) => {
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
@@ -214,6 +239,10 @@ impl Writer {
             for p in pending {
                 self.push(&Event::FreePending(p));
             }
+            self.snapshots_sent = self.snapshots_sent.saturating_add(1);
+            if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, self.snapshots_sent) {
+                self.push(&Event::HeapWalk(h));
+            }
         }
     }
 
@@ -280,7 +309,14 @@ impl Writer {
                 }
                 let stack = self.stack_id(frames, py);
                 self.push(&Event::Failed(wire::Failed { seq, ts_ns, size, kind, api, device, tid, stack, result }));
+                if result == OUT_OF_MEMORY {
+                    self.ooms_sent = self.ooms_sent.saturating_add(1);
+                    if let Some(h) = python::heap::request(wire::WalkReason::Oom, self.ooms_sent) {
+                        self.push(&Event::HeapWalk(h));
+                    }
+                }
             }
+            Msg::HeapWalk(h) => self.push(&Event::HeapWalk(h)),
             Msg::Exit { .. } | Msg::QuickExit { .. } => {} // handled in run
         }
     }
@@ -357,6 +393,7 @@ impl Writer {
             // A libpython loaded after tracing started (a program that embeds Python).
             python::init(config::python_frames());
             self.announce_python();
+            python::heap::arm();
         }
     }
 

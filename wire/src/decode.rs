@@ -8,8 +8,9 @@ use std::io::{self, Read};
 
 use crate::{
     Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
-    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, Hello, Kind, LineTableFormat, Map, MemInfo, Module, PyCode,
-    PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
+    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map, MemInfo, Module,
+    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus, HEADER_LEN, MAGIC,
+    MAX_FRAME, VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer
@@ -335,6 +336,15 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
             }
             Event::PyStack(PyStack { id, frames })
         }
+        40 => Event::HeapWalk(HeapWalk {
+            reason: WalkReason::from_u8(r.u8()?)?,
+            number: r.u32()?,
+            status: WalkStatus::from_u8(r.u8()?)?,
+            ts_ns: r.u64()?,
+            elapsed_ns: r.u64()?,
+            visited: r.u64()?,
+            result: r.str()?,
+        }),
         _ => return Ok(None),
     };
     r.done()?;
@@ -445,6 +455,16 @@ mod tests {
         assert!(matches!(decode_body(&b), Err(WireError::BadValue("python frame entry flag", 7))));
         // A huge frame count in a tiny frame must not allocate.
         assert!(matches!(decode_body(&[22, 0, 0, 0, 0, 255, 255, 255, 255]), Err(WireError::BadFrame(22))));
+    }
+
+    #[test]
+    fn bad_heap_walk_values_are_errors() {
+        let mut b = vec![40, 9];
+        b.extend_from_slice(&[0; 4 + 1 + 24 + 4]);
+        assert!(matches!(decode_body(&b), Err(WireError::BadValue("walk reason", 9))));
+        b[1] = 1;
+        b[6] = 7;
+        assert!(matches!(decode_body(&b), Err(WireError::BadValue("walk status", 7))));
     }
 
     #[test]

@@ -243,6 +243,16 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
                 w.u8(u8::from(f.entry));
             }
         }
+        Event::HeapWalk(h) => {
+            w.u8(40);
+            w.u8(h.reason as u8);
+            w.u32(h.number);
+            w.u8(h.status as u8);
+            w.u64(h.ts_ns);
+            w.u64(h.elapsed_ns);
+            w.u64(h.visited);
+            w.str(&h.result);
+        }
     }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());

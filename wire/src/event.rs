@@ -606,6 +606,82 @@ pub struct PyStack {
     pub frames: Vec<PyFrame>,
 }
 
+/// Which report a [`HeapWalk`] belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WalkReason {
+    /// The snapshot of the same number (`gpushim-<pid>-snapshot-<n>.json`).
+    Snapshot = 1,
+    /// The out-of-memory report of the same number (`gpushim-<pid>-oom-<n>.json`), counted in
+    /// the order the shim saw the failures.
+    Oom = 2,
+    /// The final report of a normal exit (walked from a Python `atexit` callback).
+    Exit = 3,
+}
+
+impl WalkReason {
+    pub(crate) fn from_u8(v: u8) -> Result<WalkReason, WireError> {
+        Ok(match v {
+            1 => WalkReason::Snapshot,
+            2 => WalkReason::Oom,
+            3 => WalkReason::Exit,
+            _ => return Err(WireError::BadValue("walk reason", u64::from(v))),
+        })
+    }
+}
+
+/// How a [`HeapWalk`] went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WalkStatus {
+    /// The walk visited everything reachable.
+    Complete = 0,
+    /// The walk stopped at its time cap (`GPUSHIM_HEAP_WALK_MS`); the result holds what was
+    /// found until then.
+    Cut = 1,
+    /// The walk did not start within its cap: the main thread ran no Python code (blocked in
+    /// native code). No result; a late start is skipped.
+    Blocked = 2,
+    /// The walker itself failed (an internal error, caught), or could not be scheduled; no
+    /// result.
+    Failed = 3,
+    /// Not started: another walk was still waiting to start or running.
+    Skipped = 4,
+}
+
+impl WalkStatus {
+    pub(crate) fn from_u8(v: u8) -> Result<WalkStatus, WireError> {
+        Ok(match v {
+            0 => WalkStatus::Complete,
+            1 => WalkStatus::Cut,
+            2 => WalkStatus::Blocked,
+            3 => WalkStatus::Failed,
+            4 => WalkStatus::Skipped,
+            _ => return Err(WireError::BadValue("walk status", u64::from(v))),
+        })
+    }
+}
+
+/// The result of a walk of the Python heap inside the target (CPython only): the objects that
+/// own GPU memory and what keeps each alive. Sent once per walk, after the [`Snapshot`] (or the
+/// failed allocation, or before [`Exit`]) it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeapWalk {
+    /// Which report it completes.
+    pub reason: WalkReason,
+    /// The snapshot's or out-of-memory report's number n (from 1); 0 for [`WalkReason::Exit`].
+    pub number: u32,
+    /// How it went.
+    pub status: WalkStatus,
+    /// Monotonic clock when the walk started (or was given up), ns.
+    pub ts_ns: u64,
+    /// How long the walk took, ns (for `Blocked`: how long the shim waited for it to start).
+    pub elapsed_ns: u64,
+    /// Python objects visited.
+    pub visited: u64,
+    /// The walker's result, JSON (`{"objects": […], "holders": […]}`, see the collector's
+    /// `holders` module); empty when there is none.
+    pub result: String,
+}
+
 /// One frame of the stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -657,6 +733,8 @@ pub enum Event {
     PyCode(PyCode),
     /// Tag 22.
     PyStack(PyStack),
+    /// Tag 40 (tags 40 to 49 are kept for heap walks).
+    HeapWalk(HeapWalk),
 }
 
 #[cfg(test)]

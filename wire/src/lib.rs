@@ -44,8 +44,8 @@ pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
     Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
-    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, Hello, Kind, LineTableFormat, Map, MemInfo, Module, PyCode,
-    PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, PY_NO_OFFSET,
+    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map, MemInfo, Module,
+    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
@@ -212,6 +212,24 @@ mod tests {
                     PyFrame { code: 0, offset: 40, entry: false },
                     PyFrame { code: 1, offset: PY_NO_OFFSET, entry: true },
                 ],
+            }),
+            Event::HeapWalk(HeapWalk {
+                reason: WalkReason::Snapshot,
+                number: 2,
+                status: WalkStatus::Cut,
+                ts_ns: 30,
+                elapsed_ns: 2_000_000_000,
+                visited: 12_345,
+                result: r#"{"objects":[],"holders":[]}"#.into(),
+            }),
+            Event::HeapWalk(HeapWalk {
+                reason: WalkReason::Exit,
+                number: 0,
+                status: WalkStatus::Blocked,
+                ts_ns: 31,
+                elapsed_ns: 0,
+                visited: 0,
+                result: String::new(),
             }),
         ]
     }

@@ -18,7 +18,8 @@ use crate::report::Report;
 /// If the report cannot be read, or the output cannot be created or written; the message names
 /// the file.
 pub fn run(file: &Path, format: Format, output: Option<&Path>, opts: TextOptions) -> Result<ExitCode> {
-    let report = Report::read(file).with_context(|| format!("cannot read report {}", file.display()))?;
+    let mut report = Report::read(file).with_context(|| format!("cannot read report {}", file.display()))?;
+    report.holders = crate::holders::read_beside(file)?;
     let renderer = renderer(format, opts);
     write_output(output, &mut |out| renderer.render(&report, out))?;
     Ok(ExitCode::SUCCESS)

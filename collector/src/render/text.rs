@@ -94,6 +94,11 @@ impl Render for Text {
                 if let Some(f) = r.site(s.site).and_then(first_user_frame) {
                     writeln!(out, "      at {}", frame_label(f))?;
                 }
+                if let Some(h) = r.holders.as_ref().and_then(|h| h.site(s.site)) {
+                    for l in crate::holders::site_lines(h, 5) {
+                        writeln!(out, "      {l}")?;
+                    }
+                }
             }
         }
 
@@ -115,6 +120,11 @@ impl Render for Text {
                     count(s.free_count, "free"),
                     fmt_bytes(s.peak_live_bytes),
                 )?;
+                if let Some(h) = r.holders.as_ref().and_then(|h| h.site(s.id)) {
+                    for l in crate::holders::site_lines(h, 5) {
+                        writeln!(out, "      {l}")?;
+                    }
+                }
                 write_frames(out, &s.frames, opts, "      ")?;
             }
         }
@@ -258,6 +268,11 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         let at =
             r.site(s.site).and_then(first_user_frame).map(|f| format!(" at {}", frame_label(f))).unwrap_or_default();
         writeln!(out, "gpushim: suspect #{} site {}: {}{at}", i + 1, site_id_name(s.site), s.reason)?;
+        if let Some(h) = r.holders.as_ref().and_then(|h| h.site(s.site)) {
+            for l in crate::holders::site_lines(h, 3) {
+                writeln!(out, "gpushim:     {l}")?;
+            }
+        }
     }
     if r.suspects.len() > 3 {
         writeln!(out, "gpushim: {} more suspects in the report", r.suspects.len() - 3)?;

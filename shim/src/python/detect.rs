@@ -13,17 +13,18 @@ use super::CodeRange;
 use crate::loader;
 
 /// Symbols of the interpreter, looked up through one handle.
-struct Syms(*mut c_void);
+pub(crate) struct Syms(*mut c_void);
 
 impl Syms {
-    fn get(&self, name: &CStr) -> usize {
+    /// The address of `name`, 0 if absent.
+    pub(crate) fn get(&self, name: &CStr) -> usize {
         loader::dlsym(self.0, name)
     }
 }
 
 /// The handle libpython's symbols are found through: the global scope (a `python` executable or
 /// one linked to libpython), else a loaded `libpython3*` (dlopened with `RTLD_LOCAL`).
-fn python_symbols() -> Option<Syms> {
+pub(crate) fn python_symbols() -> Option<Syms> {
     let global = Syms(libc::RTLD_DEFAULT);
     if global.get(c"PyGILState_GetThisThreadState") != 0 {
         return Some(global);

@@ -30,6 +30,7 @@
 
 mod cache;
 mod detect;
+pub mod heap;
 mod layout;
 mod walk;
 
@@ -117,6 +118,7 @@ pub fn absent() -> bool {
 /// Ids restart from 0; the child's writer sends every code it uses anew.
 pub fn reset_after_fork() {
     cache::reset();
+    heap::reset_after_fork();
 }
 
 /// Looks for libpython and works out its layout, once (again after `ABSENT` when a new module

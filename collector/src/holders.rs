@@ -1,0 +1,326 @@
+//! Who holds the memory: the result of a heap walk inside a CPython target (the wire's
+//! `HeapWalk`: the Python objects that own GPU memory, each with a grouped path from a root),
+//! attributed to the live allocations that contain the objects' memory, per site. Written as a
+//! companion file beside the report it completes (`…-snapshot-<n>.holders.json`,
+//! `…-oom-<n>.holders.json`, `gpushim-<pid>.holders.json`; docs/report-schema.md), and read back
+//! by `gpushim report` and `gpushim diff` when present.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use gpushim_wire::{HeapWalk, WalkReason, WalkStatus};
+use serde::Deserialize;
+
+use crate::live::State;
+pub use crate::report::{HeldObject, HolderLine, Holders, SiteHolders, Walk, HOLDERS_SCHEMA as SCHEMA};
+use crate::words::fmt_bytes;
+
+/// Most objects listed per site (the largest).
+pub const TOP_OBJECTS: usize = 10;
+/// Most sites listed (most live bytes first).
+pub const MAX_SITES: usize = 1000;
+
+/// The walker's result as it comes in the `HeapWalk` event.
+#[derive(Debug, Default, Deserialize)]
+struct Walked {
+    #[serde(default)]
+    objects: Vec<WalkedObject>,
+    #[serde(default)]
+    holders: Vec<WalkedHolder>,
+    #[serde(default)]
+    found: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct WalkedObject {
+    ptr: u64,
+    nbytes: u64,
+    desc: String,
+    holder: usize,
+}
+
+#[derive(Debug, Deserialize)]
+struct WalkedHolder {
+    how: String,
+    path: Vec<String>,
+}
+
+/// An object with the `[start, end)` of the live allocation holding it, if any.
+type Placed<'a> = (&'a WalkedObject, Option<(u64, u64)>);
+
+/// The name of `r`, as the companion file says it.
+pub fn reason_name(r: WalkReason) -> &'static str {
+    match r {
+        WalkReason::Snapshot => "snapshot",
+        WalkReason::Oom => "oom",
+        WalkReason::Exit => "exit",
+    }
+}
+
+fn status_name(s: WalkStatus) -> &'static str {
+    match s {
+        WalkStatus::Complete => "complete",
+        WalkStatus::Cut => "cut",
+        WalkStatus::Blocked => "blocked",
+        WalkStatus::Failed => "failed",
+        WalkStatus::Skipped => "skipped",
+    }
+}
+
+/// The line a person reads for a group.
+fn line_text(how: &str, path: &[String], objects: u64, bytes: u64, one: Option<&str>) -> String {
+    let what = match one {
+        Some(desc) if objects == 1 => format!("{desc} ({})", fmt_bytes(bytes)),
+        _ if objects == 1 => format!("1 object ({})", fmt_bytes(bytes)),
+        _ => format!("{objects} objects ({})", fmt_bytes(bytes)),
+    };
+    match how {
+        "cycle" => format!(
+            "{}: the next cyclic collection frees {what}",
+            path.first().map_or("unreachable reference cycle", String::as_str)
+        ),
+        _ => format!("{} \u{2192} {what}", path.join(" \u{2192} ")),
+    }
+}
+
+/// Attributes walk `h` to the live allocations of `state`.
+pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
+    let walked: Walked =
+        if h.result.is_empty() { Walked::default() } else { serde_json::from_str(&h.result).unwrap_or_default() };
+    let status = status_name(h.status);
+    let message = match h.status {
+        WalkStatus::Complete => format!("walked {} Python objects", h.visited),
+        WalkStatus::Cut => format!("walk cut after {} objects (GPUSHIM_HEAP_WALK_MS)", h.visited),
+        WalkStatus::Blocked => format!(
+            "no walk: the main thread ran no Python code for {} (blocked in native code?)",
+            crate::words::fmt_seconds(h.elapsed_ns as f64 / 1e9)
+        ),
+        WalkStatus::Failed => "no walk: the walker failed".to_string(),
+        WalkStatus::Skipped => "no walk: another walk was waiting or running".to_string(),
+    };
+    // Live pointer allocations by address: (end, site).
+    let mut by_addr: BTreeMap<u64, (u64, u32)> = BTreeMap::new();
+    let mut site_live: BTreeMap<u32, u64> = BTreeMap::new();
+    for (&(handle, addr), e) in state.live() {
+        *site_live.entry(e.site).or_default() += e.size;
+        if !handle {
+            by_addr.insert(addr, (addr.saturating_add(e.size), e.site));
+        }
+    }
+    // Per site (None: unattributed): objects with their allocation.
+    let mut per: BTreeMap<Option<u32>, Vec<Placed>> = BTreeMap::new();
+    for o in &walked.objects {
+        let hit = by_addr.range(..=o.ptr).next_back().filter(|(_, &(end, _))| o.ptr < end);
+        match hit {
+            Some((&start, &(end, site))) => per.entry(Some(site)).or_default().push((o, Some((start, end)))),
+            None => per.entry(None).or_default().push((o, None)),
+        }
+    }
+    let holder_of = |o: &WalkedObject| walked.holders.get(o.holder);
+    let build = |site: Option<u32>, objs: &[Placed]| -> SiteHolders {
+        let live_bytes = site.and_then(|s| site_live.get(&s).copied()).unwrap_or(0);
+        let mut groups: BTreeMap<usize, (u64, u64, &str)> = BTreeMap::new();
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        let mut object_bytes = 0u64;
+        for (o, alloc) in objs {
+            object_bytes = object_bytes.saturating_add(o.nbytes);
+            let g = groups.entry(o.holder).or_insert((0, 0, &o.desc));
+            g.0 += 1;
+            g.1 = g.1.saturating_add(o.nbytes);
+            if let Some((s, e)) = alloc {
+                let end = o.ptr.saturating_add(o.nbytes).min(*e);
+                ranges.push((o.ptr.max(*s), end));
+            }
+        }
+        ranges.sort_unstable();
+        let (mut in_use, mut reach) = (0u64, 0u64);
+        for (s, e) in ranges {
+            let s = s.max(reach);
+            if e > s {
+                in_use += e - s;
+                reach = e;
+            }
+        }
+        let text_of = |i: usize, n: u64, b: u64, desc: &str| match walked.holders.get(i) {
+            Some(h) => line_text(&h.how, &h.path, n, b, Some(desc)),
+            None => "holder unknown".to_string(),
+        };
+        let mut holders: Vec<HolderLine> = groups
+            .iter()
+            .map(|(&i, &(n, b, desc))| {
+                let (how, path) =
+                    walked.holders.get(i).map_or(("path".to_string(), Vec::new()), |h| (h.how.clone(), h.path.clone()));
+                HolderLine { how, path, objects: n, bytes: b, text: text_of(i, n, b, desc) }
+            })
+            .collect();
+        holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.objects.cmp(&a.objects)));
+        let mut top: Vec<&Placed> = objs.iter().collect();
+        top.sort_by(|a, b| b.0.nbytes.cmp(&a.0.nbytes).then(a.0.ptr.cmp(&b.0.ptr)));
+        let top_objects = top
+            .into_iter()
+            .take(TOP_OBJECTS)
+            .map(|(o, _)| HeldObject {
+                address: format!("{:#x}", o.ptr),
+                bytes: o.nbytes,
+                desc: o.desc.clone(),
+                holder: holder_of(o).map_or(String::new(), |h| line_text(&h.how, &h.path, 1, o.nbytes, None)),
+            })
+            .collect();
+        SiteHolders {
+            site,
+            live_bytes,
+            objects: objs.len() as u64,
+            object_bytes,
+            in_use_bytes: in_use,
+            cached_bytes: live_bytes.saturating_sub(in_use),
+            holders,
+            top_objects,
+        }
+    };
+    let mut order: Vec<(u32, u64)> = site_live.iter().map(|(&s, &b)| (s, b)).collect();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let sites = order
+        .into_iter()
+        .take(MAX_SITES)
+        .map(|(s, _)| build(Some(s), per.get(&Some(s)).map_or(&[][..], Vec::as_slice)))
+        .collect();
+    let unattributed = build(None, per.get(&None).map_or(&[][..], Vec::as_slice));
+    Holders {
+        schema: SCHEMA.to_string(),
+        pid,
+        reason: reason_name(h.reason).to_string(),
+        number: (h.reason != WalkReason::Exit).then_some(h.number),
+        walk: Walk {
+            status: status.to_string(),
+            elapsed_s: h.elapsed_ns as f64 / 1e9,
+            objects_visited: h.visited,
+            objects_found: walked.found,
+            message,
+        },
+        sites,
+        unattributed,
+    }
+}
+
+/// The companion file of report `report`: `X.json` → `X.holders.json`.
+pub fn companion_of(report: &Path) -> PathBuf {
+    let name = report.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = name.strip_suffix(".json").unwrap_or(&name);
+    report.with_file_name(format!("{stem}.holders.json"))
+}
+
+/// The companion file of report `report`, if there is one.
+///
+/// # Errors
+/// If it exists but cannot be read or is malformed (the message names it).
+pub fn read_beside(report: &Path) -> Result<Option<Holders>> {
+    let c = companion_of(report);
+    if !c.exists() {
+        return Ok(None);
+    }
+    Holders::read(&c).map(Some).with_context(|| format!("cannot read holders file {}", c.display()))
+}
+
+/// The lines shown under a suspect or a site (without indentation): in use against live, then
+/// the largest holder groups (at most `max`).
+pub fn site_lines(s: &SiteHolders, max: usize) -> Vec<String> {
+    let mut out = vec![format!(
+        "Python objects hold {} of {} live ({} in {} objects; {} not held by any object: cached or unreferenced)",
+        fmt_bytes(s.in_use_bytes),
+        fmt_bytes(s.live_bytes),
+        fmt_bytes(s.object_bytes),
+        s.objects,
+        fmt_bytes(s.cached_bytes)
+    )];
+    for h in s.holders.iter().take(max) {
+        out.push(format!("held by: {}", h.text));
+    }
+    if s.holders.len() > max {
+        out.push(format!("{} more holders in the holders file", s.holders.len() - max));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::Op;
+    use gpushim_testkit::alloc;
+    use gpushim_wire::Event;
+
+    fn state(allocs: &[(u64, u64, u32)]) -> State {
+        let mut s = State::default();
+        for (i, &(addr, size, site)) in allocs.iter().enumerate() {
+            let Event::Alloc(a) = alloc(i as u64, i as u64, addr, size, site) else { unreachable!() };
+            s.apply(&Op::Alloc(a));
+        }
+        s
+    }
+
+    fn walk(result: &str) -> HeapWalk {
+        HeapWalk {
+            reason: WalkReason::Snapshot,
+            number: 3,
+            status: WalkStatus::Complete,
+            ts_ns: 0,
+            elapsed_ns: 1_500_000,
+            visited: 100,
+            result: result.into(),
+        }
+    }
+
+    /// Two views of the same 4 KiB inside a 16 KiB segment of site 1, a tensor in site 2 kept by
+    /// a cycle, and an object whose memory is in no live allocation.
+    #[test]
+    fn objects_are_attributed_to_the_allocation_that_contains_them() {
+        let s = state(&[(0x10000, 16384, 1), (0x40000, 8192, 2)]);
+        let r = r#"{"objects":[
+            {"ptr":65536,"nbytes":4096,"device":0,"type":"Tensor","desc":"Tensor(1024,) float32","holder":0},
+            {"ptr":67584,"nbytes":2048,"device":0,"type":"Tensor","desc":"Tensor(512,) float32","holder":0},
+            {"ptr":262144,"nbytes":8192,"device":0,"type":"Tensor","desc":"Tensor(2048,) float32","holder":1},
+            {"ptr":4096,"nbytes":64,"device":0,"type":"Buf","desc":"Buf(16,) <f4","holder":0}],
+            "holders":[{"how":"path","path":["train.py global 'history'","list[*]"]},
+                       {"how":"cycle","path":["unreachable reference cycle (Net)"]}],"found":4}"#;
+        let h = attribute(&walk(r), &s, 42);
+        assert_eq!((h.reason.as_str(), h.number, h.walk.status.as_str()), ("snapshot", Some(3), "complete"));
+        let one = h.site(1).unwrap();
+        assert_eq!((one.live_bytes, one.objects, one.object_bytes), (16384, 2, 6144));
+        // The second view lies inside the first: 4 KiB in use, 12 KiB cached.
+        assert_eq!((one.in_use_bytes, one.cached_bytes), (4096, 12288));
+        assert_eq!(one.holders.len(), 1);
+        assert_eq!(one.holders[0].text, "train.py global 'history' \u{2192} list[*] \u{2192} 2 objects (6.0 KiB)");
+        assert_eq!(one.top_objects[0].desc, "Tensor(1024,) float32");
+        let two = h.site(2).unwrap();
+        assert_eq!((two.in_use_bytes, two.cached_bytes), (8192, 0));
+        assert_eq!(
+            two.holders[0].text,
+            "unreachable reference cycle (Net): the next cyclic collection frees Tensor(2048,) float32 (8.0 KiB)"
+        );
+        assert_eq!((h.unattributed.objects, h.unattributed.object_bytes), (1, 64));
+        assert_eq!(h.sites.iter().map(|s| s.site).collect::<Vec<_>>(), [Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn a_walk_without_result_says_why() {
+        let s = state(&[(0x10000, 4096, 1)]);
+        let mut w = walk("");
+        w.status = WalkStatus::Blocked;
+        w.elapsed_ns = 2_000_000_000;
+        let h = attribute(&w, &s, 42);
+        assert_eq!(h.walk.status, "blocked");
+        assert!(h.walk.message.starts_with("no walk: the main thread ran no Python code for 2"), "{}", h.walk.message);
+        assert_eq!((h.sites[0].live_bytes, h.sites[0].objects, h.sites[0].cached_bytes), (4096, 0, 4096));
+        // Garbage in the result is treated as no result.
+        let h = attribute(&walk("{not json"), &s, 42);
+        assert_eq!(h.sites[0].objects, 0);
+    }
+
+    #[test]
+    fn the_companion_file_sits_beside_its_report() {
+        assert_eq!(
+            companion_of(Path::new("/d/gpushim-7-snapshot-2.json")),
+            Path::new("/d/gpushim-7-snapshot-2.holders.json")
+        );
+    }
+}

@@ -1,0 +1,670 @@
+"""gpushim's heap walker: which Python objects own GPU memory, and what keeps each alive.
+
+This file is embedded in libgpushim.so and compiled at its first use, inside the traced
+program, into a private namespace (no module object, nothing added to sys.modules). The shim
+calls walk() holding the GIL on the main thread: from a pending call (Py_AddPendingCall) for a
+snapshot or an out-of-memory report, or from an atexit callback for the final report. walk()
+hands its result to the shim through emit, a builtin function the shim made (METH_O, bytes).
+
+Rules, because this runs in someone else's program:
+- Never raise: every failure is caught and reported as a failed walk.
+- No gc.collect(); automatic collection is off during the walk and put back exactly as it was.
+- No user-level __getattr__, __getattribute__, __eq__, __hash__, __repr__ or __del__ runs: types
+  are checked through their __mro__ (identity), attributes are read from class and instance
+  dictionaries found through C-level descriptors, identity maps are keyed by id(), and objects
+  are followed with gc.get_referents (each type's C-level tp_traverse). The one exception: an
+  `__cuda_array_interface__` that is a property (Numba's) is called, since that is where the
+  interface lives; it runs inside try/except.
+- Nothing is imported that the program did not import: gc is imported and at once removed
+  from sys.modules again if it was not there; frameworks are only looked at through
+  sys.modules.
+- Bounded: the walk stops at its deadline and says after how many objects.
+"""
+
+import sys as _sys
+
+
+def _quiet_import(name):
+    """The module `name`, leaving sys.modules as it was."""
+    had = name in _sys.modules
+    mod = __import__(name)
+    if not had:
+        _sys.modules.pop(name, None)
+    return mod
+
+
+_gc = _quiet_import("gc")
+_clock = _quiet_import("time").perf_counter_ns
+_get_referents = _gc.get_referents
+_getrefcount = _sys.getrefcount
+_ModuleType = type(_sys)
+_module_dict = _ModuleType.__dict__["__dict__"].__get__
+_FrameType = type(_sys._getframe())
+_FunctionType = type(_quiet_import)
+_GetSetType = type(type.__dict__["__dict__"])
+_MemberType = type(_ModuleType.__dict__["__dict__"])
+_PropertyType = property
+_MappingProxy = type(type.__dict__)
+
+#: The file name of this code: its frames are never roots.
+WALKER_FILE = "<gpushim-heap-walk>"
+#: Result status values (the wire's WalkStatus).
+COMPLETE, CUT, FAILED = 0, 1, 3
+#: Objects listed one by one in a result; past that they are counted only.
+MAX_OBJECTS = 20000
+#: Longest path rendered, in steps.
+MAX_STEPS = 24
+#: How often the deadline is looked at, in objects visited (a power of two, minus one).
+CHECK_EVERY = 1023
+
+_CAI = "__cuda_array_interface__"
+
+
+def _cell_type():
+    x = 0
+
+    def f():
+        return x
+
+    return type(f.__closure__[0])
+
+
+_CellType = _cell_type()
+
+
+def _mro_lookup(t, name):
+    """`name` in the __dict__ of a class on type `t`'s MRO, without running any code: (found,
+    value)."""
+    mro = type.__dict__["__mro__"].__get__(t)
+    for k in mro:
+        d = type.__dict__["__dict__"].__get__(k)
+        if name in d:
+            return True, d[name]
+    return False, None
+
+
+def _instance_dict(o, t):
+    """The instance dictionary of `o` through its type's C-level `__dict__` descriptor, or
+    None (no dictionary, or a `__dict__` the class defines itself)."""
+    found, desc = _mro_lookup(t, "__dict__")
+    if not found or type(desc) is not _GetSetType:
+        return None
+    try:
+        d = desc.__get__(o, t)
+    except Exception:
+        return None
+    return d if type(d) is dict else None
+
+
+def _cai_extent(cai):
+    """(pointer, bytes) of a `__cuda_array_interface__` dictionary, or None. Only builtin types
+    are read (no user __index__ or __eq__)."""
+    if type(cai) is not dict or not all(type(k) is str for k in cai):
+        return None
+    data, shape, typestr = cai.get("data"), cai.get("shape"), cai.get("typestr")
+    if type(data) is not tuple or len(data) < 1 or type(data[0]) is not int:
+        return None
+    if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
+        return None
+    if type(typestr) is not str or len(typestr) < 3 or not typestr[2:].isdigit():
+        return None
+    item = int(typestr[2:])
+    strides = cai.get("strides")
+    count = 1
+    for n in shape:
+        count *= n
+    if count == 0:
+        return data[0], 0
+    if strides is None:
+        return data[0], count * item
+    if type(strides) is not tuple or len(strides) != len(shape) or not all(type(s) is int for s in strides):
+        return None
+    # The extent of a strided view: from its lowest to its highest element.
+    lo = sum(s * (n - 1) for s, n in zip(strides, shape, strict=False) if s < 0)
+    hi = sum(s * (n - 1) for s, n in zip(strides, shape, strict=False) if s > 0)
+    return data[0] + lo, hi - lo + item
+
+
+def _short_type(t):
+    try:
+        n = type.__dict__["__name__"].__get__(t)
+    except Exception:
+        return "?"
+    return n if type(n) is str else "?"
+
+
+class _Finder:
+    """Recognizes the objects that own GPU memory, with one decision cached per type."""
+
+    def __init__(self, modules):
+        self.by_type = {}
+        torch = modules.get("torch")
+        self.tensor_base = None
+        if type(torch) is _ModuleType:
+            c = _module_dict(torch).get("_C")
+            if type(c) is _ModuleType:
+                cd = _module_dict(c)
+                self.tensor_base = cd.get("TensorBase") or cd.get("_TensorBase")
+                self.no_tf = cd.get("DisableTorchFunctionSubclass") or cd.get("_DisableTorchFunctionSubclass")
+
+    def kind(self, t):
+        k = id(t)
+        hit = self.by_type.get(k)
+        if hit is not None:
+            return hit[1]
+        mro = type.__dict__["__mro__"].__get__(t)
+        if self.tensor_base is not None and any(c is self.tensor_base for c in mro):
+            kind = "torch"
+        else:
+            found, v = _mro_lookup(t, _CAI)
+            if found:
+                kind = ("cai-class", v)
+            elif _mro_lookup(t, "__dict__")[0]:
+                kind = "cai-instance"
+            else:
+                kind = ""
+        self.by_type[k] = (t, kind)
+        return kind
+
+    def info(self, o):
+        """The GPU memory `o` owns: a dict with ptr, nbytes, device, type, desc; or None."""
+        t = type(o)
+        kind = self.kind(t)
+        if not kind:
+            return None
+        try:
+            if kind == "torch":
+                return self._torch(o, t)
+            if kind == "cai-instance":
+                d = _instance_dict(o, t)
+                if d is None or _CAI not in d:
+                    return None
+                cai = d[_CAI]
+            else:
+                v = kind[1]
+                if type(v) is dict:
+                    cai = v
+                elif type(v) is _PropertyType or type(v) is _GetSetType:
+                    cai = v.__get__(o, t)
+                else:
+                    return None
+            ext = _cai_extent(cai)
+            if ext is None:
+                return None
+            shape = cai["shape"]
+            desc = "{}{} {}".format(_short_type(t), _shape(shape), cai["typestr"])
+            return {"ptr": ext[0], "nbytes": ext[1], "device": -1, "type": _short_type(t), "desc": desc}
+        except Exception:
+            return None
+
+    def _torch(self, o, t):
+        with self.no_tf():
+            dev = o.device
+            if dev.type != "cuda":
+                return None
+            st = o.untyped_storage()
+            ptr, nbytes = st.data_ptr(), st.nbytes()
+            shape = tuple(o.shape)
+            dtype = str(o.dtype).replace("torch.", "")
+            gf = o.grad_fn
+            req = bool(o.requires_grad)
+        desc = f"{_short_type(t)}{_shape(shape)} {dtype}"
+        if gf is not None:
+            desc += " grad_fn=" + _short_type(type(gf))
+        elif req:
+            desc += " requires_grad"
+        return {
+            "ptr": ptr,
+            "nbytes": nbytes,
+            "device": dev.index if type(dev.index) is int else -1,
+            "type": _short_type(t),
+            "desc": desc,
+        }
+
+
+def _shape(shape):
+    return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _jstr(s):
+    out = ['"']
+    for ch in s:
+        c = ord(ch)
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif c < 0x20:
+            out.append(f"\\u{c:04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def to_json(x):
+    """JSON text of nested dicts, lists, str, int, bool and None."""
+    t = type(x)
+    if x is None:
+        return "null"
+    if t is bool:
+        return "true" if x else "false"
+    if t is int:
+        return str(x)
+    if t is str:
+        return _jstr(x)
+    if t is list or t is tuple:
+        return "[" + ",".join(to_json(v) for v in x) + "]"
+    if t is dict:
+        return "{" + ",".join(_jstr(k) + ":" + to_json(v) for k, v in x.items()) + "}"
+    return _jstr(str(x))
+
+
+def roots_of(modules, frames, skip_ids=()):
+    """The roots: every module's globals (`__main__` first), then every thread's frames along
+    f_back (the walker's own frames left out). Each is (label, object)."""
+    roots = []
+    items = [(n, m) for n, m in list(modules.items()) if type(n) is str and isinstance(m, _ModuleType)]
+    items.sort(key=lambda nm: nm[0] != "__main__")
+    for name, mod in items:
+        try:
+            d = _module_dict(mod)
+        except Exception:
+            continue
+        if type(d) is dict:
+            roots.append((("global", name), d))
+    for tid, f in list(frames.items()):
+        while f is not None:
+            if f.f_code.co_filename != WALKER_FILE and id(f) not in skip_ids:
+                roots.append((("frame", tid), f))
+            f = f.f_back
+    return roots
+
+
+class Walk:
+    """One breadth-first walk from the roots: every reachable object once, with the object it
+    was first reached from, so the path found to each is a shortest one."""
+
+    def __init__(self, roots, finder, deadline_ns=None):
+        self.roots = roots
+        self.finder = finder
+        self.deadline = deadline_ns
+        self.queue = []
+        self.parent = []
+        self.label = {}
+        self.index = {}
+        self.found = []
+        self.cut = False
+
+    def run(self):
+        queue, parent, index, found = self.queue, self.parent, self.index, self.found
+        for label, r in self.roots:
+            k = id(r)
+            if k not in index:
+                index[k] = len(queue)
+                self.label[len(queue)] = label
+                queue.append(r)
+                parent.append(-1)
+        info = self.finder.info
+        i = 0
+        while i < len(queue):
+            if i & CHECK_EVERY == 0 and self.deadline is not None and _clock() > self.deadline:
+                self.cut = True
+                break
+            o = queue[i]
+            got = info(o)
+            if got is not None:
+                found.append((i, got))
+            refs = _get_referents(o)
+            if type(o) is _FrameType:
+                # A running frame (3.11+) traverses nothing: the GC finds its locals through
+                # the thread's stack. Its locals are read by name instead.
+                refs = _frame_values(o) + refs
+            for r in refs:
+                k = id(r)
+                if k not in index:
+                    index[k] = len(queue)
+                    queue.append(r)
+                    parent.append(i)
+            i += 1
+        self.visited = i
+        return self
+
+    def chain(self, i):
+        """The objects from the root to object i, root first."""
+        out = []
+        while i >= 0 and len(out) <= MAX_STEPS:
+            out.append(i)
+            i = self.parent[i]
+        out.reverse()
+        return [self.queue[j] for j in out], out[0]
+
+
+def _frame_values(f):
+    """The values of frame f's local variables (a dict up to 3.12; 3.13's f_locals is a proxy
+    onto the frame)."""
+    try:
+        loc = f.f_locals
+        if type(loc) is dict:
+            return list(loc.values())
+        return [loc[k] for k in list(loc.keys())]
+    except Exception:
+        return []
+
+
+def _key_of(d, v):
+    for k, x in d.items():
+        if x is v:
+            return k
+    return None
+
+
+def _fmt_key(k):
+    if type(k) is str:
+        return "'" + k + "'"
+    if type(k) is int:
+        return str(k)
+    return "<" + _short_type(type(k)) + ">"
+
+
+def _frame_desc(f):
+    co = f.f_code
+    fn = co.co_filename.rsplit("/", 1)[-1]
+    return f"function '{co.co_name}' ({fn}:{f.f_lineno})"
+
+
+def _thread_name(tid, modules):
+    th = modules.get("threading")
+    if type(th) is not _ModuleType:
+        return None
+    active = _module_dict(th).get("_active")
+    t = active.get(tid) if type(active) is dict else None
+    d = _instance_dict(t, type(t)) if t is not None else None
+    n = d.get("_name") if d is not None else None
+    return n if type(n) is str else None
+
+
+def _module_label(name, d):
+    """A module as a person knows it: `__main__` by its file's name (from `__file__`, which
+    CPython removes once the script has run, else from its loader's `path`)."""
+    if name == "__main__":
+        f = d.get("__file__")
+        if type(f) is not str:
+            loader = d.get("__loader__")
+            ld = _instance_dict(loader, type(loader)) if loader is not None else None
+            f = ld.get("path") if ld is not None else None
+        if type(f) is str:
+            return f.rsplit("/", 1)[-1]
+    return name
+
+
+def step(objs, j, generic):
+    """How objs[j] holds objs[j + 1], as a person reads it, or None when the next step says it;
+    with `generic`, indexes and keys become `*` so that siblings share one line."""
+    p, c = objs[j], objs[j + 1]
+    prev = objs[j - 1] if j > 0 else None
+    tp = type(p)
+    if tp is tuple and type(prev) is _FunctionType and prev.__closure__ is p:
+        return None  # the cell's step names the closure
+    if tp is list or tp is tuple:
+        if generic:
+            return _short_type(tp) + "[*]"
+        for i, x in enumerate(p):
+            if x is c:
+                return f"{_short_type(tp)}[{i}]"
+        return _short_type(tp)
+    if tp is dict:
+        k = _key_of(p, c)
+        if type(prev) is type:
+            return "{}.{}".format(_short_type(prev), k if type(k) is str else "?")
+        if type(prev) is _FrameType:
+            return f"{_frame_desc(prev)} local {_fmt_key(k)}"
+        if prev is not None and _instance_dict(prev, type(prev)) is p:
+            return "{}.{}".format(_short_type(type(prev)), k if type(k) is str else "?")
+        return "dict[*]" if generic else f"dict[{_fmt_key(k)}]"
+    if tp is set or tp is frozenset:
+        return _short_type(tp) + "{*}"
+    if tp is _FunctionType:
+        if c is p.__closure__:
+            return None
+        return f"function {p.__qualname__}"
+    if tp is _CellType:
+        fn = objs[j - 2] if j > 1 else None
+        if type(fn) is _FunctionType and fn.__closure__ is prev and prev is not None:
+            for name, cell in zip(fn.__code__.co_freevars, prev, strict=False):
+                if cell is p:
+                    return f"function {fn.__qualname__} closure '{name}'"
+        return "closure cell"
+    if tp is _FrameType:
+        try:
+            loc = p.f_locals
+            if loc is c:
+                return None
+            for k in list(loc.keys()):
+                if loc[k] is c:
+                    return f"{_frame_desc(p)} local {_fmt_key(k)}"
+        except Exception:
+            pass
+        return _frame_desc(p)
+    if tp is type:
+        return None  # the dict step that follows names the attribute
+    d = _instance_dict(p, tp)
+    if d is not None:
+        if d is c:
+            return None  # the dict step names the attribute
+        k = _key_of(d, c)
+        if type(k) is str:
+            return f"{_short_type(tp)}.{k}"
+    return _short_type(tp)
+
+
+def render(walk, i, generic, modules):
+    """The path from a root to object i, as a list of steps (the object itself not included)."""
+    objs, root = walk.chain(i)
+    label = walk.label.get(root, ("?", None))
+    steps = []
+    if label[0] == "global" and len(objs) > 1:
+        k = _key_of(objs[0], objs[1])
+        steps.append(f"{_module_label(label[1], objs[0])} global {_fmt_key(k)}")
+        start = 1
+    else:
+        start = 0
+    for j in range(start, len(objs) - 1):
+        s = step(objs, j, generic and j == len(objs) - 2)
+        if s is not None and (not steps or s != steps[-1]):
+            steps.append(s)
+    if label[0] == "frame":
+        tname = _thread_name(label[1], modules)
+        if tname and steps:
+            steps[0] += f" in thread '{tname}'"
+    return steps
+
+
+def external_refs(objs):
+    """For each of `objs` (a list), the references to it from outside the list's objects, as
+    the cyclic GC counts them: its reference count, less the references from members of the
+    list (gc.get_referents), less the walker's own (measured on a probe object held the same
+    way). Positive: something outside the tracked objects holds it (native code, an
+    extension's cache). Also, per object, the position of one member that refers to it (-1)."""
+    ids = _ids(objs)
+    internal, referrer = _count_internal(objs, ids)
+    probe = []
+    objs.append(probe)
+    del probe
+    counts = _refcounts(objs)
+    objs.pop()
+    base = counts.pop()
+    return [rc - base - internal[n] for n, rc in enumerate(counts)], referrer
+
+
+def _ids(objs):
+    return {id(o): n for n, o in enumerate(objs)}
+
+
+def _count_internal(objs, ids):
+    internal = [0] * len(objs)
+    referrer = [-1] * len(objs)
+    for n, o in enumerate(objs):
+        for r in _get_referents(o):
+            m = ids.get(id(r))
+            if m is not None:
+                internal[m] += 1
+                if referrer[m] < 0:
+                    referrer[m] = n
+    return internal, referrer
+
+
+def _refcounts(objs):
+    return [_getrefcount(o) for o in objs]
+
+
+def _unreached(index, extra):
+    return [o for o in _gc.get_objects() if id(o) not in index and id(o) not in extra]
+
+
+def _find_in(finder, objs):
+    out = []
+    for n in range(len(objs)):
+        got = finder.info(objs[n])
+        if got is not None:
+            out.append((n, got))
+    return out
+
+
+def analyse_unreached(walk, extra):
+    """The GPU objects the walk did not reach from a root: held from native code (with the
+    holder's type), or only by unreachable reference cycles. `extra`: ids of the walker's own
+    objects. Returns [(info, how, steps)]."""
+    rest = _unreached(walk.index, extra)
+    try:
+        return _analyse(walk, rest)
+    finally:
+        # The list may be part of a cycle (through a frame of this walk); emptied, it keeps
+        # nothing alive, even with the program's GC disabled.
+        rest.clear()
+
+
+def _analyse(walk, rest):
+    ext, referrer = external_refs(rest)
+    finder = walk.finder
+    for n in range(len(rest)):
+        # The finder's per-type cache holds one more reference to each type it saw.
+        if type(rest[n]) is type and id(rest[n]) in finder.by_type:
+            ext[n] -= 1
+    targets = _find_in(finder, rest)
+    if not targets:
+        return []
+    pos = _ids(rest)
+    parent = [-2] * len(rest)
+    queue = [n for n in range(len(rest)) if ext[n] > 0]
+    for n in queue:
+        parent[n] = -1
+    i = 0
+    while i < len(queue):
+        for r in _get_referents(rest[queue[i]]):
+            m = pos.get(id(r))
+            if m is not None and parent[m] == -2:
+                parent[m] = queue[i]
+                queue.append(m)
+        i += 1
+    out = []
+    for n, got in targets:
+        if parent[n] == -2:
+            out.append((got, "cycle", [_cycle_name(rest, referrer, n)]))
+            continue
+        chain = []
+        m = n
+        while m >= 0 and len(chain) <= MAX_STEPS:
+            chain.append(m)
+            m = parent[m]
+        chain.reverse()
+        objs = [rest[m] for m in chain]
+        steps = [f"held from native code: {_short_type(type(objs[0]))}"]
+        for j in range(len(objs) - 1):
+            s = step(objs, j, j == len(objs) - 2)
+            if s is not None and s != steps[-1]:
+                steps.append(s)
+        out.append((got, "native", steps))
+    return out
+
+
+def _cycle_name(rest, referrer, n):
+    """`unreachable reference cycle (A <-> B)`: the types met going back from object n through
+    the objects that refer to it, until one repeats."""
+    seen = []
+    cur = referrer[n]
+    while cur >= 0 and cur not in seen and len(seen) < 64:
+        seen.append(cur)
+        cur = referrer[cur]
+    if cur in seen:
+        seen = seen[seen.index(cur) :]
+    names = []
+    for m in reversed(seen):
+        t = type(rest[m])
+        if t is dict or t is tuple or t is _CellType:
+            continue
+        nm = _short_type(t)
+        if nm not in names:
+            names.append(nm)
+    return "unreachable reference cycle ({})".format(" \u2194 ".join(names or ["?"]))
+
+
+def walk(reason, number, cap_ms, emit):
+    """Walks the heap and hands the result to `emit` as bytes: five u64 (reason, number,
+    status, elapsed ns, objects visited) then the JSON result. Never raises."""
+    t0 = _clock()
+    status, visited, result = FAILED, 0, ""
+    enabled = _gc.isenabled()
+    try:
+        _gc.disable()
+        status, visited, result = _walk(t0 + cap_ms * 1000000 if cap_ms > 0 else None)
+    except BaseException as e:
+        status, result = FAILED, to_json({"error": _short_type(type(e))})
+    finally:
+        if enabled:
+            _gc.enable()
+    try:
+        head = b"".join(int(v).to_bytes(8, "little") for v in (reason, number, status, _clock() - t0, visited))
+        emit(head + result.encode("utf-8", "replace"))
+    except BaseException:
+        pass
+
+
+def _walk(deadline):
+    modules = _sys.modules
+    frames = _sys._current_frames()
+    roots = roots_of(modules, frames)
+    del frames
+    w = Walk(roots, _Finder(modules), deadline).run()
+    objects, holders, keys = [], [], {}
+    found = [0]
+
+    def add(got, how, steps):
+        found[0] += 1
+        key = (how, *tuple(steps))
+        h = keys.get(key)
+        if h is None:
+            h = keys[key] = len(holders)
+            holders.append({"how": how, "path": list(steps)})
+        if len(objects) < MAX_OBJECTS:
+            got["holder"] = h
+            objects.append(got)
+
+    for i, got in w.found:
+        add(got, "path", render(w, i, True, modules))
+    if not w.cut:
+        extra = {id(w.queue), id(w.parent), id(w.index), id(w.label), id(w.found), id(w.roots), id(objects)}
+        extra.update(id(r) for r in roots)
+        extra.add(id(roots))
+        f = _sys._getframe()
+        while f is not None:
+            if f.f_code.co_filename == WALKER_FILE:
+                extra.add(id(f))
+            f = f.f_back
+        del f
+        for got, how, steps in analyse_unreached(w, extra):
+            add(got, how, steps)
+    res = {"objects": objects, "holders": holders, "found": found[0]}
+    for c in (w.queue, w.parent, w.index, w.label, w.found, roots):
+        c.clear()
+    if w.cut:
+        res["cut_after"] = w.visited
+    return (CUT if w.cut else COMPLETE), w.visited, to_json(res)

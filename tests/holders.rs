@@ -1,0 +1,168 @@
+//! Who holds the memory: a CPython program (tests/programs/holders.py) holds objects with
+//! `__cuda_array_interface__` over stand-in allocations in a global list, a global, a closure,
+//! an unreachable cycle, another thread's frame, and a dict it then dropped; the heap walk's
+//! companion files name each holder with its exact path and bytes, at a snapshot and at exit,
+//! without running the objects' `__getattr__`, without leaving a module in `sys.modules` and
+//! with the program's disabled GC left disabled. Also: a walk cut at its time cap, and a
+//! snapshot whose main thread is blocked in native code.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::python::{other_pythons, python3, real_executable};
+use crate::util::*;
+
+const KIB: u64 = 1024;
+
+/// `holders.py` in `mode` under the shim with `python`.
+fn run_holders(python: &Path, name: &str, mode: &str, env: &[(&str, &str)]) -> Outcome {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/holders.py");
+    let cudart = standin("libcudart.so.13");
+    let mut t = Target::new(python, name).args(&[script.to_str().unwrap(), cudart.to_str().unwrap(), mode]);
+    t = t.env("PYTHONDONTWRITEBYTECODE", "1");
+    for (k, v) in env {
+        t = t.env(k, v);
+    }
+    let run = t.run();
+    run.success();
+    assert!(run.stdout.contains("done"), "{run}");
+    run
+}
+
+/// The pid of the one final report.
+fn pid_of(run: &Outcome) -> u64 {
+    run.report()["pid"].as_u64().unwrap()
+}
+
+/// The site entry of a holders file with `live` bytes live.
+fn site<'a>(h: &'a Value, live: u64, run: &Outcome) -> &'a Value {
+    let s: Vec<&Value> = h["sites"].as_array().unwrap().iter().filter(|s| s["live_bytes"] == live).collect();
+    assert_eq!(s.len(), 1, "one site with {live} live bytes{run}\n{h:#}");
+    s[0]
+}
+
+/// (how, path joined with " | ", objects, bytes) of each holder line of a site.
+fn lines(s: &Value) -> Vec<(String, String, u64, u64)> {
+    s["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let path: Vec<&str> = h["path"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+            (
+                h["how"].as_str().unwrap().into(),
+                path.join(" | "),
+                h["objects"].as_u64().unwrap(),
+                h["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn line(how: &str, path: &str, objects: u64, bytes: u64) -> (String, String, u64, u64) {
+    (how.into(), path.into(), objects, bytes)
+}
+
+/// What every walk of the main scenario must find.
+fn check_main(h: &Value, run: &Outcome) {
+    assert_eq!(h["schema"], "gpushim.holders.v1", "{h:#}");
+    assert_eq!(h["walk"]["status"], "complete", "{run}\n{h:#}");
+    assert_eq!(h["walk"]["objects_found"], 8, "{run}\n{h:#}");
+    let keep = site(h, 256 * KIB, run);
+    assert_eq!(lines(keep), [line("path", "holders.py global 'keep' | list[*]", 4, 256 * KIB)], "{h:#}");
+    assert_eq!(
+        (&keep["objects"], &keep["in_use_bytes"], &keep["cached_bytes"]),
+        (&4.into(), &(256 * KIB).into(), &0.into())
+    );
+    let model = site(h, 1024 * KIB, run);
+    assert_eq!(lines(model), [line("path", "holders.py global 'model'", 1, 512 * KIB)], "{h:#}");
+    assert_eq!((&model["in_use_bytes"], &model["cached_bytes"]), (&(512 * KIB).into(), &(512 * KIB).into()));
+    let closure = site(h, 32 * KIB, run);
+    assert_eq!(
+        lines(closure),
+        [line("path", "holders.py global 'fn' | function make.<locals>.get closure 'buf'", 1, 32 * KIB)],
+        "{h:#}"
+    );
+    let cycle = site(h, 128 * KIB, run);
+    assert_eq!(lines(cycle), [line("cycle", "unreachable reference cycle (Net)", 1, 128 * KIB)], "{h:#}");
+    let thread = site(h, 16 * KIB, run);
+    let l = lines(thread);
+    assert_eq!(l.len(), 1, "{h:#}");
+    assert!(
+        l[0].1.starts_with("function 'worker' (holders.py:")
+            && l[0].1.ends_with(") local 'local_buf' in thread 'loader'"),
+        "{h:#}"
+    );
+    assert_eq!((l[0].2, l[0].3), (1, 16 * KIB));
+    let dropped = site(h, 8 * KIB, run);
+    assert_eq!(
+        (&dropped["objects"], &dropped["in_use_bytes"], &dropped["cached_bytes"]),
+        (&0.into(), &0.into(), &(8 * KIB).into())
+    );
+    assert_eq!(h["unattributed"]["objects"], 0, "{h:#}");
+}
+
+fn main_scenario(python: &Path, name: &str) {
+    let run = run_holders(python, name, "main", &[]);
+    // The walk ran no user __getattr__, imported nothing the program can see, and left the
+    // program's disabled GC disabled.
+    assert!(run.stdout.contains("gc enabled: False\nnew modules: []\ngetattr calls: 0\n"), "{run}");
+    let pid = pid_of(&run);
+    let snap = run.read(&format!("gpushim-{pid}-snapshot-1.holders.json"));
+    assert_eq!((&snap["reason"], &snap["number"]), (&"snapshot".into(), &1.into()), "{snap:#}");
+    check_main(&snap, &run);
+    let exit = run.read(&format!("gpushim-{pid}.holders.json"));
+    assert_eq!(exit["reason"], "exit", "{exit:#}");
+    check_main(&exit, &run);
+    // `gpushim report` merges the companion file.
+    let report = Path::new(run.dir.path()).join(format!("gpushim-{pid}.json"));
+    let out = gpushim(["report".as_ref(), report.as_os_str()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("held by: holders.py global 'keep' \u{2192} list[*] \u{2192} 4 objects (256.0 KiB)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn heap_walk_names_every_holder_with_its_path_and_bytes() {
+    main_scenario(&python3(), "holders-main");
+}
+
+#[test]
+fn heap_walk_on_other_interpreters() {
+    for py in other_pythons() {
+        let Some(exe) = real_executable(&py) else { panic!("{} does not run", py.display()) };
+        main_scenario(&exe, "holders-other");
+    }
+}
+
+#[test]
+fn heap_walk_is_cut_at_its_time_cap_and_can_be_switched_off() {
+    let run = run_holders(&python3(), "holders-cap", "big", &[("GPUSHIM_HEAP_WALK_MS", "1")]);
+    let h = run.read(&format!("gpushim-{}.holders.json", pid_of(&run)));
+    assert_eq!(h["walk"]["status"], "cut", "{run}\n{h:#}");
+    let visited = h["walk"]["objects_visited"].as_u64().unwrap();
+    // The deadline is looked at every 1024 objects; the program holds over 600,000.
+    assert!(visited > 0 && visited.is_multiple_of(1024) && visited < 600_000, "{h:#}");
+    assert_eq!(h["walk"]["message"], format!("walk cut after {visited} objects (GPUSHIM_HEAP_WALK_MS)"));
+
+    let run = run_holders(&python3(), "holders-off", "big", &[("GPUSHIM_HEAP_WALK", "0")]);
+    assert!(!run.files().iter().any(|f| f.contains("holders")), "{run}");
+}
+
+#[test]
+fn heap_walk_of_a_main_thread_blocked_in_native_code_says_so() {
+    let run = run_holders(&python3(), "holders-blocked", "blocked", &[("GPUSHIM_HEAP_WALK_MS", "200")]);
+    let pid = pid_of(&run);
+    let h = run.read(&format!("gpushim-{pid}-snapshot-1.holders.json"));
+    assert_eq!(h["walk"]["status"], "blocked", "{run}\n{h:#}");
+    assert!(h["walk"]["elapsed_s"].as_f64().unwrap() >= 0.2, "{h:#}");
+    // The given-up walk does nothing when the main thread comes back; the exit walk runs.
+    assert!(!run.files().iter().any(|f| f.contains("snapshot-1.holders.1")), "{run}");
+    let exit = run.read(&format!("gpushim-{pid}.holders.json"));
+    assert_eq!(exit["walk"]["status"], "complete", "{exit:#}");
+    assert_eq!(lines(site(&exit, 4 * KIB, &run)), [line("path", "holders.py global 'keep' | list[*]", 1, 4 * KIB)]);
+}

@@ -1,0 +1,106 @@
+"""Stand-in program for the heap walk tests (tests/holders.rs): objects with
+__cuda_array_interface__ over stand-in cudaMalloc memory, held in every way the walker must
+name. Usage: holders.py LIBCUDART MODE, MODE one of main, big, blocked."""
+
+import ctypes
+import gc
+import os
+import signal
+import sys
+import threading
+import time
+
+cudart = ctypes.CDLL(sys.argv[1])
+MODE = sys.argv[2]
+BEFORE = set(sys.modules)
+CALLS = []
+
+
+def malloc(n):
+    p = ctypes.c_void_p()
+    rc = cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n))
+    if rc != 0:
+        raise SystemExit(f"cudaMalloc returned {rc}")
+    return p.value
+
+
+class DevBuf:
+    """A device array the way Numba and CuPy expose one; its __getattr__ must never run."""
+
+    def __init__(self, ptr, n):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (n // 4,), "typestr": "<f4", "version": 3}
+
+    def __getattr__(self, name):
+        CALLS.append(name)
+        raise RuntimeError("user __getattr__ ran for " + name)
+
+
+class Net:
+    pass
+
+
+def wait_for(path, what):
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise SystemExit("no " + what)
+        time.sleep(0.005)
+
+
+def snapshot_and_wait():
+    os.kill(os.getpid(), signal.SIGUSR1)
+    wait_for(os.path.join(os.environ["GPUSHIM_OUTPUT"], f"gpushim-{os.getpid()}-snapshot-1.holders.json"), "walk")
+
+
+def make(buf):
+    def get():
+        return buf
+
+    return get
+
+
+if MODE == "main":
+    gc.disable()
+    keep = [DevBuf(malloc(64 << 10), 64 << 10) for _ in range(4)]
+    model = DevBuf(malloc(1 << 20), 512 << 10)
+    fn = make(DevBuf(malloc(32 << 10), 32 << 10))
+    n = Net()
+    n.me = n
+    n.buf = DevBuf(malloc(128 << 10), 128 << 10)
+    del n
+    d = {"a": DevBuf(malloc(8 << 10), 8 << 10)}
+    del d
+    started = threading.Event()
+
+    def worker():
+        local_buf = DevBuf(malloc(16 << 10), 16 << 10)
+        started.set()
+        threading.Event().wait()
+        return local_buf
+
+    threading.Thread(target=worker, name="loader", daemon=True).start()
+    started.wait()
+    snapshot_and_wait()
+    print("gc enabled:", gc.isenabled())
+    print("new modules:", sorted(set(sys.modules) - BEFORE))
+    print("getattr calls:", len(CALLS))
+elif MODE == "big":
+    keep = [DevBuf(malloc(4096), 4096)]
+    junk = [[i] for i in range(300000)]
+elif MODE == "blocked":
+    keep = [DevBuf(malloc(4096), 4096)]
+    r, w = os.pipe()
+    libc = ctypes.CDLL(None)
+    out = os.environ["GPUSHIM_OUTPUT"]
+    pid = os.getpid()
+
+    def helper():
+        os.kill(pid, signal.SIGUSR1)
+        wait_for(os.path.join(out, f"gpushim-{pid}-snapshot-1.holders.json"), "blocked walk")
+        os.write(w, b"x")
+
+    threading.Thread(target=helper).start()
+    buf = ctypes.create_string_buffer(1)
+    # The main thread waits in native code: the pending call cannot run.
+    libc.read(r, buf, 1)
+print("done")
