@@ -21,8 +21,14 @@ def read_json(path):
 
 def load(case):
     d = os.path.join(RUN, case)
-    finals = [f for f in glob.glob(os.path.join(d, "gpushim-*.json")) if "-snapshot-" not in f and "-oom-" not in f]
-    snaps = sorted(glob.glob(os.path.join(d, "gpushim-*-snapshot-*.json")))
+    finals = [
+        f
+        for f in glob.glob(os.path.join(d, "gpushim-*.json"))
+        if "-snapshot-" not in f and "-oom-" not in f and not f.endswith(".holders.json")
+    ]
+    snaps = sorted(
+        f for f in glob.glob(os.path.join(d, "gpushim-*-snapshot-*.json")) if not f.endswith(".holders.json")
+    )
     truth = {}
     if os.path.exists(os.path.join(d, "truth.json")):
         truth = read_json(os.path.join(d, "truth.json"))
