@@ -200,6 +200,29 @@ fn snapshot_finds_a_snapshot_written_to_the_fallback_directory() {
 }
 
 #[test]
+fn snapshot_of_a_program_that_has_not_allocated_yet_says_so_at_once() {
+    // `gpushim run -- sleep 30` then `gpushim snapshot`: no collector runs before the first
+    // CUDA allocation, and the command waited its whole timeout for a file that could not come.
+    let mut cmd = Command::new("sleep");
+    cmd.arg("30").env("LD_PRELOAD", shim()).env("GPUSHIM_COLLECTOR", collector());
+    let mut live = Live::spawn(cmd, "sleep 30 under the shim".into());
+    // The shim is loaded once the dynamic loader has run; wait for it in the process's maps.
+    let maps = format!("/proc/{}/maps", live.pid);
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libgpushim")) {
+        assert!(std::time::Instant::now() < deadline, "the shim never appeared in {maps}");
+        std::thread::yield_now();
+    }
+    let out = gpushim(["snapshot", "--timeout", "30", &live.pid.to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("has no collector: it has made no CUDA allocation yet"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    signal(live.pid, libc::SIGTERM);
+    let _ = live.wait_exit();
+}
+
+#[test]
 fn signals_sent_to_gpushim_run_reach_the_program() {
     let dir = TempDir::new("run-forwards");
     let mut cmd = Command::new(collector());

@@ -120,6 +120,17 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
             ));
         }
     }
+    // The shim starts its collector (`gpushim collect ... --pid PID`) at the first CUDA
+    // allocation: without one there is nothing to take a snapshot of.
+    if collector_output(pid).is_none() {
+        return Err(coded(
+            USAGE,
+            format!(
+                "pid {pid} runs under gpushim but has no collector: it has made no CUDA allocation yet \
+                 (or its collector ended), so there is nothing to snapshot"
+            ),
+        ));
+    }
     let dir = output_dir(&proc_dir, pid)
         .map_err(|e| coded(USAGE, format!("cannot find where pid {pid} writes reports: {e:#}")))?;
     // Where the collector may write: the output directory, else (when it cannot write there)
