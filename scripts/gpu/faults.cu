@@ -318,15 +318,6 @@ static int stream_device()
 }
 
 // ---- contexts
-#define CU(x)                                                                             \
-    do {                                                                                  \
-        CUresult r_ = (x);                                                                \
-        if (r_ != CUDA_SUCCESS) {                                                         \
-            fprintf(stderr, "%s:%d %s: %d\n", __FILE__, __LINE__, #x, (int)r_);           \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
 static CUresult create_context(CUcontext *c)
 {
 #if CUDA_VERSION >= 13000
@@ -341,27 +332,27 @@ static int contexts()
     CUcontext primary, own, other;
     CUdeviceptr a, b, c;
     size_t free0, free1, total;
-    CU(cuInit(0));
-    CU(cuDevicePrimaryCtxRetain(&primary, 0));
-    CU(cuCtxSetCurrent(primary));
-    CU(cuMemGetInfo(&free0, &total));
-    CU(cuMemAlloc(&a, 16 * MiB));
-    CU(create_context(&own));
-    CU(cuMemAlloc(&b, 32 * MiB));
+    DRV(cuInit(0));
+    DRV(cuDevicePrimaryCtxRetain(&primary, 0));
+    DRV(cuCtxSetCurrent(primary));
+    DRV(cuMemGetInfo(&free0, &total));
+    DRV(cuMemAlloc(&a, 16 * MiB));
+    DRV(create_context(&own));
+    DRV(cuMemAlloc(&b, 32 * MiB));
     // Stream-ordered memory made while the program's own context is current: the device's
     // pool's, or the context's? The free after the context's destruction tells.
     CUdeviceptr pooled;
-    CU(cuMemAllocAsync(&pooled, 4 * MiB, 0));
-    CU(cuStreamSynchronize(0));
-    CU(create_context(&other));
-    CU(cuMemAlloc(&c, 8 * MiB));
-    CU(cuCtxSetCurrent(primary));
-    CU(cuCtxDestroy(own));
+    DRV(cuMemAllocAsync(&pooled, 4 * MiB, 0));
+    DRV(cuStreamSynchronize(0));
+    DRV(create_context(&other));
+    DRV(cuMemAlloc(&c, 8 * MiB));
+    DRV(cuCtxSetCurrent(primary));
+    DRV(cuCtxDestroy(own));
     CUresult pooled_free = cuMemFreeAsync(pooled, 0);
     cuStreamSynchronize(0);
-    CU(cuDevicePrimaryCtxRelease(0));
-    CU(cuCtxSetCurrent(other));
-    CU(cuMemGetInfo(&free1, &total));
+    DRV(cuDevicePrimaryCtxRelease(0));
+    DRV(cuCtxSetCurrent(other));
+    DRV(cuMemGetInfo(&free1, &total));
     FILE *f = fopen("truth.json", "w");
     fprintf(f,
             "{\"kept\": %zu, \"freed_created\": %zu, \"freed_primary\": %zu, \"free_before\": %zu, \"free_after\": %zu, "

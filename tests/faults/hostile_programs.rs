@@ -305,7 +305,7 @@ fn memory_of_a_context_torn_down_is_freed_in_the_report() {
     assert_eq!(total(&r, "free_count"), 2, "{d}");
     assert_eq!(total(&r, "replaced_count"), 0, "{d}");
     assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
-    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    let notes = notes(&r);
     assert!(
         notes.contains(&"cudaDeviceReset tore down GPU 0's context and freed 1 live allocation (64.0 MiB) with it"),
         "{notes:?}"
@@ -351,7 +351,7 @@ fn contexts_the_program_creates_and_the_last_release_of_a_primary_context_free_t
     assert_eq!(torn, vec![("cuCtxDestroy", true, 2 * MIB), ("cuDevicePrimaryCtxRelease", false, MIB)], "{d}");
     assert_eq!(total(&r, "free_count"), 2, "{d}");
     assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
-    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    let notes = notes(&r);
     assert!(
         notes.contains(&"cuCtxDestroy tore down a context the program created on GPU 0 and freed 1 live allocation (2.0 MiB) with it"),
         "{notes:?}"
@@ -373,7 +373,7 @@ fn destroying_a_context_the_program_created_leaves_stream_ordered_and_pool_memor
     let r = d.report_in(t.dir.path());
     assert_eq!(kind(&r, "device", "live_bytes"), 0, "{d}");
     assert_eq!((total(&r, "free_count"), total(&r, "unknown_free_count")), (3, 0), "{d}");
-    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    let notes = notes(&r);
     assert!(
         notes.contains(&"cuCtxDestroy tore down a context the program created on GPU 0 and freed 1 live allocation (1.0 MiB) with it"),
         "{notes:?}"
