@@ -205,7 +205,7 @@ fn snapshot_of_a_program_that_has_not_allocated_yet_says_so_at_once() {
     // CUDA allocation, and the command waited its whole timeout for a file that could not come.
     let mut cmd = Command::new("sleep");
     cmd.arg("30").env("LD_PRELOAD", shim()).env("GPUSHIM_COLLECTOR", collector());
-    let mut live = Live::spawn(cmd, "sleep 30 under the shim".into());
+    let live = Live::spawn(cmd, "sleep 30 under the shim".into());
     // The shim is loaded once the dynamic loader has run; wait for it in the process's maps.
     let maps = format!("/proc/{}/maps", live.pid);
     let deadline = std::time::Instant::now() + DEADLINE;
