@@ -36,18 +36,25 @@ for m in ("torch", "cupy", "jax", "numba"):
 PY
 } > "$WORK/versions.txt" 2>&1
 
-# nvcc builds: default static runtime, shared runtime, and S7 (examples/leak.c as CUDA code).
-nvcc -g -O1 -o "$WORK/bin/alloc_static" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpthread > "$WORK/nvcc.log" 2>&1
-nvcc -g -O1 --cudart shared -o "$WORK/bin/alloc_shared" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpthread >> "$WORK/nvcc.log" 2>&1
-nvcc -g -O0 -x cu -o "$WORK/bin/s7_leak" "$ROOT/examples/leak.c" >> "$WORK/nvcc.log" 2>&1
-nvcc -g -O1 -o "$WORK/bin/faults" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
-nvcc -g -O1 --cudart shared -o "$WORK/bin/faults_shared" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
-
 SELECTED=("$@")
 selected() {
   [ ${#SELECTED[@]} -eq 0 ] && return 0
   local c; for c in "${SELECTED[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1
 }
+
+# nvcc builds (default static runtime, shared runtime, S7: examples/leak.c as CUDA code), when
+# a selected case needs one.
+needs_nvcc() {
+  [ ${#SELECTED[@]} -eq 0 ] && return 0
+  local c; for c in "${SELECTED[@]}"; do case $c in cxx_*|S7|fault_*) return 0 ;; esac; done; return 1
+}
+if needs_nvcc; then
+  nvcc -g -O1 -o "$WORK/bin/alloc_static" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpthread > "$WORK/nvcc.log" 2>&1
+  nvcc -g -O1 --cudart shared -o "$WORK/bin/alloc_shared" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpthread >> "$WORK/nvcc.log" 2>&1
+  nvcc -g -O0 -x cu -o "$WORK/bin/s7_leak" "$ROOT/examples/leak.c" >> "$WORK/nvcc.log" 2>&1
+  nvcc -g -O1 -o "$WORK/bin/faults" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
+  nvcc -g -O1 --cudart shared -o "$WORK/bin/faults_shared" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
+fi
 
 # run_case NAME [VAR=VALUE...] -- COMMAND...
 run_case() {
@@ -86,6 +93,13 @@ run_case S5 XLA_PYTHON_CLIENT_ALLOCATOR=platform -- $PY S5 $T
 run_case S6 -- $PY S6 $T
 run_case S7 -- "$WORK/bin/s7_leak" 300
 run_case S8 -- $PY S8 $T
+# Who holds it (issue 12): the heap walk's companion files.
+run_case H_hook -- $PY H_hook $T
+run_case H_optimizer -- $PY H_optimizer $T
+run_case H_cupy -- $PY H_cupy $T
+run_case H_jax XLA_PYTHON_CLIENT_ALLOCATOR=platform -- $PY H_jax $T
+run_case H_torch_cached -- $PY H_torch_cached $T
+run_case H_train -- $PY H_train $T
 # Cases of the fault review (scripts/gpu/faults.cu).
 run_case fault_exit -- "$WORK/bin/faults" exit-cleanup
 run_case fault_snapshot -- "$WORK/bin/faults" slow-free

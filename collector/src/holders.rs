@@ -30,6 +30,10 @@ struct Walked {
     holders: Vec<WalkedHolder>,
     #[serde(default)]
     found: u64,
+    /// PyTorch's caching allocator segments, `[address, total bytes, allocated bytes]`, when
+    /// the program had initialized CUDA in PyTorch.
+    #[serde(default)]
+    torch_segments: Option<Vec<[u64; 3]>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -44,6 +48,12 @@ struct WalkedObject {
 struct WalkedHolder {
     how: String,
     path: Vec<String>,
+    #[serde(default)]
+    saved_for: Option<String>,
+    #[serde(default)]
+    graphs: u64,
+    #[serde(default)]
+    graph_nodes: u64,
 }
 
 /// An object with the `[start, end)` of the live allocation holding it, if any.
@@ -68,8 +78,22 @@ fn status_name(s: WalkStatus) -> &'static str {
     }
 }
 
+/// `n` with a comma between groups of three digits (`16,004`).
+fn thousands(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::new();
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The line a person reads for a group.
-fn line_text(how: &str, path: &[String], objects: u64, bytes: u64, one: Option<&str>) -> String {
+fn line_text(h: &WalkedHolder, objects: u64, bytes: u64, one: Option<&str>) -> String {
+    let (how, path) = (h.how.as_str(), h.path.as_slice());
     let what = match one {
         Some(desc) if objects == 1 => format!("{desc} ({})", fmt_bytes(bytes)),
         _ if objects == 1 => format!("1 object ({})", fmt_bytes(bytes)),
@@ -80,6 +104,18 @@ fn line_text(how: &str, path: &[String], objects: u64, bytes: u64, one: Option<&
             "{}: the next cyclic collection frees {what}",
             path.first().map_or("unreachable reference cycle", String::as_str)
         ),
+        "autograd" => {
+            let graph = if h.graphs > 1 {
+                format!("{} autograd graphs: {} nodes", thousands(h.graphs), thousands(h.graph_nodes))
+            } else {
+                format!("autograd graph: {} nodes", thousands(h.graph_nodes))
+            };
+            format!(
+                "saved by autograd for {}, reached from {} \u{2192} {graph} keeping {what}",
+                h.saved_for.as_deref().unwrap_or("?"),
+                path.join(" \u{2192} ")
+            )
+        }
         _ => format!("{} \u{2192} {what}", path.join(" \u{2192} ")),
     }
 }
@@ -117,6 +153,16 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
             None => per.entry(None).or_default().push((o, None)),
         }
     }
+    // PyTorch's own state: per site, the segments' total and allocated bytes.
+    let mut torch_site: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for &[addr, total, allocated] in walked.torch_segments.as_deref().unwrap_or(&[]) {
+        let hit = by_addr.range(..=addr).next_back().filter(|(_, &(end, _))| addr < end);
+        if let Some((_, &(_, site))) = hit {
+            let e = torch_site.entry(site).or_default();
+            e.0 = e.0.saturating_add(total);
+            e.1 = e.1.saturating_add(allocated);
+        }
+    }
     let holder_of = |o: &WalkedObject| walked.holders.get(o.holder);
     let build = |site: Option<u32>, objs: &[Placed]| -> SiteHolders {
         let live_bytes = site.and_then(|s| site_live.get(&s).copied()).unwrap_or(0);
@@ -142,16 +188,26 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
                 reach = e;
             }
         }
-        let text_of = |i: usize, n: u64, b: u64, desc: &str| match walked.holders.get(i) {
-            Some(h) => line_text(&h.how, &h.path, n, b, Some(desc)),
-            None => "holder unknown".to_string(),
-        };
         let mut holders: Vec<HolderLine> = groups
             .iter()
-            .map(|(&i, &(n, b, desc))| {
-                let (how, path) =
-                    walked.holders.get(i).map_or(("path".to_string(), Vec::new()), |h| (h.how.clone(), h.path.clone()));
-                HolderLine { how, path, objects: n, bytes: b, text: text_of(i, n, b, desc) }
+            .map(|(&i, &(n, b, desc))| match walked.holders.get(i) {
+                Some(h) => HolderLine {
+                    how: h.how.clone(),
+                    path: h.path.clone(),
+                    saved_for: h.saved_for.clone(),
+                    graphs: h.graphs,
+                    graph_nodes: h.graph_nodes,
+                    objects: n,
+                    bytes: b,
+                    text: line_text(h, n, b, Some(desc)),
+                },
+                None => HolderLine {
+                    how: "path".to_string(),
+                    objects: n,
+                    bytes: b,
+                    text: "holder unknown".to_string(),
+                    ..HolderLine::default()
+                },
             })
             .collect();
         holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.objects.cmp(&a.objects)));
@@ -164,9 +220,15 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
                 address: format!("{:#x}", o.ptr),
                 bytes: o.nbytes,
                 desc: o.desc.clone(),
-                holder: holder_of(o).map_or(String::new(), |h| line_text(&h.how, &h.path, 1, o.nbytes, None)),
+                holder: holder_of(o).map_or(String::new(), |h| line_text(h, 1, o.nbytes, None)),
             })
             .collect();
+        // PyTorch's allocator knows which blocks of its segments are allocated: its word wins
+        // over the objects' extents for the sites its segments lie in.
+        let (in_use, in_use_from) = match site.and_then(|s| torch_site.get(&s)) {
+            Some(&(_, allocated)) => (allocated, "torch"),
+            None => (in_use, "objects"),
+        };
         SiteHolders {
             site,
             live_bytes,
@@ -174,6 +236,7 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
             object_bytes,
             in_use_bytes: in_use,
             cached_bytes: live_bytes.saturating_sub(in_use),
+            in_use_from: in_use_from.to_string(),
             holders,
             top_objects,
         }
@@ -225,14 +288,26 @@ pub fn read_beside(report: &Path) -> Result<Option<Holders>> {
 /// The lines shown under a suspect or a site (without indentation): in use against live, then
 /// the largest holder groups (at most `max`).
 pub fn site_lines(s: &SiteHolders, max: usize) -> Vec<String> {
-    let mut out = vec![format!(
-        "Python objects hold {} of {} live ({} in {} objects; {} not held by any object: cached or unreferenced)",
-        fmt_bytes(s.in_use_bytes),
-        fmt_bytes(s.live_bytes),
-        fmt_bytes(s.object_bytes),
-        s.objects,
-        fmt_bytes(s.cached_bytes)
-    )];
+    let first = if s.in_use_from == "torch" {
+        format!(
+            "PyTorch's allocator: {} of {} live in use, {} cached ({} in {} objects)",
+            fmt_bytes(s.in_use_bytes),
+            fmt_bytes(s.live_bytes),
+            fmt_bytes(s.cached_bytes),
+            fmt_bytes(s.object_bytes),
+            s.objects
+        )
+    } else {
+        format!(
+            "Python objects hold {} of {} live ({} in {} objects; {} not held by any object: cached or unreferenced)",
+            fmt_bytes(s.in_use_bytes),
+            fmt_bytes(s.live_bytes),
+            fmt_bytes(s.object_bytes),
+            s.objects,
+            fmt_bytes(s.cached_bytes)
+        )
+    };
+    let mut out = vec![first];
     for h in s.holders.iter().take(max) {
         out.push(format!("held by: {}", h.text));
     }
@@ -299,6 +374,49 @@ mod tests {
         );
         assert_eq!((h.unattributed.objects, h.unattributed.object_bytes), (1, 64));
         assert_eq!(h.sites.iter().map(|s| s.site).collect::<Vec<_>>(), [Some(1), Some(2)]);
+    }
+
+    /// Tensors held from native code by the autograd graph of a tensor reachable from a root:
+    /// one line naming the node they are saved for, the path to the graph's tensor and the
+    /// graph's size.
+    #[test]
+    fn tensors_saved_by_autograd_name_the_graph_and_its_path() {
+        let s = state(&[(0x100000, 4 << 20, 1)]);
+        let r = r#"{"objects":[
+            {"ptr":1048576,"nbytes":2097152,"desc":"Tensor(512, 1024) float32 grad_fn=AddmmBackward0","holder":0},
+            {"ptr":3145728,"nbytes":2097152,"desc":"Tensor(512, 1024) float32 grad_fn=AddmmBackward0","holder":0}],
+            "holders":[{"how":"autograd","path":["function 's1_aux_loss' (cases.py:155) local 'total_aux'",
+                "Tensor() float32 grad_fn=AddBackward0"],"saved_for":"AbsBackward0","graphs":1,"graph_nodes":16004}],
+            "found":2}"#;
+        let h = attribute(&walk(r), &s, 42);
+        let one = h.site(1).unwrap();
+        assert_eq!((one.holders[0].graph_nodes, one.holders[0].saved_for.as_deref()), (16004, Some("AbsBackward0")));
+        assert_eq!(
+            one.holders[0].text,
+            "saved by autograd for AbsBackward0, reached from function 's1_aux_loss' (cases.py:155) local \
+             'total_aux' \u{2192} Tensor() float32 grad_fn=AddBackward0 \u{2192} autograd graph: 16,004 nodes keeping 2 \
+             objects (4.0 MiB)"
+        );
+        assert_eq!((one.in_use_bytes, one.in_use_from.as_str()), (4 << 20, "objects"));
+    }
+
+    /// With PyTorch's segments in the result, a site's bytes in use are the allocated bytes of
+    /// the segments inside its allocations, whatever the objects cover.
+    #[test]
+    fn in_use_comes_from_pytorchs_allocator_when_it_is_there() {
+        let s = state(&[(0x200000, 20 << 20, 1), (0x2000000, 2 << 20, 2), (0x4000000, 1 << 20, 3)]);
+        let r = r#"{"objects":[{"ptr":2097152,"nbytes":512,"desc":"Tensor(128,) float32","holder":0}],
+            "holders":[{"how":"path","path":["m global 'x'"]}],"found":1,
+            "torch_segments":[[2097152,20971520,1048576],[33554432,2097152,2097152]]}"#;
+        let h = attribute(&walk(r), &s, 42);
+        let by = |id| {
+            let x = h.site(id).unwrap();
+            (x.in_use_bytes, x.cached_bytes, x.in_use_from.clone())
+        };
+        assert_eq!(by(1), (1 << 20, 19 << 20, "torch".to_string()));
+        assert_eq!(by(2), (2 << 20, 0, "torch".to_string()));
+        // A site PyTorch's segments do not reach keeps the objects' word.
+        assert_eq!(by(3), (0, 1 << 20, "objects".to_string()));
     }
 
     #[test]

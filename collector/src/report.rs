@@ -527,6 +527,11 @@ pub struct SiteHolders {
     /// `live_bytes - in_use_bytes`: memory no Python object covers (a caching allocator's free
     /// blocks, or memory nothing in Python refers to).
     pub cached_bytes: u64,
+    /// Where `in_use_bytes` comes from: `torch` (the allocated bytes of PyTorch's caching
+    /// allocator segments inside the site, from `torch.cuda.memory_snapshot()`) or `objects`
+    /// (the extents of the objects found). Absent in older files: `objects`.
+    #[serde(default = "objects_word")]
+    pub in_use_from: String,
     /// What holds the objects, one line per group of objects with the same path, most bytes
     /// first.
     pub holders: Vec<HolderLine>,
@@ -534,14 +539,35 @@ pub struct SiteHolders {
     pub top_objects: Vec<HeldObject>,
 }
 
+fn objects_word() -> String {
+    "objects".to_string()
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// A group of objects kept alive the same way.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HolderLine {
-    /// `path` (reachable from a root), `native` (held from native code) or `cycle` (only by
+    /// `path` (reachable from a root), `native` (held from native code), `autograd` (held from
+    /// native code by the autograd graph of a tensor reachable from a root) or `cycle` (only by
     /// an unreachable reference cycle: the next cyclic collection frees them).
     pub how: String,
-    /// The steps from the root, e.g. `["train.py global 'history'", "list[*]"]`.
+    /// The steps from the root, e.g. `["train.py global 'history'", "list[*]"]`; for
+    /// `autograd`, the path of the tensor whose graph saved the objects, ending with that
+    /// tensor (`Tensor() float32 grad_fn=AddBackward0`).
     pub path: Vec<String>,
+    /// For `autograd`: the type of the graph node the objects are inputs of (`AbsBackward0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_for: Option<String>,
+    /// For `autograd`: the graphs of the group (one per tensor at the end of `path`) ...
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub graphs: u64,
+    /// ... and their nodes, each node counted once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub graph_nodes: u64,
     /// Objects in the group.
     pub objects: u64,
     /// Their bytes.

@@ -20,6 +20,33 @@ def snapshot():
     os.kill(os.getpid(), signal.SIGUSR1)
 
 
+def snapshot_walked(timeout_s=20.0):
+    """A snapshot, then Python bytecode until the heap walk it asked for has run (the walk is a
+    pending call: it runs between bytecodes of the main thread, here in this loop, while the
+    caller's frame and locals are alive) and its companion file is written."""
+    import glob
+
+    pat = os.path.join(os.environ.get("GPUSHIM_OUTPUT", "."), f"gpushim-{os.getpid()}-snapshot-*.holders.json")
+    before = len(glob.glob(pat))
+    snapshot()
+    end = time.monotonic() + timeout_s
+    while len(glob.glob(pat)) <= before and time.monotonic() < end:
+        time.sleep(0.01)
+    truth["walked"] = len(glob.glob(pat)) > before
+
+
+def graph_nodes(root):
+    """The nodes of the autograd graph of `root` (a grad_fn), each once, along next_functions."""
+    seen, todo = {id(root): root}, [root]
+    while todo:
+        n = todo.pop()
+        for c, _ in n.next_functions:
+            if c is not None and id(c) not in seen:
+                seen[id(c)] = c
+                todo.append(c)
+    return len(seen)
+
+
 def torch_truth(torch, prefix=""):
     torch.cuda.synchronize()
     truth[prefix + "reserved"] = torch.cuda.memory_reserved()
@@ -154,6 +181,12 @@ def s1_aux_loss(steps=2000):
         loss.backward()
         opt.step()
     torch_truth(torch)
+    # The heap walk at a snapshot taken here must name 'total_aux' and its graph's size.
+    truth["aux_graph_nodes"] = graph_nodes(total_aux.grad_fn)
+    truth["aux_saved_tensors"] = steps
+    truth["aux_saved_bytes"] = steps * out.numel() * out.element_size()
+    del x, out, loss, aux
+    snapshot_walked()
     return model, total_aux
 
 
@@ -167,6 +200,8 @@ def s2_validation_outputs(batches=400):
         x = torch.randn(256, 1024, device="cuda")
         preds.append(model(x))  # BUG: no torch.no_grad(), outputs and graphs kept
     torch_truth(torch)
+    truth["preds"] = len(preds)
+    truth["pred_bytes"] = sum(p.numel() * p.element_size() for p in preds)
     return preds
 
 
@@ -247,6 +282,125 @@ def s8_context_control():
     time.sleep(0.5)
 
 
+# ---- who holds it (issue 12): the heap walk's companion files ----
+
+
+def h_hook_cycle():
+    """A forward hook closing over its module, with automatic GC disabled: an unreachable
+    reference cycle (module → _forward_hooks → hook → closure → module) that only a collection
+    frees."""
+    import gc
+
+    import torch
+
+    gc.disable()
+
+    def build():
+        net = torch.nn.Linear(4096, 4096).cuda()
+
+        def hook(mod, inp, out):
+            net.calls = getattr(net, "calls", 0) + 1
+
+        net.register_forward_hook(hook)
+        net(torch.ones(1, 4096, device="cuda"))
+        return sum(p.numel() * p.element_size() for p in net.parameters())
+
+    truth["cycle_bytes"] = build()
+    torch.cuda.synchronize()
+    snapshot_walked()
+    truth["gc_enabled_after"] = gc.isenabled()
+
+
+def h_optimizer_replaced():
+    """An optimizer whose model was replaced: the old parameters and their Adam state are kept
+    by the optimizer alone."""
+    import torch
+
+    model = torch.nn.Linear(2048, 2048).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(64, 2048, device="cuda")).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    truth["old_bytes"] = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
+    model = torch.nn.Linear(2048, 2048).cuda()  # BUG: the optimizer still has the old model
+    globals()["model"], globals()["opt"] = model, opt
+    torch.cuda.synchronize()
+    snapshot_walked()
+
+
+def h_cupy_dict():
+    """A CuPy array kept in a dict by step."""
+    import cupy as cp
+
+    by_step = {}
+    for step in range(5):
+        by_step[step] = cp.ones(MIB, dtype=cp.float32)  # 4 MiB each
+    cp.cuda.Device().synchronize()
+    globals()["cache_by_step"] = by_step
+    truth["arrays"] = len(by_step)
+    truth["array_bytes"] = sum(a.nbytes for a in by_step.values())
+    snapshot_walked()
+
+
+def h_jax_list():
+    """A JAX array kept in a global list."""
+    import jax.numpy as jnp
+
+    keep = [jnp.ones((4 * MIB,), dtype=jnp.uint8) + i for i in range(3)]
+    for a in keep:
+        a.block_until_ready()
+    del a  # the list, not this loop's variable, must be what holds them
+    globals()["jax_history"] = keep
+    truth["arrays"] = len(keep)
+    truth["array_bytes"] = sum(a.nbytes for a in keep)
+    snapshot_walked()
+
+
+def h_torch_cached():
+    """In use vs cached per site from PyTorch's own allocator state: tensors kept and freed in
+    segments of several sizes, compared at a snapshot with memory_allocated(), memory_reserved()
+    and memory_snapshot()."""
+    import torch
+
+    keep, drop = [], []
+    for i in range(40):
+        n = (i % 5 + 1) * 300 * 1024 if i % 2 else (i % 3 + 1) * 5 * MIB
+        (keep if i % 3 == 0 else drop).append(torch.empty(n, dtype=torch.uint8, device="cuda"))
+    del drop
+    torch.cuda.synchronize()
+    torch_truth(torch)
+    segs = torch.cuda.memory_snapshot()
+    truth["segments"] = len(segs)
+    truth["seg_total"] = sum(s["total_size"] for s in segs)
+    truth["seg_allocated"] = sum(s["allocated_size"] for s in segs)
+    snapshot_walked()
+    return keep
+
+
+def h_train_control():
+    """Negative control: a plain training loop; parameters and optimizer state are held by the
+    model and the optimizer, nothing else, and no suspect."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 512)).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    total = 0.0
+    for _ in range(200):
+        x = torch.randn(256, 512, device="cuda")
+        loss = model(x).pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        total += loss.item()
+    opt.zero_grad(set_to_none=True)
+    del x, loss
+    globals()["model"], globals()["opt"] = model, opt
+    truth["param_state_bytes"] = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
+    torch.cuda.synchronize()
+    snapshot_walked()
+
+
 CASES = {
     "torch_default": lambda: case_torch("default"),
     "torch_expandable": lambda: case_torch("expandable_segments"),
@@ -264,6 +418,12 @@ CASES = {
     "S5": s5_jax_closure,
     "S6": s6_numba_pinned,
     "S8": s8_context_control,
+    "H_hook": h_hook_cycle,
+    "H_optimizer": h_optimizer_replaced,
+    "H_cupy": h_cupy_dict,
+    "H_jax": h_jax_list,
+    "H_torch_cached": h_torch_cached,
+    "H_train": h_train_control,
 }
 
 if __name__ == "__main__":

@@ -39,6 +39,37 @@ def load(case):
     return truth, report, snap
 
 
+def load_holders(case, at="snapshot"):
+    """The heap walk's companion file of the case's first snapshot (`at="snapshot"`) or of its
+    final report (`at="exit"`, the process with most objects found), or None."""
+    d = os.path.join(RUN, case)
+    if at == "snapshot":
+        files = sorted(glob.glob(os.path.join(d, "gpushim-*-snapshot-*.holders.json")))
+    else:
+        files = [f for f in glob.glob(os.path.join(d, "gpushim-*.holders.json")) if "-snapshot-" not in f]
+    hs = [read_json(f) for f in files]
+    if at != "snapshot":
+        hs.sort(key=lambda h: -h["walk"]["objects_found"])
+    return hs[0] if hs else None
+
+
+def holder_lines(h):
+    """Every holder line of a companion file, over its sites and its unattributed objects,
+    with the lines of the same path summed: {(how, path...): [objects, bytes, line]}."""
+    out = {}
+    for s in h["sites"] + [h["unattributed"]]:
+        for ln in s["holders"]:
+            k = (ln["how"], *ln["path"], ln.get("saved_for") or "")
+            e = out.setdefault(k, [0, 0, ln])
+            e[0] += ln["objects"]
+            e[1] += ln["bytes"]
+    return out
+
+
+def quote(line):
+    return line["text"].replace("|", "/") if line else "none"
+
+
 def mib(b):
     return "n/a" if b is None else f"{b / MIB:.2f} MiB"
 
@@ -98,7 +129,139 @@ def torch_rows(case, live_vs="reserved", at_snapshot=False):
         row(case, "device peak >= max_memory_reserved", mib(t["max_reserved"]), mib(peak), peak >= t["max_reserved"])
 
 
+def holder_checks():
+    """Issue 12's cases: who holds the memory, read from the heap walk's companion files."""
+    t, r, _ = load("S1")
+    h = load_holders("S1")
+    if r and h:
+        auto = [v for k, v in holder_lines(h).items() if k[0] == "autograd"]
+        best = max(auto, key=lambda v: v[1]) if auto else None
+        ln = best[2] if best else None
+        ok = (
+            best is not None
+            and "local 'total_aux'" in ln["path"][0]
+            and ln["graph_nodes"] == t["aux_graph_nodes"]
+            and ln.get("saved_for") == "AbsBackward0"
+            and best[0] == t["aux_saved_tensors"]
+            and best[1] == t["aux_saved_bytes"]
+        )
+        row(
+            "S1",
+            "holder: saved by autograd, path names 'total_aux', graph size",
+            f"'total_aux', {t['aux_graph_nodes']} nodes, {t['aux_saved_tensors']} tensors, {mib(t['aux_saved_bytes'])}",
+            quote(ln),
+            ok,
+            f"walk {h['walk']['message']} in {h['walk']['elapsed_s']:.3f} s",
+        )
+    elif r:
+        missing_holders("S1")
+    t, r, _ = load("S2")
+    h = load_holders("S2", at="exit")
+    if r and h and "preds" in t:
+        got = holder_lines(h).get(("path", "cases.py global 'kept'", "list[*]", ""))
+        row(
+            "S2",
+            "holder: the list of predictions",
+            f"cases.py global 'kept' → list[*]: {t['preds']} tensors, {mib(t['pred_bytes'])}",
+            f"{got[0]} tensors, {mib(got[1])}" if got else "no such line",
+            got is not None and got[0] == t["preds"] and got[1] == t["pred_bytes"],
+            quote(got[2] if got else None),
+        )
+    elif r:
+        missing_holders("S2")
+    t, r, _ = load("H_hook")
+    h = load_holders("H_hook")
+    if r and h:
+        cyc = [v for k, v in holder_lines(h).items() if k[0] == "cycle"]
+        got = sum(v[1] for v in cyc)
+        row(
+            "H_hook",
+            "forward hook over its module, GC off: an unreachable cycle with its bytes",
+            mib(t["cycle_bytes"]),
+            mib(got),
+            got == t["cycle_bytes"] and t.get("gc_enabled_after") is False,
+            quote(cyc[0][2] if cyc else None),
+        )
+    elif os.path.isdir(os.path.join(RUN, "H_hook")):
+        missing_holders("H_hook")
+    t, r, _ = load("H_optimizer")
+    h = load_holders("H_optimizer")
+    if r and h:
+        lines = holder_lines(h)
+        by_opt = [v for k, v in lines.items() if k[0] == "path" and any("Adam" in p for p in k[1:])]
+        got = sum(v[1] for v in by_opt)
+        row(
+            "H_optimizer",
+            "old model's parameters and Adam state held by the optimizer",
+            mib(t["old_bytes"]),
+            mib(got),
+            got == t["old_bytes"] and all("global 'opt'" in v[2]["path"][0] for v in by_opt),
+            "; ".join(quote(v[2]) for v in by_opt[:3]),
+        )
+    elif os.path.isdir(os.path.join(RUN, "H_optimizer")):
+        missing_holders("H_optimizer")
+    for case, name in (("H_cupy", "cache_by_step"), ("H_jax", "jax_history")):
+        t, r, _ = load(case)
+        h = load_holders(case)
+        if not (r and h):
+            if os.path.isdir(os.path.join(RUN, case)):
+                missing_holders(case)
+            continue
+        want = ("path", f"cases.py global '{name}'", "dict[*]" if case == "H_cupy" else "list[*]", "")
+        got = holder_lines(h).get(want)
+        row(
+            case,
+            f"holder: global '{name}'",
+            f"{t['arrays']} arrays, {mib(t['array_bytes'])}",
+            f"{got[0]} arrays, {mib(got[1])}" if got else "no such line",
+            got is not None and got[0] == t["arrays"] and got[1] == t["array_bytes"],
+            quote(got[2] if got else None),
+        )
+    t, r, _ = load("H_torch_cached")
+    h = load_holders("H_torch_cached")
+    if r and h:
+        ts = [s for s in h["sites"] if s.get("in_use_from") == "torch"]
+        used, live = sum(s["in_use_bytes"] for s in ts), sum(s["live_bytes"] for s in ts)
+        row(
+            "H_torch_cached",
+            "per site in use / live from the allocator, summed == allocated / reserved",
+            f"{mib(t['allocated'])} / {mib(t['reserved'])}",
+            f"{mib(used)} / {mib(live)} in {len(ts)} sites",
+            used == t["allocated"] == t["seg_allocated"]
+            and live == t["reserved"] == t["seg_total"]
+            and all(s["in_use_bytes"] + s["cached_bytes"] == s["live_bytes"] for s in ts),
+            f"{t['segments']} segments; cached {mib(sum(s['cached_bytes'] for s in ts))}",
+        )
+    elif os.path.isdir(os.path.join(RUN, "H_torch_cached")):
+        missing_holders("H_torch_cached")
+    t, r, _ = load("H_train")
+    h = load_holders("H_train")
+    if r and h:
+        lines = holder_lines(h)
+        bad = [v for k, v in lines.items() if k[0] != "path"]
+        held = sum(
+            v[1]
+            for k, v in lines.items()
+            if k[0] == "path" and k[1] in ("cases.py global 'model'", "cases.py global 'opt'")
+        )
+        row(
+            "H_train",
+            "negative control: no suspect; params and state held by model and optimizer only",
+            f"0 suspects, {mib(t['param_state_bytes'])}",
+            f"{len(r['suspects'])} suspects, {mib(held)}; {len(bad)} other lines",
+            not r["suspects"] and held == t["param_state_bytes"] and not bad,
+            "; ".join(quote(v[2]) for v in list(lines.values())[:3]),
+        )
+    elif os.path.isdir(os.path.join(RUN, "H_train")):
+        missing_holders("H_train")
+
+
+def missing_holders(case):
+    row(case, "holders file written", "yes", "no", False, "see stderr in logs")
+
+
 def checks():
+    holder_checks()
     torch_rows("torch_default")
     torch_rows("torch_expandable")
     t, r, _ = load("torch_expandable")

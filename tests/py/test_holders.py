@@ -195,3 +195,145 @@ def test_walk_emits_touches_nothing_and_never_raises(hw):
         raise RuntimeError("emit failed")
 
     hw["walk"](1, 8, 2000, boom)  # must not raise
+
+
+def fake_torch():
+    """A stand-in for the parts of torch the walker reads: torch._C.TensorBase, tensors with
+    C-level (slot) attributes grad_fn and output_nr, and autograd nodes with next_functions."""
+    import contextlib
+    import types
+
+    torch = types.ModuleType("torch")
+    c = types.ModuleType("torch._C")
+    torch._C = c
+
+    class TensorBase:
+        __slots__ = ("__weakref__", "grad", "grad_fn", "n", "output_nr", "ptr", "requires_grad", "shape")
+
+        def __init__(self, ptr, n, grad_fn=None, output_nr=0):
+            self.grad = None
+            self.ptr, self.n, self.shape = ptr, n, (n // 4,)
+            self.grad_fn, self.output_nr, self.requires_grad = grad_fn, output_nr, grad_fn is not None
+
+        device = types.SimpleNamespace(type="cuda", index=0)
+        dtype = "torch.float32"
+
+        def untyped_storage(self):
+            return types.SimpleNamespace(data_ptr=lambda: self.ptr, nbytes=lambda: self.n)
+
+    c.TensorBase = TensorBase
+    c.DisableTorchFunctionSubclass = contextlib.nullcontext
+    return torch, TensorBase
+
+
+def node_type(name):
+    return type(name, (), {"__slots__": ("next_functions",)})
+
+
+def test_autograd_graphs_are_counted_once_and_name_what_saved_a_tensor(hw):
+    """The graph of an accumulated tensor (AddBackward0 ← AddBackward0 ← AbsBackward0 ←
+    AddmmBackward0, and a second root sharing part of it) is followed along next_functions and
+    counted once; a tensor held only from native code whose grad_fn is in that graph is 'saved
+    by autograd for' the node that takes it as input, reached from the accumulating variable.
+    No node's saved tensors are read."""
+    import ctypes
+
+    torch, TB = fake_torch()
+    Addmm, Abs, Add, Mul = (node_type(n) for n in ("AddmmBackward0", "AbsBackward0", "AddBackward0", "MulBackward0"))
+    mm = Addmm()
+    mm.next_functions = ((None, 0),)
+    ab = Abs()
+    ab.next_functions = ((mm, 0),)
+    add1 = Add()
+    add1.next_functions = ((ab, 0),)
+    add2 = Add()
+    add2.next_functions = ((add1, 0), (ab, 0))
+    other = Mul()
+    other.next_functions = ((mm, 0),)
+    total = TB(0x1000, 4, add2)
+    second = TB(0x2000, 4, other)
+    saved = TB(0x3000, 4096, mm)  # the output of AddmmBackward0 that AbsBackward0 saved
+    saved_id = id(saved)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(saved))  # as a C++ holder would
+    try:
+        modules = {"torch": torch}
+        finder = hw["_Finder"](modules)
+        w = hw["Walk"]([(("global", "train"), {"total_aux": total, "other": second})], finder).run()
+        graphs = hw["Graphs"](finder)
+        for i, _ in w.found:
+            graphs.add(i, w.queue[i])
+        # total's graph: add2, add1, ab, mm (4 nodes); second's: only its own node is new.
+        assert [n for _, n in graphs.graphs] == [4, 1]
+        g, saved_for = graphs.link(saved)
+        assert (g, saved_for) == (0, "AbsBackward0")
+        assert hw["render"](w, graphs.graphs[0][0], True, {}) == ["train global 'total_aux'"]
+        # A tensor whose grad_fn is in no graph met is not linked.
+        assert graphs.link(TB(0x4000, 4, Mul())) is None
+        graphs.clear()
+        del saved  # now only the native reference keeps it
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            w2 = hw["Walk"](hw["roots_of"](sys.modules, sys._current_frames()), finder).run()
+            g2 = hw["Graphs"](finder)
+            for i, _ in w2.found:
+                g2.add(i, w2.queue[i])
+            extra = {id(w2.queue), id(w2.parent), id(w2.index), id(w2.label), id(w2.found), id(w2.roots)}
+            out = hw["analyse_unreached"](w2, extra, g2)
+            mine = [(how, link[1]) for got, how, link in out if got["ptr"] == 0x3000]
+            assert mine == [("autograd", "AbsBackward0")]
+        finally:
+            if was:
+                gc.enable()
+    finally:
+        ctypes.pythonapi.Py_DecRef(ctypes.cast(saved_id, ctypes.py_object))
+
+
+def test_torch_allocator_state_only_when_cuda_is_initialized(hw):
+    import types
+
+    torch, _ = fake_torch()
+    cuda = types.ModuleType("torch.cuda")
+    torch.cuda = cuda
+    calls = []
+    state = {"init": False}
+
+    def is_initialized():
+        return state["init"]
+
+    def memory_snapshot():
+        calls.append(1)
+        return [{"address": 0x10, "total_size": 2 << 20, "allocated_size": 512, "blocks": []}, "junk"]
+
+    cuda.is_initialized, cuda.memory_snapshot = is_initialized, memory_snapshot
+    assert hw["_torch_segments"]({"torch": torch}) is None
+    assert calls == []
+    state["init"] = True
+    assert hw["_torch_segments"]({"torch": torch}) == [[0x10, 2 << 20, 512]]
+    assert hw["_torch_segments"]({}) is None
+
+
+def test_leaves_kept_by_a_graph_and_gradients(hw):
+    """A parameter held only by a graph's AccumulateGrad node is linked to that graph; a
+    parameter's .grad (C++ state, no Python referent) is found and named `.grad`."""
+    torch, TB = fake_torch()
+    Acc = type("AccumulateGrad", (), {"__slots__": ("next_functions", "variable")})
+    T = node_type("TBackward0")
+    leaf = TB(0x5000, 64)
+    leaf.requires_grad = True
+    acc = Acc()
+    acc.next_functions, acc.variable = (), leaf
+    t = T()
+    t.next_functions = ((acc, 0),)
+    out = TB(0x6000, 4, t)
+    param = TB(0x7000, 16)
+    param.grad = TB(0x8000, 16)
+    finder = hw["_Finder"]({"torch": torch})
+    w = hw["Walk"]([(("global", "m"), {"out": out, "p": param})], finder).run()
+    graphs = hw["Graphs"](finder)
+    for i, _ in w.found:
+        graphs.add(i, w.queue[i])
+    assert graphs.link(leaf) == (0, "AccumulateGrad")
+    got = {g["ptr"]: hw["render"](w, i, False, {}) for i, g in w.found}
+    assert got[0x8000] == ["m global 'p'", "TensorBase.grad"]
+    graphs.clear()

@@ -15,6 +15,11 @@ Rules, because this runs in someone else's program:
   are followed with gc.get_referents (each type's C-level tp_traverse). The one exception: an
   `__cuda_array_interface__` that is a property (Numba's) is called, since that is where the
   interface lives; it runs inside try/except.
+- Autograd graphs are followed from each tensor's grad_fn along next_functions (C-level
+  descriptors); saved tensors are never unpacked, so no saved-tensor hook runs and nothing is
+  allocated on the GPU. When the program initialized CUDA in PyTorch, the caching allocator's
+  own state is read with torch.cuda.memory_snapshot() (PyTorch's code, not the program's);
+  CUDA is never initialized here (torch.cuda.is_initialized() first).
 - Nothing is imported that the program did not import: gc is imported and at once removed
   from sys.modules again if it was not there; frameworks are only looked at through
   sys.modules.
@@ -197,6 +202,30 @@ class _Finder:
         except Exception:
             return None
 
+    def autograd_of(self, o):
+        """(grad_fn node or None, output number) of tensor `o`, read through TensorBase's
+        C-level descriptors with torch functions of subclasses disabled."""
+        if self.tensor_base is None or self.kind(type(o)) != "torch":
+            return None, 0
+        try:
+            with self.no_tf():
+                found, gf = _getset(o, "grad_fn")
+                got_nr, nr = _getset(o, "output_nr")
+        except Exception:
+            return None, 0
+        return (gf if found else None), (nr if got_nr and type(nr) is int else 0)
+
+    def grad_of(self, o):
+        """The `.grad` tensor of tensor `o`, or None (read like autograd_of)."""
+        if self.tensor_base is None or self.kind(type(o)) != "torch":
+            return None
+        try:
+            with self.no_tf():
+                found, g = _getset(o, "grad")
+        except Exception:
+            return None
+        return g if found else None
+
     def _torch(self, o, t):
         with self.no_tf():
             dev = o.device
@@ -220,6 +249,128 @@ class _Finder:
             "type": _short_type(t),
             "desc": desc,
         }
+
+
+def _getset(o, name):
+    """Attribute `name` of `o` through a C-level descriptor (getset or member) found on its
+    type's MRO, so that no Python code runs: (found, value)."""
+    t = type(o)
+    found, desc = _mro_lookup(t, name)
+    if not found or (type(desc) is not _GetSetType and type(desc) is not _MemberType):
+        return False, None
+    try:
+        return True, desc.__get__(o, t)
+    except Exception:
+        return False, None
+
+
+class Graphs:
+    """The autograd graphs of the tensors the walk found, each counted once: from a tensor's
+    `grad_fn` along `next_functions` (C-level attributes of the nodes). Saved tensors are never
+    unpacked (an unpack runs saved-tensor hooks: checkpointing's recomputation, save_on_cpu's
+    copy back to the GPU); a tensor the GC finds held from native code is linked to a graph
+    through its own `grad_fn` edge, and named by the node that takes it as an input."""
+
+    def __init__(self, finder, deadline_ns=None):
+        self.finder = finder
+        self.deadline = deadline_ns
+        #: id(node) -> graph number.
+        self.of_node = {}
+        #: Every node met, kept so that the ids above stay valid during the walk.
+        self.nodes = []
+        #: (id(node), output number) -> type name of the first node met that takes it as input.
+        self.consumer = {}
+        #: id(leaf tensor) -> (graph number, the name of the node that takes its gradient), from
+        #: the graph's AccumulateGrad nodes (their C-level `variable`).
+        self.leaf = {}
+        #: Per graph: [walk index of the tensor it was reached from, node count].
+        self.graphs = []
+        self.cut = False
+
+    def add(self, i, o):
+        """Follows the graph of tensor `o` (walk index i), unless a graph met before has it."""
+        gf, _ = self.finder.autograd_of(o)
+        if gf is None or id(gf) in self.of_node or self.cut:
+            return
+        g = len(self.graphs)
+        self.graphs.append([i, 0])
+        self.of_node[id(gf)] = g
+        self.nodes.append(gf)
+        todo, count = [gf], 0
+        while todo:
+            if count & CHECK_EVERY == 0 and self.deadline is not None and _clock() > self.deadline:
+                self.cut = True
+                break
+            n = todo.pop()
+            count += 1
+            found, nf = _getset(n, "next_functions")
+            if not found or type(nf) is not tuple:
+                continue
+            name = _short_type(type(n))
+            if name == "AccumulateGrad":
+                got_var, var = _getset(n, "variable")
+                if got_var and var is not None and id(var) not in self.leaf:
+                    self.leaf[id(var)] = (g, name)
+                    self.nodes.append(var)
+            for e in nf:
+                if type(e) is not tuple or len(e) != 2 or e[0] is None:
+                    continue
+                c = e[0]
+                k = (id(c), e[1])
+                if k not in self.consumer:
+                    self.consumer[k] = name
+                if id(c) not in self.of_node:
+                    self.of_node[id(c)] = g
+                    self.nodes.append(c)
+                    todo.append(c)
+        self.graphs[g][1] = count
+
+    def link(self, o):
+        """(graph number, the name of the node it is saved for) of tensor `o` when its grad_fn
+        lies in a graph met, else None."""
+        gf, nr = self.finder.autograd_of(o)
+        if gf is None:
+            return self.leaf.get(id(o))
+        g = self.of_node.get(id(gf))
+        if g is None:
+            return None
+        return g, self.consumer.get((id(gf), nr)) or _short_type(type(gf))
+
+    def clear(self):
+        self.of_node.clear()
+        self.leaf.clear()
+        self.nodes.clear()
+        self.consumer.clear()
+
+
+def _torch_segments(modules):
+    """[[address, total bytes, allocated bytes]] of every segment of PyTorch's caching
+    allocator (torch.cuda.memory_snapshot(): `total_size`, `allocated_size`), or None when
+    torch is not imported or CUDA not initialized (never initialized here)."""
+    torch = modules.get("torch")
+    if type(torch) is not _ModuleType:
+        return None
+    cuda = _module_dict(torch).get("cuda")
+    if type(cuda) is not _ModuleType:
+        return None
+    d = _module_dict(cuda)
+    is_init, snap = d.get("is_initialized"), d.get("memory_snapshot")
+    if type(is_init) is not _FunctionType or type(snap) is not _FunctionType:
+        return None
+    try:
+        if is_init() is not True:
+            return None
+        segs = snap()
+        out = []
+        for s in segs if type(segs) is list else ():
+            if type(s) is not dict:
+                continue
+            a, t, u = s.get("address"), s.get("total_size"), s.get("allocated_size")
+            if type(a) is int and type(t) is int and type(u) is int:
+                out.append([a, t, u])
+        return out
+    except Exception:
+        return None
 
 
 def _shape(shape):
@@ -311,9 +462,13 @@ class Walk:
                 break
             o = queue[i]
             got = info(o)
+            refs = _get_referents(o)
             if got is not None:
                 found.append((i, got))
-            refs = _get_referents(o)
+                # A tensor's .grad lives in C++ (no Python referent): followed by name.
+                g = self.finder.grad_of(o)
+                if g is not None:
+                    refs = [*refs, g]
             if type(o) is _FrameType:
                 # A running frame (3.11+) traverses nothing: the GC finds its locals through
                 # the thread's stack. Its locals are read by name instead.
@@ -396,7 +551,7 @@ def _module_label(name, d):
     return name
 
 
-def step(objs, j, generic):
+def step(objs, j, generic, finder=None):
     """How objs[j] holds objs[j + 1], as a person reads it, or None when the next step says it;
     with `generic`, indexes and keys become `*` so that siblings share one line."""
     p, c = objs[j], objs[j + 1]
@@ -446,6 +601,8 @@ def step(objs, j, generic):
         return _frame_desc(p)
     if tp is type:
         return None  # the dict step that follows names the attribute
+    if finder is not None and finder.grad_of(p) is c:
+        return _short_type(tp) + ".grad"
     d = _instance_dict(p, tp)
     if d is not None:
         if d is c:
@@ -468,7 +625,7 @@ def render(walk, i, generic, modules):
     else:
         start = 0
     for j in range(start, len(objs) - 1):
-        s = step(objs, j, generic and j == len(objs) - 2)
+        s = step(objs, j, generic and j == len(objs) - 2, walk.finder)
         if s is not None and (not steps or s != steps[-1]):
             steps.append(s)
     if label[0] == "frame":
@@ -529,20 +686,21 @@ def _find_in(finder, objs):
     return out
 
 
-def analyse_unreached(walk, extra):
+def analyse_unreached(walk, extra, graphs=None):
     """The GPU objects the walk did not reach from a root: held from native code (with the
     holder's type), or only by unreachable reference cycles. `extra`: ids of the walker's own
-    objects. Returns [(info, how, steps)]."""
+    objects. A tensor held from native code whose grad_fn lies in one of `graphs` is saved by
+    autograd: (info, "autograd", (graph number, node name)). Returns [(info, how, steps)]."""
     rest = _unreached(walk.index, extra)
     try:
-        return _analyse(walk, rest)
+        return _analyse(walk, rest, graphs)
     finally:
         # The list may be part of a cycle (through a frame of this walk); emptied, it keeps
         # nothing alive, even with the program's GC disabled.
         rest.clear()
 
 
-def _analyse(walk, rest):
+def _analyse(walk, rest, graphs=None):
     ext, referrer = external_refs(rest)
     finder = walk.finder
     for n in range(len(rest)):
@@ -570,6 +728,10 @@ def _analyse(walk, rest):
         if parent[n] == -2:
             out.append((got, "cycle", [_cycle_name(rest, referrer, n)]))
             continue
+        link = graphs.link(rest[n]) if graphs is not None else None
+        if link is not None:
+            out.append((got, "autograd", link))
+            continue
         chain = []
         m = n
         while m >= 0 and len(chain) <= MAX_STEPS:
@@ -579,7 +741,7 @@ def _analyse(walk, rest):
         objs = [rest[m] for m in chain]
         steps = [f"held from native code: {_short_type(type(objs[0]))}"]
         for j in range(len(objs) - 1):
-            s = step(objs, j, j == len(objs) - 2)
+            s = step(objs, j, j == len(objs) - 2, walk.finder)
             if s is not None and s != steps[-1]:
                 steps.append(s)
         out.append((got, "native", steps))
@@ -634,24 +796,45 @@ def _walk(deadline):
     roots = roots_of(modules, frames)
     del frames
     w = Walk(roots, _Finder(modules), deadline).run()
+    graphs = Graphs(w.finder, deadline)
+    if not w.cut and w.finder.tensor_base is not None:
+        for i, _got in w.found:
+            graphs.add(i, w.queue[i])
     objects, holders, keys = [], [], {}
     found = [0]
+    descs = {i: got["desc"] for i, got in w.found}
+    graph_of_holder = {}
 
     def add(got, how, steps):
         found[0] += 1
-        key = (how, *tuple(steps))
+        extra_fields = {}
+        if how == "autograd":
+            g, saved_for = steps
+            root = graphs.graphs[g][0]
+            steps = [*render(w, root, True, modules), descs.get(root, "?")]
+            key = (how, saved_for, *steps)
+            extra_fields = {"saved_for": saved_for, "graphs": 0, "graph_nodes": 0}
+        else:
+            key = (how, *tuple(steps))
         h = keys.get(key)
         if h is None:
             h = keys[key] = len(holders)
-            holders.append({"how": how, "path": list(steps)})
+            holders.append({"how": how, "path": list(steps), **extra_fields})
+        if how == "autograd":
+            seen = graph_of_holder.setdefault(h, set())
+            if g not in seen:
+                seen.add(g)
+                holders[h]["graphs"] += 1
+                holders[h]["graph_nodes"] += graphs.graphs[g][1]
         if len(objects) < MAX_OBJECTS:
             got["holder"] = h
             objects.append(got)
 
     for i, got in w.found:
         add(got, "path", render(w, i, True, modules))
-    if not w.cut:
+    if not w.cut and not graphs.cut:
         extra = {id(w.queue), id(w.parent), id(w.index), id(w.label), id(w.found), id(w.roots), id(objects)}
+        extra.update((id(graphs.nodes), id(graphs.of_node), id(graphs.consumer), id(graphs.graphs)))
         extra.update(id(r) for r in roots)
         extra.add(id(roots))
         f = _sys._getframe()
@@ -660,11 +843,16 @@ def _walk(deadline):
                 extra.add(id(f))
             f = f.f_back
         del f
-        for got, how, steps in analyse_unreached(w, extra):
+        for got, how, steps in analyse_unreached(w, extra, graphs):
             add(got, how, steps)
     res = {"objects": objects, "holders": holders, "found": found[0]}
+    segs = _torch_segments(modules)
+    if segs is not None:
+        res["torch_segments"] = segs
+    cut = w.cut or graphs.cut
+    graphs.clear()
     for c in (w.queue, w.parent, w.index, w.label, w.found, roots):
         c.clear()
-    if w.cut:
+    if cut:
         res["cut_after"] = w.visited
-    return (CUT if w.cut else COMPLETE), w.visited, to_json(res)
+    return (CUT if cut else COMPLETE), w.visited, to_json(res)
