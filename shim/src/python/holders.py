@@ -63,6 +63,9 @@ MAX_STEPS = 24
 CHECK_EVERY = 1023
 
 _CAI = "__cuda_array_interface__"
+#: Ids of the exact types whose objects refer to nothing and own no GPU memory: never queued
+#: (by id: hashing a type could run a metaclass's __hash__).
+_ATOMS = frozenset(id(t) for t in (str, int, float, bool, bytes, complex, type(None)))
 
 
 def _cell_type():
@@ -454,29 +457,35 @@ class Walk:
                 self.label[len(queue)] = label
                 queue.append(r)
                 parent.append(-1)
-        info = self.finder.info
-        i = 0
-        while i < len(queue):
+        info, by_type, grad_of = self.finder.info, self.finder.by_type, self.finder.grad_of
+        i, n = 0, len(queue)
+        while i < n:
             if i & CHECK_EVERY == 0 and self.deadline is not None and _clock() > self.deadline:
                 self.cut = True
                 break
             o = queue[i]
-            got = info(o)
+            t = type(o)
+            hit = by_type.get(id(t))
+            got = info(o) if hit is None or hit[1] else None
             refs = _get_referents(o)
             if got is not None:
                 found.append((i, got))
                 # A tensor's .grad lives in C++ (no Python referent): followed by name.
-                g = self.finder.grad_of(o)
+                g = grad_of(o)
                 if g is not None:
                     refs = [*refs, g]
-            if type(o) is _FrameType:
+            if t is _FrameType:
                 # A running frame (3.11+) traverses nothing: the GC finds its locals through
                 # the thread's stack. Its locals are read by name instead.
                 refs = _frame_values(o) + refs
             for r in refs:
+                # Strings, numbers and None refer to nothing and own no GPU memory: not queued.
+                if id(type(r)) in _ATOMS:
+                    continue
                 k = id(r)
                 if k not in index:
-                    index[k] = len(queue)
+                    index[k] = n
+                    n += 1
                     queue.append(r)
                     parent.append(i)
             i += 1
