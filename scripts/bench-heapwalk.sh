@@ -13,7 +13,7 @@ N=${2:-1000000}
 T=${3:-10000}
 PY=$("${4:-python3}" -c 'import sys; print(sys.executable)')
 if command -v cargo > /dev/null; then cargo build --release --workspace -q; fi
-S=$(find target/release/build -maxdepth 3 -type d -path '*gpushim-tests-*/out/standins' | head -n 1)
+S=$(find target/release/build -maxdepth 3 -type d -path '*gpushim-tests-*/out/standins' 2>/dev/null | head -n 1 || true)
 W=$(mktemp -d /tmp/gpushim-bench-walk.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $("$PY" -V); $(date -u +%F)"
