@@ -4,7 +4,7 @@
 # the walk's own time (its companion file's walk.elapsed_s), with the cap raised so that it is
 # not cut. MODE standin: T __cuda_array_interface__ objects over a stand-in allocation (no GPU);
 # MODE torch: T CUDA tensors (needs a GPU and torch).
-# HEAP=containers makes the N objects all lists (default: half lists, half strings).
+# RUNS (default 3) is how many processes are measured. HEAP=containers makes the N objects all lists (default: half lists, half strings).
 # Usage: scripts/bench-heapwalk.sh [MODE=standin] [N=1000000] [T=10000] [PYTHON=python3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ S=$(find target/release/build -maxdepth 3 -type d -path '*gpushim-tests-*/out/st
 W=$(mktemp -d /tmp/gpushim-bench-walk.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $("$PY" -V); $(date -u +%F)"
-for run in 1 2 3; do
+for run in $(seq "${RUNS:-3}"); do
   printf "%s, %d objects (%s), %d GPU objects, run %d: " "$MODE" "$N" "${HEAP:-lists+strings}" "$T" "$run"
   GPUSHIM_OUTPUT="$W" GPUSHIM_COLLECTOR="$PWD/target/release/gpushim" GPUSHIM_HEAP_WALK_MS=60000 \
     LD_PRELOAD="$PWD/target/release/libgpushim.so" \
