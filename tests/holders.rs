@@ -3,7 +3,9 @@
 //! an unreachable cycle, another thread's frame, and a dict it then dropped; the heap walk's
 //! companion files name each holder with its exact path and bytes, at a snapshot and at exit,
 //! without running the objects' `__getattr__`, without leaving a module in `sys.modules` and
-//! with the program's disabled GC left disabled. Also: a walk cut at its time cap, and a
+//! with the program's disabled GC left disabled; an object held only by a reference from native
+//! code is "held from native code"; `gpushim diff` names the holder that grew between the
+//! snapshot and exit. Also: a walk cut at its time cap, and a
 //! snapshot whose main thread is blocked in native code.
 
 use std::path::Path;
@@ -64,11 +66,13 @@ fn line(how: &str, path: &str, objects: u64, bytes: u64) -> (String, String, u64
     (how.into(), path.into(), objects, bytes)
 }
 
-/// What every walk of the main scenario must find.
-fn check_main(h: &Value, run: &Outcome) {
+/// What every walk of the main scenario must find (`found` objects in all).
+fn check_main(h: &Value, run: &Outcome, found: u64) {
     assert_eq!(h["schema"], "gpushim.holders.v1", "{h:#}");
     assert_eq!(h["walk"]["status"], "complete", "{run}\n{h:#}");
-    assert_eq!(h["walk"]["objects_found"], 8, "{run}\n{h:#}");
+    assert_eq!(h["walk"]["objects_found"], found, "{run}\n{h:#}");
+    let native = site(h, 48 * KIB, run);
+    assert_eq!(lines(native), [line("native", "held from native code: DevBuf", 1, 48 * KIB)], "{h:#}");
     let keep = site(h, 256 * KIB, run);
     assert_eq!(lines(keep), [line("path", "holders.py global 'keep' | list[*]", 4, 256 * KIB)], "{h:#}");
     assert_eq!(
@@ -111,10 +115,11 @@ fn main_scenario(python: &Path, name: &str) {
     let pid = pid_of(&run);
     let snap = run.read(&format!("gpushim-{pid}-snapshot-1.holders.json"));
     assert_eq!((&snap["reason"], &snap["number"]), (&"snapshot".into(), &1.into()), "{snap:#}");
-    check_main(&snap, &run);
+    check_main(&snap, &run, 9);
     let exit = run.read(&format!("gpushim-{pid}.holders.json"));
     assert_eq!(exit["reason"], "exit", "{exit:#}");
-    check_main(&exit, &run);
+    check_main(&exit, &run, 10);
+    assert_eq!(lines(site(&exit, 24 * KIB, &run)), [line("path", "holders.py global 'late' | list[*]", 1, 24 * KIB)]);
     // `gpushim report` merges the companion file.
     let report = Path::new(run.dir.path()).join(format!("gpushim-{pid}.json"));
     let out = gpushim(["report".as_ref(), report.as_os_str()]);
@@ -122,6 +127,17 @@ fn main_scenario(python: &Path, name: &str) {
     assert!(out.status.success(), "{text}");
     assert!(
         text.contains("held by: holders.py global 'keep' \u{2192} list[*] \u{2192} 4 objects (256.0 KiB)"),
+        "{text}"
+    );
+    // `gpushim diff` of the snapshot and the final report names the holder that came after.
+    let snap_report = Path::new(run.dir.path()).join(format!("gpushim-{pid}-snapshot-1.json"));
+    let out = gpushim(["diff".as_ref(), snap_report.as_os_str(), report.as_os_str()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let held: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("holders that grew")).skip(1).collect();
+    assert_eq!(
+        held,
+        ["   +24.0 KiB  0 B -> 24.0 KiB in 0 -> 1 objects: holders.py global 'late' \u{2192} list[*]"],
         "{text}"
     );
 }

@@ -163,6 +163,46 @@ fn describe(r: &Report) -> String {
     format!("{what}, {}", fmt_seconds(r.duration_s))
 }
 
+/// A holder group (the heap walk's companion files, CPython targets) compared between the two
+/// reports: matched by its path without counts ([`crate::holders::holder_label`]).
+#[derive(Serialize)]
+struct HolderChange {
+    label: String,
+    how: String,
+    objects: Change,
+    bytes: Change,
+}
+
+/// The holder groups whose bytes grew from `old` to `new` (new groups included), most growth
+/// first; empty unless `new` has a walk. A side without a walk counts as holding nothing.
+fn holder_changes(old: &Report, new: &Report) -> Vec<HolderChange> {
+    let Some(nh) = new.holders.as_ref() else { return Vec::new() };
+    let before = old.holders.as_ref().map(crate::holders::group_totals).unwrap_or_default();
+    let mut v: Vec<HolderChange> = crate::holders::group_totals(nh)
+        .into_iter()
+        .filter_map(|(label, (how, objects, bytes))| {
+            let (o_objects, o_bytes) = before.get(&label).map_or((0, 0), |b| (b.1, b.2));
+            (bytes > o_bytes).then(|| HolderChange {
+                label,
+                how,
+                objects: Change::of(o_objects, objects),
+                bytes: Change::of(o_bytes, bytes),
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| b.bytes.growth.cmp(&a.bytes.growth).then_with(|| a.label.cmp(&b.label)));
+    v
+}
+
+/// Notes about the holders' comparison: a side without a heap walk.
+fn holder_caveats(old: &Report, new: &Report) -> Vec<String> {
+    match (old.holders.is_some(), new.holders.is_some()) {
+        (false, true) => vec!["OLD has no heap walk (no holders file): every holder of NEW counts as new".into()],
+        (true, false) => vec!["NEW has no heap walk (no holders file): holders are not compared".into()],
+        _ => Vec::new(),
+    }
+}
+
 /// Notes about the comparison itself: capped site lists make "new" and "vanished" unsure.
 fn caveats(old: &Report, new: &Report) -> Vec<String> {
     let mut v = Vec::new();
@@ -251,7 +291,23 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
         count("shrunk"),
         count("unchanged"),
     )?;
-    for c in caveats(old, new) {
+    let held = holder_changes(old, new);
+    if !held.is_empty() {
+        writeln!(out, "holders that grew (who holds the memory, from the heap walks):")?;
+        for h in held.iter().take(top) {
+            writeln!(
+                out,
+                "  {:>10}  {} -> {} in {} -> {} objects: {}",
+                fmt_bytes_delta(i128::from(h.bytes.growth)),
+                fmt_bytes(h.bytes.old),
+                fmt_bytes(h.bytes.new),
+                h.objects.old,
+                h.objects.new,
+                h.label
+            )?;
+        }
+    }
+    for c in caveats(old, new).into_iter().chain(holder_caveats(old, new)) {
         writeln!(out, "note: {c}")?;
     }
     Ok(())
@@ -373,6 +429,8 @@ struct JsonDiff<'a> {
     totals: JsonTotals,
     kinds: BTreeMap<&'static str, JsonGauge>,
     devices: Vec<JsonDevice>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    holders: Vec<HolderChange>,
     notes: Vec<String>,
 }
 
@@ -438,7 +496,8 @@ pub fn diff_json(old: &Report, new: &Report, top: usize, out: &mut dyn Write) ->
                 live_count: Change::of(ka.live_count, kb.live_count),
             })
             .collect(),
-        notes: caveats(old, new),
+        holders: holder_changes(old, new).into_iter().take(top).collect(),
+        notes: caveats(old, new).into_iter().chain(holder_caveats(old, new)).collect(),
     };
     serde_json::to_writer_pretty(&mut *out, &doc)?;
     writeln!(out)
@@ -476,7 +535,7 @@ mod tests {
         }
     }
 
-    fn report(pid: u32, sites: Vec<Site>) -> Report {
+    pub(super) fn report(pid: u32, sites: Vec<Site>) -> Report {
         let live: u64 = sites.iter().map(|s| s.live_bytes).sum();
         Report {
             schema: SCHEMA.into(),
@@ -611,5 +670,82 @@ mod tests {
         assert_eq!(v["unchanged_sites"], 1);
         assert_eq!(v["totals"]["live_bytes"]["growth"], (4 << 20) + (3 << 10));
         assert_eq!(v["kinds"]["device"]["live_bytes"]["old"], 0);
+    }
+}
+
+#[cfg(test)]
+mod holder_tests {
+    use super::tests::report;
+    use super::*;
+    use crate::report::{HolderLine, Holders, SiteHolders};
+
+    fn line(how: &str, path: &[&str], saved_for: Option<&str>, objects: u64, bytes: u64) -> HolderLine {
+        HolderLine {
+            how: how.into(),
+            path: path.iter().map(|p| p.to_string()).collect(),
+            saved_for: saved_for.map(Into::into),
+            objects,
+            bytes,
+            ..HolderLine::default()
+        }
+    }
+
+    fn walk(sites: Vec<Vec<HolderLine>>) -> Holders {
+        Holders {
+            schema: crate::holders::SCHEMA.into(),
+            pid: 7,
+            reason: "snapshot".into(),
+            number: Some(1),
+            walk: Default::default(),
+            sites: sites
+                .into_iter()
+                .map(|holders| SiteHolders { site: Some(0), holders, ..Default::default() })
+                .collect(),
+            unattributed: SiteHolders::default(),
+        }
+    }
+
+    /// Holder groups are matched by path across the two walks and summed over sites; only the
+    /// groups that grew are listed, a new one from zero, most growth first.
+    #[test]
+    fn diff_lists_the_holders_that_grew() {
+        const MIB: u64 = 1 << 20;
+        let kept = ["train.py global 'history'", "list[*]"];
+        let total = ["function 'step' (train.py:9) local 'total'", "Tensor() float32 grad_fn=AddBackward0"];
+        let mut old = report(7, vec![]);
+        old.holders = Some(walk(vec![vec![
+            line("path", &kept, None, 2, 8 * MIB),
+            line("path", &["m global 'w'"], None, 1, MIB),
+        ]]));
+        let mut new = report(7, vec![]);
+        new.holders = Some(walk(vec![
+            vec![line("path", &kept, None, 3, 12 * MIB), line("autograd", &total, Some("MulBackward0"), 10, 40 * MIB)],
+            vec![line("path", &kept, None, 2, 8 * MIB)],
+        ]));
+        let mut text = Vec::new();
+        diff(&old, &new, 10, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        let got: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("holders that grew")).collect();
+        assert_eq!(
+            got,
+            [
+                "holders that grew (who holds the memory, from the heap walks):",
+                "   +40.0 MiB  0 B -> 40.0 MiB in 0 -> 10 objects: saved by autograd for MulBackward0, reached from \
+                 function 'step' (train.py:9) local 'total' \u{2192} Tensor() float32 grad_fn=AddBackward0",
+                "   +12.0 MiB  8.0 MiB -> 20.0 MiB in 2 -> 5 objects: train.py global 'history' \u{2192} list[*]",
+            ],
+            "{text}"
+        );
+        let mut json = Vec::new();
+        diff_json(&old, &new, 10, &mut json).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(v["holders"][1]["bytes"], serde_json::json!({"old": 8 * MIB, "new": 20 * MIB, "growth": 12 * MIB}));
+        assert_eq!(v["holders"][0]["how"], "autograd");
+        // Without a walk on the OLD side, everything NEW holds is new, and a note says why.
+        old.holders = None;
+        let mut text = Vec::new();
+        diff(&old, &new, 10, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("note: OLD has no heap walk"), "{text}");
     }
 }

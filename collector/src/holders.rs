@@ -285,6 +285,32 @@ pub fn read_beside(report: &Path) -> Result<Option<Holders>> {
     Holders::read(&c).map(Some).with_context(|| format!("cannot read holders file {}", c.display()))
 }
 
+/// A holder group's name without its counts: how `gpushim diff` matches groups of two walks.
+pub fn holder_label(h: &HolderLine) -> String {
+    let path = h.path.join(" \u{2192} ");
+    match h.how.as_str() {
+        "cycle" => h.path.first().cloned().unwrap_or_else(|| "unreachable reference cycle".to_string()),
+        "autograd" => {
+            format!("saved by autograd for {}, reached from {path}", h.saved_for.as_deref().unwrap_or("?"))
+        }
+        _ => path,
+    }
+}
+
+/// Per holder group of a walk (all sites and the unattributed objects together), by
+/// [`holder_label`]: (how, objects, bytes).
+pub fn group_totals(h: &Holders) -> BTreeMap<String, (String, u64, u64)> {
+    let mut out: BTreeMap<String, (String, u64, u64)> = BTreeMap::new();
+    for s in h.sites.iter().chain(std::iter::once(&h.unattributed)) {
+        for l in &s.holders {
+            let e = out.entry(holder_label(l)).or_insert_with(|| (l.how.clone(), 0, 0));
+            e.1 = e.1.saturating_add(l.objects);
+            e.2 = e.2.saturating_add(l.bytes);
+        }
+    }
+    out
+}
+
 /// The lines shown under a suspect or a site (without indentation): in use against live, then
 /// the largest holder groups (at most `max`).
 pub fn site_lines(s: &SiteHolders, max: usize) -> Vec<String> {

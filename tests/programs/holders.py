@@ -70,6 +70,10 @@ if MODE == "main":
     del n
     d = {"a": DevBuf(malloc(8 << 10), 8 << 10)}
     del d
+    # Held from native code: a reference no Python object accounts for, as a C extension's.
+    native = DevBuf(malloc(48 << 10), 48 << 10)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(native))
+    del native
     started = threading.Event()
 
     def worker():
@@ -81,6 +85,7 @@ if MODE == "main":
     threading.Thread(target=worker, name="loader", daemon=True).start()
     started.wait()
     snapshot_and_wait()
+    late = [DevBuf(malloc(24 << 10), 24 << 10)]  # only the exit walk sees it
     print("gc enabled:", gc.isenabled())
     print("new modules:", sorted(set(sys.modules) - BEFORE))
     print("getattr calls:", len(CALLS))

@@ -1,5 +1,6 @@
-//! `gpushim diff OLD NEW`: reads two reports and prints which sites grew from one to the other,
-//! as text or JSON; the comparison itself is [`crate::diff`].
+//! `gpushim diff OLD NEW`: reads two reports (and their heap walks' companion files, when there)
+//! and prints which sites and which holders grew from one to the other, as text or JSON; the
+//! comparison itself is [`crate::diff`].
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -16,8 +17,10 @@ use crate::report::Report;
 /// # Errors
 /// If a report cannot be read (the message names it), or standard output cannot be written.
 pub fn run(old: &Path, new: &Path, top: usize, format: DiffFormat) -> Result<ExitCode> {
-    let a = Report::read(old).with_context(|| format!("cannot read report {}", old.display()))?;
-    let b = Report::read(new).with_context(|| format!("cannot read report {}", new.display()))?;
+    let mut a = Report::read(old).with_context(|| format!("cannot read report {}", old.display()))?;
+    let mut b = Report::read(new).with_context(|| format!("cannot read report {}", new.display()))?;
+    a.holders = crate::holders::read_beside(old)?;
+    b.holders = crate::holders::read_beside(new)?;
     write_output(None, &mut |out| match format {
         DiffFormat::Text => diff::diff(&a, &b, top, out),
         DiffFormat::Json => diff::diff_json(&a, &b, top, out),
