@@ -63,9 +63,11 @@ MAX_STEPS = 24
 CHECK_EVERY = 1023
 
 _CAI = "__cuda_array_interface__"
-#: Ids of the exact types whose objects refer to nothing and own no GPU memory: never queued
-#: (by id: hashing a type could run a metaclass's __hash__).
-_ATOMS = frozenset(id(t) for t in (str, int, float, bool, bytes, complex, type(None)))
+#: Ids of the exact types whose objects own no GPU memory and lead to none: never queued, and
+#: left out of the analysis of unreached objects (by id: hashing a type could run a metaclass's
+#: __hash__). Strings, numbers and None refer to nothing; a code object refers only to its
+#: compile-time constants and names.
+_ATOMS = frozenset(id(t) for t in (str, int, float, bool, bytes, complex, type(None), type(_quiet_import.__code__)))
 
 
 def _cell_type():
@@ -459,6 +461,7 @@ class Walk:
                 parent.append(-1)
         info, by_type, grad_of = self.finder.info, self.finder.by_type, self.finder.grad_of
         i, n = 0, len(queue)
+        atoms, push, push_parent, _id, _type = _ATOMS, queue.append, parent.append, id, type
         while i < n:
             if i & CHECK_EVERY == 0 and self.deadline is not None and _clock() > self.deadline:
                 self.cut = True
@@ -479,15 +482,15 @@ class Walk:
                 # the thread's stack. Its locals are read by name instead.
                 refs = _frame_values(o) + refs
             for r in refs:
-                # Strings, numbers and None refer to nothing and own no GPU memory: not queued.
-                if id(type(r)) in _ATOMS:
+                # Leaves that own no GPU memory and lead to none (_ATOMS): not queued.
+                if _id(_type(r)) in atoms:
                     continue
-                k = id(r)
+                k = _id(r)
                 if k not in index:
                     index[k] = n
                     n += 1
-                    queue.append(r)
-                    parent.append(i)
+                    push(r)
+                    push_parent(i)
             i += 1
         self.visited = i
         return self
@@ -683,7 +686,7 @@ def _refcounts(objs):
 
 
 def _unreached(index, extra):
-    return [o for o in _gc.get_objects() if id(o) not in index and id(o) not in extra]
+    return [o for o in _gc.get_objects() if id(o) not in index and id(o) not in extra and id(type(o)) not in _ATOMS]
 
 
 def _find_in(finder, objs):
