@@ -454,3 +454,106 @@ def test_fault_graph_rows(tmp_path, capsys, case, r, results):
     assert rows[0][2] == "64.00 MiB in 64, at graph_alloc_node"
     assert rows[1][2] == "69 allocs, 5 frees, 0 unknown; 32.00 MiB unlaunched"
     assert "cuMemGetInfo used: at_create 0.00 MiB" in rows[0][5]
+
+
+# ---- the heap walk's companion files (issue 12) ----
+
+
+def holder(how, path, objects, bytes_, saved_for=None, graph_nodes=0):
+    h = {"how": how, "path": list(path), "objects": objects, "bytes": bytes_, "text": " → ".join(path)}
+    if saved_for:
+        h["saved_for"], h["graphs"], h["graph_nodes"] = saved_for, 1, graph_nodes
+    return h
+
+
+def holders_file(sites, walk_found=1, unattributed=()):
+    def entry(s):
+        return {
+            "site": s.get("site", 0),
+            "live_bytes": s.get("live", 0),
+            "in_use_bytes": s.get("in_use", 0),
+            "cached_bytes": s.get("live", 0) - s.get("in_use", 0),
+            "in_use_from": s.get("from", "objects"),
+            "holders": s.get("holders", []),
+        }
+
+    return {
+        "schema": "gpushim.holders.v1",
+        "walk": {"status": "complete", "elapsed_s": 0.5, "objects_found": walk_found, "message": "walked 9 objects"},
+        "sites": [entry(s) for s in sites],
+        "unattributed": {"holders": list(unattributed)},
+    }
+
+
+S1_PATH = ["function 's1_aux_loss' (cases.py:189) local 'total_aux'", "Tensor() float32 grad_fn=AddBackward0"]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "split", "result"),
+    [(16004, (1972, 28), "PASS"), (16003, (1972, 28), "FAIL"), (16004, (1972, 27), "FAIL")],
+)
+def test_s1_holder_row_sums_the_autograd_line_over_sites(tmp_path, capsys, nodes, split, result):
+    lines = [holder("autograd", S1_PATH, n, n * 2 * MIB, "AbsBackward0", nodes) for n in split]
+    write_case(
+        tmp_path,
+        "S1",
+        {
+            "truth.json": {"aux_graph_nodes": 16004, "aux_saved_tensors": 2000, "aux_saved_bytes": 4000 * MIB},
+            "gpushim-5.json": report(device=1),
+            "gpushim-5-snapshot-1.holders.json": holders_file([{"holders": [lines[0]]}, {"holders": [lines[1]]}]),
+        },
+    )
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1][:3] == [
+        "S1",
+        "holder: saved by autograd, path names 'total_aux', graph size",
+        "'total_aux', 16004 nodes, 2000 tensors, 4000.00 MiB",
+    ]
+    assert rows[1][4] == result
+
+
+@pytest.mark.parametrize(("used", "result"), [(40 * MIB, "PASS"), (39 * MIB, "FAIL")])
+def test_torch_in_use_vs_cached_row(tmp_path, capsys, used, result):
+    sites = [
+        {"site": 1, "live": 200 * MIB, "in_use": used - 10 * MIB, "from": "torch"},
+        {"site": 2, "live": 40 * MIB, "in_use": 10 * MIB, "from": "torch"},
+        {"site": 3, "live": 64 * MIB, "in_use": 0},  # outside PyTorch's pool: not summed
+    ]
+    truth = {"allocated": 40 * MIB, "reserved": 240 * MIB, "seg_allocated": 40 * MIB, "seg_total": 240 * MIB}
+    truth["segments"] = 18
+    write_case(
+        tmp_path,
+        "H_torch_cached",
+        {
+            "truth.json": truth,
+            "gpushim-5.json": report(device=1),
+            "gpushim-5-snapshot-1.holders.json": holders_file(sites),
+        },
+    )
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1][2:5] == ["40.00 MiB / 240.00 MiB", f"{compare.mib(used)} / 240.00 MiB in 2 sites", result]
+
+
+@pytest.mark.parametrize(
+    ("extra", "result"), [([], "PASS"), ([holder("native", ["held from native code: Tensor"], 1, MIB)], "FAIL")]
+)
+def test_negative_control_row_fails_on_any_other_holder(tmp_path, capsys, extra, result):
+    held = [
+        holder("path", ["cases.py global 'model'", "Sequential._modules"], 4, 8 * MIB),
+        holder("path", ["cases.py global 'opt'", "Adam.state"], 8, 16 * MIB),
+    ]
+    write_case(
+        tmp_path,
+        "H_train",
+        {
+            "truth.json": {"param_state_bytes": 24 * MIB},
+            "gpushim-5.json": report(device=1),
+            "gpushim-5-snapshot-1.holders.json": holders_file([{"holders": held + extra}]),
+        },
+    )
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1][:2] == ["H_train", "negative control: no suspect; params and state held by model and optimizer only"]
+    assert rows[1][4] == result
