@@ -39,6 +39,10 @@ def _quiet_import(name):
 
 
 _gc = _quiet_import("gc")
+# Builtin modules (compiled into the interpreter, importing nothing): C-level loops for the walk.
+_it = _quiet_import("itertools")
+_op = _quiet_import("_operator")
+_compress, _not, _repeat = _it.compress, _op.not_, _it.repeat
 _clock = _quiet_import("time").perf_counter_ns
 _get_referents = _gc.get_referents
 _getrefcount = _sys.getrefcount
@@ -50,6 +54,7 @@ _GetSetType = type(type.__dict__["__dict__"])
 _MemberType = type(_ModuleType.__dict__["__dict__"])
 _PropertyType = property
 _MappingProxy = type(type.__dict__)
+_TYPE_DICT = type.__dict__["__dict__"]
 
 #: The file name of this code: its frames are never roots.
 WALKER_FILE = "<gpushim-heap-walk>"
@@ -59,7 +64,8 @@ COMPLETE, CUT, FAILED = 0, 1, 3
 MAX_OBJECTS = 20000
 #: Longest path rendered, in steps.
 MAX_STEPS = 24
-#: How often the deadline is looked at, in objects visited (a power of two, minus one).
+#: How often the deadline is looked at, in objects visited (a power of two, minus one); the
+#: breadth-first walk takes its queue in chunks that end there.
 CHECK_EVERY = 1023
 
 _CAI = "__cuda_array_interface__"
@@ -148,6 +154,9 @@ class _Finder:
 
     def __init__(self, modules):
         self.by_type = {}
+        #: C-level descriptors by (id(type), name) (_getset), for the types in by_type and the
+        #: autograd nodes' types (kept alive by Graphs.nodes).
+        self.descs = {}
         torch = modules.get("torch")
         self.tensor_base = None
         if type(torch) is _ModuleType:
@@ -169,10 +178,12 @@ class _Finder:
             found, v = _mro_lookup(t, _CAI)
             if found:
                 kind = ("cai-class", v)
-            elif _mro_lookup(t, "__dict__")[0]:
-                kind = "cai-instance"
             else:
-                kind = ""
+                found, desc = _mro_lookup(t, "__dict__")
+                # Only a C-level getset descriptor is read (_instance_dict), and type's own
+                # returns a mappingproxy, never a dict: objects of such types are not looked at.
+                readable = found and type(desc) is _GetSetType and desc is not _TYPE_DICT
+                kind = ("cai-instance", desc) if readable else ""
         self.by_type[k] = (t, kind)
         return kind
 
@@ -185,9 +196,9 @@ class _Finder:
         try:
             if kind == "torch":
                 return self._torch(o, t)
-            if kind == "cai-instance":
-                d = _instance_dict(o, t)
-                if d is None or _CAI not in d:
+            if kind[0] == "cai-instance":
+                d = kind[1].__get__(o, t)
+                if type(d) is not dict or _CAI not in d:
                     return None
                 cai = d[_CAI]
             else:
@@ -214,8 +225,8 @@ class _Finder:
             return None, 0
         try:
             with self.no_tf():
-                found, gf = _getset(o, "grad_fn")
-                got_nr, nr = _getset(o, "output_nr")
+                found, gf = _getset(o, "grad_fn", self.descs)
+                got_nr, nr = _getset(o, "output_nr", self.descs)
         except Exception:
             return None, 0
         return (gf if found else None), (nr if got_nr and type(nr) is int else 0)
@@ -226,7 +237,7 @@ class _Finder:
             return None
         try:
             with self.no_tf():
-                found, g = _getset(o, "grad")
+                found, g = _getset(o, "grad", self.descs)
         except Exception:
             return None
         return g if found else None
@@ -256,12 +267,20 @@ class _Finder:
         }
 
 
-def _getset(o, name):
+def _getset(o, name, descs=None):
     """Attribute `name` of `o` through a C-level descriptor (getset or member) found on its
-    type's MRO, so that no Python code runs: (found, value)."""
+    type's MRO, so that no Python code runs: (found, value). `descs`: a cache of the
+    descriptors by (id(type), name), for types kept alive while it is used."""
     t = type(o)
-    found, desc = _mro_lookup(t, name)
-    if not found or (type(desc) is not _GetSetType and type(desc) is not _MemberType):
+    key = (id(t), name)
+    desc = descs.get(key, _getset) if descs is not None else _getset
+    if desc is _getset:
+        found, desc = _mro_lookup(t, name)
+        if not found or (type(desc) is not _GetSetType and type(desc) is not _MemberType):
+            desc = None
+        if descs is not None:
+            descs[key] = desc
+    if desc is None:
         return False, None
     try:
         return True, desc.__get__(o, t)
@@ -301,19 +320,19 @@ class Graphs:
         self.graphs.append([i, 0])
         self.of_node[id(gf)] = g
         self.nodes.append(gf)
-        todo, count = [gf], 0
+        todo, count, descs = [gf], 0, self.finder.descs
         while todo:
             if count & CHECK_EVERY == 0 and self.deadline is not None and _clock() > self.deadline:
                 self.cut = True
                 break
             n = todo.pop()
             count += 1
-            found, nf = _getset(n, "next_functions")
+            found, nf = _getset(n, "next_functions", descs)
             if not found or type(nf) is not tuple:
                 continue
             name = _short_type(type(n))
             if name == "AccumulateGrad":
-                got_var, var = _getset(n, "variable")
+                got_var, var = _getset(n, "variable", descs)
                 if got_var and var is not None and id(var) not in self.leaf:
                     self.leaf[id(var)] = (g, name)
                     self.nodes.append(var)
@@ -342,6 +361,7 @@ class Graphs:
         return g, self.consumer.get((id(gf), nr)) or _short_type(type(gf))
 
     def clear(self):
+        self.finder.descs.clear()
         self.of_node.clear()
         self.leaf.clear()
         self.nodes.clear()
@@ -382,18 +402,12 @@ def _shape(shape):
     return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+#: JSON escapes: the quote, the backslash and the control characters.
+_JSON_ESCAPES = {**{c: f"\\u{c:04x}" for c in range(0x20)}, ord('"'): '\\"', ord("\\"): "\\\\"}
+
+
 def _jstr(s):
-    out = ['"']
-    for ch in s:
-        c = ord(ch)
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif c < 0x20:
-            out.append(f"\\u{c:04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+    return '"' + s.translate(_JSON_ESCAPES) + '"'
 
 
 def to_json(x):
@@ -446,7 +460,8 @@ class Walk:
         self.queue = []
         self.parent = []
         self.label = {}
-        self.index = {}
+        #: Ids of the objects queued.
+        self.index = set()
         self.found = []
         self.cut = False
 
@@ -455,43 +470,72 @@ class Walk:
         for label, r in self.roots:
             k = id(r)
             if k not in index:
-                index[k] = len(queue)
+                index.add(k)
                 self.label[len(queue)] = label
                 queue.append(r)
                 parent.append(-1)
-        info, by_type, grad_of = self.finder.info, self.finder.by_type, self.finder.grad_of
+        finder = self.finder
+        info, grad_of, kind = finder.info, finder.grad_of, finder.kind
+        # Ids of the types whose objects need nothing but their referents (no GPU memory of their
+        # own to look at, not frames): most of a heap, their referents fetched a chunk at a time.
+        plain, known = set(), set()
         i, n = 0, len(queue)
-        atoms, push, push_parent, _id, _type = _ATOMS, queue.append, parent.append, id, type
+        atoms, frame, _id, _type = _ATOMS, _FrameType, id, type
+        add, push, push_parent = index.add, queue.append, parent.append
         while i < n:
             if i & CHECK_EVERY == 0 and self.deadline is not None and _clock() > self.deadline:
                 self.cut = True
                 break
-            o = queue[i]
-            t = type(o)
-            hit = by_type.get(id(t))
-            got = info(o) if hit is None or hit[1] else None
-            refs = _get_referents(o)
-            if got is not None:
-                found.append((i, got))
-                # A tensor's .grad lives in C++ (no Python referent): followed by name.
-                g = grad_of(o)
-                if g is not None:
-                    refs = [*refs, g]
-            if t is _FrameType:
-                # A running frame (3.11+) traverses nothing: the GC finds its locals through
-                # the thread's stack. Its locals are read by name instead.
-                refs = _frame_values(o) + refs
-            for r in refs:
-                # Leaves that own no GPU memory and lead to none (_ATOMS): not queued.
-                if _id(_type(r)) in atoms:
-                    continue
-                k = _id(r)
-                if k not in index:
-                    index[k] = n
-                    n += 1
+            # A chunk ends where the deadline is next looked at.
+            j = min((i | CHECK_EVERY) + 1, n)
+            chunk = queue[i:j]
+            tids = list(map(_id, map(type, chunk)))
+            if not known.issuperset(tids):
+                for o in chunk:
+                    t = type(o)
+                    if _id(t) not in known:
+                        known.add(_id(t))
+                        if not kind(t) and t is not frame:
+                            plain.add(_id(t))
+            if plain.issuperset(tids):
+                lists = list(map(_get_referents, chunk))
+            else:
+                # Objects in chunk order: plain runs in one go, the others one by one (info
+                # before referents, as a per-object walk would).
+                lists, a = [], 0
+                for p in _compress(range(len(tids)), map(_not, map(plain.__contains__, tids))):
+                    lists.extend(map(_get_referents, chunk[a:p]))
+                    a = p + 1
+                    o = chunk[p]
+                    got = info(o)
+                    refs = _get_referents(o)
+                    if got is not None:
+                        found.append((i + p, got))
+                        # A tensor's .grad lives in C++ (no Python referent): followed by name.
+                        g = grad_of(o)
+                        if g is not None:
+                            refs = [*refs, g]
+                    if type(o) is frame:
+                        # A running frame (3.11+) traverses nothing: the GC finds its locals
+                        # through the thread's stack. Its locals are read by name instead.
+                        refs = _frame_values(o) + refs
+                    lists.append(refs)
+                lists.extend(map(_get_referents, chunk[a:]))
+            del chunk
+            for p, refs in enumerate(lists, i):
+                for r in refs:
+                    # Leaves that own no GPU memory and lead to none (_ATOMS): not queued.
+                    if _id(_type(r)) in atoms:
+                        continue
+                    k = _id(r)
+                    if k in index:
+                        continue
+                    add(k)
                     push(r)
-                    push_parent(i)
-            i += 1
+                    push_parent(p)
+            n = len(queue)
+            del lists
+            i = j
         self.visited = i
         return self
 
@@ -685,8 +729,46 @@ def _refcounts(objs):
     return [_getrefcount(o) for o in objs]
 
 
-def _unreached(index, extra):
-    return [o for o in _gc.get_objects() if id(o) not in index and id(o) not in extra and id(type(o)) not in _ATOMS]
+def _decide_types(finder, objs, tids):
+    """Has the finder decide the type of each of `objs` (`tids`: their types' ids) it has not
+    met yet. Holds none of them on return (a reference left here would count as a native
+    holder's)."""
+    new = set(tids).difference(finder.by_type)
+    if new:
+        for o in _compress(objs, map(_op.contains, _repeat(new), tids)):
+            t = type(o)
+            if id(t) in new:
+                new.discard(id(t))
+                finder.kind(t)
+                if not new:
+                    break
+
+
+def _unreached(index, extra, finder):
+    """The objects the GC tracks that the walk did not reach (nor the walker's own, `extra`),
+    or [] when none of them owns GPU memory: then nothing is left to analyse, and the costly
+    part (an id lookup in `index` per object, most of them cache misses) is skipped."""
+    objs = _gc.get_objects()
+    try:
+        # Only objects of the types that may own GPU memory are looked up first; those types
+        # are found by id (no type is hashed), each decided once by the finder.
+        tids = list(map(id, map(type, objs)))
+        by_type, contains = finder.by_type, _op.contains
+        _decide_types(finder, objs, tids)
+        gpu = {k for k, v in by_type.items() if v[1]}
+        cands = [
+            o for o in _compress(objs, map(contains, _repeat(gpu), tids)) if id(o) not in index and id(o) not in extra
+        ]
+        del tids, gpu
+        if not any(finder.info(o) is not None for o in cands):
+            return []
+        del cands
+        # Looked at again: reading an instance's __dict__ above may have made its dictionary.
+        objs.clear()
+        objs = _gc.get_objects()
+        return [o for o in objs if id(o) not in index and id(o) not in extra and id(type(o)) not in _ATOMS]
+    finally:
+        objs.clear()
 
 
 def _find_in(finder, objs):
@@ -703,7 +785,7 @@ def analyse_unreached(walk, extra, graphs=None):
     holder's type), or only by unreachable reference cycles. `extra`: ids of the walker's own
     objects. A tensor held from native code whose grad_fn lies in one of `graphs` is saved by
     autograd: (info, "autograd", (graph number, node name)). Returns [(info, how, steps)]."""
-    rest = _unreached(walk.index, extra)
+    rest = _unreached(walk.index, extra, walk.finder)
     try:
         return _analyse(walk, rest, graphs)
     finally:
