@@ -1,7 +1,10 @@
 //! The `gpushim` command line: run, report, diff; user mistakes get one clear line.
 
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use crate::util::*;
 
@@ -239,7 +242,8 @@ fn signals_sent_to_gpushim_run_reach_the_program() {
     // SIGTERM to the wrapper's pid: the program gets it, and the wrapper reports its end.
     signal(live.pid, libc::SIGTERM);
     let status = live.wait_exit();
-    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    // The exit status passes through as timeout(1) passes it: run dies of the same signal.
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
     // `run` returns once the collector has written the report of the killed program.
     let finals: Vec<String> =
         names_in(dir.path()).into_iter().filter(|n| n.ends_with(".json") && !n.contains("snapshot")).collect();
@@ -272,4 +276,105 @@ fn gpushim_run_returns_without_waiting_for_the_programs_background_children() {
     assert!(!d.stderr.contains("still running"), "{d}");
     let reports: Vec<String> = names_in(dir.path()).into_iter().filter(|n| n.ends_with(".json")).collect();
     assert_eq!(reports.len(), 1, "the CUDA program's report was written before run returned{d}");
+}
+
+/// A shell program that counts the SIGINTs it gets ("INT n"), says "ready", and on SIGUSR2
+/// says "USR2 after n" and dies of SIGINT.
+const COUNTS_SIGINT: &str = "n=0; trap 'n=$((n+1)); echo INT $n' INT; \
+    trap 'echo USR2 after $n; trap - INT; kill -INT $$' USR2; echo ready; while :; do sleep 0.05; done";
+
+#[test]
+fn sigint_sent_to_gpushim_run_alone_reaches_the_program() {
+    // `kill -INT <pid of gpushim run>`: run ignored SIGINT (as time(1) does, for the terminal's
+    // Ctrl-C), so the program never got it.
+    let mut cmd = Command::new(collector());
+    cmd.args(["run", "--", "/bin/sh", "-c", COUNTS_SIGINT]).env_remove("LD_PRELOAD");
+    let mut live = Live::spawn(cmd, format!("gpushim run -- sh -c \"{COUNTS_SIGINT}\""));
+    assert_eq!(live.line(), "ready");
+    signal(live.pid, libc::SIGINT);
+    assert_eq!(live.line(), "INT 1");
+    signal(live.pid, libc::SIGUSR2);
+    assert_eq!(live.line(), "USR2 after 1");
+    let status = live.wait_exit();
+    assert_eq!(status.signal(), Some(libc::SIGINT), "run dies of the program's signal, as timeout(1): {status:?}");
+}
+
+#[test]
+fn ctrl_c_from_the_terminal_reaches_the_program_once() {
+    // The terminal sends SIGINT to its whole foreground process group: run and the program. Run
+    // must not pass its copy on too. gpushim run is started as a session leader on a new
+    // pseudo-terminal, whose foreground group it then is.
+    let (mut master, slave) = {
+        let (mut m, mut s) = (0, 0);
+        // SAFETY: openpty fills two descriptors; no name, termios or window size asked for.
+        let rc = unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+        assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+        // SAFETY: both descriptors are fresh and owned here alone.
+        unsafe { (std::fs::File::from(OwnedFd::from_raw_fd(m)), OwnedFd::from_raw_fd(s)) }
+    };
+    let mut cmd = Command::new(collector());
+    cmd.args(["run", "--", "/bin/sh", "-c", COUNTS_SIGINT])
+        .env_remove("LD_PRELOAD")
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave));
+    // SAFETY: setsid and ioctl are async-signal-safe; stdin (0) is the terminal's slave side.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd); // the parent's copies of the slave side: the terminal hangs up when run ends
+    let pid = child.id() as i32;
+    let mut writer = master.try_clone().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Reads the terminal's output until the slave side closes (EIO), sending each line.
+        let mut buf = [0u8; 256];
+        let mut line = Vec::new();
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            for &b in &buf[..n] {
+                if b == b'\n' {
+                    let l = String::from_utf8_lossy(&line).trim().replace("^C", "");
+                    if tx.send(l).is_err() {
+                        return;
+                    }
+                    line.clear();
+                } else {
+                    line.push(b);
+                }
+            }
+        }
+    });
+    let next = |seen: &mut Vec<String>| {
+        let l = lines.recv_timeout(DEADLINE).unwrap_or_else(|_| {
+            signal(pid, libc::SIGKILL);
+            panic!("no line from the terminal; so far: {seen:?}")
+        });
+        seen.push(l.clone());
+        l
+    };
+    let mut seen = Vec::new();
+    while next(&mut seen) != "ready" {}
+    // Ctrl-C, typed on the terminal.
+    writer.write_all(&[3]).unwrap();
+    while next(&mut seen) != "INT 1" {}
+    // Then SIGUSR2 to run alone, passed on: the program says how many SIGINTs it had by then.
+    signal(pid, libc::SIGUSR2);
+    let after = loop {
+        let l = next(&mut seen);
+        if l.starts_with("USR2") || l.starts_with("INT") {
+            break l;
+        }
+    };
+    assert_eq!(after, "USR2 after 1", "one Ctrl-C, one SIGINT: {seen:?}");
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?} {seen:?}");
 }

@@ -8,8 +8,8 @@
 //! - 2 ([`USAGE`]): usage or input errors: bad arguments (clap exits 2 for its own), a report
 //!   that cannot be read, a process that cannot be snapshotted, a file that cannot be written.
 //!   Every error that carries no code of its own ends with 2.
-//! - `gpushim run` passes the program's own exit status on: [`SIGNALLED`] + N if signal N
-//!   ended it, [`CANNOT_EXECUTE`] if it could not be executed, [`NOT_FOUND`] if it was not
+//! - `gpushim run` passes the program's own exit status on: if signal N ended it, `run` ends
+//!   with signal N too (as `timeout(1)` does; [`SIGNALLED`] + N only if N does not end it), [`CANNOT_EXECUTE`] if it could not be executed, [`NOT_FOUND`] if it was not
 //!   found (as a shell does), 1 if it ended in neither way.
 
 use std::fmt;

@@ -2,10 +2,12 @@
 //!
 //! The shim in the program spawns `gpushim collect` itself (found through
 //! `GPUSHIM_COLLECTOR`), so this command only sets the environment, waits, and passes the
-//! program's exit status on. Like `time(1)`, it ignores SIGINT and SIGQUIT while the program
-//! runs, so a Ctrl-C reaches the program and the exit status is still reported. SIGTERM,
-//! SIGHUP, SIGUSR1 and SIGUSR2 sent to `gpushim run` itself are passed on to the program (a
-//! snapshot asked of the wrapper's pid, a `kill` of it), which it then waits for as usual.
+//! program's exit status on, as `timeout(1)` does: the program's exit code, or, when a signal
+//! ended it, the same signal (re-raised on `gpushim run`, so a shell sees a signal death).
+//! SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 sent to `gpushim run` alone are passed
+//! on to the program (a snapshot asked of the wrapper's pid, a `kill` of it), which it then
+//! waits for as usual; the same signals sent by the terminal to the whole process group (a
+//! Ctrl-C) are not, since the program got them already (`signals::meant_for_the_wrapper`).
 //!
 //! So that the report exists when `gpushim run` returns, the program inherits the write end
 //! of a pipe, named in `GPUSHIM_RUN_FD`: the shim keeps it in the collector it starts and
@@ -26,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::signals::{forward, ignore, restore};
+use super::signals::{die_of, forward, ignore, restore};
 use crate::error::{coded, CANNOT_EXECUTE, NOT_FOUND, SIGNALLED, USAGE};
 
 /// Longest wait, after the program exits, for its collector to finish writing the report.
@@ -41,8 +43,9 @@ pub struct Options {
     pub command: Vec<OsString>,
 }
 
-/// Runs the program and returns its exit status as ours (128 + signal number if a signal
-/// ended it).
+/// Runs the program and returns its exit status as ours. If a signal ended it, this process
+/// dies of the same signal once the report is written (as `timeout(1)` does); 128 + the
+/// signal number is returned only if that signal does not end it.
 ///
 /// # Errors
 /// Exit code 2 if `libgpushim.so` is not next to this executable or the output directory
@@ -107,7 +110,10 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
             _ => coded(CANNOT_EXECUTE, format!("cannot run {name}: {e}")),
         }
     })?;
-    forward(child.id() as i32, &[libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2]);
+    forward(
+        child.id() as i32,
+        &[libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2],
+    );
     let status = child.wait().context("waiting for the program")?;
     if !wait_for_eof(done_read, COLLECTOR_WAIT) {
         let _ = writeln!(
@@ -118,7 +124,11 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     }
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => ExitCode::from(c as u8),
-        (None, Some(sig)) => ExitCode::from((libc::c_int::from(SIGNALLED) + sig) as u8),
+        (None, Some(sig)) => {
+            let _ = io::stderr().flush();
+            die_of(sig);
+            ExitCode::from((libc::c_int::from(SIGNALLED) + sig) as u8)
+        }
         _ => ExitCode::from(1),
     })
 }
