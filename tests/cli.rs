@@ -378,3 +378,52 @@ fn ctrl_c_from_the_terminal_reaches_the_program_once() {
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?} {seen:?}");
 }
+
+#[test]
+fn report_dash_reads_standard_input() {
+    let run = Target::new("leak_example", "cli-report-stdin").args(&["20"]).run();
+    run.success();
+    let path = run.dir.path().join(&run.files()[0]);
+    let out = Command::new(collector())
+        .args(["report", "-", "--format", "folded"])
+        .env_remove("LD_PRELOAD")
+        .stdin(std::fs::File::open(&path).unwrap())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.lines().any(|l| l.ends_with(";render 20971520")), "20 frames × 1 MiB: {text}");
+}
+
+#[test]
+fn errors_name_the_real_cause() {
+    let dir = TempDir::new("cli-causes");
+    let d = dir.path().to_str().unwrap().to_string();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let f = file.to_str().unwrap().to_string();
+    let one_line = |args: &[&str], want: &str| {
+        let out = gpushim(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.trim_end().ends_with(want), "{args:?}: want …{want}: {err}");
+    };
+    let missing = format!("{d}/missing.json");
+    let under_file = format!("{f}/r.json");
+    one_line(&["report", &d], &format!("cannot read report {d}: is a directory"));
+    one_line(&["report", &missing], &format!("cannot read report {missing}: no such file"));
+    one_line(&["report", &under_file], &format!("cannot read report {under_file}: not a directory"));
+    one_line(&["diff", &d, &missing], &format!("cannot read report {d}: is a directory"));
+    // Output paths: a report written over a directory, under a file; run's --output a file.
+    let run = Target::new("leak_example", "cli-causes-out").args(&["1"]).run();
+    run.success();
+    let report = run.dir.path().join(&run.files()[0]);
+    let r = report.to_str().unwrap();
+    one_line(&["report", r, "-o", &d], &format!("cannot create {d}: is a directory"));
+    one_line(&["report", r, "-o", &under_file], &format!("cannot create {under_file}: not a directory"));
+    one_line(
+        &["run", "-o", &f, "--", "true"],
+        &format!("output directory {f}: not a directory; choose another --output"),
+    );
+}

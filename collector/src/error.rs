@@ -66,3 +66,17 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|e| e.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
 }
+
+/// The cause of a failed file operation in a few plain words: "is a directory", "no such
+/// file", "not a directory", "permission denied", else the system's own message. (The
+/// system's message alone, e.g. "No such file or directory (os error 2)", reads the same for
+/// a missing file and a missing directory above it.)
+pub fn file_cause(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::EISDIR) => "is a directory".into(),
+        Some(libc::ENOENT) => "no such file".into(),
+        Some(libc::ENOTDIR) => "not a directory".into(),
+        Some(libc::EACCES) => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}

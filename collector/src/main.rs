@@ -50,7 +50,8 @@ enum Command {
     /// Print a report for a person, as JSON, as folded stacks, as a flame graph (SVG) or as a
     /// Perfetto trace.
     Report {
-        /// A report file (gpushim-PID.json, a snapshot or an out-of-memory report).
+        /// A report file (gpushim-PID.json, a snapshot or an out-of-memory report); `-` reads
+        /// it from standard input.
         file: PathBuf,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]

@@ -5,11 +5,10 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
-use super::write_output;
+use super::{read_report, write_output};
 use crate::diff::{self, DiffFormat};
-use crate::report::Report;
 
 /// Compares the reports `old` and `new` and writes up to `top` changed sites in `format` on
 /// standard output.
@@ -17,10 +16,8 @@ use crate::report::Report;
 /// # Errors
 /// If a report cannot be read (the message names it), or standard output cannot be written.
 pub fn run(old: &Path, new: &Path, top: usize, format: DiffFormat) -> Result<ExitCode> {
-    let mut a = Report::read(old).with_context(|| format!("cannot read report {}", old.display()))?;
-    let mut b = Report::read(new).with_context(|| format!("cannot read report {}", new.display()))?;
-    a.holders = crate::holders::read_beside(old)?;
-    b.holders = crate::holders::read_beside(new)?;
+    let a = read_report(old)?;
+    let b = read_report(new)?;
     write_output(None, &mut |out| match format {
         DiffFormat::Text => diff::diff(&a, &b, top, out),
         DiffFormat::Json => diff::diff_json(&a, &b, top, out),

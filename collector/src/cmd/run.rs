@@ -72,11 +72,28 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     if let Some(dir) = &opts.output {
         let abs =
             std::path::absolute(dir).with_context(|| format!("cannot resolve output directory {}", dir.display()))?;
-        if !abs.is_dir() {
-            return Err(coded(
-                USAGE,
-                format!("output directory {} does not exist; create it or choose another --output", dir.display()),
-            ));
+        match std::fs::metadata(&abs) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(coded(
+                    USAGE,
+                    format!("output directory {}: not a directory; choose another --output", dir.display()),
+                ))
+            }
+            Err(e) => {
+                return Err(coded(
+                    USAGE,
+                    format!(
+                        "output directory {}: {}; create it or choose another --output",
+                        dir.display(),
+                        if e.kind() == io::ErrorKind::NotFound {
+                            "does not exist".to_string()
+                        } else {
+                            crate::error::file_cause(&e)
+                        }
+                    ),
+                ))
+            }
         }
         cmd.env("GPUSHIM_OUTPUT", abs);
     }
