@@ -427,3 +427,44 @@ fn errors_name_the_real_cause() {
         &format!("output directory {f}: not a directory; choose another --output"),
     );
 }
+
+#[test]
+fn bad_settings_warn_in_one_line_each_and_go_into_the_reports_notes() {
+    // GPUSHIM_MAX_FRAMES=1000 was refused ("not a number from 1 to 256; using 64") instead of
+    // clamped; GPUSHIM_BACKTRACE=maybe and GPUSHIM_PYTHON=x were taken silently; nothing went
+    // into the report.
+    let want = [
+        "GPUSHIM_BACKTRACE=maybe is not 0 or 1; backtraces stay on",
+        "GPUSHIM_MAX_FRAMES=1000 is above 256; using 256",
+        "GPUSHIM_PYTHON=x is not 0 or 1; Python frames stay on",
+        "GPUSHIM_EXIT_TIMEOUT=soon is not a number of seconds; using 60",
+    ];
+    let run = Target::new("leak_example", "cli-bad-settings")
+        .args(&["3"])
+        .env("GPUSHIM_BACKTRACE", "maybe")
+        .env("GPUSHIM_MAX_FRAMES", "1000")
+        .env("GPUSHIM_PYTHON", "x")
+        .env("GPUSHIM_EXIT_TIMEOUT", "soon")
+        .run();
+    run.success();
+    let said: Vec<&str> =
+        run.stderr.lines().filter_map(|l| l.strip_prefix("gpushim: ")).filter(|l| l.starts_with("GPUSHIM_")).collect();
+    assert_eq!(said, want, "{run}");
+    let r = run.report();
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    for w in want {
+        assert!(notes.contains(&w), "{w} in notes {notes:?}{run}");
+    }
+    assert_eq!(total(&r, "live_bytes"), 3 * MIB + 32 * MIB, "backtraces on, the program traced as usual{run}");
+}
+
+#[test]
+fn readme_says_that_gpushim_run_sets_gpushim_collector() {
+    // A newcomer's trial: the variable table said only "path of the gpushim binary".
+    let out = gpushim(["run", "--", "/bin/sh", "-c", "echo \"$GPUSHIM_COLLECTOR\""]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), collector().to_str().unwrap());
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let row = readme.lines().find(|l| l.starts_with("| `GPUSHIM_COLLECTOR` |")).expect("a GPUSHIM_COLLECTOR row");
+    assert!(row.contains("`gpushim run` sets it"), "{row}");
+}
