@@ -468,3 +468,35 @@ fn readme_says_that_gpushim_run_sets_gpushim_collector() {
     let row = readme.lines().find(|l| l.starts_with("| `GPUSHIM_COLLECTOR` |")).expect("a GPUSHIM_COLLECTOR row");
     assert!(row.contains("`gpushim run` sets it"), "{row}");
 }
+
+#[test]
+fn gpushim_run_says_when_the_run_made_no_cuda_allocation() {
+    let said = |out: &std::process::Output| {
+        String::from_utf8_lossy(&out.stderr).lines().filter(|l| *l == "gpushim: no CUDA allocations: no report").count()
+    };
+    // No CUDA at all: one line, from run, and the exit status passes through.
+    let out = gpushim(["run", "--", "/bin/sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(said(&out), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    // The CUDA program is the program's child, which does not hold run's pipe: not said.
+    let dir = TempDir::new("run-nested-cuda");
+    let prog = format!("{} kinds >/dev/null; true", standin("target_dynamic").display());
+    let out = Command::new(collector())
+        .args(["run", "--output", dir.path().to_str().unwrap(), "--", "/bin/sh", "-c", &prog])
+        .env("LD_LIBRARY_PATH", standins())
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(said(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    // The same program under the shim without `gpushim run`: the library never says it.
+    let out = Command::new("/bin/sh")
+        .args(["-c", "exit 0"])
+        .env("LD_PRELOAD", shim())
+        .env("GPUSHIM_COLLECTOR", collector())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}

@@ -93,6 +93,28 @@ pub(crate) fn forward(pid: i32, sigs: &[libc::c_int]) {
     }
 }
 
+/// Blocks `sigs` in this thread (`gpushim run` has no other); returns the mask to give back to
+/// [`unblock`]. A signal that arrives meanwhile stays pending, even one that is ignored.
+pub(crate) fn block(sigs: &[libc::c_int]) -> libc::sigset_t {
+    // SAFETY: sigset_t values filled by sigemptyset/sigaddset, and a valid out pointer.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &sig in sigs {
+            libc::sigaddset(&mut set, sig);
+        }
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        old
+    }
+}
+
+/// Puts back the mask [`block`] returned: pending signals are delivered now.
+pub(crate) fn unblock(old: &libc::sigset_t) {
+    // SAFETY: `old` is a mask pthread_sigmask returned.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
+}
+
 /// For `gpushim run`, after the program died of `sig`: dies of the same signal, as `timeout(1)`
 /// does, so that a shell sees a signal death (and e.g. stops a script on Ctrl-C). The
 /// disposition goes back to the default, the signal is unblocked, and core dumps are turned off
