@@ -35,6 +35,9 @@ static HEAP_WALK: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_HEAP_WALK_MS`: the cap on one heap walk, milliseconds (default 2000), also the
 /// longest the shim waits for a walk to start.
 static HEAP_WALK_MS: AtomicU64 = AtomicU64::new(2000);
+/// Where reports go ([`Config::output_dir`]), kept for the line the exit path says when its
+/// wait times out.
+static OUTPUT_DIR: OnceLock<PathBuf> = OnceLock::new();
 /// The value of a `GPUSHIM_SIGNAL` that is not USR1, USR2 or none (USR1 is used).
 static BAD_SIGNAL: OnceLock<String> = OnceLock::new();
 
@@ -61,6 +64,11 @@ pub fn python_frames() -> bool {
 /// The longest the exit path waits for the collector. Safe in a signal handler.
 pub fn exit_timeout() -> Duration {
     Duration::from_secs(EXIT_TIMEOUT_S.load(Relaxed))
+}
+
+/// The report directory of the process that traces, once tracing started.
+pub fn output_dir() -> Option<&'static Path> {
+    OUTPUT_DIR.get().map(PathBuf::as_path)
 }
 
 /// Whether heap walks are on (`GPUSHIM_HEAP_WALK` is not `0`).
@@ -216,6 +224,7 @@ impl Config {
             None => cwd.clone(),
         };
         let collector = env_path("GPUSHIM_COLLECTOR").unwrap_or_else(default_collector);
+        let _ = OUTPUT_DIR.set(output_dir.clone());
         Config { collector, output_dir, cwd, warnings }
     }
 
