@@ -500,3 +500,30 @@ fn gpushim_run_says_when_the_run_made_no_cuda_allocation() {
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
 }
+
+#[test]
+fn diff_warns_when_old_is_newer_than_new_or_of_another_program() {
+    let first = Target::new("leak_example", "cli-diff-first").args(&["10"]).run();
+    let second = Target::new("leak_example", "cli-diff-second").args(&["30"]).run();
+    let other = Target::new("target_dynamic", "cli-diff-other").args(&["kinds"]).run();
+    let path = |o: &Outcome| o.dir.path().join(&o.files()[0]).to_str().unwrap().to_string();
+    let (a, b, c) = (path(&first), path(&second), path(&other));
+    let warnings = |old: &str, new: &str| {
+        let out = gpushim(["diff", old, new]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(warnings(&a, &b), Vec::<String>::new(), "the same program, in order");
+    let swapped = warnings(&b, &a);
+    assert_eq!(swapped.len(), 1, "{swapped:?}");
+    assert!(
+        swapped[0].starts_with("gpushim: warning: OLD (pid ") && swapped[0].contains("started after NEW"),
+        "{swapped:?}"
+    );
+    let programs = warnings(&b, &c);
+    assert_eq!(
+        programs,
+        ["gpushim: warning: OLD and NEW are reports of different programs (leak_example and target_dynamic): their \
+          sites may not match"],
+    );
+}

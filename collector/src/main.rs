@@ -69,7 +69,8 @@ enum Command {
         #[arg(long)]
         all_frames: bool,
     },
-    /// Compare two reports: which sites grew from OLD to NEW.
+    /// Compare two reports: which sites grew from OLD to NEW (a warning on stderr when they are
+    /// of different programs, or OLD is newer than NEW).
     Diff {
         /// The earlier report.
         old: PathBuf,
