@@ -527,3 +527,39 @@ fn diff_warns_when_old_is_newer_than_new_or_of_another_program() {
           sites may not match"],
     );
 }
+
+#[test]
+fn demo_script_honours_cargo_target_dir() {
+    // demo.sh ran target/release/gpushim, which is not there when CARGO_TARGET_DIR puts the
+    // build elsewhere. A stand-in `cargo` (its build does nothing; its metadata names
+    // CARGO_TARGET_DIR as cargo does) and a target directory whose release/ is this build.
+    let dir = TempDir::new("demo-target-dir");
+    let fake = dir.path().join("bin");
+    std::fs::create_dir(&fake).unwrap();
+    script(
+        &fake,
+        "cargo",
+        "#!/bin/sh\ncase \"$1\" in\n  metadata) printf '{\"packages\":[],\"target_directory\":\"%s\",\"version\":1}\\n' \
+         \"$CARGO_TARGET_DIR\" ;;\n  build) exit 0 ;;\n  *) exit 1 ;;\nesac\n",
+    );
+    let target = dir.path().join("elsewhere");
+    std::fs::create_dir(&target).unwrap();
+    std::os::unix::fs::symlink(bin_dir(), target.join("release")).unwrap();
+    let out_dir = dir.path().join("out");
+    let path = format!("{}:{}", fake.display(), std::env::var("PATH").unwrap_or_default());
+    let out = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/demo.sh"))
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", &target)
+        .env("GPUSHIM_OUTPUT", &out_dir)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("render"), "the report for a person: {stdout}");
+    let reports: Vec<String> = names_in(&out_dir).into_iter().filter(|n| n.ends_with(".json")).collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let r = read_json(&out_dir.join(&reports[0]), &stderr);
+    assert_eq!(total(&r, "live_bytes"), 200 * MIB + 32 * MIB, "200 frames × 1 MiB and the 32 MiB model");
+}
