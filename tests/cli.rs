@@ -1,7 +1,10 @@
 //! The `gpushim` command line: run, report, diff; user mistakes get one clear line.
 
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use crate::util::*;
 
@@ -239,7 +242,8 @@ fn signals_sent_to_gpushim_run_reach_the_program() {
     // SIGTERM to the wrapper's pid: the program gets it, and the wrapper reports its end.
     signal(live.pid, libc::SIGTERM);
     let status = live.wait_exit();
-    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    // The exit status passes through as timeout(1) passes it: run dies of the same signal.
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
     // `run` returns once the collector has written the report of the killed program.
     let finals: Vec<String> =
         names_in(dir.path()).into_iter().filter(|n| n.ends_with(".json") && !n.contains("snapshot")).collect();
@@ -272,4 +276,290 @@ fn gpushim_run_returns_without_waiting_for_the_programs_background_children() {
     assert!(!d.stderr.contains("still running"), "{d}");
     let reports: Vec<String> = names_in(dir.path()).into_iter().filter(|n| n.ends_with(".json")).collect();
     assert_eq!(reports.len(), 1, "the CUDA program's report was written before run returned{d}");
+}
+
+/// A shell program that counts the SIGINTs it gets ("INT n"), says "ready", and on SIGUSR2
+/// says "USR2 after n" and dies of SIGINT.
+const COUNTS_SIGINT: &str = "n=0; trap 'n=$((n+1)); echo INT $n' INT; \
+    trap 'echo USR2 after $n; trap - INT; kill -INT $$' USR2; echo ready; while :; do sleep 0.05; done";
+
+#[test]
+fn sigint_sent_to_gpushim_run_alone_reaches_the_program() {
+    // `kill -INT <pid of gpushim run>`: run ignored SIGINT (as time(1) does, for the terminal's
+    // Ctrl-C), so the program never got it.
+    let mut cmd = Command::new(collector());
+    cmd.args(["run", "--", "/bin/sh", "-c", COUNTS_SIGINT]).env_remove("LD_PRELOAD");
+    let mut live = Live::spawn(cmd, format!("gpushim run -- sh -c \"{COUNTS_SIGINT}\""));
+    assert_eq!(live.line(), "ready");
+    signal(live.pid, libc::SIGINT);
+    assert_eq!(live.line(), "INT 1");
+    signal(live.pid, libc::SIGUSR2);
+    assert_eq!(live.line(), "USR2 after 1");
+    let status = live.wait_exit();
+    assert_eq!(status.signal(), Some(libc::SIGINT), "run dies of the program's signal, as timeout(1): {status:?}");
+}
+
+#[test]
+fn ctrl_c_from_the_terminal_reaches_the_program_once() {
+    // The terminal sends SIGINT to its whole foreground process group: run and the program. Run
+    // must not pass its copy on too. gpushim run is started as a session leader on a new
+    // pseudo-terminal, whose foreground group it then is.
+    let (mut master, slave) = {
+        let (mut m, mut s) = (0, 0);
+        // SAFETY: openpty fills two descriptors; no name, termios or window size asked for.
+        let rc = unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+        assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+        // SAFETY: both descriptors are fresh and owned here alone.
+        unsafe { (std::fs::File::from(OwnedFd::from_raw_fd(m)), OwnedFd::from_raw_fd(s)) }
+    };
+    let mut cmd = Command::new(collector());
+    cmd.args(["run", "--", "/bin/sh", "-c", COUNTS_SIGINT])
+        .env_remove("LD_PRELOAD")
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave));
+    // SAFETY: setsid and ioctl are async-signal-safe; stdin (0) is the terminal's slave side.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd); // the parent's copies of the slave side: the terminal hangs up when run ends
+    let pid = child.id() as i32;
+    let mut writer = master.try_clone().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Reads the terminal's output until the slave side closes (EIO), sending each line.
+        let mut buf = [0u8; 256];
+        let mut line = Vec::new();
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            for &b in &buf[..n] {
+                if b == b'\n' {
+                    let l = String::from_utf8_lossy(&line).trim().replace("^C", "");
+                    if tx.send(l).is_err() {
+                        return;
+                    }
+                    line.clear();
+                } else {
+                    line.push(b);
+                }
+            }
+        }
+    });
+    let next = |seen: &mut Vec<String>| {
+        let l = lines.recv_timeout(DEADLINE).unwrap_or_else(|_| {
+            signal(pid, libc::SIGKILL);
+            panic!("no line from the terminal; so far: {seen:?}")
+        });
+        seen.push(l.clone());
+        l
+    };
+    let mut seen = Vec::new();
+    while next(&mut seen) != "ready" {}
+    // Ctrl-C, typed on the terminal.
+    writer.write_all(&[3]).unwrap();
+    while next(&mut seen) != "INT 1" {}
+    // Then SIGUSR2 to run alone, passed on: the program says how many SIGINTs it had by then.
+    signal(pid, libc::SIGUSR2);
+    let after = loop {
+        let l = next(&mut seen);
+        if l.starts_with("USR2") || l.starts_with("INT") {
+            break l;
+        }
+    };
+    assert_eq!(after, "USR2 after 1", "one Ctrl-C, one SIGINT: {seen:?}");
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?} {seen:?}");
+}
+
+#[test]
+fn report_dash_reads_standard_input() {
+    let run = Target::new("leak_example", "cli-report-stdin").args(&["20"]).run();
+    run.success();
+    let path = run.dir.path().join(&run.files()[0]);
+    let out = Command::new(collector())
+        .args(["report", "-", "--format", "folded"])
+        .env_remove("LD_PRELOAD")
+        .stdin(std::fs::File::open(&path).unwrap())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.lines().any(|l| l.ends_with(";render 20971520")), "20 frames × 1 MiB: {text}");
+}
+
+#[test]
+fn errors_name_the_real_cause() {
+    let dir = TempDir::new("cli-causes");
+    let d = dir.path().to_str().unwrap().to_string();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let f = file.to_str().unwrap().to_string();
+    let one_line = |args: &[&str], want: &str| {
+        let out = gpushim(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.trim_end().ends_with(want), "{args:?}: want …{want}: {err}");
+    };
+    let missing = format!("{d}/missing.json");
+    let under_file = format!("{f}/r.json");
+    one_line(&["report", &d], &format!("cannot read report {d}: is a directory"));
+    one_line(&["report", &missing], &format!("cannot read report {missing}: no such file"));
+    one_line(&["report", &under_file], &format!("cannot read report {under_file}: not a directory"));
+    one_line(&["diff", &d, &missing], &format!("cannot read report {d}: is a directory"));
+    // Output paths: a report written over a directory, under a file; run's --output a file.
+    let run = Target::new("leak_example", "cli-causes-out").args(&["1"]).run();
+    run.success();
+    let report = run.dir.path().join(&run.files()[0]);
+    let r = report.to_str().unwrap();
+    one_line(&["report", r, "-o", &d], &format!("cannot create {d}: is a directory"));
+    one_line(&["report", r, "-o", &under_file], &format!("cannot create {under_file}: not a directory"));
+    one_line(
+        &["run", "-o", &f, "--", "true"],
+        &format!("output directory {f}: not a directory; choose another --output"),
+    );
+}
+
+#[test]
+fn bad_settings_warn_in_one_line_each_and_go_into_the_reports_notes() {
+    // GPUSHIM_MAX_FRAMES=1000 was refused ("not a number from 1 to 256; using 64") instead of
+    // clamped; GPUSHIM_BACKTRACE=maybe and GPUSHIM_PYTHON=x were taken silently; nothing went
+    // into the report.
+    let want = [
+        "GPUSHIM_BACKTRACE=maybe is not 0 or 1; backtraces stay on",
+        "GPUSHIM_MAX_FRAMES=1000 is above 256; using 256",
+        "GPUSHIM_PYTHON=x is not 0 or 1; Python frames stay on",
+        "GPUSHIM_EXIT_TIMEOUT=soon is not a number of seconds; using 60",
+    ];
+    let run = Target::new("leak_example", "cli-bad-settings")
+        .args(&["3"])
+        .env("GPUSHIM_BACKTRACE", "maybe")
+        .env("GPUSHIM_MAX_FRAMES", "1000")
+        .env("GPUSHIM_PYTHON", "x")
+        .env("GPUSHIM_EXIT_TIMEOUT", "soon")
+        .run();
+    run.success();
+    let said: Vec<&str> =
+        run.stderr.lines().filter_map(|l| l.strip_prefix("gpushim: ")).filter(|l| l.starts_with("GPUSHIM_")).collect();
+    assert_eq!(said, want, "{run}");
+    let r = run.report();
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    for w in want {
+        assert!(notes.contains(&w), "{w} in notes {notes:?}{run}");
+    }
+    assert_eq!(total(&r, "live_bytes"), 3 * MIB + 32 * MIB, "backtraces on, the program traced as usual{run}");
+}
+
+#[test]
+fn readme_says_that_gpushim_run_sets_gpushim_collector() {
+    // A newcomer's trial: the variable table said only "path of the gpushim binary".
+    let out = gpushim(["run", "--", "/bin/sh", "-c", "echo \"$GPUSHIM_COLLECTOR\""]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), collector().to_str().unwrap());
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let row = readme.lines().find(|l| l.starts_with("| `GPUSHIM_COLLECTOR` |")).expect("a GPUSHIM_COLLECTOR row");
+    assert!(row.contains("`gpushim run` sets it"), "{row}");
+}
+
+#[test]
+fn gpushim_run_says_when_the_run_made_no_cuda_allocation() {
+    let said = |out: &std::process::Output| {
+        String::from_utf8_lossy(&out.stderr).lines().filter(|l| *l == "gpushim: no CUDA allocations: no report").count()
+    };
+    // No CUDA at all: one line, from run, and the exit status passes through.
+    let out = gpushim(["run", "--", "/bin/sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(said(&out), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    // The CUDA program is the program's child, which does not hold run's pipe: not said.
+    let dir = TempDir::new("run-nested-cuda");
+    let prog = format!("{} kinds >/dev/null; true", standin("target_dynamic").display());
+    let out = Command::new(collector())
+        .args(["run", "--output", dir.path().to_str().unwrap(), "--", "/bin/sh", "-c", &prog])
+        .env("LD_LIBRARY_PATH", standins())
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(said(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    // The same program under the shim without `gpushim run`: the library never says it.
+    let out = Command::new("/bin/sh")
+        .args(["-c", "exit 0"])
+        .env("LD_PRELOAD", shim())
+        .env("GPUSHIM_COLLECTOR", collector())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
+fn diff_warns_when_old_is_newer_than_new_or_of_another_program() {
+    let first = Target::new("leak_example", "cli-diff-first").args(&["10"]).run();
+    let second = Target::new("leak_example", "cli-diff-second").args(&["30"]).run();
+    let other = Target::new("target_dynamic", "cli-diff-other").args(&["kinds"]).run();
+    let path = |o: &Outcome| o.dir.path().join(&o.files()[0]).to_str().unwrap().to_string();
+    let (a, b, c) = (path(&first), path(&second), path(&other));
+    let warnings = |old: &str, new: &str| {
+        let out = gpushim(["diff", old, new]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(warnings(&a, &b), Vec::<String>::new(), "the same program, in order");
+    let swapped = warnings(&b, &a);
+    assert_eq!(swapped.len(), 1, "{swapped:?}");
+    assert!(
+        swapped[0].starts_with("gpushim: warning: OLD (pid ") && swapped[0].contains("started after NEW"),
+        "{swapped:?}"
+    );
+    let programs = warnings(&b, &c);
+    assert_eq!(
+        programs,
+        ["gpushim: warning: OLD and NEW are reports of different programs (leak_example and target_dynamic): their \
+          sites may not match"],
+    );
+}
+
+#[test]
+fn demo_script_honours_cargo_target_dir() {
+    // demo.sh ran target/release/gpushim, which is not there when CARGO_TARGET_DIR puts the
+    // build elsewhere. A stand-in `cargo` (its build does nothing; its metadata names
+    // CARGO_TARGET_DIR as cargo does) and a target directory whose release/ is this build.
+    let dir = TempDir::new("demo-target-dir");
+    let fake = dir.path().join("bin");
+    std::fs::create_dir(&fake).unwrap();
+    script(
+        &fake,
+        "cargo",
+        "#!/bin/sh\ncase \"$1\" in\n  metadata) printf '{\"packages\":[],\"target_directory\":\"%s\",\"version\":1}\\n' \
+         \"$CARGO_TARGET_DIR\" ;;\n  build) exit 0 ;;\n  *) exit 1 ;;\nesac\n",
+    );
+    let target = dir.path().join("elsewhere");
+    std::fs::create_dir(&target).unwrap();
+    std::os::unix::fs::symlink(bin_dir(), target.join("release")).unwrap();
+    let out_dir = dir.path().join("out");
+    let path = format!("{}:{}", fake.display(), std::env::var("PATH").unwrap_or_default());
+    let out = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/demo.sh"))
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", &target)
+        .env("GPUSHIM_OUTPUT", &out_dir)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("render"), "the report for a person: {stdout}");
+    let reports: Vec<String> = names_in(&out_dir).into_iter().filter(|n| n.ends_with(".json")).collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let r = read_json(&out_dir.join(&reports[0]), &stderr);
+    assert_eq!(total(&r, "live_bytes"), 200 * MIB + 32 * MIB, "200 frames × 1 MiB and the 32 MiB model");
 }

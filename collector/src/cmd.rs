@@ -10,10 +10,36 @@ mod signals;
 pub mod snapshot;
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
+
+use crate::error::file_cause;
+use crate::report::Report;
+
+/// Reads the report at `path`, or on standard input for `-`, with the heap walk's companion
+/// file beside it (none for standard input). The error names the file and the real cause
+/// ("is a directory", "no such file", "not a directory").
+fn read_report(path: &Path) -> Result<Report> {
+    let stdin = path == Path::new("-");
+    let name = if stdin { "standard input".to_string() } else { path.display().to_string() };
+    let bytes = if stdin {
+        let mut b = Vec::new();
+        io::stdin().lock().read_to_end(&mut b).map(|_| b)
+    } else {
+        std::fs::read(path)
+    }
+    .map_err(|e| anyhow!("cannot read report {name}: {}", file_cause(&e)))?;
+    if stdin && bytes.is_empty() {
+        return Err(anyhow!("cannot read report {name}: it is empty"));
+    }
+    let mut report = Report::from_slice(&bytes).with_context(|| format!("cannot read report {name}"))?;
+    if !stdin {
+        report.holders = crate::holders::read_beside(path)?;
+    }
+    Ok(report)
+}
 
 /// Runs `write` on a buffered standard output, or on `path` (created or truncated) if given;
 /// a failure to write names the file.
@@ -25,7 +51,7 @@ fn write_output(path: Option<&Path>, write: &mut dyn FnMut(&mut dyn Write) -> io
             out.flush()?;
         }
         Some(p) => {
-            let f = File::create(p).with_context(|| format!("cannot create {}", p.display()))?;
+            let f = File::create(p).map_err(|e| anyhow!("cannot create {}: {}", p.display(), file_cause(&e)))?;
             let mut out = BufWriter::new(f);
             write(&mut out).and_then(|()| out.flush()).with_context(|| format!("cannot write {}", p.display()))?;
         }

@@ -217,6 +217,54 @@ fn caveats(old: &Report, new: &Report) -> Vec<String> {
     v
 }
 
+/// The program a report is of, for telling two programs apart: the executable's file name and,
+/// for an interpreter (`python…`, `node`, `ruby`, `perl`, `bash`, `sh`), its first argument that
+/// is not an option (the script). A different argument list of the same program is the same
+/// program (a run with more steps).
+fn program(r: &Report) -> String {
+    let mut words = r.command.iter();
+    let exe = words.next().map(|w| w.rsplit('/').next().unwrap_or(w).to_string()).unwrap_or_default();
+    let interpreter = exe.starts_with("python") || ["node", "ruby", "perl", "bash", "sh"].contains(&exe.as_str());
+    match words.find(|w| !w.starts_with('-')).filter(|_| interpreter) {
+        Some(script) => format!("{exe} {script}"),
+        None => exe,
+    }
+}
+
+/// The moment a report describes, ns since the epoch: its process's start plus its duration.
+fn taken_at_ns(r: &Report) -> u128 {
+    u128::from(r.start_unix_ns) + (r.duration_s.max(0.0) * 1e9) as u128
+}
+
+/// What looks wrong about comparing `old` with `new`, one line each, for standard error: two
+/// different programs ([`program`]), or OLD newer than NEW (started later, or, within one
+/// process, taken later: the arguments swapped?). Reports without a start time are not
+/// compared in time.
+pub fn warnings(old: &Report, new: &Report) -> Vec<String> {
+    let mut v = Vec::new();
+    let (a, b) = (program(old), program(new));
+    if a != b {
+        v.push(format!("OLD and NEW are reports of different programs ({a} and {b}): their sites may not match"));
+    }
+    if old.start_unix_ns != 0 && new.start_unix_ns != 0 {
+        if same_process(old, new) {
+            if taken_at_ns(old) > taken_at_ns(new) {
+                v.push(format!(
+                    "OLD ({}) was taken after NEW ({}): are OLD and NEW swapped? growth is shown from OLD to NEW",
+                    describe(old),
+                    describe(new)
+                ));
+            }
+        } else if old.start_unix_ns > new.start_unix_ns {
+            v.push(format!(
+                "OLD (pid {}) started after NEW (pid {}): are OLD and NEW swapped? growth is shown from OLD to NEW",
+                old.pid, new.pid
+            ));
+        }
+    }
+    v
+}
+
 /// Writes the comparison of `old` and `new` for a person: up to `top` changed sites ranked by
 /// live-bytes growth, then the totals and their growth, then how many sites were new,
 /// vanished and unchanged.
@@ -563,6 +611,36 @@ mod tests {
             holders: None,
             oom: None,
         }
+    }
+
+    #[test]
+    fn warns_of_different_programs_and_of_old_newer_than_new() {
+        let mut old = report(1, vec![]);
+        let mut new = report(2, vec![]);
+        old.command = vec!["/usr/bin/python3".into(), "-u".into(), "train.py".into(), "--steps".into(), "10".into()];
+        new.command = vec!["python3".into(), "train.py".into(), "--steps".into(), "30".into()];
+        (old.start_unix_ns, new.start_unix_ns) = (1_000_000_000, 2_000_000_000);
+        assert_eq!(warnings(&old, &new), Vec::<String>::new(), "the same script, other arguments");
+        new.command = vec!["python3".into(), "eval.py".into()];
+        assert_eq!(
+            warnings(&old, &new),
+            ["OLD and NEW are reports of different programs (python3 train.py and python3 eval.py): their sites \
+              may not match"]
+        );
+        new.command = old.command.clone();
+        assert_eq!(
+            warnings(&new, &old),
+            ["OLD (pid 2) started after NEW (pid 1): are OLD and NEW swapped? growth is shown from OLD to NEW"]
+        );
+        // One process: its snapshot 2 given as OLD, snapshot 1 as NEW.
+        let (mut s1, mut s2) = (old.clone(), old.clone());
+        (s1.snapshot, s1.duration_s, s2.snapshot, s2.duration_s) = (Some(1), 1.0, Some(2), 2.5);
+        assert_eq!(warnings(&s1, &s2), Vec::<String>::new());
+        assert_eq!(
+            warnings(&s2, &s1),
+            ["OLD (snapshot 2, 2.5 s) was taken after NEW (snapshot 1, 1.0 s): are OLD and NEW swapped? growth is \
+              shown from OLD to NEW"]
+        );
     }
 
     #[test]

@@ -8,8 +8,8 @@
 //! - 2 ([`USAGE`]): usage or input errors: bad arguments (clap exits 2 for its own), a report
 //!   that cannot be read, a process that cannot be snapshotted, a file that cannot be written.
 //!   Every error that carries no code of its own ends with 2.
-//! - `gpushim run` passes the program's own exit status on: [`SIGNALLED`] + N if signal N
-//!   ended it, [`CANNOT_EXECUTE`] if it could not be executed, [`NOT_FOUND`] if it was not
+//! - `gpushim run` passes the program's own exit status on: if signal N ended it, `run` ends
+//!   with signal N too (as `timeout(1)` does; [`SIGNALLED`] + N only if N does not end it), [`CANNOT_EXECUTE`] if it could not be executed, [`NOT_FOUND`] if it was not
 //!   found (as a shell does), 1 if it ended in neither way.
 
 use std::fmt;
@@ -65,4 +65,18 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 /// not an error to report.
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|e| e.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
+}
+
+/// The cause of a failed file operation in a few plain words: "is a directory", "no such
+/// file", "not a directory", "permission denied", else the system's own message. (The
+/// system's message alone, e.g. "No such file or directory (os error 2)", reads the same for
+/// a missing file and a missing directory above it.)
+pub fn file_cause(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::EISDIR) => "is a directory".into(),
+        Some(libc::ENOENT) => "no such file".into(),
+        Some(libc::ENOTDIR) => "not a directory".into(),
+        Some(libc::EACCES) => "permission denied".into(),
+        _ => e.to_string(),
+    }
 }

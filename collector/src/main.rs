@@ -4,8 +4,8 @@
 //! This binary only reads the command line and hands each subcommand to the library
 //! (`gpushim_collector::cmd`). Exit codes (`gpushim_collector::error`): 0 success; 1 `collect`
 //! read a broken event stream (the report is still written); 2 usage or input errors; `run`
-//! exits with the program's own status (128 + signal if a signal ended it, 126 if it could not
-//! be executed, 127 if it was not found).
+//! exits with the program's own status (the same signal if a signal ended it, which a shell
+//! shows as 128 + signal; 126 if it could not be executed, 127 if it was not found).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -33,6 +33,12 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a program with libgpushim.so preloaded; a report is written when it ends.
+    ///
+    /// Exit status: the program's own, as timeout(1) passes it on: its exit code; if a signal
+    /// ended it, gpushim run ends with the same signal once the report is written (a shell sees
+    /// 128 + N); 126 if it could not be executed, 127 if it was not found. Signals sent to
+    /// gpushim run alone (kill -INT/-QUIT/-TERM/-HUP/-USR1/-USR2 PID) are passed on to the
+    /// program; a Ctrl-C from the terminal reaches the program once, from the terminal.
     Run {
         /// Directory for reports (default: the program's working directory).
         #[arg(short, long, value_name = "DIR")]
@@ -44,7 +50,8 @@ enum Command {
     /// Print a report for a person, as JSON, as folded stacks, as a flame graph (SVG) or as a
     /// Perfetto trace.
     Report {
-        /// A report file (gpushim-PID.json, a snapshot or an out-of-memory report).
+        /// A report file (gpushim-PID.json, a snapshot or an out-of-memory report); `-` reads
+        /// it from standard input.
         file: PathBuf,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -62,7 +69,8 @@ enum Command {
         #[arg(long)]
         all_frames: bool,
     },
-    /// Compare two reports: which sites grew from OLD to NEW.
+    /// Compare two reports: which sites grew from OLD to NEW (a warning on stderr when they are
+    /// of different programs, or OLD is newer than NEW).
     Diff {
         /// The earlier report.
         old: PathBuf,

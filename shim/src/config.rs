@@ -4,7 +4,8 @@
 //! path and the exit paths need is published in atomics, which a signal handler may read.
 //!
 //! A bad value is said in one line on stderr, and only by a process that traces: a process
-//! that never allocates CUDA memory prints nothing.
+//! that never allocates CUDA memory prints nothing. The same lines go into the report's
+//! `notes` (sent as `Note` events after `Hello`).
 
 use std::ffi::{c_int, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -34,6 +35,9 @@ static HEAP_WALK: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_HEAP_WALK_MS`: the cap on one heap walk, milliseconds (default 2000), also the
 /// longest the shim waits for a walk to start.
 static HEAP_WALK_MS: AtomicU64 = AtomicU64::new(2000);
+/// Where reports go ([`Config::output_dir`]), kept for the line the exit path says when its
+/// wait times out.
+static OUTPUT_DIR: OnceLock<PathBuf> = OnceLock::new();
 /// The value of a `GPUSHIM_SIGNAL` that is not USR1, USR2 or none (USR1 is used).
 static BAD_SIGNAL: OnceLock<String> = OnceLock::new();
 
@@ -60,6 +64,11 @@ pub fn python_frames() -> bool {
 /// The longest the exit path waits for the collector. Safe in a signal handler.
 pub fn exit_timeout() -> Duration {
     Duration::from_secs(EXIT_TIMEOUT_S.load(Relaxed))
+}
+
+/// The report directory of the process that traces, once tracing started.
+pub fn output_dir() -> Option<&'static Path> {
+    OUTPUT_DIR.get().map(PathBuf::as_path)
 }
 
 /// Whether heap walks are on (`GPUSHIM_HEAP_WALK` is not `0`).
@@ -130,49 +139,83 @@ pub struct Config {
     pub output_dir: PathBuf,
     /// The working directory when tracing started.
     pub cwd: PathBuf,
-    /// `GPUSHIM_EXIT_TIMEOUT` did not parse as seconds.
-    bad_exit_timeout: bool,
+    /// One line per bad value that was replaced (without the `gpushim: ` prefix), said on
+    /// stderr once tracing has started and sent as the report's notes.
+    pub warnings: Vec<String>,
+}
+
+/// A switch: `0`, `false`, `no`, `off` are off; `1`, `true`, `yes`, `on` are on (any case);
+/// anything else is `None`.
+fn switch(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "0" | "false" | "no" | "off" => Some(false),
+        "1" | "true" | "yes" | "on" => Some(true),
+        _ => None,
+    }
+}
+
+/// Reads the switch `name` into `flag` (left as it is when unset); a bad value is said in
+/// `warnings`, naming what stays in force (`what` when on).
+fn read_switch(name: &str, flag: &AtomicBool, what: &str, warnings: &mut Vec<String>) {
+    let Some(v) = env(name) else { return };
+    match switch(&v) {
+        Some(on) => flag.store(on, Relaxed),
+        None => {
+            let state = if flag.load(Relaxed) { "on" } else { "off" };
+            warnings.push(format!("{name}={v} is not 0 or 1; {what} stay {state}"));
+        }
+    }
+}
+
+/// `GPUSHIM_MAX_FRAMES`'s value `v`: the frames to keep, and the warning if it was changed.
+/// Above 256 it is clamped to 256 (the wire format's and unwinder's limit); not a number, or 0,
+/// keeps `current`.
+fn max_frames_value(v: &str, current: usize) -> (usize, Option<String>) {
+    match v.parse::<u64>() {
+        Ok(n @ 1..=256) => (n as usize, None),
+        Ok(n) if n > 256 => (256, Some(format!("GPUSHIM_MAX_FRAMES={v} is above 256; using 256"))),
+        _ => (current, Some(format!("GPUSHIM_MAX_FRAMES={v} is not a number from 1 to 256; using {current}"))),
+    }
 }
 
 impl Config {
     /// Reads every setting from the environment and publishes those the hot path and the exit
     /// paths read. A bad `GPUSHIM_MAX_FRAMES` is said here.
     pub fn from_env() -> Config {
-        if env("GPUSHIM_BACKTRACE").as_deref() == Some("0") {
-            BACKTRACES.store(false, Relaxed);
+        let mut warnings = Vec::new();
+        if let Some(v) = BAD_SIGNAL.get() {
+            warnings.push(format!("GPUSHIM_SIGNAL={v} is not USR1, USR2 or none; snapshots use USR1"));
         }
-        if env("GPUSHIM_UNWIND").as_deref() == Some("libgcc") {
-            FAST_UNWIND.store(false, Relaxed);
+        read_switch("GPUSHIM_BACKTRACE", &BACKTRACES, "backtraces", &mut warnings);
+        match env("GPUSHIM_UNWIND").as_deref() {
+            None | Some("cached") => {}
+            Some("libgcc") => FAST_UNWIND.store(false, Relaxed),
+            Some(v) => warnings.push(format!("GPUSHIM_UNWIND={v} is not libgcc or cached; using the cached unwinder")),
         }
         if let Some(v) = env("GPUSHIM_MAX_FRAMES") {
-            match v.parse::<usize>() {
-                Ok(n @ 1..=256) => MAX_FRAMES.store(n, Relaxed),
-                _ => eprintln!(
-                    "gpushim: GPUSHIM_MAX_FRAMES={v} is not a number from 1 to 256; using {}",
-                    MAX_FRAMES.load(Relaxed)
-                ),
-            }
+            let (n, warning) = max_frames_value(&v, MAX_FRAMES.load(Relaxed));
+            MAX_FRAMES.store(n, Relaxed);
+            warnings.extend(warning);
         }
-        if env("GPUSHIM_PYTHON").as_deref() == Some("0") {
-            PYTHON.store(false, Relaxed);
-        }
-        if env("GPUSHIM_HEAP_WALK").as_deref() == Some("0") {
-            HEAP_WALK.store(false, Relaxed);
-        }
+        read_switch("GPUSHIM_PYTHON", &PYTHON, "Python frames", &mut warnings);
+        read_switch("GPUSHIM_HEAP_WALK", &HEAP_WALK, "heap walks", &mut warnings);
         if let Some(v) = env("GPUSHIM_HEAP_WALK_MS") {
             match v.parse::<u64>() {
                 Ok(ms) if ms > 0 => HEAP_WALK_MS.store(ms, Relaxed),
-                _ => eprintln!(
-                    "gpushim: GPUSHIM_HEAP_WALK_MS={v} is not a number of milliseconds above 0; using {}",
+                _ => warnings.push(format!(
+                    "GPUSHIM_HEAP_WALK_MS={v} is not a number of milliseconds above 0; using {}",
                     HEAP_WALK_MS.load(Relaxed)
-                ),
+                )),
             }
         }
-        let mut bad_exit_timeout = false;
-        match env("GPUSHIM_EXIT_TIMEOUT").map(|v| v.parse::<u64>()) {
-            Some(Ok(s)) => EXIT_TIMEOUT_S.store(s, Relaxed),
-            Some(Err(_)) => bad_exit_timeout = true,
-            None => {}
+        if let Some(v) = env("GPUSHIM_EXIT_TIMEOUT") {
+            match v.parse::<u64>() {
+                Ok(s) => EXIT_TIMEOUT_S.store(s, Relaxed),
+                Err(_) => warnings.push(format!(
+                    "GPUSHIM_EXIT_TIMEOUT={v} is not a number of seconds; using {}",
+                    EXIT_TIMEOUT_S.load(Relaxed)
+                )),
+            }
         }
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         let output_dir = match env_path("GPUSHIM_OUTPUT") {
@@ -181,16 +224,14 @@ impl Config {
             None => cwd.clone(),
         };
         let collector = env_path("GPUSHIM_COLLECTOR").unwrap_or_else(default_collector);
-        Config { collector, output_dir, cwd, bad_exit_timeout }
+        let _ = OUTPUT_DIR.set(output_dir.clone());
+        Config { collector, output_dir, cwd, warnings }
     }
 
-    /// Says, once tracing has started, the bad values that were replaced by defaults.
+    /// Says, once tracing has started, the bad values that were replaced, one line each.
     pub fn warn_after_start(&self) {
-        if let Some(v) = BAD_SIGNAL.get() {
-            eprintln!("gpushim: GPUSHIM_SIGNAL={v} is not USR1, USR2 or none; snapshots use USR1");
-        }
-        if self.bad_exit_timeout {
-            eprintln!("gpushim: GPUSHIM_EXIT_TIMEOUT is not a number of seconds; using 60");
+        for w in &self.warnings {
+            eprintln!("gpushim: {w}");
         }
     }
 }
@@ -208,4 +249,24 @@ fn default_collector() -> PathBuf {
         }
     }
     PathBuf::from("gpushim")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn switches_and_max_frames_read_their_values_and_say_what_they_replaced() {
+        assert_eq!(switch("0"), Some(false));
+        assert_eq!(switch("OFF"), Some(false));
+        assert_eq!(switch("yes"), Some(true));
+        assert_eq!(switch("maybe"), None);
+        assert_eq!(max_frames_value("32", 64), (32, None));
+        assert_eq!(max_frames_value("1000", 64), (256, Some("GPUSHIM_MAX_FRAMES=1000 is above 256; using 256".into())));
+        assert_eq!(
+            max_frames_value("x", 64),
+            (64, Some("GPUSHIM_MAX_FRAMES=x is not a number from 1 to 256; using 64".into()))
+        );
+        assert_eq!(max_frames_value("0", 64).0, 64);
+    }
 }

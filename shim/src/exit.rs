@@ -80,8 +80,22 @@ pub fn finish() {
         let deadline = now.checked_add(config::exit_timeout()).unwrap_or(now + Duration::from_secs(1 << 40));
         let queued = tx.send_deadline(Msg::Exit { ts_ns: sys::now_ns(), done: done_tx }, deadline).is_ok();
         STATE.store(FINISHED, Release);
-        if queued {
-            let _ = done_rx.recv_deadline(deadline);
+        let done = queued && done_rx.recv_deadline(deadline).is_ok();
+        if !done {
+            say_the_report_is_late();
         }
     });
+}
+
+/// One line when the exit path stopped waiting for the collector: the report comes later, when
+/// the collector has read the rest of the stream, and where. (Not said on the signal-safe path
+/// of `_exit`, which may not format or allocate.)
+fn say_the_report_is_late() {
+    let secs = config::exit_timeout().as_secs();
+    let name = format!("gpushim-{}.json", sys::getpid_raw());
+    let place = config::output_dir().map_or(name.clone(), |d| d.join(&name).display().to_string());
+    eprintln!(
+        "gpushim: the collector has not finished after {secs} s (GPUSHIM_EXIT_TIMEOUT); the report will be late: \
+         {place} when it finishes (else in $TMPDIR)"
+    );
 }

@@ -127,6 +127,9 @@ impl Writer {
     fn begin(&mut self, cfg: &Config) -> bool {
         wire::write_header(&mut self.buf);
         self.push(&Event::Hello(hello(cfg)));
+        for w in &cfg.warnings {
+            self.push(&Event::Note(w.clone()));
+        }
         self.scan_modules();
         self.announce_python();
         self.flush()

@@ -75,6 +75,18 @@ fn stalled_collector_delays_exit_by_at_most_gpushim_exit_timeout() {
     assert_eq!(d.stdout, ["ready", "ok"], "{d}");
     assert!(took >= Duration::from_millis(1900), "the exit path waits for the collector (took {took:?}){d}");
     assert!(took < Duration::from_secs(30), "…but not longer than GPUSHIM_EXIT_TIMEOUT (took {took:?}){d}");
+    // One line says the report will be late, and where it will appear.
+    let late: Vec<&str> = d.stderr.lines().filter(|l| l.contains("the report will be late")).collect();
+    let path = t.dir.path().join(format!("gpushim-{}.json", d.pid()));
+    assert_eq!(
+        late,
+        [format!(
+            "gpushim: the collector has not finished after 2 s (GPUSHIM_EXIT_TIMEOUT); the report will be late: {} \
+             when it finishes (else in $TMPDIR)",
+            path.display()
+        )],
+        "{d}"
+    );
     // Once it runs again, the collector still writes the whole report.
     let r = d.report_in(t.dir.path());
     assert_eq!(r["reason"], "exit", "{d}");

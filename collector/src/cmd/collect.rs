@@ -30,6 +30,7 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
         }
         None => {
             signals::ignore_interrupts();
+            super::run::tell_run_a_collector_started();
             let outcome = collect::collect(io::stdin().lock(), &opts, &mut err);
             confirm_to_shim();
             outcome?

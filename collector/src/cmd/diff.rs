@@ -5,22 +5,23 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
-use super::write_output;
+use super::{read_report, write_output};
 use crate::diff::{self, DiffFormat};
-use crate::report::Report;
 
 /// Compares the reports `old` and `new` and writes up to `top` changed sites in `format` on
-/// standard output.
+/// standard output; what looks wrong about the comparison ([`diff::warnings`]: two programs,
+/// OLD newer than NEW) is said on standard error, one line each.
 ///
 /// # Errors
 /// If a report cannot be read (the message names it), or standard output cannot be written.
 pub fn run(old: &Path, new: &Path, top: usize, format: DiffFormat) -> Result<ExitCode> {
-    let mut a = Report::read(old).with_context(|| format!("cannot read report {}", old.display()))?;
-    let mut b = Report::read(new).with_context(|| format!("cannot read report {}", new.display()))?;
-    a.holders = crate::holders::read_beside(old)?;
-    b.holders = crate::holders::read_beside(new)?;
+    let a = read_report(old)?;
+    let b = read_report(new)?;
+    for w in diff::warnings(&a, &b) {
+        eprintln!("gpushim: warning: {w}");
+    }
     write_output(None, &mut |out| match format {
         DiffFormat::Text => diff::diff(&a, &b, top, out),
         DiffFormat::Json => diff::diff_json(&a, &b, top, out),

@@ -4,22 +4,20 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
-use super::write_output;
+use super::{read_report, write_output};
 use crate::render::format::{renderer, Format};
 use crate::render::TextOptions;
-use crate::report::Report;
 
-/// Reads the report `file` and writes it in `format` (with `opts` for the text, folded and SVG
+/// Reads the report `file` (standard input for `-`) and writes it in `format` (with `opts` for the text, folded and SVG
 /// formats) into `output`, created or truncated, or on standard output if `None`.
 ///
 /// # Errors
 /// If the report cannot be read, or the output cannot be created or written; the message names
 /// the file.
 pub fn run(file: &Path, format: Format, output: Option<&Path>, opts: TextOptions) -> Result<ExitCode> {
-    let mut report = Report::read(file).with_context(|| format!("cannot read report {}", file.display()))?;
-    report.holders = crate::holders::read_beside(file)?;
+    let report = read_report(file)?;
     let renderer = renderer(format, opts);
     write_output(output, &mut |out| renderer.render(&report, out))?;
     Ok(ExitCode::SUCCESS)

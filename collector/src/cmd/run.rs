@@ -2,23 +2,32 @@
 //!
 //! The shim in the program spawns `gpushim collect` itself (found through
 //! `GPUSHIM_COLLECTOR`), so this command only sets the environment, waits, and passes the
-//! program's exit status on. Like `time(1)`, it ignores SIGINT and SIGQUIT while the program
-//! runs, so a Ctrl-C reaches the program and the exit status is still reported. SIGTERM,
-//! SIGHUP, SIGUSR1 and SIGUSR2 sent to `gpushim run` itself are passed on to the program (a
-//! snapshot asked of the wrapper's pid, a `kill` of it), which it then waits for as usual.
+//! program's exit status on, as `timeout(1)` does: the program's exit code, or, when a signal
+//! ended it, the same signal (re-raised on `gpushim run`, so a shell sees a signal death).
+//! SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 sent to `gpushim run` alone are passed
+//! on to the program (a snapshot asked of the wrapper's pid, a `kill` of it), which it then
+//! waits for as usual; the same signals sent by the terminal to the whole process group (a
+//! Ctrl-C) are not, since the program got them already (`signals::meant_for_the_wrapper`).
 //!
 //! So that the report exists when `gpushim run` returns, the program inherits the write end
 //! of a pipe, named in `GPUSHIM_RUN_FD`: the shim keeps it in the collector it starts and
 //! marks it close-on-exec in the program (so the programs it runs do not hold it); after the
 //! program exits, `run` waits until every holder has closed it, i.e. the collector has
 //! finished, for at most [`COLLECTOR_WAIT`].
+//!
+//! So that `run` can say when the run made no CUDA allocation (no collector, no report), every
+//! collector started under it, also those of the program's own children (which do not hold the
+//! pipe), writes one byte into the same pipe at its start: `GPUSHIM_RUN_NOTIFY` names the read
+//! end as `/proc/PID/fd/N:DEV:INODE`, reopened for writing after its identity is checked
+//! ([`tell_run_a_collector_started`]). The message comes from `run` alone, never from the
+//! library in the program.
 
 use std::env;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -26,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::signals::{forward, ignore, restore};
+use super::signals::{block, die_of, forward, ignore, restore, unblock};
 use crate::error::{coded, CANNOT_EXECUTE, NOT_FOUND, SIGNALLED, USAGE};
 
 /// Longest wait, after the program exits, for its collector to finish writing the report.
@@ -41,8 +50,9 @@ pub struct Options {
     pub command: Vec<OsString>,
 }
 
-/// Runs the program and returns its exit status as ours (128 + signal number if a signal
-/// ended it).
+/// Runs the program and returns its exit status as ours. If a signal ended it, this process
+/// dies of the same signal once the report is written (as `timeout(1)` does); 128 + the
+/// signal number is returned only if that signal does not end it.
 ///
 /// # Errors
 /// Exit code 2 if `libgpushim.so` is not next to this executable or the output directory
@@ -69,11 +79,28 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     if let Some(dir) = &opts.output {
         let abs =
             std::path::absolute(dir).with_context(|| format!("cannot resolve output directory {}", dir.display()))?;
-        if !abs.is_dir() {
-            return Err(coded(
-                USAGE,
-                format!("output directory {} does not exist; create it or choose another --output", dir.display()),
-            ));
+        match std::fs::metadata(&abs) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(coded(
+                    USAGE,
+                    format!("output directory {}: not a directory; choose another --output", dir.display()),
+                ))
+            }
+            Err(e) => {
+                return Err(coded(
+                    USAGE,
+                    format!(
+                        "output directory {}: {}; create it or choose another --output",
+                        dir.display(),
+                        if e.kind() == io::ErrorKind::NotFound {
+                            "does not exist".to_string()
+                        } else {
+                            crate::error::file_cause(&e)
+                        }
+                    ),
+                ))
+            }
         }
         cmd.env("GPUSHIM_OUTPUT", abs);
     }
@@ -84,12 +111,19 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     // one) and out of the program's own children: it names it by number and identity.
     let id = std::fs::metadata(format!("/proc/self/fd/{write_fd}")).context("cannot inspect the pipe")?;
     cmd.env("GPUSHIM_RUN_FD", format!("{write_fd}:{}:{}", id.dev(), id.ino()));
+    cmd.env(NOTIFY_VAR, format!("/proc/{}/fd/{}:{}:{}", std::process::id(), done_read.as_raw_fd(), id.dev(), id.ino()));
     let saved = ignore(&[libc::SIGINT, libc::SIGQUIT]);
+    // Until the handlers that pass signals on are in place, the signals wait (the program may
+    // run, and be sent signals through us, before `spawn` returns here). The program gets
+    // the mask we had (`Command` keeps the parent's).
+    let passed_on = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
+    let mask = block(&passed_on);
     // SAFETY: the closure runs in the child between fork and exec and only makes
-    // async-signal-safe calls (sigaction, fcntl) on values copied into it.
+    // async-signal-safe calls (sigaction, pthread_sigmask, fcntl) on values copied into it.
     unsafe {
         cmd.pre_exec(move || {
             restore(&saved);
+            unblock(&mask);
             // Let the write end survive exec, so the program (and its collector) hold it.
             if libc::fcntl(write_fd, libc::F_SETFD, 0) == -1 {
                 return Err(io::Error::last_os_error());
@@ -99,6 +133,10 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     }
     let spawned = cmd.spawn();
     drop(done_write);
+    if let Ok(child) = &spawned {
+        forward(child.id() as i32, &passed_on);
+    }
+    unblock(&mask);
     let mut child = spawned.map_err(|e| {
         let name = Path::new(prog).display();
         match e.kind() {
@@ -107,9 +145,12 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
             _ => coded(CANNOT_EXECUTE, format!("cannot run {name}: {e}")),
         }
     })?;
-    forward(child.id() as i32, &[libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2]);
     let status = child.wait().context("waiting for the program")?;
-    if !wait_for_eof(done_read, COLLECTOR_WAIT) {
+    let waited = wait_for_eof(done_read, COLLECTOR_WAIT);
+    if waited == Waited::Eof(0) {
+        let _ = writeln!(io::stderr(), "gpushim: no CUDA allocations: no report");
+    }
+    if waited == Waited::TimedOut {
         let _ = writeln!(
             io::stderr(),
             "gpushim: the collector is still running after {} s; its report will appear when it finishes",
@@ -118,7 +159,11 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     }
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => ExitCode::from(c as u8),
-        (None, Some(sig)) => ExitCode::from((libc::c_int::from(SIGNALLED) + sig) as u8),
+        (None, Some(sig)) => {
+            let _ = io::stderr().flush();
+            die_of(sig);
+            ExitCode::from((libc::c_int::from(SIGNALLED) + sig) as u8)
+        }
         _ => ExitCode::from(1),
     })
 }
@@ -144,15 +189,47 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Waits until every write end of the pipe is closed; false if `limit` passed first.
-fn wait_for_eof(read: OwnedFd, limit: Duration) -> bool {
+/// The environment variable that names `run`'s pipe to the collectors (see the module doc).
+const NOTIFY_VAR: &str = "GPUSHIM_RUN_NOTIFY";
+
+/// For `gpushim collect` started by the shim: one byte into the pipe of the `gpushim run` it
+/// runs under, if any (`GPUSHIM_RUN_NOTIFY`), so that `run` knows a report is coming. The path
+/// is opened only if it is that very pipe (device and inode, unique while the pipe exists: a
+/// reused pid names another file), without blocking; every failure is ignored.
+pub(crate) fn tell_run_a_collector_started() {
+    let Some(v) = env::var_os(NOTIFY_VAR) else { return };
+    let v = v.to_string_lossy();
+    let mut parts = v.rsplitn(3, ':');
+    let (Some(ino), Some(dev), Some(path)) = (parts.next(), parts.next(), parts.next()) else { return };
+    let (Ok(ino), Ok(dev)) = (ino.parse::<u64>(), dev.parse::<u64>()) else { return };
+    let Ok(mut f) = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)
+    else {
+        return;
+    };
+    if f.metadata().is_ok_and(|m| m.dev() == dev && m.ino() == ino && m.file_type().is_fifo()) {
+        let _ = f.write(b"c");
+    }
+}
+
+/// How [`wait_for_eof`] ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Waited {
+    /// Every write end was closed, after this many bytes (one per collector started).
+    Eof(usize),
+    /// The limit passed first.
+    TimedOut,
+}
+
+/// Waits until every write end of the pipe is closed, counting the bytes read.
+fn wait_for_eof(read: OwnedFd, limit: Duration) -> Waited {
     let deadline = Instant::now() + limit;
     let mut file = File::from(read);
     let mut buf = [0u8; 64];
+    let mut bytes = 0;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return false;
+            return Waited::TimedOut;
         }
         let mut p = libc::pollfd { fd: file.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
@@ -162,16 +239,16 @@ fn wait_for_eof(read: OwnedFd, limit: Duration) -> bool {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            return true;
+            return Waited::Eof(bytes.max(1));
         }
         if n == 0 {
-            return false;
+            return Waited::TimedOut;
         }
         match file.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
+            Ok(0) => return Waited::Eof(bytes),
+            Ok(k) => bytes += k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return true,
+            Err(_) => return Waited::Eof(bytes.max(1)),
         }
     }
 }
@@ -194,8 +271,11 @@ mod tests {
     fn eof_when_the_writer_closes_and_timeout_when_it_does_not() {
         let (r, w) = pipe().unwrap();
         drop(w);
-        assert!(wait_for_eof(r, Duration::from_secs(5)));
+        assert_eq!(wait_for_eof(r, Duration::from_secs(5)), Waited::Eof(0));
+        let (r, w) = pipe().unwrap();
+        File::from(w).write_all(b"cc").unwrap();
+        assert_eq!(wait_for_eof(r, Duration::from_secs(5)), Waited::Eof(2));
         let (r, _w) = pipe().unwrap();
-        assert!(!wait_for_eof(r, Duration::from_millis(20)));
+        assert_eq!(wait_for_eof(r, Duration::from_millis(20)), Waited::TimedOut);
     }
 }
