@@ -226,6 +226,45 @@ fn snapshot_of_a_program_that_has_not_allocated_yet_says_so_at_once() {
 }
 
 #[test]
+fn run_fail_on_leak_exits_3_on_suspects_or_live_bytes_over_the_limit() {
+    let run = |flag: &str, scenario: &[&str]| {
+        let dir = TempDir::new("fail-on-leak");
+        let out = Command::new(collector())
+            .args(["run", flag, "--output", dir.path().to_str().unwrap(), "--"])
+            .arg(standin("target_dynamic"))
+            .args(scenario)
+            .env("LD_LIBRARY_PATH", standins())
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let line = err.lines().find(|l| l.starts_with("gpushim: leak check failed: ")).map(str::to_owned);
+        (out.status.code(), line, err)
+    };
+    // A leak: the suspect fails the check.
+    let (code, line, err) = run("--fail-on-leak", &["leak", "30"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(line.as_deref().is_some_and(|l| l.contains("1 leak suspect (")), "{err}");
+    // 20 MiB live at exit and no suspect: passes, unless over the limit given.
+    let (code, line, err) = run("--fail-on-leak", &["kinds"]);
+    assert_eq!((code, line), (Some(0), None), "{err}");
+    let (code, line, err) = run("--fail-on-leak=16MiB", &["kinds"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        line.as_deref().is_some_and(|l| l.contains("20.0 MiB live at exit, over --fail-on-leak=16.0 MiB")),
+        "{err}"
+    );
+    let (code, line, err) = run("--fail-on-leak=64MiB", &["kinds"]);
+    assert_eq!((code, line), (Some(0), None), "{err}");
+    // A failing program keeps its own exit status; a bad size is a usage error.
+    let out = gpushim(["run", "--fail-on-leak", "--", "/bin/sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    let out = gpushim(["run", "--fail-on-leak=lots", "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fail-on-leak=lots: not a number of bytes"));
+}
+
+#[test]
 fn signals_sent_to_gpushim_run_reach_the_program() {
     let dir = TempDir::new("run-forwards");
     let mut cmd = Command::new(collector());

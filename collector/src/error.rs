@@ -10,7 +10,8 @@
 //!   Every error that carries no code of its own ends with 2.
 //! - `gpushim run` passes the program's own exit status on: if signal N ended it, `run` ends
 //!   with signal N too (as `timeout(1)` does; [`SIGNALLED`] + N only if N does not end it), [`CANNOT_EXECUTE`] if it could not be executed, [`NOT_FOUND`] if it was not
-//!   found (as a shell does), 1 if it ended in neither way.
+//!   found (as a shell does), 1 if it ended in neither way; with `--fail-on-leak`,
+//!   [`LEAKED`] when the program exited 0 and its report failed the check.
 
 use std::fmt;
 use std::io;
@@ -30,6 +31,10 @@ pub const CANNOT_EXECUTE: u8 = 126;
 
 /// Exit code of `run` when the program was not found.
 pub const NOT_FOUND: u8 = 127;
+
+/// Exit code of `run --fail-on-leak` when the program exited 0 but its report has leak suspects
+/// or more live bytes at exit than allowed (pytest-memray's leak check is the model).
+pub const LEAKED: u8 = 3;
 
 /// `run` exits with this plus the signal number when a signal ended the program.
 pub const SIGNALLED: u8 = 128;

@@ -43,6 +43,11 @@ enum Command {
         /// Directory for reports (default: the program's working directory).
         #[arg(short, long, value_name = "DIR")]
         output: Option<PathBuf>,
+        /// Exit 3 when the program exited 0 but its final report has leak suspects, or (with
+        /// BYTES: a number of bytes, or with KiB, MiB, GiB) more live bytes at exit than BYTES.
+        /// For test suites and CI.
+        #[arg(long, value_name = "BYTES", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+        fail_on_leak: Option<String>,
         /// The program and its arguments (put them after `--`).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<OsString>,
@@ -129,7 +134,16 @@ fn main() -> ExitCode {
 
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Run { output, command } => cmd::run::run(&cmd::run::Options { output, command }),
+        Command::Run { output, fail_on_leak, command } => {
+            let fail_on_leak = match fail_on_leak.as_deref() {
+                None => None,
+                Some("") => Some(None),
+                Some(v) => Some(Some(cmd::run::parse_bytes(v).ok_or_else(|| {
+                    error::coded(error::USAGE, format!("--fail-on-leak={v}: not a number of bytes (like 16MiB)"))
+                })?)),
+            };
+            cmd::run::run(&cmd::run::Options { output, command, fail_on_leak })
+        }
         Command::Report { file, format, output, top, depth, all_frames } => {
             cmd::report::run(&file, format, output.as_deref(), TextOptions { top, depth, all_frames })
         }
@@ -153,11 +167,25 @@ mod tests {
     fn run_takes_the_command_after_dashes() {
         let cli = Cli::try_parse_from(["gpushim", "run", "-o", "/tmp", "--", "python", "-c", "x"]).unwrap();
         match cli.command {
-            Command::Run { output, command } => {
+            Command::Run { output, command, fail_on_leak } => {
                 assert_eq!(output, Some(PathBuf::from("/tmp")));
                 assert_eq!(command, vec!["python", "-c", "x"]);
+                assert_eq!(fail_on_leak, None);
             }
             c => panic!("{c:?}"),
+        }
+        // `--fail-on-leak` alone, and with a size; the program's own options stay its own.
+        for (args, want) in [(vec!["--fail-on-leak"], Some("")), (vec!["--fail-on-leak=16MiB"], Some("16MiB"))] {
+            let mut all = vec!["gpushim", "run"];
+            all.extend(args);
+            all.extend(["--", "prog", "--fail-on-leak"]);
+            match Cli::try_parse_from(all).unwrap().command {
+                Command::Run { fail_on_leak, command, .. } => {
+                    assert_eq!(fail_on_leak.as_deref(), want);
+                    assert_eq!(command, vec!["prog", "--fail-on-leak"]);
+                }
+                c => panic!("{c:?}"),
+            }
         }
         assert!(Cli::try_parse_from(["gpushim", "snapshot", "0"]).is_err(), "pid 0 would signal a group");
         assert!(Cli::try_parse_from(["gpushim", "collect"]).is_ok());

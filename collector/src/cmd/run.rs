@@ -48,6 +48,48 @@ pub struct Options {
     pub output: Option<std::path::PathBuf>,
     /// The program and its arguments.
     pub command: Vec<OsString>,
+    /// `--fail-on-leak`: `Some(None)` fails on suspects, `Some(Some(b))` also on more than `b`
+    /// live bytes at exit.
+    pub fail_on_leak: Option<Option<u64>>,
+}
+
+/// A size in bytes as a person writes it: `4096`, `16MiB`, `1.5 GiB`, `64k` (binary units;
+/// `B`, `K`/`KiB`/`KB`, `M`/`MiB`/`MB`, `G`/`GiB`/`GB`, `T`/`TiB`/`TB`, any case). `None`
+/// if it is not one.
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    let v = n * (1u64 << shift) as f64;
+    (n.is_finite() && (0.0..1.8e19).contains(&v)).then_some(v as u64)
+}
+
+/// The leak check of `--fail-on-leak` on the program's final report in `dir`: a line saying
+/// why it failed, or `None` when it passed (no report: no CUDA memory, nothing leaked).
+fn leak_check(dir: &Path, pid: u32, limit: Option<u64>) -> Option<String> {
+    let path = dir.join(format!("gpushim-{pid}.json"));
+    let r = crate::report::Report::read(&path).ok()?;
+    let mut why = Vec::new();
+    if !r.suspects.is_empty() {
+        why.push(format!("{} leak suspect{}", r.suspects.len(), if r.suspects.len() == 1 { "" } else { "s" }));
+    }
+    if let Some(max) = limit.filter(|&m| r.totals.live_bytes > m) {
+        why.push(format!(
+            "{} live at exit, over --fail-on-leak={}",
+            crate::words::fmt_bytes(r.totals.live_bytes),
+            crate::words::fmt_bytes(max)
+        ));
+    }
+    (!why.is_empty()).then(|| format!("gpushim: leak check failed: {} ({})", why.join("; "), path.display()))
 }
 
 /// Runs the program and returns its exit status as ours. If a signal ended it, this process
@@ -157,6 +199,16 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
             COLLECTOR_WAIT.as_secs()
         );
     }
+    if let (Some(limit), Some(0)) = (opts.fail_on_leak, status.code()) {
+        let dir = match &opts.output {
+            Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.clone()),
+            None => env::current_dir().unwrap_or_default(),
+        };
+        if let Some(line) = leak_check(&dir, child.id(), limit) {
+            let _ = writeln!(io::stderr(), "{line}");
+            return Ok(ExitCode::from(crate::error::LEAKED));
+        }
+    }
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => ExitCode::from(c as u8),
         (None, Some(sig)) => {
@@ -256,6 +308,17 @@ fn wait_for_eof(read: OwnedFd, limit: Duration) -> Waited {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_as_people_write_them() {
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert_eq!(parse_bytes("16MiB"), Some(16 << 20));
+        assert_eq!(parse_bytes("1.5 GiB"), Some(3 << 29));
+        assert_eq!(parse_bytes("64k"), Some(64 << 10));
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_bytes("16 parsecs"), None);
+        assert_eq!(parse_bytes("99999999T"), None);
+    }
 
     #[test]
     fn preload_goes_first() {
