@@ -265,12 +265,6 @@ pub fn contexts_created() -> bool {
     CONTEXTS_CREATED.load(Relaxed)
 }
 
-/// The context of an allocation that belongs to one: the calling thread's current context
-/// (`cuCtxGetCurrent`); 0 where unknown.
-pub fn allocation_context() -> u64 {
-    current_context().map_or(0, |c| c as u64)
-}
-
 /// The context of `stream` (`CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)`).
 fn stream_context(stream: u64) -> Option<u64> {
     let f = driver_helper(&STREAM_GET_CTX, c"cuStreamGetCtx");

@@ -181,7 +181,11 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
                 | Api::CuMemAllocFromPoolAsync
                 | Api::CuMemCreate
         );
-        let ctx = if result == 0 && !device_level && real::contexts_created() { real::allocation_context() } else { 0 };
+        let ctx = if result == 0 && !device_level && real::contexts_created() {
+            real::current_context().map_or(0, |c| c as u64)
+        } else {
+            0
+        };
         let frames = capture();
         // One relaxed load when the process runs no (supported) Python.
         let py = python::capture();
@@ -192,26 +196,14 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
             Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx }
         } else {
             // CUDA_ERROR_OUT_OF_MEMORY and cudaErrorMemoryAllocation are both 2; the free and
-            // total memory are those of the device the allocation was for.
-            let mem = if result == 2 { real::mem_info_of(device, stream) } else { None };
+            // total memory are those of the device the allocation was for. Not asked on a
+            // stream capturing into a graph, where the shim makes no call the capture may not
+            // support (see `exports::hook_body!`'s `async_alloc`).
+            let capturing = real::capturing(stream as *mut std::ffi::c_void);
+            let mem = if result == 2 && !capturing { real::mem_info_of(device, stream) } else { None };
             Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem }
         };
         send(tx, msg);
-    });
-}
-
-/// Records a stream-ordered allocation that failed on a stream capturing into a graph: with the
-/// current device, and without the device's free memory (no call the capture may not support).
-pub fn alloc_failed_in_capture(api: Api, kind: Kind, result: i32, size: u64) {
-    sys::guarded(|| {
-        let Some(tx) = sender() else { return };
-        let device = real::current_device();
-        let frames = capture();
-        let py = python::capture();
-        let ts_ns = sys::now_ns();
-        let tid = tid();
-        let seq = SEQ.fetch_add(1, AcqRel);
-        send(tx, Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem: None });
     });
 }
 

@@ -126,10 +126,9 @@ macro_rules! hook_body {
             } else {
                 record::alloc(Api::$api, Kind::$kind, r, addr, size, $dev, $stream as u64);
             }
-        } else if capturing {
-            record::alloc_failed_in_capture(Api::$api, Kind::$kind, r, $req);
         } else {
-            record::alloc(Api::$api, Kind::$kind, r, 0, $req, $dev, $stream as u64);
+            let device = if capturing { DEV_CURRENT } else { $dev };
+            record::alloc(Api::$api, Kind::$kind, r, 0, $req, device, $stream as u64);
         }
         r
     }};
