@@ -221,9 +221,7 @@ enum Setting {
 /// The target's `GPUSHIM_SIGNAL`, read from its environment as the shim reads it (case
 /// insensitive, with or without `SIG`; unset, empty, unknown or unreadable: USR1).
 fn signal_setting(proc_dir: &Path) -> Setting {
-    let value = fs::read(proc_dir.join("environ")).ok().and_then(|env| {
-        env.split(|&b| b == 0).find_map(|kv| kv.strip_prefix(b"GPUSHIM_SIGNAL=")).map(|v| v.to_ascii_uppercase())
-    });
+    let value = env_value(proc_dir, b"GPUSHIM_SIGNAL").map(|v| v.as_bytes().to_ascii_uppercase());
     match value.as_deref() {
         Some(b"USR2") | Some(b"SIGUSR2") => Setting::Signal(Signal::Usr2),
         Some(b"NONE") => Setting::Off,
@@ -251,19 +249,12 @@ fn output_dir(proc_dir: &Path, pid: i32) -> Result<PathBuf> {
         return Ok(dir);
     }
     let cwd = fs::read_link(proc_dir.join("cwd"));
-    if let Ok(env) = fs::read(proc_dir.join("environ")) {
-        let found = env
-            .split(|&b| b == 0)
-            .find_map(|kv| kv.strip_prefix(b"GPUSHIM_OUTPUT="))
-            .filter(|v| !v.is_empty())
-            .map(|v| PathBuf::from(OsString::from_vec(v.to_vec())));
-        if let Some(dir) = found {
-            if dir.is_absolute() {
-                return Ok(dir);
-            }
-            let cwd = cwd.with_context(|| format!("reading {}/cwd", proc_dir.display()))?;
-            return Ok(cwd.join(dir));
+    if let Some(dir) = env_value(proc_dir, b"GPUSHIM_OUTPUT").map(PathBuf::from) {
+        if dir.is_absolute() {
+            return Ok(dir);
         }
+        let cwd = cwd.with_context(|| format!("reading {}/cwd", proc_dir.display()))?;
+        return Ok(cwd.join(dir));
     }
     cwd.with_context(|| format!("reading {}/cwd", proc_dir.display()))
 }
