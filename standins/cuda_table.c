@@ -127,8 +127,11 @@ CUresult alloc_backed(uintptr_t *out, size_t size, int cls, int counts, int low3
     if (e == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
 
+    void *owner;
+    int device;
+    standin_owner(&owner, &device);
     lock_table();
-    if (counts && !reserve_locked(size)) {
+    if (counts && !reserve_locked_on(device, size)) {
         unlock_table();
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -148,13 +151,8 @@ CUresult alloc_backed(uintptr_t *out, size_t size, int cls, int counts, int low3
         mem = malloc(size);
     }
     if (mem == NULL) {
-        if (counts) {
-            void *owner;
-            int d;
-            standin_owner(&owner, &d);
-            live_by_device[d & 15] -= size;
-            live_device_bytes -= size;
-        }
+        if (counts)
+            unreserve_locked_on(device, size);
         unlock_table();
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
