@@ -322,16 +322,8 @@ fn stream_ordered_memory_counts_on_the_device_of_its_stream() {
     // were counted on GPU 0 (768 MiB on GPU 1 reported on GPU 0 on two H200s).
     let (t, d) = hostile("stream-device");
     let r = d.report_in(t.dir.path());
-    let gpu = |o: i64| {
-        r["devices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["ordinal"] == o)
-            .map_or(0, |g| g["live_bytes"].as_u64().unwrap())
-    };
-    assert_eq!(gpu(1), 12 * MIB, "{d}");
-    assert_eq!(gpu(0), MIB, "the default stream is the current device's{d}");
+    assert_eq!(gpu_live(&r, 1), 12 * MIB, "{d}");
+    assert_eq!(gpu_live(&r, 0), MIB, "the default stream is the current device's{d}");
 }
 
 #[test]
@@ -385,15 +377,7 @@ fn memory_from_a_pool_counts_on_the_pools_device_and_an_oom_report_gives_that_de
     // A pool located on device 1, allocated from on a stream of device 0, was counted on GPU 0.
     let (t, d) = hostile("pool-device");
     let r = d.report_in(t.dir.path());
-    let gpu = |r: &serde_json::Value, o: i64| {
-        r["devices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["ordinal"] == o)
-            .map_or(0, |g| g["live_bytes"].as_u64().unwrap())
-    };
-    assert_eq!((gpu(&r, 1), gpu(&r, 0)), (10 * MIB, 0), "{d}");
+    assert_eq!((gpu_live(&r, 1), gpu_live(&r, 0)), (10 * MIB, 0), "{d}");
 
     // An out-of-memory failure on a stream of device 1 gave device 0's free memory (16 MiB).
     let t = Target::new("hostile", "oom-device").args(&["oom-device"]).env("STANDIN_DEVICE_BYTES", 64 * MIB);

@@ -17,6 +17,16 @@ pub fn kind(r: &Value, kind: &str, field: &str) -> u64 {
     r["kinds"][kind][field].as_u64().unwrap_or_else(|| panic!("kinds.{kind}.{field} missing in {r:#}"))
 }
 
+/// Live bytes the report gives GPU `ordinal` (`devices[]`), 0 when it lists none for it.
+pub fn gpu_live(r: &Value, ordinal: i64) -> u64 {
+    r["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["ordinal"] == ordinal)
+        .map_or(0, |g| g["live_bytes"].as_u64().unwrap())
+}
+
 /// `report.totals.<field>`.
 pub fn total(r: &Value, field: &str) -> u64 {
     r["totals"][field].as_u64().unwrap_or_else(|| panic!("totals.{field} missing in {r:#}"))
