@@ -93,6 +93,16 @@ def first_frame(r, site_id):
     return "?"
 
 
+def gpu_live(r, ordinal):
+    """Live bytes the report gives GPU `ordinal`, 0 when it lists none for it."""
+    return next((d["live_bytes"] for d in r["devices"] if d["ordinal"] == ordinal), 0)
+
+
+def one_gpu_row(case, truth):
+    """The row of a two-GPU case run on a machine with fewer GPUs."""
+    row(case, "needs two GPUs", "2", truth["gpus"], True, "not run on this machine")
+
+
 def apis(r):
     return sorted({a for s in r["sites"] for a in s["apis"]}) if r else []
 
@@ -545,20 +555,16 @@ def fault_rows():
             missing(case)
     t, r, _ = load("fault_stream_device")
     if r and t.get("gpus", 0) >= 2:
-
-        def gpu(o):
-            return next((d["live_bytes"] for d in r["devices"] if d["ordinal"] == o), 0)
-
         row(
             "fault_stream_device",
             "stream-ordered memory on its stream's GPU",
             f"{mib(t['on_gpu1'])} on GPU 1, {mib(t['on_gpu0'])} on GPU 0",
-            f"{mib(gpu(1))} on GPU 1, {mib(gpu(0))} on GPU 0",
-            gpu(1) == t["on_gpu1"] and gpu(0) == t["on_gpu0"],
+            f"{mib(gpu_live(r, 1))} on GPU 1, {mib(gpu_live(r, 0))} on GPU 0",
+            gpu_live(r, 1) == t["on_gpu1"] and gpu_live(r, 0) == t["on_gpu0"],
             f"the runtime put it on GPU {t['ptr_device']}",
         )
     elif t.get("gpus", 2) < 2:
-        row("fault_stream_device", "needs two GPUs", "2", t["gpus"], True, "not run on this machine")
+        one_gpu_row("fault_stream_device", t)
     else:
         missing("fault_stream_device")
     t, r, _ = load("fault_reset_static")
@@ -594,20 +600,16 @@ def fault_rows():
         missing("fault_contexts")
     t, r, _ = load("fault_pool_device")
     if r and t.get("gpus", 0) >= 2 and t.get("result") == 0:
-
-        def gpu(o):
-            return next((d["live_bytes"] for d in r["devices"] if d["ordinal"] == o), 0)
-
         row(
             "fault_pool_device",
             "pool memory on the pool's GPU, not the stream's",
             f"{mib(t['on_gpu1'])} on GPU 1, 0 on GPU 0",
-            f"{mib(gpu(1))} on GPU 1, {mib(gpu(0))} on GPU 0",
-            gpu(1) == t["on_gpu1"] and gpu(0) == 0,
+            f"{mib(gpu_live(r, 1))} on GPU 1, {mib(gpu_live(r, 0))} on GPU 0",
+            gpu_live(r, 1) == t["on_gpu1"] and gpu_live(r, 0) == 0,
             f"the runtime put it on GPU {t['ptr_device']}",
         )
     elif t.get("gpus", 2) < 2:
-        row("fault_pool_device", "needs two GPUs", "2", t["gpus"], True, "not run on this machine")
+        one_gpu_row("fault_pool_device", t)
     elif t.get("result", 0) != 0:
         row("fault_pool_device", "CUDA refused the allocation", "0", t["result"], True, "not applicable")
     else:
@@ -626,7 +628,7 @@ def fault_rows():
             f"GPU 0 free was {mib(t['free_gpu0'])}; result {t['result']}",
         )
     elif t.get("gpus", 2) < 2:
-        row("fault_oom_device", "needs two GPUs", "2", t["gpus"], True, "not run on this machine")
+        one_gpu_row("fault_oom_device", t)
     else:
         missing("fault_oom_device")
     vmm_rows()
