@@ -116,6 +116,8 @@ fn main_scenario(python: &Path, name: &str) {
     let snap = run.read(&format!("gpushim-{pid}-snapshot-1.holders.json"));
     assert_eq!((&snap["reason"], &snap["number"]), (&"snapshot".into(), &1.into()), "{snap:#}");
     check_main(&snap, &run, 9);
+    // CPython 3.10 to 3.13 with the standard object header: the native core walked.
+    assert_eq!(snap["walk"]["core"], "native", "{snap:#}");
     let exit = run.read(&format!("gpushim-{pid}.holders.json"));
     assert_eq!(exit["reason"], "exit", "{exit:#}");
     check_main(&exit, &run, 10);
@@ -145,6 +147,47 @@ fn main_scenario(python: &Path, name: &str) {
 #[test]
 fn heap_walk_names_every_holder_with_its_path_and_bytes() {
     main_scenario(&python3(), "holders-main");
+}
+
+/// A holders file without what differs between two runs of one program: its pid, the walk's
+/// duration and core, and addresses.
+fn comparable(mut v: Value) -> Value {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("address");
+                m.values_mut().for_each(strip);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    v["pid"] = Value::Null;
+    v["walk"]["elapsed_s"] = Value::Null;
+    v["walk"]["core"] = Value::Null;
+    strip(&mut v);
+    v
+}
+
+#[test]
+fn the_native_core_and_the_python_loop_find_the_same_holders() {
+    let native = run_holders(&python3(), "holders-native", "main", &[]);
+    let python = run_holders(&python3(), "holders-python", "main", &[("GPUSHIM_HEAP_WALK_NATIVE", "0")]);
+    let files = |run: &Outcome, core: &str| -> Vec<Value> {
+        let pid = pid_of(run);
+        let out: Vec<Value> = [format!("gpushim-{pid}-snapshot-1.holders.json"), format!("gpushim-{pid}.holders.json")]
+            .iter()
+            .map(|f| run.read(f))
+            .collect();
+        for h in &out {
+            assert_eq!(h["walk"]["core"], core, "{run}\n{h:#}");
+        }
+        out
+    };
+    let (n, p) = (files(&native, "native"), files(&python, "python"));
+    for (a, b) in n.into_iter().zip(p) {
+        assert_eq!(comparable(a), comparable(b));
+    }
 }
 
 #[test]

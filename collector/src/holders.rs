@@ -34,6 +34,9 @@ struct Walked {
     /// the program had initialized CUDA in PyTorch.
     #[serde(default)]
     torch_segments: Option<Vec<[u64; 3]>>,
+    /// `native` or `python`: which core walked.
+    #[serde(default)]
+    core: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -260,6 +263,7 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
             objects_visited: h.visited,
             objects_found: walked.found,
             message,
+            core: walked.core.clone(),
         },
         sites,
         unattributed,

@@ -507,6 +507,11 @@ pub struct Walk {
     pub objects_found: u64,
     /// The status in words, for a person.
     pub message: String,
+    /// Which core walked: `native` (the shim's breadth-first core, shim/src/python/bfs.rs) or
+    /// `python` (the walker's own loop: another interpreter, or `GPUSHIM_HEAP_WALK_NATIVE=0`);
+    /// absent for a walk that did not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core: Option<String>,
 }
 
 /// The objects of one site (or of no site).

@@ -32,6 +32,9 @@ static RUN_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(
 /// `GPUSHIM_HEAP_WALK` is not `0`: a CPython program's heap is walked for the objects that own
 /// GPU memory at each snapshot, out-of-memory report and normal exit.
 static HEAP_WALK: AtomicBool = AtomicBool::new(true);
+/// `GPUSHIM_HEAP_WALK_NATIVE` is not `0`: the walk's breadth-first core runs in native code
+/// (shim/src/python/bfs.rs) where the interpreter allows it; `0` keeps the walker's Python loop.
+static HEAP_WALK_NATIVE: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_HEAP_WALK_MS`: the cap on one heap walk, milliseconds (default 2000), also the
 /// longest the shim waits for a walk to start.
 static HEAP_WALK_MS: AtomicU64 = AtomicU64::new(2000);
@@ -74,6 +77,11 @@ pub fn output_dir() -> Option<&'static Path> {
 /// Whether heap walks are on (`GPUSHIM_HEAP_WALK` is not `0`).
 pub fn heap_walk() -> bool {
     HEAP_WALK.load(Relaxed)
+}
+
+/// Whether the heap walk's core may run in native code (`GPUSHIM_HEAP_WALK_NATIVE` is not `0`).
+pub fn heap_walk_native() -> bool {
+    HEAP_WALK_NATIVE.load(Relaxed)
 }
 
 /// The cap on one heap walk, milliseconds (`GPUSHIM_HEAP_WALK_MS`, default 2000).
@@ -199,6 +207,7 @@ impl Config {
         }
         read_switch("GPUSHIM_PYTHON", &PYTHON, "Python frames", &mut warnings);
         read_switch("GPUSHIM_HEAP_WALK", &HEAP_WALK, "heap walks", &mut warnings);
+        read_switch("GPUSHIM_HEAP_WALK_NATIVE", &HEAP_WALK_NATIVE, "the heap walk's native core", &mut warnings);
         if let Some(v) = env("GPUSHIM_HEAP_WALK_MS") {
             match v.parse::<u64>() {
                 Ok(ms) if ms > 0 => HEAP_WALK_MS.store(ms, Relaxed),

@@ -128,7 +128,7 @@ fn symbol_range(addr: usize) -> Option<CodeRange> {
 
 /// `PY_VERSION_HEX`: the exported `Py_Version` (3.11+), else parsed from `Py_GetVersion()`
 /// ("3.10.13 (main, …)"; the release level is taken as final).
-fn python_version(sym: &Syms) -> Option<u32> {
+pub(crate) fn python_version(sym: &Syms) -> Option<u32> {
     let v = sym.get(c"Py_Version");
     if v != 0 {
         // SAFETY: `const unsigned long Py_Version` (Include/pylifecycle.h, 3.11+).

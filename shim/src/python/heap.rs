@@ -57,6 +57,8 @@ const PY_FILE_INPUT: c_int = 257;
 /// `METH_NOARGS` and `METH_O` (Include/methodobject.h).
 const METH_NOARGS: c_int = 0x0004;
 const METH_O: c_int = 0x0008;
+/// `METH_VARARGS` (Include/methodobject.h).
+const METH_VARARGS: c_int = 0x0001;
 
 type Obj = *mut c_void;
 
@@ -125,6 +127,8 @@ unsafe impl Sync for MethodDef {}
 
 static EMIT_DEF: MethodDef =
     MethodDef { name: c"_gpushim_emit".as_ptr(), meth: emit, flags: METH_O, doc: std::ptr::null() };
+static BFS_DEF: MethodDef =
+    MethodDef { name: c"_gpushim_bfs".as_ptr(), meth: super::bfs::entry, flags: METH_VARARGS, doc: std::ptr::null() };
 static EXIT_DEF: MethodDef =
     MethodDef { name: c"_gpushim_exit_walk".as_ptr(), meth: exit_walk, flags: METH_NOARGS, doc: std::ptr::null() };
 
@@ -396,7 +400,22 @@ fn walker(a: &CApi) -> Option<Obj> {
             (a.err_clear)();
             return None;
         }
-        match exec_in(a, ns, WALKER, c"<gpushim-heap-walk>", &[]) {
+        // The native core, when this interpreter allows it: the walker finds it by name.
+        let bfs = if config::heap_walk_native() && super::bfs::available() {
+            (a.cfunction_new_ex)(&BFS_DEF, std::ptr::null_mut(), std::ptr::null_mut())
+        } else {
+            std::ptr::null_mut()
+        };
+        if bfs.is_null() {
+            (a.err_clear)();
+        }
+        let names: &[(&CStr, Obj)] = if bfs.is_null() { &[] } else { &[(c"_gpushim_bfs", bfs)] };
+        let r = exec_in(a, ns, WALKER, c"<gpushim-heap-walk>", names);
+        if !bfs.is_null() {
+            // The namespace holds it now.
+            (a.decref)(bfs);
+        }
+        match r {
             Some(r) => (a.decref)(r),
             None => {
                 (a.decref)(ns);

@@ -73,7 +73,13 @@ _CAI = "__cuda_array_interface__"
 #: left out of the analysis of unreached objects (by id: hashing a type could run a metaclass's
 #: __hash__). Strings, numbers and None refer to nothing; a code object refers only to its
 #: compile-time constants and names.
-_ATOMS = frozenset(id(t) for t in (str, int, float, bool, bytes, complex, type(None), type(_quiet_import.__code__)))
+_ATOM_TYPES = (str, int, float, bool, bytes, complex, type(None), type(_quiet_import.__code__))
+_ATOMS = frozenset(id(t) for t in _ATOM_TYPES)
+#: The walk's breadth-first core in native code (shim/src/python/bfs.rs), put in this namespace
+#: by the shim where the interpreter allows it; absent when this file runs on its own (its unit
+#: tests) or with GPUSHIM_HEAP_WALK_NATIVE=0. Its operations, by number:
+_BFS = globals().get("_gpushim_bfs")
+_OP_RESET, _OP_ADD, _OP_RUN, _OP_LINK, _OP_PARENT, _OP_CONTAINS, _OP_FREE = range(7)
 
 
 def _cell_type():
@@ -449,6 +455,36 @@ def roots_of(modules, frames, skip_ids=()):
     return roots
 
 
+class _NativeIndex:
+    """The ids a native walk reached (kept by the native core), for `in`."""
+
+    __slots__ = ("_nat",)
+
+    def __init__(self, nat):
+        self._nat = nat
+
+    def __contains__(self, k):
+        return self._nat(_OP_CONTAINS, k)
+
+    def clear(self):
+        self._nat(_OP_FREE)
+
+
+class _NativeParents:
+    """Each queue position's parent in a native walk (kept by the native core), for `[i]`."""
+
+    __slots__ = ("_nat",)
+
+    def __init__(self, nat):
+        self._nat = nat
+
+    def __getitem__(self, i):
+        return self._nat(_OP_PARENT, i)
+
+    def clear(self):
+        pass
+
+
 class Walk:
     """One breadth-first walk from the roots: every reachable object once, with the object it
     was first reached from, so the path found to each is a shortest one."""
@@ -466,6 +502,69 @@ class Walk:
         self.cut = False
 
     def run(self):
+        if _BFS is not None and _BFS(_OP_RESET, _ATOM_TYPES):
+            self.core = "native"
+            try:
+                return self._run_native(_BFS)
+            except Exception:
+                # The native core failed (it sets RuntimeError, never crashes): walk again in
+                # Python, from the start, within the same deadline.
+                for c in (self.queue, self.label, self.found):
+                    c.clear()
+                self.index, self.parent, self.cut = set(), [], False
+                _BFS(_OP_FREE)
+        self.core = "python"
+        return self._run_python()
+
+    def _run_native(self, nat):
+        """The same walk as _run_python, in the same order, with the objects that need nothing
+        but their referents expanded by the native core, which also keeps the ids reached and
+        the parents."""
+        queue, found, label = self.queue, self.found, self.label
+        self.index, self.parent = _NativeIndex(nat), _NativeParents(nat)
+        for lab, r in self.roots:
+            if nat(_OP_ADD, r, -1):
+                label[len(queue)] = lab
+                queue.append(r)
+        finder = self.finder
+        info, grad_of, kind = finder.info, finder.grad_of, finder.kind
+        plain, known = set(), set()
+        frame, deadline = _FrameType, self.deadline
+        i, n = 0, len(queue)
+        while i < n:
+            # The deadline is looked at where the Python loop looks at it.
+            if i & CHECK_EVERY == 0 and deadline is not None and _clock() > deadline:
+                self.cut = True
+                break
+            j = min((i | CHECK_EVERY) + 1, n)
+            p = nat(_OP_RUN, queue, i, j, plain, known)
+            if p < j:
+                # An object the native core leaves to the walker: of a type not decided yet, or
+                # one that may own GPU memory, or a frame.
+                o = queue[p]
+                t = type(o)
+                if id(t) not in known:
+                    known.add(id(t))
+                    if not kind(t) and t is not frame:
+                        plain.add(id(t))
+                        i, n = p, len(queue)
+                        continue
+                got = info(o)
+                refs = _get_referents(o)
+                if got is not None:
+                    found.append((p, got))
+                    g = grad_of(o)
+                    if g is not None:
+                        refs = [*refs, g]
+                if t is frame:
+                    refs = _frame_values(o) + refs
+                nat(_OP_LINK, queue, refs, p)
+                p += 1
+            i, n = p, len(queue)
+        self.visited = i
+        return self
+
+    def _run_python(self):
         queue, parent, index, found = self.queue, self.parent, self.index, self.found
         for label, r in self.roots:
             k = id(r)
@@ -875,6 +974,13 @@ def walk(reason, number, cap_ms, emit):
     except BaseException as e:
         status, result = FAILED, to_json({"error": _short_type(type(e))})
     finally:
+        if _BFS is not None:
+            # The native core's set and parents of this walk, freed whatever happened (no
+            # contextlib: the walker imports nothing the program could see).
+            try:  # noqa: SIM105
+                _BFS(_OP_FREE)
+            except BaseException:
+                pass
         if enabled:
             _gc.enable()
     try:
@@ -939,7 +1045,7 @@ def _walk(deadline):
         del f
         for got, how, steps in analyse_unreached(w, extra, graphs):
             add(got, how, steps)
-    res = {"objects": objects, "holders": holders, "found": found[0]}
+    res = {"objects": objects, "holders": holders, "found": found[0], "core": w.core}
     segs = _torch_segments(modules)
     if segs is not None:
         res["torch_segments"] = segs

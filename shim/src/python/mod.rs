@@ -28,6 +28,7 @@
 //! version, a free-threaded or debug build, or a failed self-check: native frames only, said once
 //! on stderr and in the report's notes.
 
+mod bfs;
 mod cache;
 mod detect;
 pub mod heap;
