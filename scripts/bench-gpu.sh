@@ -8,6 +8,8 @@
 #      with torch.cuda.memory._record_memory_history(stacks="all") instead of the shim.
 # Needs target/release/libgpushim.so and target/release/gpushim. Writes $OUT/bench-gpu.txt.
 # Usage: scripts/bench-gpu.sh [REPS=3]
+# WORKLOADS (default "alloc train") and TRAIN_CFGS (default "none shim history nocache_none
+# nocache_shim") pick a part; the table leaves out what was not run.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 REL=$ROOT/target/release
@@ -17,7 +19,11 @@ W=$(mktemp -d /tmp/gpushim-bench.XXXXXX)
 mkdir -p "$OUT"
 export GPUSHIM_OUTPUT=$W/reports PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 mkdir -p "$GPUSHIM_OUTPUT"
-nvcc -O2 -o "$W/bench_alloc" "$ROOT/scripts/gpu/bench_alloc.cu" || exit 1
+WORKLOADS=${WORKLOADS:-alloc train}
+TRAIN_CFGS=${TRAIN_CFGS:-none shim history nocache_none nocache_shim}
+if [[ " $WORKLOADS " == *" alloc "* ]]; then
+  nvcc -O2 -o "$W/bench_alloc" "$ROOT/scripts/gpu/bench_alloc.cu" || exit 1
+fi
 SHIM=(env LD_PRELOAD="$REL/libgpushim.so")
 NONE=(env)
 SAN=(compute-sanitizer --leak-check full --print-limit 1)
@@ -27,12 +33,12 @@ STEPS=200
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 declare -A res
 for rep in $(seq "$REPS"); do
-  for cfg in none shim sanitizer; do
+  [[ " $WORKLOADS " == *" alloc "* ]] && for cfg in none shim sanitizer; do
     case $cfg in none) pre=("${NONE[@]}");; shim) pre=("${SHIM[@]}");; sanitizer) pre=("${SAN[@]}");; esac
     v=$("${pre[@]}" "$W/bench_alloc" $N 2>>"$W/alloc-$cfg.err" | grep -E '^[0-9.]+$' | tail -n 1)
     res[alloc_$cfg]+="$v "
   done
-  for cfg in none shim history nocache_none nocache_shim; do
+  [[ " $WORKLOADS " == *" train "* ]] && for cfg in $TRAIN_CFGS; do
     case $cfg in
       none) cmd=("${NONE[@]}" python3 "$ROOT/scripts/gpu/bench_train.py" $STEPS);;
       shim) cmd=("${SHIM[@]}" python3 "$ROOT/scripts/gpu/bench_train.py" $STEPS);;
@@ -44,23 +50,24 @@ for rep in $(seq "$REPS"); do
     res[train_$cfg]+="$v "
   done
 done
-m() { echo ${res[$1]} | tr ' ' '\n' | grep -v '^$' | median; }
+m() { echo ${res[$1]:-} | tr ' ' '\n' | grep -v '^$' | median; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
 {
   echo "date: $(date -u +%FT%TZ); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); torch $(python3 -c 'import torch; print(torch.__version__)'); reps: $REPS (median)"
   echo
   echo "| workload | configuration | value | ratio to no tool | goal |"
   echo "|---|---|---|---|---|"
+  row() { [ -n "${res[$2]:-}" ] && echo "$1"; true; }
   a0=$(m alloc_none); a1=$(m alloc_shim); a2=$(m alloc_sanitizer)
-  echo "| $N x cudaMalloc+cudaFree 2 MiB (s) | no tool | $a0 | 1.000 | |"
-  echo "| | gpushim | $a1 | $(ratio "$a1" "$a0") | <= 1.10 |"
-  echo "| | compute-sanitizer --leak-check full | $a2 | $(ratio "$a2" "$a0") | |"
+  row "| $N x cudaMalloc+cudaFree 2 MiB (s) | no tool | $a0 | 1.000 | |" alloc_none
+  row "| | gpushim | $a1 | $(ratio "$a1" "$a0") | <= 1.10 |" alloc_shim
+  row "| | compute-sanitizer --leak-check full | $a2 | $(ratio "$a2" "$a0") | |" alloc_sanitizer
   t0=$(m train_none); t1=$(m train_shim); t2=$(m train_history); n0=$(m train_nocache_none); n1=$(m train_nocache_shim)
-  echo "| transformer training, caching allocator (steps/s) | no tool | $t0 | 1.000 | |"
-  echo "| | gpushim | $t1 | $(ratio "$t1" "$t0") | >= 0.99 |"
-  echo "| | _record_memory_history(stacks=\"all\") | $t2 | $(ratio "$t2" "$t0") | |"
-  echo "| transformer training, PYTORCH_NO_CUDA_MEMORY_CACHING=1 (steps/s) | no tool | $n0 | 1.000 | |"
-  echo "| | gpushim | $n1 | $(ratio "$n1" "$n0") | >= 0.95 |"
+  row "| transformer training, caching allocator (steps/s) | no tool | $t0 | 1.000 | |" train_none
+  row "| | gpushim | $t1 | $(ratio "$t1" "$t0") | >= 0.99 |" train_shim
+  row "| | _record_memory_history(stacks=\"all\") | $t2 | $(ratio "$t2" "$t0") | |" train_history
+  row "| transformer training, PYTORCH_NO_CUDA_MEMORY_CACHING=1 (steps/s) | no tool | $n0 | 1.000 | |" train_nocache_none
+  row "| | gpushim | $n1 | $(ratio "$n1" "$n0") | >= 0.95 |" train_nocache_shim
   echo
   echo "raw: $(for k in "${!res[@]}"; do echo -n "$k=[${res[$k]}] "; done)"
 } | tee "$OUT/bench-gpu.txt"
