@@ -64,6 +64,10 @@ struct Sink<'a> {
     exit_holders: Option<Holders>,
     /// Heap walks received.
     walks: u32,
+    /// Labels of snapshots asked for through the API, by snapshot number.
+    labels: HashMap<u32, String>,
+    /// Where API snapshots are answered (the socket back to the shim).
+    answers: &'a mut dyn Write,
     err: &'a mut dyn Write,
 }
 
@@ -89,7 +93,7 @@ impl Sink<'_> {
                 self.exit_holders = Some(holders);
                 return;
             }
-            WalkReason::Snapshot => format!("gpushim-{}-snapshot-{}.holders", self.hello.pid, h.number),
+            WalkReason::Snapshot => format!("{}.holders", self.snapshot_stem(h.number)),
             WalkReason::Oom => format!("gpushim-{}-oom-{}.holders", self.hello.pid, h.number),
         };
         match write_json(&holders, &self.out_dir, &stem, self.err) {
@@ -177,17 +181,50 @@ impl Sink<'_> {
             mem_info: &self.mem_info,
             stacks: &self.stacks,
         };
-        let report = assemble::build(state, ctx, &mut self.sym);
-        let stem = format!("gpushim-{}-snapshot-{}", self.hello.pid, p.number);
-        match write_report(&report, &self.out_dir, &stem, self.err) {
+        let mut report = assemble::build(state, ctx, &mut self.sym);
+        let label = self.labels.get(&p.number).cloned();
+        report.label = label.clone().filter(|l| !l.is_empty());
+        let stem = self.snapshot_stem(p.number);
+        let written = write_report(&report, &self.out_dir, &stem, self.err);
+        match &written {
             Ok(path) => {
                 let _ = writeln!(self.err, "gpushim: snapshot {} written to {}", p.number, path.display());
-                self.snapshots.push(path);
+                self.snapshots.push(path.clone());
             }
             Err(e) => {
                 let _ = writeln!(self.err, "gpushim: cannot write snapshot {}: {e:#}", p.number);
             }
         }
+        if label.is_some() {
+            self.answer(p.number, written.as_ref().map_err(|e| format!("{e:#}")));
+        }
+    }
+
+    /// The file name (without `.json`) of snapshot `n`: `gpushim-PID-snapshot-N`, and
+    /// `-LABEL` after it for a labelled API snapshot.
+    fn snapshot_stem(&self, n: u32) -> String {
+        match self.labels.get(&n).filter(|l| !l.is_empty()) {
+            Some(l) => format!("gpushim-{}-snapshot-{n}-{l}", self.hello.pid),
+            None => format!("gpushim-{}-snapshot-{n}", self.hello.pid),
+        }
+    }
+
+    /// Tells the shim that API snapshot `n` is written (one line, `snapshot N PATH`) or why
+    /// not (`snapshot N !WHY`). A path holding a newline cannot be said on one line: its
+    /// snapshot is answered as not written. Errors are ignored: the program may be gone.
+    fn answer(&mut self, n: u32, written: Result<&PathBuf, String>) {
+        use std::os::unix::ffi::OsStrExt;
+        let mut line = format!("snapshot {n} ").into_bytes();
+        match written {
+            Ok(p) if !p.as_os_str().as_bytes().contains(&b'\n') => line.extend_from_slice(p.as_os_str().as_bytes()),
+            Ok(_) => line.extend_from_slice(b"!the snapshot's path holds a newline"),
+            Err(e) => {
+                line.push(b'!');
+                line.extend(e.bytes().map(|b| if b == b'\n' { b' ' } else { b }));
+            }
+        }
+        line.push(b'\n');
+        let _ = self.answers.write_all(&line).and_then(|()| self.answers.flush());
     }
 }
 
@@ -217,6 +254,21 @@ fn write_json<T: serde::Serialize>(doc: &T, dir: &Path, stem: &str, err: &mut dy
 /// a report for), or no directory would take the final report. A break after the Hello event
 /// is not an error: it is returned in [`Outcome::broken`] after the report is written.
 pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<Outcome> {
+    collect_answering(input, opts, err, &mut std::io::sink())
+}
+
+/// As [`collect`], answering each snapshot asked for through the shim's C API (the wire
+/// event `ApiSnapshot`) on `answers` once its file is written: one line, `snapshot N PATH`, or
+/// `snapshot N !WHY` when it could not be written.
+///
+/// # Errors
+/// Those of [`collect`].
+pub fn collect_answering(
+    input: impl Read,
+    opts: &Options,
+    err: &mut dyn Write,
+    answers: &mut dyn Write,
+) -> Result<Outcome> {
     let mut input = BufReader::with_capacity(1 << 16, input);
     if input.fill_buf().context("reading the event stream")?.is_empty() {
         // The target exited (or the shim gave up) before saying anything: nothing to report.
@@ -252,6 +304,8 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         lost: 0,
         exit_holders: None,
         walks: 0,
+        labels: HashMap::new(),
+        answers,
         err,
     };
     let mut tracker = Tracker::new();
@@ -278,6 +332,12 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             Event::GraphExecDestroy(d) => tracker.push(Op::GraphExecDestroy(d), &mut sink),
             Event::GraphMemTrim(t) => tracker.push(Op::GraphMemTrim(t), &mut sink),
             Event::Snapshot(s) => tracker.request_snapshot(s.boundary, s.ts_ns, &mut sink),
+            Event::ApiSnapshot(s) => {
+                // Labelled before the request: the snapshot may be written at once.
+                let n = tracker.requested() + 1;
+                sink.labels.insert(n, sanitize_label(&s.label));
+                tracker.request_snapshot(s.boundary, s.ts_ns, &mut sink);
+            }
             Event::Exit(x) => exit_ts = Some(x.ts_ns),
             Event::Module(m) => sink.sym.add_module(m),
             Event::Stack(s) => {
@@ -357,6 +417,20 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
     }
     let _ = text::summary(&report, &path, sink.err);
     Ok(Outcome { report: Some(path), snapshots: sink.snapshots, ooms: sink.ooms, broken })
+}
+
+/// A label as it may appear in a file name: the shim sends it reduced to `[A-Za-z0-9._-]`, at
+/// most 64 characters, no leading dot; a stream from elsewhere is reduced the same way here.
+pub fn sanitize_label(raw: &str) -> String {
+    let mut out: String = raw
+        .chars()
+        .take(64)
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .collect();
+    if out.starts_with('.') {
+        out.replace_range(..1, "_");
+    }
+    out
 }
 
 /// Where the target wants reports: Hello's output directory, relative to its working

@@ -1,0 +1,137 @@
+//! The Python API (`python/gpushim`): `gpushim.snapshot(label)`, `is_tracing()`,
+//! `report_path()` in a CPython program that allocates through the runtime stand-in with
+//! ctypes, under the shim and without it; and the pytest plugin and the Jupyter magic in real
+//! pytest and ipykernel processes (those need the test virtual environment that
+//! scripts/test.sh makes, `target/py-tools`, or `GPUSHIM_TEST_VENV`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::python::python3;
+use crate::util::*;
+
+/// The repository's Python package directory (`python/`), for `PYTHONPATH`.
+pub(crate) fn package_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("python")
+}
+
+/// The API scenario: 1 MiB, a labelled snapshot from the main thread, 2 MiB more, an
+/// unlabelled snapshot from another thread; each result printed on its own line.
+const SCRIPT: &str = r#"import ctypes
+import sys
+import threading
+
+import gpushim
+
+cudart = ctypes.CDLL(sys.argv[1])
+keep = []
+
+
+def alloc(n):
+    p = ctypes.c_void_p()
+    rc = cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n))  # @malloc
+    if rc != 0:
+        raise SystemExit(f"cudaMalloc returned {rc}")
+    keep.append(p.value)
+
+
+print("tracing", gpushim.is_tracing(), flush=True)
+print("report", gpushim.report_path(), flush=True)
+alloc(1 << 20)
+first = gpushim.snapshot("after one/MiB", timeout=20)
+print("first", first, flush=True)
+alloc(2 << 20)
+got = []
+t = threading.Thread(target=lambda: got.append(gpushim.snapshot(timeout=20)))
+t.start()
+t.join()
+print("second", got[0], flush=True)
+# The first snapshot's heap walk runs on this (the main) thread once snapshot() returned.
+print("holders", gpushim.holders_path(first, timeout=20), flush=True)
+"#;
+
+/// The value printed after `key ` on its own line of `stdout`.
+fn printed<'a>(stdout: &'a str, key: &str, run: &Outcome) -> &'a str {
+    let prefix = format!("{key} ");
+    stdout.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no line `{key} …`{run}"))
+}
+
+/// Writes the scenario into the target's directory and runs it with the package importable.
+fn run_api(t: Target) -> Outcome {
+    let script = t.dir.path().join("api.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let cudart = standin("libcudart.so.13");
+    t.args(&[script.to_str().unwrap(), cudart.to_str().unwrap()])
+        .env("PYTHONPATH", package_dir().display())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .run()
+}
+
+/// From the main thread and from another thread, `snapshot()` returns the path of a file that
+/// holds exactly the memory live at the call (1 MiB, then 3 MiB), with the label in the report
+/// and (sanitized) in the file name; the heap walk of the main-thread snapshot completes after
+/// the call returned (no deadlock); `report_path()` names the final report.
+#[test]
+fn snapshot_from_python_writes_a_labelled_file() {
+    let run = run_api(Target::new(python3(), "pyapi_snapshot"));
+    run.success();
+    let dir = run.dir.path();
+    assert_eq!(printed(&run.stdout, "tracing", &run), "True", "{run}");
+    let pid = run.report()["pid"].as_u64().unwrap();
+    assert_eq!(printed(&run.stdout, "report", &run), dir.join(format!("gpushim-{pid}.json")).to_str().unwrap());
+
+    let first = PathBuf::from(printed(&run.stdout, "first", &run));
+    assert_eq!(first, dir.join(format!("gpushim-{pid}-snapshot-1-after_one_MiB.json")), "{run}");
+    let r1: Value = read_json(&first, &run);
+    assert_eq!((r1["reason"].as_str(), r1["snapshot"].as_u64()), (Some("snapshot"), Some(1)), "{run}");
+    assert_eq!(r1["label"], "after_one_MiB", "{run}");
+    assert_eq!((total(&r1, "live_bytes"), total(&r1, "live_count")), (1 << 20, 1), "{run}");
+
+    let second = PathBuf::from(printed(&run.stdout, "second", &run));
+    assert_eq!(second, dir.join(format!("gpushim-{pid}-snapshot-2.json")), "{run}");
+    let r2: Value = read_json(&second, &run);
+    assert!(r2.get("label").is_none(), "no label, no field{run}");
+    assert_eq!((total(&r2, "live_bytes"), total(&r2, "live_count")), (3 << 20, 2), "{run}");
+
+    let holders = printed(&run.stdout, "holders", &run);
+    assert_eq!(holders, dir.join(format!("gpushim-{pid}-snapshot-1-after_one_MiB.holders.json")).to_str().unwrap());
+}
+
+/// Without the shim: nothing raises, `is_tracing()` is False, `snapshot()` and `report_path()`
+/// are None, and one line on stderr says that tracing is off.
+#[test]
+fn without_the_shim_the_api_says_tracing_is_off() {
+    let run = run_api(Target::new(python3(), "pyapi_off").preload(None));
+    run.success();
+    assert_eq!(printed(&run.stdout, "tracing", &run), "False", "{run}");
+    assert_eq!(printed(&run.stdout, "report", &run), "None", "{run}");
+    assert_eq!(printed(&run.stdout, "first", &run), "None", "{run}");
+    assert_eq!(printed(&run.stdout, "second", &run), "None", "{run}");
+    let off: Vec<&str> = run.stderr.lines().filter(|l| l.contains("tracing is off")).collect();
+    assert_eq!(off.len(), 1, "said once{run}");
+    assert_eq!(names_in(run.dir.path()), ["api.py"], "no report without the shim{run}");
+}
+
+/// The Python of the test virtual environment (pytest, ipykernel, jupyter_client):
+/// `GPUSHIM_TEST_VENV`, else `target/py-tools` (made by scripts/test.sh).
+pub(crate) fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("GPUSHIM_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bin_dir().parent().expect("target/<profile>").join("py-tools"));
+    let py = venv.join("bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run scripts/test.sh once (it makes the test virtual environment with pytest, \
+         ipykernel and jupyter_client), or set GPUSHIM_TEST_VENV",
+        py.display()
+    );
+    py
+}
+
+/// `sys.executable`-style check that `python` can import `modules`.
+pub(crate) fn assert_imports(python: &Path, modules: &str) {
+    let ok = Command::new(python).args(["-c", &format!("import {modules}")]).status().map(|s| s.success());
+    assert_eq!(ok.ok(), Some(true), "{} cannot import {modules}: re-run scripts/test.sh", python.display());
+}
