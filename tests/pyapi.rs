@@ -135,3 +135,94 @@ pub(crate) fn assert_imports(python: &Path, modules: &str) {
     let ok = Command::new(python).args(["-c", &format!("import {modules}")]).status().map(|s| s.success());
     assert_eq!(ok.ok(), Some(true), "{} cannot import {modules}: re-run scripts/test.sh", python.display());
 }
+
+/// The pytest test file: one test leaks 32 MiB under a 16 MiB limit, one frees what it
+/// allocated, one leaks 1 MiB with no limit.
+const PYTEST_FILE: &str = r#"import ctypes
+import os
+
+import pytest
+
+cudart = ctypes.CDLL(os.environ["CUDART"])
+kept = []
+
+
+def malloc(n):
+    p = ctypes.c_void_p()
+    assert cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+    return p
+
+
+@pytest.mark.gpushim_limit_leaks("16 MiB")
+def test_leaks():
+    kept.append(malloc(32 << 20))  # @leak
+
+
+@pytest.mark.gpushim_limit_leaks("16 MiB")
+def test_clean():
+    p = malloc(64 << 20)
+    assert cudart.cudaFree(p) == 0
+
+
+def test_small_leak():
+    kept.append(malloc(1 << 20))  # @small
+"#;
+
+/// The 1-based line of `marker` in `text`.
+fn line_in(text: &str, marker: &str) -> usize {
+    text.lines().position(|l| l.contains(marker)).unwrap_or_else(|| panic!("no {marker}")) + 1
+}
+
+/// A real pytest run with the plugin under the shim on the stand-ins: the test over its
+/// limit fails naming its bytes and line, the clean one passes, and the summary table has
+/// the two leaking tests with their exact bytes.
+#[test]
+fn pytest_plugin_fails_the_test_over_its_limit() {
+    let py = venv_python();
+    assert_imports(&py, "pytest");
+    let t = Target::new(&py, "pyapi_pytest");
+    let file = t.dir.path().join("test_leaks.py");
+    std::fs::write(&file, PYTEST_FILE).unwrap();
+    let run = t
+        .args(&["-m", "pytest", "-p", "gpushim.pytest_plugin", "--gpushim", "-p", "no:cacheprovider", "-q"])
+        .args(&[file.to_str().unwrap()])
+        .env("CUDART", standin("libcudart.so.13").display())
+        .env("PYTHONPATH", package_dir().display())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .run();
+    assert_eq!(run.status.code(), Some(1), "pytest fails: one test over its limit{run}");
+    assert!(run.stdout.contains("1 failed, 2 passed"), "{run}");
+    assert!(run.stdout.lines().any(|l| l.starts_with("FAILED ") && l.ends_with("test_leaks.py::test_leaks")), "{run}");
+    let leak_line = line_in(PYTEST_FILE, "# @leak");
+    let msg = format!(
+        "gpushim: the test left 32.0 MiB (33554432 bytes, 1 allocations) of CUDA memory live, more than its limit \
+         of 16.0 MiB, most at {}:{leak_line} (test_leaks)",
+        file.display()
+    );
+    assert!(run.stdout.contains(&msg), "wanted {msg}{run}");
+    let table: Vec<&str> = run.stdout.lines().skip_while(|l| !l.contains("CUDA memory left live per test")).collect();
+    let rows: Vec<&&str> = table.iter().filter(|l| l.starts_with(' ') && l.contains("::test_")).collect();
+    assert_eq!(rows.len(), 2, "two tests left memory live{run}");
+    assert!(rows[0].contains(" 33554432 ") && rows[0].contains("test_leaks.py::test_leaks "), "{run}");
+    let small = format!("test_leaks.py:{} (test_small_leak)", line_in(PYTEST_FILE, "# @small"));
+    assert!(rows[1].contains(" 1048576 ") && rows[1].contains("::test_small_leak ") && rows[1].contains(&small), "{run}");
+}
+
+/// Without the shim the plugin measures nothing and says why; every test passes.
+#[test]
+fn pytest_plugin_without_the_shim_says_tracing_is_off() {
+    let py = venv_python();
+    assert_imports(&py, "pytest");
+    let t = Target::new(&py, "pyapi_pytest_off").preload(None);
+    let file = t.dir.path().join("test_leaks.py");
+    std::fs::write(&file, PYTEST_FILE).unwrap();
+    let run = t
+        .args(&["-m", "pytest", "-p", "gpushim.pytest_plugin", "--gpushim", "-p", "no:cacheprovider", "-q"])
+        .args(&[file.to_str().unwrap()])
+        .env("CUDART", standin("libcudart.so.13").display())
+        .env("PYTHONPATH", package_dir().display())
+        .run();
+    assert_eq!(run.status.code(), Some(0), "{run}");
+    assert!(run.stdout.contains("3 passed"), "{run}");
+    assert!(run.stdout.contains("tracing is off: run pytest under gpushim"), "{run}");
+}

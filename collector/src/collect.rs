@@ -98,7 +98,11 @@ impl Sink<'_> {
         };
         match write_json(&holders, &self.out_dir, &stem, self.err) {
             Ok(path) => {
-                let _ = writeln!(self.err, "gpushim: {}; holders written to {}", holders.walk.message, path.display());
+                // Said for snapshots by signal; an API snapshot's caller finds it beside its file.
+                if h.reason != WalkReason::Snapshot || !self.labels.contains_key(&h.number) {
+                    let _ =
+                        writeln!(self.err, "gpushim: {}; holders written to {}", holders.walk.message, path.display());
+                }
             }
             Err(e) => {
                 let _ = writeln!(self.err, "gpushim: cannot write {stem}.json: {e:#}");
@@ -188,7 +192,10 @@ impl Sink<'_> {
         let written = write_report(&report, &self.out_dir, &stem, self.err);
         match &written {
             Ok(path) => {
-                let _ = writeln!(self.err, "gpushim: snapshot {} written to {}", p.number, path.display());
+                // An API snapshot's caller gets the path back: no line for it.
+                if label.is_none() {
+                    let _ = writeln!(self.err, "gpushim: snapshot {} written to {}", p.number, path.display());
+                }
                 self.snapshots.push(path.clone());
             }
             Err(e) => {
