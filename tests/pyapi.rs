@@ -226,3 +226,114 @@ fn pytest_plugin_without_the_shim_says_tracing_is_off() {
     assert!(run.stdout.contains("3 passed"), "{run}");
     assert!(run.stdout.contains("tracing is off: run pytest under gpushim"), "{run}");
 }
+
+/// Runs cells in a Jupyter kernel found by name (argv[1]) through `JUPYTER_PATH`, and prints
+/// each cell's status and output after a `=== cell N STATUS` line.
+const KERNEL_DRIVER: &str = r#"import sys
+
+from jupyter_client.manager import start_new_kernel
+
+LEAK = "p = ctypes.c_void_p()\nassert cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(8 << 20)) == 0\nkept.append(p)"
+CELLS = [
+    "%load_ext gpushim",
+    "import ctypes, os\ncudart = ctypes.CDLL(os.environ['CUDART'])\nkept = []",
+    LEAK,
+    LEAK,
+    "%gpushim diff",
+    "%gpushim diff cell2",
+    "%gpushim snapshot mine",
+    "%gpushim report",
+    "import gpushim\nprint('tracing', gpushim.is_tracing())",
+]
+
+km, kc = start_new_kernel(kernel_name=sys.argv[1], startup_timeout=120)
+try:
+    for i, code in enumerate(CELLS):
+        out = []
+
+        def hook(msg, out=out):
+            c = msg["content"]
+            if msg["msg_type"] == "stream":
+                out.append(c["text"])
+            elif msg["msg_type"] == "error":
+                out.append(f"ERROR {c['ename']}: {c['evalue']}\n")
+
+        reply = kc.execute_interactive(code, timeout=120, output_hook=hook)
+        print(f"=== cell {i} {reply['content']['status']}")
+        print("".join(out), end="")
+    print("=== end")
+finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+"#;
+
+/// The output of cell `n` in the driver's stdout, after checking that it ran without error.
+fn cell_output<'a>(stdout: &'a str, n: usize, run: &Outcome) -> &'a str {
+    let head = format!("=== cell {n} ok\n");
+    let start = stdout.find(&head).unwrap_or_else(|| panic!("cell {n} did not run ok{run}")) + head.len();
+    let end = stdout[start..].find("=== ").map_or(stdout.len(), |e| start + e);
+    &stdout[start..end]
+}
+
+/// `gpushim kernel install` writes a kernel spec that preloads the shim; a real ipykernel
+/// started from it by jupyter_client runs a cell that leaks 8 MiB twice; `%gpushim diff` shows
+/// what the last cell left alive (8 MiB, one new site at the cell's line 2), `%gpushim diff
+/// cell2` what was left since (16 MiB), `%gpushim snapshot LABEL` and `%gpushim report` work.
+#[test]
+fn jupyter_kernel_diff_names_the_leaking_cell_line() {
+    let py = venv_python();
+    assert_imports(&py, "ipykernel, jupyter_client");
+    let t = Target::new(&py, "pyapi_jupyter").preload(None);
+    let dir = t.dir.path().to_path_buf();
+    let prefix = dir.join("prefix");
+    let install = Command::new(collector())
+        .args(["kernel", "install", "--name", "gpushim-test", "--prefix"])
+        .arg(&prefix)
+        .arg("--python")
+        .arg(&py)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&install.stdout);
+    assert!(install.status.success(), "{said}{}", String::from_utf8_lossy(&install.stderr));
+    let spec_dir = prefix.join("share/jupyter/kernels/gpushim-test");
+    assert_eq!(said.trim(), format!("Installed kernel spec gpushim-test in {}", spec_dir.display()));
+    let spec: Value = serde_json::from_slice(&std::fs::read(spec_dir.join("kernel.json")).unwrap()).unwrap();
+    assert_eq!(spec["env"]["LD_PRELOAD"], shim().to_str().unwrap(), "{spec:#}");
+    assert_eq!(spec["argv"][0], py.to_str().unwrap(), "{spec:#}");
+
+    let driver = dir.join("driver.py");
+    std::fs::write(&driver, KERNEL_DRIVER).unwrap();
+    let run = t
+        .args(&[driver.to_str().unwrap(), "gpushim-test"])
+        .env("JUPYTER_PATH", prefix.join("share/jupyter").display())
+        .env("JUPYTER_RUNTIME_DIR", dir.join("runtime").display())
+        .env("IPYTHONDIR", dir.join("ipython").display())
+        .env("CUDART", standin("libcudart.so.13").display())
+        .env("PYTHONPATH", package_dir().display())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .run();
+    run.success();
+    assert!(run.stdout.contains("=== end"), "{run}");
+
+    // What the last cell (the second run of LEAK) left alive: one new site at its line 2.
+    let diff = cell_output(&run.stdout, 4, &run);
+    assert!(diff.contains("sites: 1 new (+8.0 MiB), 0 vanished (0 B), 0 grown, 0 shrunk, 1 unchanged"), "{diff}{run}");
+    assert!(diff.contains("live         8.0 MiB -> 16.0 MiB (+8.0 MiB) in 1 -> 2 allocations"), "{diff}{run}");
+    let growth: Vec<&str> = diff.lines().filter(|l| l.trim_start().starts_with("+8.0 MiB")).collect();
+    assert_eq!(growth.len(), 1, "{diff}{run}");
+    let cell_frame = growth[0].split(": ").nth(1).unwrap_or_default();
+    assert!(
+        cell_frame.starts_with("<module> (ipykernel_") && cell_frame.contains(".py:2)"),
+        "the site is the cell's line 2: {}{run}",
+        growth[0]
+    );
+    // Since the snapshot after cell 2 (before either leak): both.
+    let since = cell_output(&run.stdout, 5, &run);
+    assert!(since.contains("live         0 B -> 16.0 MiB (+16.0 MiB) in 0 -> 2 allocations"), "{since}{run}");
+    let mine = PathBuf::from(cell_output(&run.stdout, 6, &run).trim());
+    assert!(mine.to_str().unwrap().ends_with("-mine.json") && mine.starts_with(&dir), "{run}");
+    assert_eq!(total(&read_json(&mine, &run), "live_bytes"), 16 << 20, "{run}");
+    let report = cell_output(&run.stdout, 7, &run);
+    assert!(report.contains("live: 16.0 MiB in 2 allocations"), "{report}{run}");
+    assert_eq!(cell_output(&run.stdout, 8, &run).trim(), "tracing True", "{run}");
+}

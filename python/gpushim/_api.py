@@ -19,6 +19,7 @@ later; ``holders_path(path, timeout)`` waits for it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -47,10 +48,9 @@ def _say(key: str, line: str) -> None:
     if key in _said:
         return
     _said.add(key)
-    try:
+    # A closed or broken stderr: nothing else to do.
+    with contextlib.suppress(Exception):
         print(f"gpushim: {line}", file=sys.stderr, flush=True)
-    except Exception:  # a closed or broken stderr: nothing else to do
-        pass
 
 
 def _library() -> ctypes.CDLL | None:
