@@ -337,3 +337,57 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     assert!(report.contains("live: 16.0 MiB in 2 allocations"), "{report}{run}");
     assert_eq!(cell_output(&run.stdout, 8, &run).trim(), "tracing True", "{run}");
 }
+
+/// A snapshot whose answer never comes, and one with recording off.
+const NO_ANSWER: &str = r#"import sys
+import time
+
+import gpushim
+
+t = time.monotonic()
+print("snap", gpushim.snapshot("x", timeout=float(sys.argv[1])), flush=True)
+print("waited", round(time.monotonic() - t, 1), flush=True)
+print("tracing", gpushim.is_tracing(), flush=True)
+"#;
+
+/// A collector that reads the stream and never answers: `snapshot(timeout=0.5)` returns None
+/// after about half a second, saying why, and the program goes on.
+#[test]
+fn snapshot_wait_is_bounded_by_its_timeout() {
+    let t = Target::new(python3(), "pyapi_timeout");
+    let fake = script(t.dir.path(), "silent-collector", "#!/bin/sh\nexec cat >/dev/null\n");
+    let prog = t.dir.path().join("noanswer.py");
+    std::fs::write(&prog, NO_ANSWER).unwrap();
+    let run = t
+        .args(&[prog.to_str().unwrap(), "0.5"])
+        .env("GPUSHIM_COLLECTOR", fake.display())
+        .env("GPUSHIM_EXIT_TIMEOUT", "2")
+        .env("PYTHONPATH", package_dir().display())
+        .run();
+    run.success();
+    assert_eq!(printed(&run.stdout, "snap", &run), "None", "{run}");
+    let waited: f64 = printed(&run.stdout, "waited", &run).parse().unwrap();
+    assert!((0.5..3.0).contains(&waited), "waited {waited} s for a 0.5 s timeout{run}");
+    assert!(run.stderr.contains("gpushim: snapshot not written: the collector did not confirm the snapshot in time"), "{run}");
+}
+
+/// A collector that cannot be started: recording is off, `snapshot()` says so and returns
+/// None at once, `is_tracing()` turns False.
+#[test]
+fn snapshot_without_a_collector_says_recording_is_off() {
+    let t = Target::new(python3(), "pyapi_nocollector");
+    let prog = t.dir.path().join("noanswer.py");
+    std::fs::write(&prog, NO_ANSWER).unwrap();
+    let run = t
+        .args(&[prog.to_str().unwrap(), "20"])
+        .env("GPUSHIM_COLLECTOR", "/nonexistent/gpushim")
+        .env("PYTHONPATH", package_dir().display())
+        .run();
+    run.success();
+    assert_eq!(printed(&run.stdout, "snap", &run), "None", "{run}");
+    let waited: f64 = printed(&run.stdout, "waited", &run).parse().unwrap();
+    assert!(waited < 5.0, "waited {waited} s{run}");
+    assert_eq!(printed(&run.stdout, "tracing", &run), "False", "{run}");
+    assert!(run.stderr.contains("gpushim: snapshot not written: recording is off"), "{run}");
+}
+

@@ -509,6 +509,40 @@ mod tests {
         stream_of(&events(dir, exit))
     }
 
+    /// An API snapshot (labelled, and one unlabelled) is written with its label in the report
+    /// and the file name, answered on the answers stream with its path, in the order written,
+    /// and not said on stderr; a label from elsewhere is reduced to file-name characters.
+    #[test]
+    fn api_snapshots_are_labelled_and_answered() {
+        use gpushim_wire::ApiSnapshot;
+        let d = TempDir::new("collect-api");
+        let ev = vec![
+            hello(&d.0),
+            alloc(0, MS, 0x7000_0000, 1 << 20, NO_STACK),
+            // Answered only once seq 1 has arrived.
+            Event::ApiSnapshot(ApiSnapshot { boundary: 2, ts_ns: 2 * MS, label: "../after one".into() }),
+            alloc(1, 2 * MS, 0x7100_0000, 2 << 20, NO_STACK),
+            Event::ApiSnapshot(ApiSnapshot { boundary: 2, ts_ns: 3 * MS, label: String::new() }),
+            Event::Snapshot(Snapshot { boundary: 2, ts_ns: 4 * MS }),
+            Event::Exit(Exit { ts_ns: 5 * MS }),
+        ];
+        let (mut err, mut answers) = (Vec::new(), Vec::new());
+        let out = collect_answering(&stream_of(&ev)[..], &Options::default(), &mut err, &mut answers).unwrap();
+        let first = d.0.join("gpushim-4242-snapshot-1-_._after_one.json");
+        let second = d.0.join("gpushim-4242-snapshot-2.json");
+        let third = d.0.join("gpushim-4242-snapshot-3.json");
+        assert_eq!(out.snapshots, vec![first.clone(), second.clone(), third.clone()]);
+        let want = format!("snapshot 1 {}\nsnapshot 2 {}\n", first.display(), second.display());
+        assert_eq!(String::from_utf8(answers).unwrap(), want);
+        let r = Report::read(&first).unwrap();
+        assert_eq!((r.snapshot, r.label.as_deref()), (Some(1), Some("_._after_one")));
+        assert_eq!(r.totals.live_bytes, 3 << 20);
+        assert_eq!(Report::read(&second).unwrap().label, None);
+        let err = String::from_utf8(err).unwrap();
+        assert!(!err.contains("snapshot 1 written") && !err.contains("snapshot 2 written"), "{err}");
+        assert!(err.contains("snapshot 3 written"), "{err}");
+    }
+
     #[test]
     fn end_to_end_with_snapshot() {
         let d = TempDir::new("collect");

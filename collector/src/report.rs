@@ -628,6 +628,7 @@ mod tests {
             cwd: "/".into(),
             reason: Reason::Snapshot,
             snapshot: Some(2),
+            label: None,
             start_unix_ns: 5,
             duration_s: 0.5,
             shim_version: "0.1.0".into(),
