@@ -192,7 +192,7 @@ fn pytest_plugin_fails_the_test_over_its_limit() {
         .run();
     assert_eq!(run.status.code(), Some(1), "pytest fails: one test over its limit{run}");
     assert!(run.stdout.contains("1 failed, 2 passed"), "{run}");
-    assert!(run.stdout.lines().any(|l| l.starts_with("FAILED ") && l.ends_with("test_leaks.py::test_leaks")), "{run}");
+    assert!(run.stdout.lines().any(|l| l.starts_with("FAILED ") && l.contains("test_leaks.py::test_leaks")), "{run}");
     let leak_line = line_in(PYTEST_FILE, "# @leak");
     let msg = format!(
         "gpushim: the test left 32.0 MiB (33554432 bytes, 1 allocations) of CUDA memory live, more than its limit \
@@ -319,7 +319,7 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     let diff = cell_output(&run.stdout, 4, &run);
     assert!(diff.contains("sites: 1 new (+8.0 MiB), 0 vanished (0 B), 0 grown, 0 shrunk, 1 unchanged"), "{diff}{run}");
     assert!(diff.contains("live         8.0 MiB -> 16.0 MiB (+8.0 MiB) in 1 -> 2 allocations"), "{diff}{run}");
-    let growth: Vec<&str> = diff.lines().filter(|l| l.trim_start().starts_with("+8.0 MiB")).collect();
+    let growth: Vec<&str> = diff.lines().filter(|l| l.trim_start().starts_with("+8.0 MiB  live")).collect();
     assert_eq!(growth.len(), 1, "{diff}{run}");
     let cell_frame = growth[0].split(": ").nth(1).unwrap_or_default();
     assert!(
@@ -327,6 +327,8 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
         "the site is the cell's line 2: {}{run}",
         growth[0]
     );
+    // The notebook's own numbering: the leaking cell is In [4] (the second run), line 2.
+    assert!(diff.ends_with("left alive by notebook cells:\n  +8.0 MiB at In [4] line 2\n"), "{diff}{run}");
     // Since the snapshot after cell 2 (before either leak): both.
     let since = cell_output(&run.stdout, 5, &run);
     assert!(since.contains("live         0 B -> 16.0 MiB (+16.0 MiB) in 0 -> 2 allocations"), "{since}{run}");

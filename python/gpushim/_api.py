@@ -173,3 +173,11 @@ def holders_path(snapshot_path: str, timeout: float = 2.0) -> str | None:
             time.sleep(0.02)
     except Exception:
         return None
+
+
+def fmt_bytes(n: int) -> str:
+    """``n`` bytes for a person: B, KiB, MiB or GiB (as the collector writes sizes)."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"

@@ -10,7 +10,8 @@ runs). Without it the magic says that tracing is off.
   kernel's working directory).
 - ``%gpushim snapshot [LABEL]``: a snapshot now; prints its path.
 - ``%gpushim diff``: what the last cell left alive (``gpushim diff`` of the snapshots before and
-  after it); ``%gpushim diff LABEL``: what was left alive since the snapshot ``LABEL`` (one taken
+  after it, then each grown site's line in a notebook cell: ``+8.0 MiB at In [4] line 2``);
+  ``%gpushim diff LABEL``: what was left alive since the snapshot ``LABEL`` (one taken
   with ``%gpushim snapshot LABEL``, or ``cellN``). When the heap walk's files exist (CPython,
   ``GPUSHIM_HEAP_WALK`` not 0) the diff also lists the holders that grew, with their retention
   paths; the magic waits up to 5 s for them (the walk runs after each snapshot call returns).
@@ -19,6 +20,7 @@ runs). Without it the magic says that tracing is off.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -54,6 +56,7 @@ class _Session:
 
 
 _session: _Session | None = None
+_ipython = None
 
 
 def _collector() -> str | None:
@@ -74,6 +77,42 @@ def _gpushim(*args: str) -> str:
     except (OSError, subprocess.SubprocessError) as e:
         return f"gpushim: cannot run {exe}: {e}"
     return out.stdout + out.stderr
+
+
+def _cell_lines(ipython, old: str, new: str) -> list[str]:
+    """For each site that grew from ``old`` to ``new`` (``gpushim diff --format json``), the
+    innermost frame in a notebook cell: ``+8.0 MiB at In [4] line 2``. IPython compiles each
+    cell under a file name of its own (ipykernel: ``/tmp/ipykernel_PID/HASH.py``) and maps it
+    to the cell's execution count (``compile._filename_map``; cells with the same source share
+    one file, which maps to the latest of them)."""
+    exe = _collector()
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run(
+            [exe, "diff", "--format", "json", "--top", "1000", old, new],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        sites = json.loads(out.stdout).get("sites", [])
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    cells = getattr(getattr(ipython, "compile", None), "_filename_map", None) or {}
+    lines = []
+    for s in sites:
+        grown = s.get("growth_bytes", 0)
+        if grown <= 0:
+            continue
+        for f in s.get("frames", []):
+            file = f.get("file") or ""
+            if f.get("python") and (file in cells or "/ipykernel_" in file):
+                n = cells.get(file)
+                where = f"In [{n}] line {f.get('line')}" if n is not None else f"{file} line {f.get('line')}"
+                lines.append(f"  +{_api.fmt_bytes(grown)} at {where}")
+                break
+    return lines
 
 
 def _wait_holders(*paths: str) -> None:
@@ -138,6 +177,10 @@ def gpushim_magic(line: str) -> None:
             old, new = _session.snaps[-2][1], _session.snaps[-1][1]
         _wait_holders(old, new)
         print(_gpushim("diff", old, new))
+        cells = _cell_lines(_ipython, old, new)
+        if cells:
+            print("left alive by notebook cells:")
+            print("\n".join(cells))
     elif cmd == "report" and not rest:
         path = _session.take("report")
         if path is None:
@@ -151,7 +194,8 @@ def gpushim_magic(line: str) -> None:
 
 def load(ipython) -> None:
     """Registers the magic and the snapshot after each cell, and takes the first snapshot."""
-    global _session
+    global _session, _ipython
+    _ipython = ipython
     ipython.register_magic_function(gpushim_magic, magic_kind="line", magic_name="gpushim")
     if not _api.is_tracing():
         print(

@@ -24,6 +24,7 @@ import re
 import pytest
 
 from gpushim import _api
+from gpushim._api import fmt_bytes
 
 _UNITS = {
     "": 1,
@@ -45,14 +46,6 @@ def parse_size(text: str | int) -> int:
     if not m or m.group(2).upper() not in _UNITS:
         raise ValueError(f"{text!r} is not a size (like 16 MiB)")
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-
-
-def fmt_bytes(n: int) -> str:
-    """``n`` bytes for a person: B, KiB, MiB or GiB."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def _read(path: str) -> dict | None:
