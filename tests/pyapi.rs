@@ -233,10 +233,15 @@ const KERNEL_DRIVER: &str = r#"import sys
 
 from jupyter_client.manager import start_new_kernel
 
-LEAK = "p = ctypes.c_void_p()\nassert cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(8 << 20)) == 0\nkept.append(p)"
+LEAK = "p = ctypes.c_void_p()\nassert cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(8 << 20)) == 0\nkept.append(Buf(p.value))"
+# A buffer object the heap walk recognizes (`__cuda_array_interface__`, as CuPy's and Numba's).
+BUF = """class Buf:
+    def __init__(self, ptr):
+        self.__cuda_array_interface__ = {"shape": (8 << 20,), "typestr": "|u1", "data": (ptr, False), "version": 3}
+"""
 CELLS = [
     "%load_ext gpushim",
-    "import ctypes, os\ncudart = ctypes.CDLL(os.environ['CUDART'])\nkept = []",
+    "import ctypes, os\ncudart = ctypes.CDLL(os.environ['CUDART'])\nkept = []\n" + BUF,
     LEAK,
     LEAK,
     "%gpushim diff",
@@ -277,8 +282,9 @@ fn cell_output<'a>(stdout: &'a str, n: usize, run: &Outcome) -> &'a str {
 
 /// `gpushim kernel install` writes a kernel spec that preloads the shim; a real ipykernel
 /// started from it by jupyter_client runs a cell that leaks 8 MiB twice; `%gpushim diff` shows
-/// what the last cell left alive (8 MiB, one new site at the cell's line 2), `%gpushim diff
-/// cell2` what was left since (16 MiB), `%gpushim snapshot LABEL` and `%gpushim report` work.
+/// what the last cell left alive (8 MiB, one new site at the cell's line 2, `In [4] line 2`,
+/// and the holder that grew: the list `kept`), `%gpushim diff cell2` what was left since
+/// (16 MiB), `%gpushim snapshot LABEL` and `%gpushim report` work.
 #[test]
 fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     let py = venv_python();
@@ -326,6 +332,12 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
         cell_frame.starts_with("<module> (ipykernel_") && cell_frame.contains(".py:2)"),
         "the site is the cell's line 2: {}{run}",
         growth[0]
+    );
+    // Who holds it: the heap walk's files exist, so the diff lists the holder that grew.
+    assert!(
+        diff.contains("holders that grew (who holds the memory, from the heap walks):\n")
+            && diff.contains("+8.0 MiB  8.0 MiB -> 16.0 MiB in 1 -> 2 objects: __main__ global 'kept' → list[*]\n"),
+        "{diff}{run}"
     );
     // The notebook's own numbering: the leaking cell is In [4] (the second run), line 2.
     assert!(diff.ends_with("left alive by notebook cells:\n  +8.0 MiB at In [4] line 2\n"), "{diff}{run}");
