@@ -205,7 +205,10 @@ fn pytest_plugin_fails_the_test_over_its_limit() {
     assert_eq!(rows.len(), 2, "two tests left memory live{run}");
     assert!(rows[0].contains(" 33554432 ") && rows[0].contains("test_leaks.py::test_leaks "), "{run}");
     let small = format!("test_leaks.py:{} (test_small_leak)", line_in(PYTEST_FILE, "# @small"));
-    assert!(rows[1].contains(" 1048576 ") && rows[1].contains("::test_small_leak ") && rows[1].contains(&small), "{run}");
+    assert!(
+        rows[1].contains(" 1048576 ") && rows[1].contains("::test_small_leak ") && rows[1].contains(&small),
+        "{run}"
+    );
 }
 
 /// Without the shim the plugin measures nothing and says why; every test passes.
@@ -382,7 +385,10 @@ fn snapshot_wait_is_bounded_by_its_timeout() {
     assert_eq!(printed(&run.stdout, "snap", &run), "None", "{run}");
     let waited: f64 = printed(&run.stdout, "waited", &run).parse().unwrap();
     assert!((0.5..3.0).contains(&waited), "waited {waited} s for a 0.5 s timeout{run}");
-    assert!(run.stderr.contains("gpushim: snapshot not written: the collector did not confirm the snapshot in time"), "{run}");
+    assert!(
+        run.stderr.contains("gpushim: snapshot not written: the collector did not confirm the snapshot in time"),
+        "{run}"
+    );
 }
 
 /// A collector that cannot be started: recording is off, `snapshot()` says so and returns
@@ -404,4 +410,3 @@ fn snapshot_without_a_collector_says_recording_is_off() {
     assert_eq!(printed(&run.stdout, "tracing", &run), "False", "{run}");
     assert!(run.stderr.contains("gpushim: snapshot not written: recording is off"), "{run}");
 }
-

@@ -47,8 +47,7 @@ pub struct Options {
 /// Exit code 2 for a bad name, a Python or `libgpushim.so` that cannot be found, or a
 /// directory that cannot be written (the message names it and the cause).
 pub fn install(opts: &Options) -> Result<ExitCode> {
-    if opts.name.is_empty() || !opts.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-    {
+    if opts.name.is_empty() || !opts.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
         return Err(coded(USAGE, format!("kernel name {:?}: use letters, digits, '.', '_' and '-' only", opts.name)));
     }
     let exe = env::current_exe().context("cannot find the path of the gpushim executable")?;
@@ -63,9 +62,8 @@ pub fn install(opts: &Options) -> Result<ExitCode> {
         return Err(coded(USAGE, format!("{}: no such file (--python)", python.display())));
     }
     let dir = data_dir(&opts.place)?.join("kernels").join(&opts.name);
-    fs::create_dir_all(&dir).map_err(|e| {
-        coded(USAGE, format!("cannot create {}: {}", dir.display(), crate::error::file_cause(&e)))
-    })?;
+    fs::create_dir_all(&dir)
+        .map_err(|e| coded(USAGE, format!("cannot create {}: {}", dir.display(), crate::error::file_cause(&e))))?;
     let spec = spec(&python, &lib, &exe, opts.display_name.as_deref().unwrap_or("Python 3 (gpushim)"));
     let file = dir.join("kernel.json");
     let mut text = serde_json::to_vec_pretty(&spec)?;
@@ -146,7 +144,10 @@ mod tests {
     #[test]
     fn spec_preloads_the_library_and_runs_ipykernel() {
         let s = spec(Path::new("/v/bin/python"), Path::new("/w/libgpushim.so"), Path::new("/w/gpushim"), "K");
-        assert_eq!(s["argv"], serde_json::json!(["/v/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]));
+        assert_eq!(
+            s["argv"],
+            serde_json::json!(["/v/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+        );
         assert_eq!(s["env"]["LD_PRELOAD"], "/w/libgpushim.so");
         assert_eq!(s["env"]["GPUSHIM_COLLECTOR"], "/w/gpushim");
         assert_eq!((s["display_name"].as_str(), s["language"].as_str()), (Some("K"), Some("python")));
