@@ -77,7 +77,7 @@ def _library() -> ctypes.CDLL | None:
 def _off() -> None:
     _say(
         "off",
-        "tracing is off: libgpushim.so is not loaded in this process "
+        "tracing is off: libgpushim.so (with the Python API's entry points) is not loaded in this process "
         "(start it with `gpushim run -- python ...`, or LD_PRELOAD=$(gpushim preload-path)); "
         "gpushim.snapshot() does nothing",
     )

@@ -14,7 +14,10 @@
 //! main thread is blocked here, so the walk can only start after this call returns (ctypes
 //! releases the GIL during the call, which lets other threads run, not the pending call). The
 //! snapshot file itself needs nothing from the main thread, so a call from the main thread
-//! never deadlocks; the holders file appears beside it shortly after the call returns.
+//! never deadlocks. The writer asks for the walk when the collector's answer arrives, just
+//! before it wakes the caller, so that the walk's wait (capped by `GPUSHIM_HEAP_WALK_MS`) does
+//! not include the time the collector took to write the file; the holders file appears beside
+//! the snapshot shortly after the call returns.
 //!
 //! Every entry catches panics, never blocks longer than its timeout (plus the start of the
 //! collector at the first event), and reports failure by its return value only.

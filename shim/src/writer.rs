@@ -248,10 +248,10 @@ impl Writer {
             self.push(&Event::FreePending(p));
         }
         self.snapshots_sent = self.snapshots_sent.saturating_add(1);
+        // Its heap walk is asked for when the answer comes (take_answers): a caller on the main
+        // thread is blocked until then, and a walk queued now could wait past its cap
+        // (GPUSHIM_HEAP_WALK_MS) while the collector writes a large snapshot.
         self.answers.push((self.snapshots_sent, reply));
-        if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, self.snapshots_sent) {
-            self.push(&Event::HeapWalk(h));
-        }
         // Sent now: the caller waits for the answer.
         self.flush();
     }
@@ -276,18 +276,19 @@ impl Writer {
                 continue;
             }
             if n == 0 {
-                self.take_answers();
+                self.take_answers(true);
                 self.answers.clear();
                 return;
             }
             break;
         }
-        self.take_answers();
+        self.take_answers(true);
     }
 
-    /// Handles the complete lines of `answer_buf`; true if one was the end-of-stream
-    /// confirmation (an empty line).
-    fn take_answers(&mut self) -> bool {
+    /// Handles the complete lines of `answer_buf`, asking for the heap walk of each snapshot
+    /// written if `walks` (not once the stream is closed); true if one line was the
+    /// end-of-stream confirmation (an empty line).
+    fn take_answers(&mut self, walks: bool) -> bool {
         let mut confirmed = false;
         while let Some(end) = self.answer_buf.iter().position(|&c| c == b'\n') {
             let line: Vec<u8> = self.answer_buf.drain(..=end).take(end).collect();
@@ -296,6 +297,11 @@ impl Writer {
             } else if let Some((n, reply)) = crate::api::parse_answer(&line) {
                 if let Some(i) = self.answers.iter().position(|(m, _)| *m == n) {
                     let (_, tx) = self.answers.swap_remove(i);
+                    if walks && reply.is_ok() {
+                        if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, n) {
+                            self.push(&Event::HeapWalk(h));
+                        }
+                    }
                     let _ = tx.send(reply);
                 }
             }
@@ -532,7 +538,7 @@ impl Writer {
             if n > 0 {
                 // The confirmation is an empty line; answers to API snapshots may come first.
                 self.answer_buf.extend_from_slice(&b[..n as usize]);
-                confirmed |= self.take_answers();
+                confirmed |= self.take_answers(false);
                 continue;
             }
             if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
