@@ -14,6 +14,8 @@ printed at the end.
 
 ``@pytest.mark.gpushim_limit_leaks("16 MiB")`` fails a test that leaves more than that live
 (sizes: a number of bytes, or with B, KB, KiB, MB, MiB, GB, GiB).
+
+Needs pytest 8 or later (a new-style hook wrapper around the test function's call).
 """
 
 from __future__ import annotations
