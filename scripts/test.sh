@@ -11,6 +11,13 @@ cd "$(dirname "$0")/.."
 
 # Pinned, with pytest's own dependencies; changing this list remakes the environment.
 PY_TOOLS=(ruff==0.17.6 pytest==9.2.0 iniconfig==2.3.1 packaging==26.4 pluggy==1.7.0 pygments==2.21.0)
+# A real Jupyter kernel for the tests of the Jupyter magic (tests/pyapi.rs, which finds this
+# environment; about 10 s to install), pinned with its dependencies.
+PY_TOOLS+=(ipykernel==7.4.0 jupyter_client==8.10.0 ipython==9.18.1 comm==0.2.3 debugpy==1.8.22 jupyter_core==5.9.1
+  traitlets==5.16.1 tornado==6.6.1 pyzmq==27.3.0 psutil==7.2.2 nest-asyncio2==1.7.4 matplotlib-inline==0.2.2
+  python-dateutil==4.0.0 platformdirs==4.14.9 jedi==0.20.1 parso==0.8.7 prompt_toolkit==3.0.53 wcwidth==0.9.4
+  stack-data==0.6.3 asttokens==3.0.2 executing==2.3.0 pure_eval==0.2.4 pexpect==4.9.0 ptyprocess==0.7.0
+  ipython_pygments_lexers==1.1.1 typing_extensions==4.16.0 tzdata==2026.6)
 PYTHON=${PYTHON:-python3}
 VENV=${CARGO_TARGET_DIR:-target}/py-tools
 

@@ -12,6 +12,7 @@ mod faults; // whatever fails on our side, the program is unharmed (docs/guarant
 mod holders; // who holds the memory: the heap walk in CPython programs
 mod interception; // every allocation path: symbol, static runtime, dlsym, RTLD_NEXT neighbours
 mod lifecycle; // fork, SIGKILL, exit, non-CUDA processes, missing collector
+mod pyapi; // the Python API, the pytest plugin and the Jupyter magic (python/gpushim)
 mod python; // Python frames (file, function, line) in CPython programs, 3.10 to 3.13
 mod snapshots; // SIGUSR1 snapshots hold exactly the allocations made before the signal
 mod unwinding; // the cached unwinder agrees with libgcc's

@@ -4,6 +4,7 @@
 
 pub mod collect;
 pub mod diff;
+pub mod kernel;
 pub mod report;
 pub mod run;
 mod signals;

@@ -64,6 +64,10 @@ struct Sink<'a> {
     exit_holders: Option<Holders>,
     /// Heap walks received.
     walks: u32,
+    /// Labels of snapshots asked for through the API, by snapshot number.
+    labels: HashMap<u32, String>,
+    /// Where API snapshots are answered (the socket back to the shim).
+    answers: &'a mut dyn Write,
     err: &'a mut dyn Write,
 }
 
@@ -89,12 +93,16 @@ impl Sink<'_> {
                 self.exit_holders = Some(holders);
                 return;
             }
-            WalkReason::Snapshot => format!("gpushim-{}-snapshot-{}.holders", self.hello.pid, h.number),
+            WalkReason::Snapshot => format!("{}.holders", self.snapshot_stem(h.number)),
             WalkReason::Oom => format!("gpushim-{}-oom-{}.holders", self.hello.pid, h.number),
         };
         match write_json(&holders, &self.out_dir, &stem, self.err) {
             Ok(path) => {
-                let _ = writeln!(self.err, "gpushim: {}; holders written to {}", holders.walk.message, path.display());
+                // Said for snapshots by signal; an API snapshot's caller finds it beside its file.
+                if h.reason != WalkReason::Snapshot || !self.labels.contains_key(&h.number) {
+                    let _ =
+                        writeln!(self.err, "gpushim: {}; holders written to {}", holders.walk.message, path.display());
+                }
             }
             Err(e) => {
                 let _ = writeln!(self.err, "gpushim: cannot write {stem}.json: {e:#}");
@@ -177,17 +185,53 @@ impl Sink<'_> {
             mem_info: &self.mem_info,
             stacks: &self.stacks,
         };
-        let report = assemble::build(state, ctx, &mut self.sym);
-        let stem = format!("gpushim-{}-snapshot-{}", self.hello.pid, p.number);
-        match write_report(&report, &self.out_dir, &stem, self.err) {
+        let mut report = assemble::build(state, ctx, &mut self.sym);
+        let label = self.labels.get(&p.number).cloned();
+        report.label = label.clone().filter(|l| !l.is_empty());
+        let stem = self.snapshot_stem(p.number);
+        let written = write_report(&report, &self.out_dir, &stem, self.err);
+        match &written {
             Ok(path) => {
-                let _ = writeln!(self.err, "gpushim: snapshot {} written to {}", p.number, path.display());
-                self.snapshots.push(path);
+                // An API snapshot's caller gets the path back: no line for it.
+                if label.is_none() {
+                    let _ = writeln!(self.err, "gpushim: snapshot {} written to {}", p.number, path.display());
+                }
+                self.snapshots.push(path.clone());
             }
             Err(e) => {
                 let _ = writeln!(self.err, "gpushim: cannot write snapshot {}: {e:#}", p.number);
             }
         }
+        if label.is_some() {
+            self.answer(p.number, written.as_ref().map_err(|e| format!("{e:#}")));
+        }
+    }
+
+    /// The file name (without `.json`) of snapshot `n`: `gpushim-PID-snapshot-N`, and
+    /// `-LABEL` after it for a labelled API snapshot.
+    fn snapshot_stem(&self, n: u32) -> String {
+        match self.labels.get(&n).filter(|l| !l.is_empty()) {
+            Some(l) => format!("gpushim-{}-snapshot-{n}-{l}", self.hello.pid),
+            None => format!("gpushim-{}-snapshot-{n}", self.hello.pid),
+        }
+    }
+
+    /// Tells the shim that API snapshot `n` is written (one line, `snapshot N PATH`) or why
+    /// not (`snapshot N !WHY`). A path holding a newline cannot be said on one line: its
+    /// snapshot is answered as not written. Errors are ignored: the program may be gone.
+    fn answer(&mut self, n: u32, written: Result<&PathBuf, String>) {
+        use std::os::unix::ffi::OsStrExt;
+        let mut line = format!("snapshot {n} ").into_bytes();
+        match written {
+            Ok(p) if !p.as_os_str().as_bytes().contains(&b'\n') => line.extend_from_slice(p.as_os_str().as_bytes()),
+            Ok(_) => line.extend_from_slice(b"!the snapshot's path holds a newline"),
+            Err(e) => {
+                line.push(b'!');
+                line.extend(e.bytes().map(|b| if b == b'\n' { b' ' } else { b }));
+            }
+        }
+        line.push(b'\n');
+        let _ = self.answers.write_all(&line).and_then(|()| self.answers.flush());
     }
 }
 
@@ -217,6 +261,21 @@ fn write_json<T: serde::Serialize>(doc: &T, dir: &Path, stem: &str, err: &mut dy
 /// a report for), or no directory would take the final report. A break after the Hello event
 /// is not an error: it is returned in [`Outcome::broken`] after the report is written.
 pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<Outcome> {
+    collect_answering(input, opts, err, &mut std::io::sink())
+}
+
+/// As [`collect`], answering each snapshot asked for through the shim's C API (the wire
+/// event `ApiSnapshot`) on `answers` once its file is written: one line, `snapshot N PATH`, or
+/// `snapshot N !WHY` when it could not be written.
+///
+/// # Errors
+/// Those of [`collect`].
+pub fn collect_answering(
+    input: impl Read,
+    opts: &Options,
+    err: &mut dyn Write,
+    answers: &mut dyn Write,
+) -> Result<Outcome> {
     let mut input = BufReader::with_capacity(1 << 16, input);
     if input.fill_buf().context("reading the event stream")?.is_empty() {
         // The target exited (or the shim gave up) before saying anything: nothing to report.
@@ -252,6 +311,8 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         lost: 0,
         exit_holders: None,
         walks: 0,
+        labels: HashMap::new(),
+        answers,
         err,
     };
     let mut tracker = Tracker::new();
@@ -278,6 +339,12 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             Event::GraphExecDestroy(d) => tracker.push(Op::GraphExecDestroy(d), &mut sink),
             Event::GraphMemTrim(t) => tracker.push(Op::GraphMemTrim(t), &mut sink),
             Event::Snapshot(s) => tracker.request_snapshot(s.boundary, s.ts_ns, &mut sink),
+            Event::ApiSnapshot(s) => {
+                // Labelled before the request: the snapshot may be written at once.
+                let n = tracker.requested() + 1;
+                sink.labels.insert(n, sanitize_label(&s.label));
+                tracker.request_snapshot(s.boundary, s.ts_ns, &mut sink);
+            }
             Event::Exit(x) => exit_ts = Some(x.ts_ns),
             Event::Module(m) => sink.sym.add_module(m),
             Event::Stack(s) => {
@@ -359,6 +426,20 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
     Ok(Outcome { report: Some(path), snapshots: sink.snapshots, ooms: sink.ooms, broken })
 }
 
+/// A label as it may appear in a file name: the shim sends it reduced to `[A-Za-z0-9._-]`, at
+/// most 64 characters, no leading dot; a stream from elsewhere is reduced the same way here.
+pub fn sanitize_label(raw: &str) -> String {
+    let mut out: String = raw
+        .chars()
+        .take(64)
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .collect();
+    if out.starts_with('.') {
+        out.replace_range(..1, "_");
+    }
+    out
+}
+
 /// Where the target wants reports: Hello's output directory, relative to its working
 /// directory if relative, else its working directory, else ours.
 fn output_dir_of(h: &Hello) -> PathBuf {
@@ -426,6 +507,40 @@ mod tests {
 
     fn stream(dir: &Path, exit: bool) -> Vec<u8> {
         stream_of(&events(dir, exit))
+    }
+
+    /// An API snapshot (labelled, and one unlabelled) is written with its label in the report
+    /// and the file name, answered on the answers stream with its path, in the order written,
+    /// and not said on stderr; a label from elsewhere is reduced to file-name characters.
+    #[test]
+    fn api_snapshots_are_labelled_and_answered() {
+        use gpushim_wire::ApiSnapshot;
+        let d = TempDir::new("collect-api");
+        let ev = vec![
+            hello(&d.0),
+            alloc(0, MS, 0x7000_0000, 1 << 20, NO_STACK),
+            // Answered only once seq 1 has arrived.
+            Event::ApiSnapshot(ApiSnapshot { boundary: 2, ts_ns: 2 * MS, label: "../after one".into() }),
+            alloc(1, 2 * MS, 0x7100_0000, 2 << 20, NO_STACK),
+            Event::ApiSnapshot(ApiSnapshot { boundary: 2, ts_ns: 3 * MS, label: String::new() }),
+            Event::Snapshot(Snapshot { boundary: 2, ts_ns: 4 * MS }),
+            Event::Exit(Exit { ts_ns: 5 * MS }),
+        ];
+        let (mut err, mut answers) = (Vec::new(), Vec::new());
+        let out = collect_answering(&stream_of(&ev)[..], &Options::default(), &mut err, &mut answers).unwrap();
+        let first = d.0.join("gpushim-4242-snapshot-1-_._after_one.json");
+        let second = d.0.join("gpushim-4242-snapshot-2.json");
+        let third = d.0.join("gpushim-4242-snapshot-3.json");
+        assert_eq!(out.snapshots, vec![first.clone(), second.clone(), third.clone()]);
+        let want = format!("snapshot 1 {}\nsnapshot 2 {}\n", first.display(), second.display());
+        assert_eq!(String::from_utf8(answers).unwrap(), want);
+        let r = Report::read(&first).unwrap();
+        assert_eq!((r.snapshot, r.label.as_deref()), (Some(1), Some("_._after_one")));
+        assert_eq!(r.totals.live_bytes, 3 << 20);
+        assert_eq!(Report::read(&second).unwrap().label, None);
+        let err = String::from_utf8(err).unwrap();
+        assert!(!err.contains("snapshot 1 written") && !err.contains("snapshot 2 written"), "{err}");
+        assert!(err.contains("snapshot 3 written"), "{err}");
     }
 
     #[test]

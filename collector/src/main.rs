@@ -100,6 +100,11 @@ enum Command {
         #[arg(long, value_name = "SECS", default_value_t = 10.0)]
         timeout: f64,
     },
+    /// Jupyter: install a kernel that runs under gpushim (then `%load_ext gpushim` in a notebook).
+    Kernel {
+        #[command(subcommand)]
+        action: KernelAction,
+    },
     /// Read an event stream (stdin, as spawned by the shim, or --input) and write reports.
     #[command(hide = true)]
     Collect {
@@ -114,6 +119,29 @@ enum Command {
         /// process's command line.
         #[arg(long, value_name = "PID")]
         pid: Option<u32>,
+    },
+}
+
+/// What `gpushim kernel` does.
+#[derive(Debug, Subcommand)]
+enum KernelAction {
+    /// Write a kernel spec (kernel.json) that starts ipykernel with libgpushim.so preloaded.
+    Install {
+        /// The kernel's name (its directory under kernels/).
+        #[arg(long, default_value = "gpushim")]
+        name: String,
+        /// The name Jupyter shows.
+        #[arg(long, value_name = "TEXT")]
+        display_name: Option<String>,
+        /// Install for this user (the default): $JUPYTER_DATA_DIR, else ~/.local/share/jupyter.
+        #[arg(long, conflicts_with = "prefix")]
+        user: bool,
+        /// Install into PREFIX/share/jupyter (e.g. a virtual environment's prefix).
+        #[arg(long, value_name = "PREFIX")]
+        prefix: Option<PathBuf>,
+        /// The Python that runs ipykernel (default: python3 on PATH).
+        #[arg(long, value_name = "PATH")]
+        python: Option<PathBuf>,
     },
 }
 
@@ -150,6 +178,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Diff { old, new, top, format } => cmd::diff::run(&old, &new, top, format),
         Command::Snapshot { pid, signal, timeout } => cmd::snapshot::run(pid, signal, timeout),
         Command::Collect { input, output, .. } => cmd::collect::run(input, output),
+        Command::Kernel { action: KernelAction::Install { name, display_name, user: _, prefix, python } } => {
+            let place = prefix.map_or(cmd::kernel::Place::User, cmd::kernel::Place::Prefix);
+            cmd::kernel::install(&cmd::kernel::Options { name, display_name, place, python })
+        }
     }
 }
 
@@ -213,6 +245,18 @@ mod tests {
             }
         }
         assert!(Cli::try_parse_from(["gpushim", "diff", "a.json", "b.json", "--format", "json"]).is_ok());
+    }
+
+    #[test]
+    fn kernel_install_takes_user_or_prefix() {
+        let cli = Cli::try_parse_from(["gpushim", "kernel", "install", "--name", "k", "--prefix", "/p"]).unwrap();
+        match cli.command {
+            Command::Kernel { action: KernelAction::Install { name, prefix, user, .. } } => {
+                assert_eq!((name.as_str(), prefix, user), ("k", Some(PathBuf::from("/p")), false));
+            }
+            c => panic!("{c:?}"),
+        }
+        assert!(Cli::try_parse_from(["gpushim", "kernel", "install", "--user", "--prefix", "/p"]).is_err());
     }
 
     #[test]

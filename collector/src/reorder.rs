@@ -93,6 +93,11 @@ impl Tracker {
         self.next_seq
     }
 
+    /// Snapshot requests taken so far: the next one is numbered one more.
+    pub fn requested(&self) -> u32 {
+        self.requested
+    }
+
     /// Sequence numbers skipped because they never arrived.
     pub fn lost(&self) -> u64 {
         self.lost

@@ -59,6 +59,10 @@ pub struct Report {
     /// The snapshot's number (1, 2, …) for snapshots; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<u32>,
+    /// The label of a snapshot asked for through the Python API (`gpushim.snapshot(label)`),
+    /// reduced to `[A-Za-z0-9._-]`, at most 64 characters; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// The failed allocation an out-of-memory report is about; absent in other reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom: Option<Oom>,
@@ -629,6 +633,7 @@ mod tests {
             cwd: "/".into(),
             reason: Reason::Snapshot,
             snapshot: Some(2),
+            label: None,
             start_unix_ns: 5,
             duration_s: 0.5,
             shim_version: "0.1.0".into(),

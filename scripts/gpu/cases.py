@@ -401,6 +401,28 @@ def h_train_control():
     snapshot_walked()
 
 
+def p_api_torch():
+    """The Python API under PyTorch (issue 15): 48 MiB of tensors kept, then
+    gpushim.snapshot("torch-api") from the main thread returns the path of a file written with
+    the label; its live device bytes are torch's reserved bytes at that instant (the caching
+    allocator's segments). Its heap walk runs after the call returned: waited for here."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    import gpushim
+    import torch
+
+    keep = [torch.empty(n * MIB, dtype=torch.uint8, device="cuda") for n in (16, 32)]
+    torch_truth(torch)
+    truth["tracing"] = gpushim.is_tracing()
+    t0 = time.monotonic()
+    path = gpushim.snapshot("torch-api", timeout=60)
+    truth["snapshot_s"] = time.monotonic() - t0
+    truth["path"] = path
+    truth["exists"] = bool(path) and os.path.exists(path)
+    truth["holders"] = gpushim.holders_path(path, timeout=20) if path else None
+    truth["report_path"] = gpushim.report_path()
+    return keep
+
+
 CASES = {
     "torch_default": lambda: case_torch("default"),
     "torch_expandable": lambda: case_torch("expandable_segments"),
@@ -424,6 +446,7 @@ CASES = {
     "H_jax": h_jax_list,
     "H_torch_cached": h_torch_cached,
     "H_train": h_train_control,
+    "P_api": p_api_torch,
 }
 
 if __name__ == "__main__":

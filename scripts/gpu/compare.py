@@ -270,8 +270,41 @@ def missing_holders(case):
     row(case, "holders file written", "yes", "no", False, "see stderr in logs")
 
 
+def api_checks():
+    """P_api (issue 15): gpushim.snapshot("torch-api") under PyTorch wrote a labelled file that
+    holds torch's reserved bytes, and its heap walk's file appeared after the call."""
+    t, r, _ = load("P_api")
+    if not t:
+        return
+    path = t.get("path") or ""
+    snap = read_json(path) if t.get("exists") else None
+    want_name = "-snapshot-1-torch-api.json"
+    live = snap["kinds"]["device"]["live_bytes"] if snap else None
+    row(
+        "P_api",
+        "gpushim.snapshot(label) under torch: file, label, live == reserved",
+        f"*{want_name}, label torch-api, {mib(t.get('reserved'))}",
+        f"{os.path.basename(path) or 'None'}, label {snap.get('label') if snap else None}, {mib(live)}",
+        bool(t.get("tracing"))
+        and path.endswith(want_name)
+        and snap is not None
+        and snap.get("label") == "torch-api"
+        and live == t.get("reserved"),
+        f"snapshot took {t.get('snapshot_s', 0):.2f} s; report_path() {t.get('report_path')}; "
+        f"final report of pid {r['pid'] if r else None}",
+    )
+    row(
+        "P_api",
+        "heap walk of the API snapshot written after the call returned",
+        "*-snapshot-1-torch-api.holders.json",
+        os.path.basename(t.get("holders") or "") or "none",
+        (t.get("holders") or "").endswith("-snapshot-1-torch-api.holders.json"),
+    )
+
+
 def checks():
     holder_checks()
+    api_checks()
     torch_rows("torch_default")
     torch_rows("torch_expandable")
     t, r, _ = load("torch_expandable")

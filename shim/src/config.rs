@@ -74,6 +74,17 @@ pub fn output_dir() -> Option<&'static Path> {
     OUTPUT_DIR.get().map(PathBuf::as_path)
 }
 
+/// Where reports would go if tracing started now: `GPUSHIM_OUTPUT`, made absolute against the
+/// working directory, else the working directory.
+pub fn output_dir_from_env() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    match env_path("GPUSHIM_OUTPUT") {
+        Some(d) if d.is_absolute() => d,
+        Some(d) => cwd.join(d),
+        None => cwd,
+    }
+}
+
 /// Whether heap walks are on (`GPUSHIM_HEAP_WALK` is not `0`).
 pub fn heap_walk() -> bool {
     HEAP_WALK.load(Relaxed)
@@ -227,11 +238,7 @@ impl Config {
             }
         }
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-        let output_dir = match env_path("GPUSHIM_OUTPUT") {
-            Some(d) if d.is_absolute() => d,
-            Some(d) => cwd.join(d),
-            None => cwd.clone(),
-        };
+        let output_dir = output_dir_from_env();
         let collector = env_path("GPUSHIM_COLLECTOR").unwrap_or_else(default_collector);
         let _ = OUTPUT_DIR.set(output_dir.clone());
         Config { collector, output_dir, cwd, warnings }

@@ -89,9 +89,28 @@ pub enum Msg {
     GraphMemTrim { seq: u64, ts_ns: u64, device: i32, api: Api, tid: u32 },
     /// The result of a heap walk (python/heap.rs), or a walk given up.
     HeapWalk(gpushim_wire::HeapWalk),
+    /// A snapshot asked for through the C API (`api.rs`), answered on `reply` (boxed: the
+    /// channel's slots stay small).
+    ApiSnapshot(Box<ApiRequest>),
     /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then answer on `done`.
     Exit { ts_ns: u64, done: Sender<()> },
     /// `_exit`, `_Exit` or `quick_exit` (no atexit handlers run): send `Exit`, flush, then set
     /// `state::QUICK_EXIT_DONE`. Nothing allocates on the exiting thread's side.
     QuickExit { ts_ns: u64 },
+}
+
+/// The answer to an [`ApiRequest`]: the snapshot file's path (bytes, as the collector wrote
+/// it), or the collector's reason for not writing it.
+pub type SnapshotReply = Result<Vec<u8>, String>;
+
+/// A snapshot asked for through `gpushim_snapshot` (`api.rs`).
+pub struct ApiRequest {
+    /// The snapshot holds exactly the events with `seq < boundary`.
+    pub boundary: u64,
+    /// Monotonic clock at the request, ns.
+    pub ts_ns: u64,
+    /// The label, already sanitized (`api::sanitize_label`); empty for none.
+    pub label: String,
+    /// Where the writer answers with the file's path once the collector confirmed it.
+    pub reply: Sender<SnapshotReply>,
 }

@@ -26,7 +26,8 @@
 //!
 //! Modules, from the exports down to the platform helpers (each imports only those below it):
 //! - `exports` (every exported symbol, generated from the list in `hook`), `init` (the
-//!   constructor, the snapshot signal handler, the fork handlers);
+//!   constructor, the snapshot signal handler, the fork handlers), `api` (the C entry points of
+//!   the Python API: `gpushim_snapshot`, `gpushim_is_tracing`, `gpushim_report_path`);
 //! - `record` (the hot path), `exit` (the end of the stream at exit);
 //! - `writer` (the writer thread), `launch` (starting the collector), `socket` (the socket's
 //!   identity), `inflight` (frees in progress, for snapshots);
@@ -36,6 +37,7 @@
 //!   atomics), `event` (the hot path's event), `loader` (the dynamic loader), `hash`, `sys`.
 #![allow(clippy::missing_safety_doc)] // each export has its `# Safety` section in exports/
 
+mod api;
 mod config;
 mod event;
 mod exit;

@@ -94,6 +94,16 @@ fn sender() -> Option<&'static Sender<Msg>> {
     }
 }
 
+/// For the C API (`api.rs`), outside any hook: starts tracing if it has not started, then
+/// queues the message `make` builds (after the start, so that it may read the sequence
+/// counter). False if recording is off.
+pub fn send_starting(make: impl FnOnce() -> Msg) -> bool {
+    let Some(_guard) = Guard::enter() else { return false };
+    let Some(tx) = sender() else { return false };
+    send(tx, make());
+    true
+}
+
 /// Hands `msg` to the writer, waiting only while the bounded channel is full.
 fn send(tx: &Sender<Msg>, msg: Msg) {
     // An error means the writer is gone and has already said so.

@@ -15,7 +15,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use gpushim_wire::{self as wire, Event};
 
 use crate::config::{self, Config};
-use crate::event::{Msg, PyFrames};
+use crate::event::{ApiRequest, Msg, PyFrames, SnapshotReply};
 use crate::hash::FastHash;
 use crate::state::{DISABLED, FINISHED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
 use crate::{inflight, launch, loader, python, socket, sys};
@@ -104,6 +104,10 @@ struct Writer {
     snapshots_sent: u32,
     ooms_sent: u32,
     events: u64,
+    /// API snapshots sent and not answered yet: their number and who waits for the answer.
+    answers: Vec<(u32, Sender<SnapshotReply>)>,
+    /// Bytes read from the collector that do not yet end a line.
+    answer_buf: Vec<u8>,
 }
 
 impl Writer {
@@ -120,6 +124,8 @@ impl Writer {
             snapshots_sent: 0,
             ooms_sent: 0,
             events: 0,
+            answers: Vec::new(),
+            answer_buf: Vec::new(),
         }
     }
 
@@ -166,6 +172,9 @@ impl Writer {
             self.snapshots();
             if let Some(h) = python::heap::poll() {
                 self.push(&Event::HeapWalk(h));
+            }
+            if !self.answers.is_empty() {
+                self.read_answers();
             }
             match msg {
                 Ok(Msg::Exit { ts_ns, done }) => {
@@ -226,6 +235,78 @@ impl Writer {
 
     fn push(&mut self, ev: &Event) {
         wire::encode(ev, &mut self.buf);
+    }
+
+    /// A snapshot asked for through the C API: sent like a signal's, with its label; the
+    /// collector answers it with the file's path (read by [`Writer::read_answers`]).
+    fn api_snapshot(&mut self, req: ApiRequest) {
+        let ApiRequest { boundary, ts_ns, label, reply } = req;
+        self.push(&Event::ApiSnapshot(wire::ApiSnapshot { boundary, ts_ns, label }));
+        let mut pending = Vec::new();
+        inflight::each_below(boundary, ts_ns, |p| pending.push(p));
+        for p in pending {
+            self.push(&Event::FreePending(p));
+        }
+        self.snapshots_sent = self.snapshots_sent.saturating_add(1);
+        // Its heap walk is asked for when the answer comes (take_answers): a caller on the main
+        // thread is blocked until then, and a walk queued now could wait past its cap
+        // (GPUSHIM_HEAP_WALK_MS) while the collector writes a large snapshot.
+        self.answers.push((self.snapshots_sent, reply));
+        // Sent now: the caller waits for the answer.
+        self.flush();
+    }
+
+    /// Reads what the collector wrote back without waiting, and answers each API snapshot
+    /// whose line is complete. At the end of the collector's stream every waiting caller is
+    /// answered (the reply channel is dropped).
+    fn read_answers(&mut self) {
+        if !socket::still_ours(self.sock) {
+            self.answers.clear();
+            return;
+        }
+        let mut b = [0u8; 4096];
+        loop {
+            // SAFETY: reading into a valid buffer from our socket, without blocking.
+            let n = unsafe { libc::recv(self.sock, b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) };
+            if n > 0 {
+                self.answer_buf.extend_from_slice(&b[..n as usize]);
+                continue;
+            }
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            if n == 0 {
+                self.take_answers(true);
+                self.answers.clear();
+                return;
+            }
+            break;
+        }
+        self.take_answers(true);
+    }
+
+    /// Handles the complete lines of `answer_buf`, asking for the heap walk of each snapshot
+    /// written if `walks` (not once the stream is closed); true if one line was the
+    /// end-of-stream confirmation (an empty line).
+    fn take_answers(&mut self, walks: bool) -> bool {
+        let mut confirmed = false;
+        while let Some(end) = self.answer_buf.iter().position(|&c| c == b'\n') {
+            let line: Vec<u8> = self.answer_buf.drain(..=end).take(end).collect();
+            if line.is_empty() {
+                confirmed = true;
+            } else if let Some((n, reply)) = crate::api::parse_answer(&line) {
+                if let Some(i) = self.answers.iter().position(|(m, _)| *m == n) {
+                    let (_, tx) = self.answers.swap_remove(i);
+                    if walks && reply.is_ok() {
+                        if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, n) {
+                            self.push(&Event::HeapWalk(h));
+                        }
+                    }
+                    let _ = tx.send(reply);
+                }
+            }
+        }
+        confirmed
     }
 
     fn snapshots(&mut self) {
@@ -320,6 +401,7 @@ impl Writer {
                 }
             }
             Msg::HeapWalk(h) => self.push(&Event::HeapWalk(h)),
+            Msg::ApiSnapshot(req) => self.api_snapshot(*req),
             Msg::Exit { .. } | Msg::QuickExit { .. } => {} // handled in run
         }
     }
@@ -437,9 +519,10 @@ impl Writer {
     }
 
     /// Ends the stream and waits until the collector has read it all and exited (it closes its
-    /// end of the socket when done). The collector writes a byte back once it has read the
-    /// stream to its end; if the socket closes without one, the collector died or is not
-    /// `gpushim` (one line on stderr says so).
+    /// end of the socket when done). The collector writes an empty line back once it has read
+    /// the stream to its end (after any answers to API snapshots, each a line of its own); if
+    /// the socket closes without it, the collector died or is not `gpushim` (one line on stderr
+    /// says so).
     fn close_and_wait(&mut self) {
         let fd: RawFd = self.sock;
         if !socket::still_ours(fd) {
@@ -447,13 +530,15 @@ impl Writer {
         }
         // SAFETY: shutting down the write side of our own socket.
         unsafe { libc::shutdown(fd, libc::SHUT_WR) };
-        let mut b = [0u8; 64];
+        let mut b = [0u8; 4096];
         let mut confirmed = false;
         loop {
             // SAFETY: reading into a valid buffer from our socket.
             let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
             if n > 0 {
-                confirmed = true;
+                // The confirmation is an empty line; answers to API snapshots may come first.
+                self.answer_buf.extend_from_slice(&b[..n as usize]);
+                confirmed |= self.take_answers(false);
                 continue;
             }
             if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {

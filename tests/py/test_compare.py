@@ -557,3 +557,27 @@ def test_negative_control_row_fails_on_any_other_holder(tmp_path, capsys, extra,
     rows = table_rows(capsys.readouterr().out)
     assert rows[1][:2] == ["H_train", "negative control: no suspect; params and state held by model and optimizer only"]
     assert rows[1][4] == result
+
+
+def test_api_checks_pass_on_a_labelled_snapshot_and_fail_without_the_label(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "RUN", str(tmp_path))
+    d = tmp_path / "P_api"
+    snap = dict(report(device=48 * MIB, device_count=2), label="torch-api", reason="snapshot", snapshot=1)
+    path = d / "gpushim-7-snapshot-1-torch-api.json"
+    holders = d / "gpushim-7-snapshot-1-torch-api.holders.json"
+    truth = {
+        "reserved": 48 * MIB,
+        "tracing": True,
+        "path": str(path),
+        "exists": True,
+        "holders": str(holders),
+        "snapshot_s": 0.01,
+        "report_path": str(d / "gpushim-7.json"),
+    }
+    write_case(tmp_path, "P_api", {"truth.json": truth, path.name: snap, "gpushim-7.json": dict(report(), pid=7)})
+    compare.api_checks()
+    assert [r[4] for r in compare.rows] == ["PASS", "PASS"], compare.rows
+    compare.rows.clear()
+    path.write_text(json.dumps(dict(snap, label=None)))
+    compare.api_checks()
+    assert [r[4] for r in compare.rows] == ["FAIL", "PASS"], compare.rows

@@ -7,10 +7,10 @@ use std::fmt;
 use std::io::{self, Read};
 
 use crate::{
-    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
-    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map, MemInfo, Module,
-    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus, HEADER_LEN, MAGIC,
-    MAX_FRAME, VERSION,
+    Alloc, Api, ApiSnapshot, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
+    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map,
+    MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus,
+    HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer
@@ -193,6 +193,7 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
         }),
         7 => Event::Snapshot(Snapshot { boundary: r.u64()?, ts_ns: r.u64()? }),
         8 => Event::Exit(Exit { ts_ns: r.u64()? }),
+        60 => Event::ApiSnapshot(ApiSnapshot { boundary: r.u64()?, ts_ns: r.u64()?, label: r.str()? }),
         9 => Event::MemInfo(MemInfo { ts_ns: r.u64()?, device: r.i32()?, free: r.u64()?, total: r.u64()? }),
         10 => Event::Note(r.str()?),
         12 => Event::Reset(Reset {

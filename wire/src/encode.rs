@@ -88,6 +88,12 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u64(s.boundary);
             w.u64(s.ts_ns);
         }
+        Event::ApiSnapshot(s) => {
+            w.u8(60);
+            w.u64(s.boundary);
+            w.u64(s.ts_ns);
+            w.str(&s.label);
+        }
         Event::Exit(x) => {
             w.u8(8);
             w.u64(x.ts_ns);

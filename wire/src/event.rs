@@ -513,6 +513,21 @@ pub struct Snapshot {
     pub ts_ns: u64,
 }
 
+/// A snapshot asked for through the shim's C entry point `gpushim_snapshot` (the Python API's
+/// `gpushim.snapshot(label)`): a [`Snapshot`] with a label, which the collector confirms back
+/// on the socket once its file is written (one line, `snapshot N PATH`), so that the caller
+/// can wait for the file and learn its path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiSnapshot {
+    /// The snapshot holds exactly the events with `seq < boundary`.
+    pub boundary: u64,
+    /// Monotonic clock when the request was made, ns.
+    pub ts_ns: u64,
+    /// The caller's label, already reduced by the shim to at most 64 characters from
+    /// `[A-Za-z0-9._-]`; empty for none.
+    pub label: String,
+}
+
 /// The target ran its exit path (`exit()` or a return from `main`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exit {
@@ -735,6 +750,9 @@ pub enum Event {
     PyStack(PyStack),
     /// Tag 40 (tags 40 to 49 are kept for heap walks).
     HeapWalk(HeapWalk),
+    /// Tag 60 (tags 60 to 64 are kept for the Python API): a snapshot asked for through the
+    /// API, with a label, confirmed back to the shim.
+    ApiSnapshot(ApiSnapshot),
 }
 
 #[cfg(test)]

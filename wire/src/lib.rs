@@ -16,7 +16,8 @@
 //! - A stack id stands for the native frames *and* the Python frames together: two allocations
 //!   with the same native frames but different Python frames have different stack ids (the
 //!   [`Stack`] is then sent once per id, with equal frames).
-//! - A [`Snapshot`] asks for the live set made of exactly the events with `seq < boundary`.
+//! - A [`Snapshot`] asks for the live set made of exactly the events with `seq < boundary`; an
+//!   [`ApiSnapshot`] does the same with a label, and the collector answers it on the socket.
 //! - A [`Reset`] (a context torn down), a [`ContextCreated`], a [`Map`] and a [`HandleRef`]
 //!   carry a sequence number like an allocation (taken after the call), and so do the graph
 //!   events [`GraphNode`], [`GraphExec`], [`GraphLaunch`], [`GraphExecDestroy`] and
@@ -43,9 +44,10 @@ mod event; // Event, its structs, Kind, Api, LineTableFormat
 pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
-    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
-    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map, MemInfo, Module,
-    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus, PY_NO_OFFSET,
+    Alloc, Api, ApiSnapshot, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
+    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map,
+    MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus,
+    PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
@@ -115,6 +117,7 @@ mod tests {
                 result: 2,
             }),
             Event::Snapshot(Snapshot { boundary: 7, ts_ns: 13 }),
+            Event::ApiSnapshot(ApiSnapshot { boundary: 8, ts_ns: 14, label: "after-epoch_3".into() }),
             Event::Exit(Exit { ts_ns: 14 }),
             Event::MemInfo(MemInfo { ts_ns: 15, device: 0, free: 1, total: 2 }),
             Event::Note("lost 3 events".into()),

@@ -31,7 +31,12 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
         None => {
             signals::ignore_interrupts();
             super::run::tell_run_a_collector_started();
-            let outcome = collect::collect(io::stdin().lock(), &opts, &mut err);
+            // Snapshots asked for through the shim's C API are answered on the same socket.
+            let mut answers: Box<dyn Write> = match stdin_copy() {
+                Some(f) => Box::new(f),
+                None => Box::new(io::sink()),
+            };
+            let outcome = collect::collect_answering(io::stdin().lock(), &opts, &mut err, &mut answers);
             confirm_to_shim();
             outcome?
         }
@@ -40,11 +45,17 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
 }
 
 /// Tells the shim, through the socket that is our stdin, that the whole stream was read (and
-/// the report written, or its failure reported): one byte. Without it the shim says on the
+/// the report written, or its failure reported): an empty line (one byte), after any answers
+/// to API snapshots. Without it the shim says on the
 /// program's stderr that the collector died. Errors are ignored: the program may be gone.
 fn confirm_to_shim() {
-    use std::os::fd::AsFd;
-    if let Ok(fd) = io::stdin().as_fd().try_clone_to_owned() {
-        let _ = File::from(fd).write_all(b"\n");
+    if let Some(mut f) = stdin_copy() {
+        let _ = f.write_all(b"\n");
     }
+}
+
+/// A writable copy of standard input: the socket from the shim.
+fn stdin_copy() -> Option<File> {
+    use std::os::fd::AsFd;
+    io::stdin().as_fd().try_clone_to_owned().ok().map(File::from)
 }

@@ -1,0 +1,412 @@
+//! The Python API (`python/gpushim`): `gpushim.snapshot(label)`, `is_tracing()`,
+//! `report_path()` in a CPython program that allocates through the runtime stand-in with
+//! ctypes, under the shim and without it; and the pytest plugin and the Jupyter magic in real
+//! pytest and ipykernel processes (those need the test virtual environment that
+//! scripts/test.sh makes, `target/py-tools`, or `GPUSHIM_TEST_VENV`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::python::python3;
+use crate::util::*;
+
+/// The repository's Python package directory (`python/`), for `PYTHONPATH`.
+pub(crate) fn package_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("python")
+}
+
+/// The API scenario: 1 MiB, a labelled snapshot from the main thread, 2 MiB more, an
+/// unlabelled snapshot from another thread; each result printed on its own line.
+const SCRIPT: &str = r#"import ctypes
+import sys
+import threading
+
+import gpushim
+
+cudart = ctypes.CDLL(sys.argv[1])
+keep = []
+
+
+def alloc(n):
+    p = ctypes.c_void_p()
+    rc = cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n))  # @malloc
+    if rc != 0:
+        raise SystemExit(f"cudaMalloc returned {rc}")
+    keep.append(p.value)
+
+
+print("tracing", gpushim.is_tracing(), flush=True)
+print("report", gpushim.report_path(), flush=True)
+alloc(1 << 20)
+first = gpushim.snapshot("after one/MiB", timeout=20)
+print("first", first, flush=True)
+alloc(2 << 20)
+got = []
+t = threading.Thread(target=lambda: got.append(gpushim.snapshot(timeout=20)))
+t.start()
+t.join()
+print("second", got[0], flush=True)
+# The first snapshot's heap walk runs on this (the main) thread once snapshot() returned.
+print("holders", gpushim.holders_path(first, timeout=20), flush=True)
+"#;
+
+/// The value printed after `key ` on its own line of `stdout`.
+fn printed<'a>(stdout: &'a str, key: &str, run: &Outcome) -> &'a str {
+    let prefix = format!("{key} ");
+    stdout.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no line `{key} …`{run}"))
+}
+
+/// Writes the scenario into the target's directory and runs it with the package importable.
+fn run_api(t: Target) -> Outcome {
+    let script = t.dir.path().join("api.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let cudart = standin("libcudart.so.13");
+    t.args(&[script.to_str().unwrap(), cudart.to_str().unwrap()])
+        .env("PYTHONPATH", package_dir().display())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .run()
+}
+
+/// From the main thread and from another thread, `snapshot()` returns the path of a file that
+/// holds exactly the memory live at the call (1 MiB, then 3 MiB), with the label in the report
+/// and (sanitized) in the file name; the heap walk of the main-thread snapshot completes after
+/// the call returned (no deadlock); `report_path()` names the final report.
+#[test]
+fn snapshot_from_python_writes_a_labelled_file() {
+    let run = run_api(Target::new(python3(), "pyapi_snapshot"));
+    run.success();
+    let dir = run.dir.path();
+    assert_eq!(printed(&run.stdout, "tracing", &run), "True", "{run}");
+    let pid = run.report()["pid"].as_u64().unwrap();
+    assert_eq!(printed(&run.stdout, "report", &run), dir.join(format!("gpushim-{pid}.json")).to_str().unwrap());
+
+    let first = PathBuf::from(printed(&run.stdout, "first", &run));
+    assert_eq!(first, dir.join(format!("gpushim-{pid}-snapshot-1-after_one_MiB.json")), "{run}");
+    let r1: Value = read_json(&first, &run);
+    assert_eq!((r1["reason"].as_str(), r1["snapshot"].as_u64()), (Some("snapshot"), Some(1)), "{run}");
+    assert_eq!(r1["label"], "after_one_MiB", "{run}");
+    assert_eq!((total(&r1, "live_bytes"), total(&r1, "live_count")), (1 << 20, 1), "{run}");
+
+    let second = PathBuf::from(printed(&run.stdout, "second", &run));
+    assert_eq!(second, dir.join(format!("gpushim-{pid}-snapshot-2.json")), "{run}");
+    let r2: Value = read_json(&second, &run);
+    assert!(r2.get("label").is_none(), "no label, no field{run}");
+    assert_eq!((total(&r2, "live_bytes"), total(&r2, "live_count")), (3 << 20, 2), "{run}");
+
+    let holders = printed(&run.stdout, "holders", &run);
+    assert_eq!(holders, dir.join(format!("gpushim-{pid}-snapshot-1-after_one_MiB.holders.json")).to_str().unwrap());
+}
+
+/// Without the shim: nothing raises, `is_tracing()` is False, `snapshot()` and `report_path()`
+/// are None, and one line on stderr says that tracing is off.
+#[test]
+fn without_the_shim_the_api_says_tracing_is_off() {
+    let run = run_api(Target::new(python3(), "pyapi_off").preload(None));
+    run.success();
+    assert_eq!(printed(&run.stdout, "tracing", &run), "False", "{run}");
+    assert_eq!(printed(&run.stdout, "report", &run), "None", "{run}");
+    assert_eq!(printed(&run.stdout, "first", &run), "None", "{run}");
+    assert_eq!(printed(&run.stdout, "second", &run), "None", "{run}");
+    let off: Vec<&str> = run.stderr.lines().filter(|l| l.contains("tracing is off")).collect();
+    assert_eq!(off.len(), 1, "said once{run}");
+    assert_eq!(names_in(run.dir.path()), ["api.py"], "no report without the shim{run}");
+}
+
+/// The Python of the test virtual environment (pytest, ipykernel, jupyter_client):
+/// `GPUSHIM_TEST_VENV`, else `target/py-tools` (made by scripts/test.sh).
+pub(crate) fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("GPUSHIM_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bin_dir().parent().expect("target/<profile>").join("py-tools"));
+    let py = venv.join("bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run scripts/test.sh once (it makes the test virtual environment with pytest, \
+         ipykernel and jupyter_client), or set GPUSHIM_TEST_VENV",
+        py.display()
+    );
+    py
+}
+
+/// `sys.executable`-style check that `python` can import `modules`.
+pub(crate) fn assert_imports(python: &Path, modules: &str) {
+    let ok = Command::new(python).args(["-c", &format!("import {modules}")]).status().map(|s| s.success());
+    assert_eq!(ok.ok(), Some(true), "{} cannot import {modules}: re-run scripts/test.sh", python.display());
+}
+
+/// The pytest test file: one test leaks 32 MiB under a 16 MiB limit, one frees what it
+/// allocated, one leaks 1 MiB with no limit.
+const PYTEST_FILE: &str = r#"import ctypes
+import os
+
+import pytest
+
+cudart = ctypes.CDLL(os.environ["CUDART"])
+kept = []
+
+
+def malloc(n):
+    p = ctypes.c_void_p()
+    assert cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+    return p
+
+
+@pytest.mark.gpushim_limit_leaks("16 MiB")
+def test_leaks():
+    kept.append(malloc(32 << 20))  # @leak
+
+
+@pytest.mark.gpushim_limit_leaks("16 MiB")
+def test_clean():
+    p = malloc(64 << 20)
+    assert cudart.cudaFree(p) == 0
+
+
+def test_small_leak():
+    kept.append(malloc(1 << 20))  # @small
+"#;
+
+/// The 1-based line of `marker` in `text`.
+fn line_in(text: &str, marker: &str) -> usize {
+    text.lines().position(|l| l.contains(marker)).unwrap_or_else(|| panic!("no {marker}")) + 1
+}
+
+/// A real pytest run with the plugin under the shim on the stand-ins: the test over its
+/// limit fails naming its bytes and line, the clean one passes, and the summary table has
+/// the two leaking tests with their exact bytes.
+#[test]
+fn pytest_plugin_fails_the_test_over_its_limit() {
+    let py = venv_python();
+    assert_imports(&py, "pytest");
+    let t = Target::new(&py, "pyapi_pytest");
+    let file = t.dir.path().join("test_leaks.py");
+    std::fs::write(&file, PYTEST_FILE).unwrap();
+    let run = t
+        .args(&["-m", "pytest", "-p", "gpushim.pytest_plugin", "--gpushim", "-p", "no:cacheprovider", "-q"])
+        .args(&[file.to_str().unwrap()])
+        .env("CUDART", standin("libcudart.so.13").display())
+        .env("PYTHONPATH", package_dir().display())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .run();
+    assert_eq!(run.status.code(), Some(1), "pytest fails: one test over its limit{run}");
+    assert!(run.stdout.contains("1 failed, 2 passed"), "{run}");
+    assert!(run.stdout.lines().any(|l| l.starts_with("FAILED ") && l.contains("test_leaks.py::test_leaks")), "{run}");
+    let leak_line = line_in(PYTEST_FILE, "# @leak");
+    let msg = format!(
+        "gpushim: the test left 32.0 MiB (33554432 bytes, 1 allocations) of CUDA memory live, more than its limit \
+         of 16.0 MiB, most at {}:{leak_line} (test_leaks)",
+        file.display()
+    );
+    assert!(run.stdout.contains(&msg), "wanted {msg}{run}");
+    let table: Vec<&str> = run.stdout.lines().skip_while(|l| !l.contains("CUDA memory left live per test")).collect();
+    let rows: Vec<&&str> = table.iter().filter(|l| l.starts_with(' ') && l.contains("::test_")).collect();
+    assert_eq!(rows.len(), 2, "two tests left memory live{run}");
+    assert!(rows[0].contains(" 33554432 ") && rows[0].contains("test_leaks.py::test_leaks "), "{run}");
+    let small = format!("test_leaks.py:{} (test_small_leak)", line_in(PYTEST_FILE, "# @small"));
+    assert!(
+        rows[1].contains(" 1048576 ") && rows[1].contains("::test_small_leak ") && rows[1].contains(&small),
+        "{run}"
+    );
+}
+
+/// Without the shim the plugin measures nothing and says why; every test passes.
+#[test]
+fn pytest_plugin_without_the_shim_says_tracing_is_off() {
+    let py = venv_python();
+    assert_imports(&py, "pytest");
+    let t = Target::new(&py, "pyapi_pytest_off").preload(None);
+    let file = t.dir.path().join("test_leaks.py");
+    std::fs::write(&file, PYTEST_FILE).unwrap();
+    let run = t
+        .args(&["-m", "pytest", "-p", "gpushim.pytest_plugin", "--gpushim", "-p", "no:cacheprovider", "-q"])
+        .args(&[file.to_str().unwrap()])
+        .env("CUDART", standin("libcudart.so.13").display())
+        .env("PYTHONPATH", package_dir().display())
+        .run();
+    assert_eq!(run.status.code(), Some(0), "{run}");
+    assert!(run.stdout.contains("3 passed"), "{run}");
+    assert!(run.stdout.contains("tracing is off: run pytest under gpushim"), "{run}");
+}
+
+/// Runs cells in a Jupyter kernel found by name (argv[1]) through `JUPYTER_PATH`, and prints
+/// each cell's status and output after a `=== cell N STATUS` line.
+const KERNEL_DRIVER: &str = r#"import sys
+
+from jupyter_client.manager import start_new_kernel
+
+LEAK = "p = ctypes.c_void_p()\nassert cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(8 << 20)) == 0\nkept.append(Buf(p.value))"
+# A buffer object the heap walk recognizes (`__cuda_array_interface__`, as CuPy's and Numba's).
+BUF = """class Buf:
+    def __init__(self, ptr):
+        self.__cuda_array_interface__ = {"shape": (8 << 20,), "typestr": "|u1", "data": (ptr, False), "version": 3}
+"""
+CELLS = [
+    "%load_ext gpushim",
+    "import ctypes, os\ncudart = ctypes.CDLL(os.environ['CUDART'])\nkept = []\n" + BUF,
+    LEAK,
+    LEAK,
+    "%gpushim diff",
+    "%gpushim diff cell2",
+    "%gpushim snapshot mine",
+    "%gpushim report",
+    "import gpushim\nprint('tracing', gpushim.is_tracing())",
+]
+
+km, kc = start_new_kernel(kernel_name=sys.argv[1], startup_timeout=120)
+try:
+    for i, code in enumerate(CELLS):
+        out = []
+
+        def hook(msg, out=out):
+            c = msg["content"]
+            if msg["msg_type"] == "stream":
+                out.append(c["text"])
+            elif msg["msg_type"] == "error":
+                out.append(f"ERROR {c['ename']}: {c['evalue']}\n")
+
+        reply = kc.execute_interactive(code, timeout=120, output_hook=hook)
+        print(f"=== cell {i} {reply['content']['status']}")
+        print("".join(out), end="")
+    print("=== end")
+finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+"#;
+
+/// The output of cell `n` in the driver's stdout, after checking that it ran without error.
+fn cell_output<'a>(stdout: &'a str, n: usize, run: &Outcome) -> &'a str {
+    let head = format!("=== cell {n} ok\n");
+    let start = stdout.find(&head).unwrap_or_else(|| panic!("cell {n} did not run ok{run}")) + head.len();
+    let end = stdout[start..].find("=== ").map_or(stdout.len(), |e| start + e);
+    &stdout[start..end]
+}
+
+/// `gpushim kernel install` writes a kernel spec that preloads the shim; a real ipykernel
+/// started from it by jupyter_client runs a cell that leaks 8 MiB twice; `%gpushim diff` shows
+/// what the last cell left alive (8 MiB, one new site at the cell's line 2, `In [4] line 2`,
+/// and the holder that grew: the list `kept`), `%gpushim diff cell2` what was left since
+/// (16 MiB), `%gpushim snapshot LABEL` and `%gpushim report` work.
+#[test]
+fn jupyter_kernel_diff_names_the_leaking_cell_line() {
+    let py = venv_python();
+    assert_imports(&py, "ipykernel, jupyter_client");
+    let t = Target::new(&py, "pyapi_jupyter").preload(None);
+    let dir = t.dir.path().to_path_buf();
+    let prefix = dir.join("prefix");
+    let install = Command::new(collector())
+        .args(["kernel", "install", "--name", "gpushim-test", "--prefix"])
+        .arg(&prefix)
+        .arg("--python")
+        .arg(&py)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&install.stdout);
+    assert!(install.status.success(), "{said}{}", String::from_utf8_lossy(&install.stderr));
+    let spec_dir = prefix.join("share/jupyter/kernels/gpushim-test");
+    assert_eq!(said.trim(), format!("Installed kernel spec gpushim-test in {}", spec_dir.display()));
+    let spec: Value = serde_json::from_slice(&std::fs::read(spec_dir.join("kernel.json")).unwrap()).unwrap();
+    assert_eq!(spec["env"]["LD_PRELOAD"], shim().to_str().unwrap(), "{spec:#}");
+    assert_eq!(spec["argv"][0], py.to_str().unwrap(), "{spec:#}");
+
+    let driver = dir.join("driver.py");
+    std::fs::write(&driver, KERNEL_DRIVER).unwrap();
+    let run = t
+        .args(&[driver.to_str().unwrap(), "gpushim-test"])
+        .env("JUPYTER_PATH", prefix.join("share/jupyter").display())
+        .env("JUPYTER_RUNTIME_DIR", dir.join("runtime").display())
+        .env("IPYTHONDIR", dir.join("ipython").display())
+        .env("CUDART", standin("libcudart.so.13").display())
+        .env("PYTHONPATH", package_dir().display())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .run();
+    run.success();
+    assert!(run.stdout.contains("=== end"), "{run}");
+
+    // What the last cell (the second run of LEAK) left alive: one new site at its line 2.
+    let diff = cell_output(&run.stdout, 4, &run);
+    assert!(diff.contains("sites: 1 new (+8.0 MiB), 0 vanished (0 B), 0 grown, 0 shrunk, 1 unchanged"), "{diff}{run}");
+    assert!(diff.contains("live         8.0 MiB -> 16.0 MiB (+8.0 MiB) in 1 -> 2 allocations"), "{diff}{run}");
+    let growth: Vec<&str> = diff.lines().filter(|l| l.trim_start().starts_with("+8.0 MiB  live")).collect();
+    assert_eq!(growth.len(), 1, "{diff}{run}");
+    let cell_frame = growth[0].split(": ").nth(1).unwrap_or_default();
+    assert!(
+        cell_frame.starts_with("<module> (ipykernel_") && cell_frame.contains(".py:2)"),
+        "the site is the cell's line 2: {}{run}",
+        growth[0]
+    );
+    // Who holds it: the heap walk's files exist, so the diff lists the holder that grew.
+    assert!(
+        diff.contains("holders that grew (who holds the memory, from the heap walks):\n")
+            && diff.contains("+8.0 MiB  8.0 MiB -> 16.0 MiB in 1 -> 2 objects: __main__ global 'kept' → list[*]\n"),
+        "{diff}{run}"
+    );
+    // The notebook's own numbering: the leaking cell is In [4] (the second run), line 2.
+    assert!(diff.ends_with("left alive by notebook cells:\n  +8.0 MiB at In [4] line 2\n"), "{diff}{run}");
+    // Since the snapshot after cell 2 (before either leak): both.
+    let since = cell_output(&run.stdout, 5, &run);
+    assert!(since.contains("live         0 B -> 16.0 MiB (+16.0 MiB) in 0 -> 2 allocations"), "{since}{run}");
+    let mine = PathBuf::from(cell_output(&run.stdout, 6, &run).trim());
+    assert!(mine.to_str().unwrap().ends_with("-mine.json") && mine.starts_with(&dir), "{run}");
+    assert_eq!(total(&read_json(&mine, &run), "live_bytes"), 16 << 20, "{run}");
+    let report = cell_output(&run.stdout, 7, &run);
+    assert!(report.contains("live: 16.0 MiB in 2 allocations"), "{report}{run}");
+    assert_eq!(cell_output(&run.stdout, 8, &run).trim(), "tracing True", "{run}");
+}
+
+/// A snapshot whose answer never comes, and one with recording off.
+const NO_ANSWER: &str = r#"import sys
+import time
+
+import gpushim
+
+t = time.monotonic()
+print("snap", gpushim.snapshot("x", timeout=float(sys.argv[1])), flush=True)
+print("waited", round(time.monotonic() - t, 1), flush=True)
+print("tracing", gpushim.is_tracing(), flush=True)
+"#;
+
+/// A collector that reads the stream and never answers: `snapshot(timeout=0.5)` returns None
+/// after about half a second, saying why, and the program goes on.
+#[test]
+fn snapshot_wait_is_bounded_by_its_timeout() {
+    let t = Target::new(python3(), "pyapi_timeout");
+    let fake = script(t.dir.path(), "silent-collector", "#!/bin/sh\nexec cat >/dev/null\n");
+    let prog = t.dir.path().join("noanswer.py");
+    std::fs::write(&prog, NO_ANSWER).unwrap();
+    let run = t
+        .args(&[prog.to_str().unwrap(), "0.5"])
+        .env("GPUSHIM_COLLECTOR", fake.display())
+        .env("GPUSHIM_EXIT_TIMEOUT", "2")
+        .env("PYTHONPATH", package_dir().display())
+        .run();
+    run.success();
+    assert_eq!(printed(&run.stdout, "snap", &run), "None", "{run}");
+    let waited: f64 = printed(&run.stdout, "waited", &run).parse().unwrap();
+    assert!((0.5..3.0).contains(&waited), "waited {waited} s for a 0.5 s timeout{run}");
+    assert!(
+        run.stderr.contains("gpushim: snapshot not written: the collector did not confirm the snapshot in time"),
+        "{run}"
+    );
+}
+
+/// A collector that cannot be started: recording is off, `snapshot()` says so and returns
+/// None at once, `is_tracing()` turns False.
+#[test]
+fn snapshot_without_a_collector_says_recording_is_off() {
+    let t = Target::new(python3(), "pyapi_nocollector");
+    let prog = t.dir.path().join("noanswer.py");
+    std::fs::write(&prog, NO_ANSWER).unwrap();
+    let run = t
+        .args(&[prog.to_str().unwrap(), "20"])
+        .env("GPUSHIM_COLLECTOR", "/nonexistent/gpushim")
+        .env("PYTHONPATH", package_dir().display())
+        .run();
+    run.success();
+    assert_eq!(printed(&run.stdout, "snap", &run), "None", "{run}");
+    let waited: f64 = printed(&run.stdout, "waited", &run).parse().unwrap();
+    assert!(waited < 5.0, "waited {waited} s{run}");
+    assert_eq!(printed(&run.stdout, "tracing", &run), "False", "{run}");
+    assert!(run.stderr.contains("gpushim: snapshot not written: recording is off"), "{run}");
+}
