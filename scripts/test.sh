@@ -9,8 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Pinned, with pytest's own dependencies; changing this list remakes the environment.
-PY_TOOLS=(ruff==0.17.6 pytest==9.2.0 iniconfig==2.3.1 packaging==26.4 pluggy==1.7.0 pygments==2.21.0)
+# Pinned, with pytest's own dependencies; changing this list remakes the environment. Playwright
+# drives the system's Chromium (no browser download) for the HTML report's test.
+PY_TOOLS=(ruff==0.17.6 pytest==9.2.0 iniconfig==2.3.1 packaging==26.4 pluggy==1.7.0 pygments==2.21.0
+  playwright==1.65.2 greenlet==3.5.6)
 PYTHON=${PYTHON:-python3}
 VENV=${CARGO_TARGET_DIR:-target}/py-tools
 
