@@ -203,7 +203,10 @@
     .transitionDuration(0)
     .label((d) => d.data.name + (d.data.file ? " (" + d.data.file + ")" : "") + ": " + bytes(d.value))
     .setSearchMatch((d, term) => term !== "" && (d.data.name.includes(term) || (d.data.file || "").includes(term)))
-    .setDetailsElement(details);
+    .setDetailsElement(details)
+    .setSearchHandler((found, sum, total) => {
+      details.textContent = found.length ? "search: " + found.length + " frames, " + bytes(sum) + " of " + bytes(total) : "";
+    });
   const draw = () => flame.update(tree(weight.value, internal.checked));
   d3.select(flameBox).datum(tree("live_bytes", false)).call(flame);
   weight.addEventListener("change", draw);

@@ -133,14 +133,35 @@ def top_suspect_function(report) -> str:
     return next(f["function"] for f in site["frames"] if not f["internal"])
 
 
+def holders_beside(path: Path, report, dest: Path) -> Path:
+    """A copy of the report at `dest` with a heap walk's companion file beside it that says who
+    holds the top suspect's memory (the C example has no Python heap to walk)."""
+    shutil.copy(path, dest)
+    site = report["suspects"][0]["site"]
+    line = {"how": "path", "path": ["leak.py global 'frames'", "list[*]"], "objects": 200, "bytes": 200 << 20}
+    line["text"] = "leak.py global 'frames' \u2192 list[*] \u2192 200 objects (200.0 MiB)"
+    empty = {"live_bytes": 0, "objects": 0, "object_bytes": 0, "in_use_bytes": 0, "cached_bytes": 0}
+    holders = {
+        "schema": "gpushim.holders.v1",
+        "pid": report["pid"],
+        "reason": "exit",
+        "walk": {"status": "complete", "elapsed_s": 0.01, "objects_visited": 1, "objects_found": 200, "message": "m"},
+        "sites": [{**empty, "site": site, "live_bytes": 200 << 20, "holders": [line], "top_objects": []}],
+        "unattributed": {**empty, "holders": [], "top_objects": []},
+    }
+    dest.with_suffix(".holders.json").write_text(json.dumps(holders))
+    return dest
+
+
 def test_html_report_in_a_browser(demo, tmp_path):
     exe = chromium()
     from playwright.sync_api import sync_playwright
 
     path, report = demo
-    page_file = export(path, "html", tmp_path / "report.html")
-    assert page_file.stat().st_size < 1 << 20
-    url = page_file.as_uri()
+    plain = export(path, "html", tmp_path / "report.html")
+    held = export(holders_beside(path, report, tmp_path / "gpushim-1.json"), "html", tmp_path / "held.html")
+    assert plain.stat().st_size < 1 << 20
+    pages = {plain.as_uri(), held.as_uri()}
     requests, errors = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
@@ -150,12 +171,12 @@ def test_html_report_in_a_browser(demo, tmp_path):
             requests.append(route.request.url)
             route.abort()
 
-        # Anything but the page itself is a network request the page must not make.
-        page.route(lambda u: u != url, block)
-        page.on("request", lambda r: r.url != url and requests.append(r.url))
+        # Anything but the pages themselves is a network request the page must not make.
+        page.route(lambda u: u not in pages, block)
+        page.on("request", lambda r: r.url not in pages and requests.append(r.url))
         page.on("console", lambda m: m.type == "error" and errors.append(m.text))
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(url)
+        page.goto(plain.as_uri())
         page.wait_for_load_state("load")
 
         canvas = page.locator("#chart canvas").first.bounding_box()
@@ -183,8 +204,24 @@ def test_html_report_in_a_browser(demo, tmp_path):
             "g => g.getAttribute('name') === 'render' && g.getBoundingClientRect().width > w)",
             arg=flame["width"] * 0.8,
         )
-        page.screenshot(path=str(TARGET / "html-report.png"))
-        page.screenshot(path=str(TARGET / "html-report-full.png"), full_page=True)
+        # The README's picture (docs/images/html-report.png is a copy of it).
+        page.screenshot(path=str(TARGET / "html-report.png"), full_page=True)
+
+        # Search highlights the matching frames and sums their bytes.
+        page.fill("#flame-search", "leak.c")
+        page.wait_for_function("() => document.getElementById('flame-details').textContent.includes('of 232.0 MiB')")
+
+        # The sites table sorts: live bytes descending first, ascending after a click on its header.
+        first = page.locator("#sites-table tbody tr").first
+        assert first.locator("td").nth(1).inner_text().startswith("render ")
+        page.locator("#sites-table th[data-key=live_bytes]").click()
+        assert first.locator("td").nth(3).inner_text() == "0 B"
+
+        # The retention path from a holders file beside the report.
+        page.goto(held.as_uri())
+        page.wait_for_load_state("load")
+        held_by = "leak.py global 'frames' \u2192 list[*] \u2192 200 objects (200.0 MiB)"
+        assert held_by in page.locator("#suspects").inner_text()
         browser.close()
     assert errors == []
     assert requests == []
