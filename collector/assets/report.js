@@ -32,8 +32,10 @@
     app.append(s);
     return s;
   }
+  // The last two components of a path (as the text report shows it); the full path is the title.
+  const short = (p) => p.split("/").slice(-2).join("/");
   function frameText(f) {
-    const place = f.file ? f.file + (f.line != null ? ":" + f.line : "")
+    const place = f.file ? short(f.file) + (f.line != null ? ":" + f.line : "")
       : (f.module ? f.module.split("/").pop() + "+" + (f.offset || "") : "");
     return (f.function === "??" && place ? "" : f.function) + (place ? " (" + place + ")" : "");
   }
@@ -50,7 +52,7 @@
       if (!hidden.length) return;
       const d = el("details", {}, el("summary", {}, hidden.length + " internal frame" + (hidden.length > 1 ? "s" : "")));
       const inner = el("ol", { class: "stack" });
-      hidden.forEach((f) => inner.append(el("li", { class: "internal" }, frameText(f))));
+      hidden.forEach((f) => inner.append(el("li", { class: "internal", title: f.file || f.module }, frameText(f))));
       d.append(inner);
       ol.append(el("li", { class: "internal" }, d));
       hidden = [];
@@ -58,7 +60,7 @@
     for (const f of frames) {
       if (f.internal) { hidden.push(f); continue; }
       flush();
-      ol.append(el("li", {}, frameText(f)));
+      ol.append(el("li", { title: f.file || f.module }, frameText(f)));
     }
     flush();
     return ol;

@@ -40,8 +40,9 @@ def demo(tmp_path_factory):
     env = {**os.environ, "LD_LIBRARY_PATH": str(s)}
     env.pop("LD_PRELOAD", None)
     env.pop("GPUSHIM_HTML", None)
+    # Run from its directory, so that the report (and the README's picture) names it `./leak_example`.
     run = subprocess.run(
-        [BIN, "run", "--output", out, "--", s / "leak_example", "200"], env=env, capture_output=True, text=True
+        [BIN, "run", "--output", out, "--", "./leak_example", "200"], cwd=s, env=env, capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr
     (path,) = out.glob("gpushim-*.json")
@@ -193,15 +194,15 @@ def test_html_report_in_a_browser(demo, tmp_path):
         assert 0 < before < flame["width"] * 0.9
         frame.click()
         page.wait_for_function(
-            "w => [...document.querySelectorAll('#flame svg g.frame')].some("
-            "g => g.getAttribute('name') === 'load_model' && g.getBoundingClientRect().width > w)",
+            "w => [...document.querySelectorAll('#flame svg g.frame[name=load_model] rect')].some("
+            "r => r.getBoundingClientRect().width > w)",
             arg=flame["width"] * 0.9,
         )
         # Reset: the leak's frame is back to most of the width (200 of 232 MiB).
         page.locator("#flame-reset").click()
         page.wait_for_function(
-            "w => [...document.querySelectorAll('#flame svg g.frame')].some("
-            "g => g.getAttribute('name') === 'render' && g.getBoundingClientRect().width > w)",
+            "w => [...document.querySelectorAll('#flame svg g.frame[name=render] rect')].some("
+            "r => r.getBoundingClientRect().width > w)",
             arg=flame["width"] * 0.8,
         )
         # The README's picture (docs/images/html-report.png is a copy of it).
