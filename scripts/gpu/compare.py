@@ -543,6 +543,7 @@ def torch_snapshot_rows():
     )
     row("torch_snapshot", "same addresses and sizes", True, t["same_addresses"], t["same_addresses"])
     row("torch_snapshot", "segment_plot, trace_plot, segsum, trace run", True, t["viz_ok"], t["viz_ok"])
+    row("torch_snapshot", "segment_type as torch's", True, t["segment_types_agree"], t["segment_types_agree"])
 
 
 def fault_rows():

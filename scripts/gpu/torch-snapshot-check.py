@@ -124,6 +124,11 @@ def main():
     same = {(s["address"], s["total_size"]) for s in t_segs} == {(s["address"], s["total_size"]) for s in o_segs}
     print(f"same (address, size) set: {same}")
     ok = ok and same
+    # The pool each segment is in, as torch says it and as ours guesses it from the size.
+    kinds = {s["address"]: s["segment_type"] for s in t_segs}
+    agree = sum(kinds.get(s["address"]) == s["segment_type"] for s in o_segs)
+    print(f"segment_type agrees for {agree} of {len(o_segs)} segments")
+    types_ok = agree == len(o_segs)
     # Keys torch writes that ours lacks (or the other way): said, not failed on.
     tk, ok_keys = keys(theirs), keys(ours)
     for what in tk:
@@ -140,6 +145,7 @@ def main():
                 "ours_all_segments": len(o_all),
                 "same_addresses": same,
                 "viz_ok": viz_ok,
+                "segment_types_agree": types_ok,
                 "export": str(export),
             },
             f,

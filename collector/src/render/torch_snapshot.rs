@@ -24,9 +24,11 @@ use crate::report::{Frame, LiveAllocation, Report};
 /// The torch-snapshot format.
 pub struct TorchSnapshot;
 
-/// Segments of at most this many bytes are `small` (PyTorch's caching allocator serves
-/// requests of up to 1 MiB from its small pool; `torch/cuda/memory.py`, `memory_stats`).
-pub const SMALL_SEGMENT_BYTES: u64 = 1 << 20;
+/// Segments of at most this many bytes are `small`. PyTorch's caching allocator
+/// (`c10/cuda/CUDACachingAllocator.cpp`) makes its small pool's segments of `kSmallBuffer`
+/// (2 MiB) and its large pool's of `kLargeBuffer` (20 MiB) or of requests of at least
+/// `kMinLargeAlloc` (10 MiB) rounded up to 2 MiB, so this matches its `segment_type`.
+pub const SMALL_SEGMENT_BYTES: u64 = 2 << 20;
 
 /// The snapshot dictionary.
 #[derive(Serialize)]
@@ -264,7 +266,7 @@ mod tests {
         r.allocations = vec![
             LiveAllocation {
                 address: "0x7f0000200000".into(),
-                size: 2 << 20,
+                size: 20 << 20,
                 kind: "device".into(),
                 api: "cudaMalloc".into(),
                 device: 1,
@@ -289,12 +291,12 @@ mod tests {
         assert_eq!(int(key(&segs[0], "total_size")), 4096);
         assert_eq!(key(&segs[0], "segment_type"), &Value::String("small".into()));
         assert_eq!(int(key(&segs[1], "device")), 1);
-        assert_eq!(int(key(&segs[1], "total_size")), 2 << 20);
+        assert_eq!(int(key(&segs[1], "total_size")), 20 << 20);
         assert_eq!(key(&segs[1], "segment_type"), &Value::String("large".into()));
         let blocks = list(key(&segs[1], "blocks"));
         assert_eq!(blocks.len(), 1);
         assert_eq!(key(&blocks[0], "state"), &Value::String("unknown".into()));
-        assert_eq!(int(key(&blocks[0], "size")), 2 << 20);
+        assert_eq!(int(key(&blocks[0], "size")), 20 << 20);
         let frames = list(key(&segs[1], "frames"));
         assert_eq!(key(&frames[1], "name"), &Value::String("render_frame".into()));
         assert_eq!(key(&frames[1], "filename"), &Value::String("/w/app".into()));
