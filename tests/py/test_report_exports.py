@@ -212,6 +212,11 @@ def test_html_report_in_a_browser(demo, tmp_path):
         page.fill("#flame-search", "leak.c")
         page.wait_for_function("() => document.getElementById('flame-details').textContent.includes('of 232.0 MiB')")
 
+        # Weighted by bytes allocated, the site whose allocations were all freed appears.
+        assert page.locator('#flame svg g.frame[name="frame_temp"]').count() == 0
+        page.select_option("#flame-weight", "alloc_bytes")
+        page.locator('#flame svg g.frame[name="frame_temp"]').first.wait_for()
+
         # The sites table sorts: live bytes descending first, ascending after a click on its header.
         first = page.locator("#sites-table tbody tr").first
         assert first.locator("td").nth(1).inner_text().startswith("render ")
