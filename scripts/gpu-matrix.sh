@@ -102,6 +102,8 @@ run_case H_torch_cached -- $PY H_torch_cached $T
 run_case H_train -- $PY H_train $T
 # The Python API (issue 15): gpushim.snapshot(label) under PyTorch.
 run_case P_api -- $PY P_api $T
+# Issue 16: our torch-snapshot export of a training run against torch's own snapshot of it.
+run_case torch_snapshot GPUSHIM_BIN="$REL/gpushim" -- python3 "$ROOT/scripts/gpu/torch-snapshot-check.py" $T
 # Cases of the fault review (scripts/gpu/faults.cu).
 run_case fault_exit -- "$WORK/bin/faults" exit-cleanup
 run_case fault_snapshot -- "$WORK/bin/faults" slow-free

@@ -9,8 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Pinned, with pytest's own dependencies; changing this list remakes the environment.
-PY_TOOLS=(ruff==0.17.6 pytest==9.2.0 iniconfig==2.3.1 packaging==26.4 pluggy==1.7.0 pygments==2.21.0)
+# Pinned, with pytest's own dependencies; changing this list remakes the environment. Playwright
+# drives the system's Chromium (no browser download) for the HTML report's test.
+PY_TOOLS=(ruff==0.17.6 pytest==9.2.0 iniconfig==2.3.1 packaging==26.4 pluggy==1.7.0 pygments==2.21.0
+  playwright==1.65.2 greenlet==3.5.6)
 # A real Jupyter kernel for the tests of the Jupyter magic (tests/pyapi.rs, which finds this
 # environment; about 10 s to install), pinned with its dependencies.
 PY_TOOLS+=(ipykernel==7.4.0 jupyter_client==8.10.0 ipython==9.18.1 comm==0.2.3 debugpy==1.8.22 jupyter_core==5.9.1

@@ -602,3 +602,39 @@ fn demo_script_honours_cargo_target_dir() {
     let r = read_json(&out_dir.join(&reports[0]), &stderr);
     assert_eq!(total(&r, "live_bytes"), 200 * MIB + 32 * MIB, "200 frames × 1 MiB and the 32 MiB model");
 }
+
+/// `GPUSHIM_HTML=1` writes the HTML page beside the JSON; `gpushim report --format html` and
+/// `--format torch-snapshot`, and `gpushim diff --format html`, write theirs; the report lists
+/// every live allocation with its address and size (what the torch snapshot's segments are).
+#[test]
+fn html_page_and_torch_snapshot() {
+    let run = Target::new("leak_example", "html").args(&["20"]).env("GPUSHIM_HTML", 1).run();
+    run.success();
+    let r = run.report();
+    let pid = r["pid"].as_u64().unwrap();
+    let json = run.dir.path().join(format!("gpushim-{pid}.json"));
+    let beside = std::fs::read_to_string(run.dir.path().join(format!("gpushim-{pid}.html"))).unwrap();
+    assert!(beside.starts_with("<!DOCTYPE html>") && beside.contains("\"render\""), "{run}");
+    // The live set: 20 frames of 1 MiB and the 32 MiB model, one entry each, by address.
+    let allocs = r["allocations"].as_array().unwrap();
+    assert_eq!(allocs.len() as u64, total(&r, "live_count"), "{run}");
+    assert_eq!(allocs.len(), 21, "{run}");
+    assert_eq!(allocs.iter().map(|a| a["size"].as_u64().unwrap()).sum::<u64>(), total(&r, "live_bytes"));
+    assert_eq!(allocs.iter().filter(|a| a["size"] == MIB).count(), 20, "{run}");
+    let addr = |a: &serde_json::Value| u64::from_str_radix(a["address"].as_str().unwrap().trim_start_matches("0x"), 16);
+    assert!(allocs.windows(2).all(|w| addr(&w[0]).unwrap() < addr(&w[1]).unwrap()), "{run}");
+
+    let p = json.to_str().unwrap();
+    let html = run.dir.path().join("r.html");
+    let out = gpushim(["report", p, "--format", "html", "-o", html.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&html).unwrap(), beside, "the same page either way");
+    let out = gpushim(["report", p, "--format", "torch-snapshot"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A pickle, protocol 3 (Python 3 reads it), ending with its STOP opcode.
+    assert_eq!(&out.stdout[..2], b"\x80\x03");
+    assert_eq!(out.stdout.last(), Some(&b'.'));
+    let out = gpushim(["diff", p, p, "--format", "html"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("<!DOCTYPE html>"));
+}

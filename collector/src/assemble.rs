@@ -9,8 +9,8 @@ use crate::gauge::Gauge;
 use crate::live::{State, MAX_FAILURES};
 use crate::rank;
 use crate::report::{
-    DeviceTotals, FailureRecord, KindTotals, Kinds, MemInfoRecord, Reason, Report, Site, TeardownRecord, Totals,
-    VmmTotals, SCHEMA,
+    DeviceTotals, FailureRecord, KindTotals, Kinds, LiveAllocation, MemInfoRecord, Reason, Report, Site,
+    TeardownRecord, Totals, VmmTotals, MAX_ALLOCATIONS, SCHEMA,
 };
 use crate::symbolize::Symbolizer;
 
@@ -175,6 +175,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     }
     graph_notes(state, &mut notes);
     notes.extend(sym.problems().iter().cloned());
+    let allocations = live_allocations(state, &secs, &mut notes);
 
     let t = &state.totals;
     let k = &state.kinds;
@@ -263,6 +264,35 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             })
             .collect(),
         notes,
+        allocations,
         holders: None,
     }
+}
+
+/// The live pointer allocations of `state`, by address: the largest [`MAX_ALLOCATIONS`] (a note
+/// says when more were live). `cuMemCreate` handles are left out: they have no address until
+/// mapped, and their mappings are not allocations.
+fn live_allocations(state: &State, secs: &dyn Fn(u64) -> f64, notes: &mut Vec<String>) -> Vec<LiveAllocation> {
+    let mut live: Vec<(u64, &crate::live::Entry)> =
+        state.live().filter(|((handle, _), _)| !handle).map(|(&(_, addr), e)| (addr, e)).collect();
+    if live.len() > MAX_ALLOCATIONS {
+        notes.push(format!(
+            "the report lists the {MAX_ALLOCATIONS} largest of {} live allocations by address",
+            live.len()
+        ));
+        live.sort_by(|a, b| b.1.size.cmp(&a.1.size).then(a.0.cmp(&b.0)));
+        live.truncate(MAX_ALLOCATIONS);
+    }
+    live.sort_by_key(|&(addr, _)| addr);
+    live.into_iter()
+        .map(|(addr, e)| LiveAllocation {
+            address: format!("{addr:#x}"),
+            size: e.size,
+            kind: e.kind.name().to_string(),
+            api: e.api.name().to_string(),
+            device: e.device,
+            site: e.site,
+            t_s: secs(e.ts_ns),
+        })
+        .collect()
 }

@@ -29,6 +29,9 @@ use crate::words::fmt_bytes;
 pub struct Options {
     /// Write reports here instead of the directory the stream's Hello names.
     pub output_dir: Option<PathBuf>,
+    /// Also write each report as an HTML page beside its JSON (`X.json` → `X.html`; set by
+    /// `GPUSHIM_HTML=1`).
+    pub html: bool,
 }
 
 /// What a collection produced.
@@ -48,6 +51,7 @@ pub struct Outcome {
 struct Sink<'a> {
     hello: Hello,
     out_dir: PathBuf,
+    html: bool,
     sym: Symbolizer,
     stacks: HashMap<u32, Vec<u64>>,
     notes: Vec<String>,
@@ -153,6 +157,9 @@ impl Sink<'_> {
             Ok(path) => {
                 let _ =
                     writeln!(self.err, "gpushim: out of memory: {what} failed; report written to {}", path.display());
+                if self.html {
+                    write_html(&report, &path, self.err);
+                }
                 self.ooms.push(path);
             }
             Err(e) => {
@@ -195,6 +202,9 @@ impl Sink<'_> {
                 // An API snapshot's caller gets the path back: no line for it.
                 if label.is_none() {
                     let _ = writeln!(self.err, "gpushim: snapshot {} written to {}", p.number, path.display());
+                }
+                if self.html {
+                    write_html(&report, &path, self.err);
                 }
                 self.snapshots.push(path.clone());
             }
@@ -239,6 +249,25 @@ impl Sink<'_> {
 /// the fallbacks of [`output::write_new`]; tells `err` where it went if not where asked.
 fn write_report(report: &Report, dir: &Path, stem: &str, err: &mut dyn Write) -> Result<PathBuf> {
     write_json(report, dir, stem, err)
+}
+
+/// Writes `report` as an HTML page beside its JSON file `json` (`X.json` → `X.html`, or the next
+/// free name); a failure is said on `err` and is no error of the collection.
+fn write_html(report: &Report, json: &Path, err: &mut dyn Write) {
+    let dir = json.parent().unwrap_or(Path::new("."));
+    let stem = json.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let page = crate::render::html::Html;
+    match output::write_new_with(dir, &stem, "html", &mut |out| crate::render::Render::render(&page, report, out)) {
+        Ok(w) => {
+            for m in w.messages() {
+                let _ = writeln!(err, "gpushim: {m}");
+            }
+            let _ = writeln!(err, "gpushim: HTML report written to {}", w.path.display());
+        }
+        Err(e) => {
+            let _ = writeln!(err, "gpushim: cannot write {stem}.html: {e:#}");
+        }
+    }
 }
 
 /// As [`write_report`], for any document.
@@ -300,6 +329,7 @@ pub fn collect_answering(
     let mut sink = Sink {
         hello,
         out_dir,
+        html: opts.html,
         sym: Symbolizer::new(),
         stacks: HashMap::new(),
         notes: Vec::new(),
@@ -421,6 +451,9 @@ pub fn collect_answering(
             let _ = writeln!(sink.err, "gpushim: cannot write {stem}.json: {e:#}");
         }
         report.holders = Some(h);
+    }
+    if sink.html {
+        write_html(&report, &path, sink.err);
     }
     let _ = text::summary(&report, &path, sink.err);
     Ok(Outcome { report: Some(path), snapshots: sink.snapshots, ooms: sink.ooms, broken })
@@ -645,7 +678,7 @@ mod tests {
         let sub = d.0.join("sub");
         std::fs::create_dir(&sub).unwrap();
         let mut err = Vec::new();
-        let out = collect(&g[..], &Options { output_dir: Some(sub.clone()) }, &mut err).unwrap();
+        let out = collect(&g[..], &Options { output_dir: Some(sub.clone()), html: false }, &mut err).unwrap();
         assert_eq!(out.broken.as_deref(), Some("frame length 4294967295 is out of range"));
         assert_eq!(out.report.unwrap(), sub.join("gpushim-4242.json"));
     }

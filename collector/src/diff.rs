@@ -21,6 +21,8 @@ pub enum DiffFormat {
     Text,
     /// The comparison as JSON (see docs/report-schema.md, "Diff").
     Json,
+    /// The comparison as one self-contained HTML page: the sites that changed, side by side.
+    Html,
 }
 
 /// A site's numbers in one report (summed over sites with the same frames).
@@ -609,6 +611,7 @@ mod tests {
             timeline: Default::default(),
             context_teardowns: Vec::new(),
             notes: vec![],
+            allocations: vec![],
             holders: None,
             oom: None,
         }

@@ -234,6 +234,8 @@ mod tests {
             ("folded", Format::Folded),
             ("svg", Format::Svg),
             ("perfetto", Format::Perfetto),
+            ("html", Format::Html),
+            ("torch-snapshot", Format::TorchSnapshot),
         ] {
             match Cli::try_parse_from(["gpushim", "report", "r.json", "--format", format, "-o", "out"]).unwrap().command
             {
@@ -245,6 +247,7 @@ mod tests {
             }
         }
         assert!(Cli::try_parse_from(["gpushim", "diff", "a.json", "b.json", "--format", "json"]).is_ok());
+        assert!(Cli::try_parse_from(["gpushim", "diff", "a.json", "b.json", "--format", "html"]).is_ok());
     }
 
     #[test]

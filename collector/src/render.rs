@@ -7,10 +7,12 @@
 
 pub mod folded;
 pub mod format;
+pub mod html;
 pub mod json;
 pub mod perfetto;
 pub mod svg;
 pub mod text;
+pub mod torch_snapshot;
 
 use std::io::{self, Write};
 
@@ -152,6 +154,13 @@ pub(crate) mod tests {
             ],
         };
         r
+    }
+
+    /// What `format` writes for `r`, as bytes.
+    pub(crate) fn render_bytes(format: &dyn Render, r: &Report) -> Vec<u8> {
+        let mut out = Vec::new();
+        format.render(r, &mut out).unwrap();
+        out
     }
 
     /// What `format` writes for `r`, as text.

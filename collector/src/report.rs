@@ -105,6 +105,11 @@ pub struct Report {
     pub context_teardowns: Vec<TeardownRecord>,
     /// Messages from the shim and the collector about the report's completeness.
     pub notes: Vec<String>,
+    /// The live pointer allocations at the end of the report, one each (at most
+    /// [`MAX_ALLOCATIONS`], the largest), by address; absent in older files. Exports that need
+    /// addresses (`--format torch-snapshot`) read it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocations: Vec<LiveAllocation>,
     /// Who holds the memory (CPython targets): the heap walk's companion file, merged in when
     /// the report is read or rendered; never written into the report itself.
     #[serde(skip)]
@@ -428,6 +433,29 @@ pub struct TeardownRecord {
     pub bytes: u64,
 }
 
+/// Most live allocations a report lists in [`Report::allocations`] (the largest; a note says
+/// when more were live).
+pub const MAX_ALLOCATIONS: usize = 10_000;
+
+/// One live allocation at the end of the report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LiveAllocation {
+    /// Its address in the target's address space, as `0x…`.
+    pub address: String,
+    /// Its size, bytes.
+    pub size: u64,
+    /// `device`, `managed` or `pinned_host`.
+    pub kind: String,
+    /// The allocating API's name.
+    pub api: String,
+    /// Device ordinal, -1 for host memory or unknown.
+    pub device: i32,
+    /// The site's stack id (see [`Site::id`]).
+    pub site: u32,
+    /// When it was made, seconds after the report's first event.
+    pub t_s: f64,
+}
+
 /// Device memory as the driver reported it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemInfoRecord {
@@ -658,6 +686,7 @@ mod tests {
                 bytes: 3,
             }],
             notes: vec!["n".into()],
+            allocations: vec![],
             holders: None,
             oom: None,
         }

@@ -544,6 +544,39 @@ def checks():
         missing("S8")
     fault_rows()
     graph_rows()
+    torch_snapshot_rows()
+
+
+def torch_snapshot_rows():
+    """torch_snapshot (torch-snapshot-check.py): our torch-snapshot export of a training run against
+    torch.cuda.memory._snapshot() of the same moment: the caching allocator's segments in count and
+    bytes, and torch.cuda._memory_viz's plots run on our file."""
+    d = os.path.join(RUN, "torch_snapshot")
+    if not os.path.isdir(d):
+        return
+    path = os.path.join(d, "truth.json")
+    if not os.path.exists(path):
+        row("torch_snapshot", "check ran", "truth.json", "none", False, "see stdout/stderr in logs")
+        return
+    t = read_json(path)
+    row(
+        "torch_snapshot",
+        "segments (through libc10_cuda)",
+        t["torch_segments"],
+        t["ours_segments"],
+        t["torch_segments"] == t["ours_segments"] and t["torch_segments"] > 0,
+        f"{t['ours_all_segments']} segments in all",
+    )
+    row(
+        "torch_snapshot",
+        "segment bytes",
+        mib(t["torch_bytes"]),
+        mib(t["ours_bytes"]),
+        t["torch_bytes"] == t["ours_bytes"],
+    )
+    row("torch_snapshot", "same addresses and sizes", True, t["same_addresses"], t["same_addresses"])
+    row("torch_snapshot", "segment_plot, trace_plot, segsum, trace run", True, t["viz_ok"], t["viz_ok"])
+    row("torch_snapshot", "segment_type as torch's", True, t["segment_types_agree"], t["segment_types_agree"])
 
 
 def fault_rows():

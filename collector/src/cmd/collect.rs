@@ -14,13 +14,15 @@ use crate::collect;
 use crate::error::{BROKEN_STREAM, OK};
 
 /// Collects the stream in `input` (standard input if `None` or `-`), writing the reports into
-/// `output` (the directory the stream names if `None`).
+/// `output` (the directory the stream names if `None`); with `GPUSHIM_HTML=1` in the
+/// environment (the shim passes the program's on) each report is also written as an HTML page.
 ///
 /// # Errors
 /// Those of [`collect::collect`], and exit code 2 if `input` cannot be opened. A stream that
 /// broke after its Hello event is no error: the exit code is 1 then.
 pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> {
-    let opts = collect::Options { output_dir: output };
+    let html = std::env::var_os("GPUSHIM_HTML").is_some_and(|v| v == "1");
+    let opts = collect::Options { output_dir: output, html };
     signals::ignore_file_size_signal();
     let mut err = io::stderr().lock();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {

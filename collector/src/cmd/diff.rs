@@ -25,6 +25,12 @@ pub fn run(old: &Path, new: &Path, top: usize, format: DiffFormat) -> Result<Exi
     write_output(None, &mut |out| match format {
         DiffFormat::Text => diff::diff(&a, &b, top, out),
         DiffFormat::Json => diff::diff_json(&a, &b, top, out),
+        DiffFormat::Html => {
+            let mut json = Vec::new();
+            diff::diff_json(&a, &b, top, &mut json)?;
+            let doc: serde_json::Value = serde_json::from_slice(&json).map_err(std::io::Error::other)?;
+            crate::render::html::diff_page(&doc, out)
+        }
     })?;
     Ok(ExitCode::SUCCESS)
 }

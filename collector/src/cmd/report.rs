@@ -1,5 +1,6 @@
 //! `gpushim report FILE`: prints a report for a person, as JSON, as folded stacks, as a flame
-//! graph (SVG) or as a Perfetto trace, on standard output or into a file.
+//! graph (SVG), as a Perfetto trace, as an HTML page or as a PyTorch memory snapshot (pickle), on
+//! standard output or into a file.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -46,6 +47,7 @@ mod tests {
             ("folded", "r.folded", "main;render_frame 4194304\n"),
             ("svg", "r.svg", "<svg"),
             ("perfetto", "r.trace.json", "\"traceEvents\""),
+            ("html", "r.html", "<!DOCTYPE html>"),
         ] {
             let o = out(name);
             run(&file, Format::from_str(format, false).unwrap(), Some(&o), TextOptions::default()).unwrap();

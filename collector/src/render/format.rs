@@ -2,10 +2,12 @@
 //! of each.
 
 use super::folded::Folded;
+use super::html::Html;
 use super::json::Json;
 use super::perfetto::Perfetto;
 use super::svg::Svg;
 use super::text::Text;
+use super::torch_snapshot::TorchSnapshot;
 use super::{Render, TextOptions};
 
 /// The formats `gpushim report` offers.
@@ -22,6 +24,12 @@ pub enum Format {
     /// Chrome trace-event JSON with counter tracks of live bytes over time, for
     /// ui.perfetto.dev.
     Perfetto,
+    /// One self-contained HTML page: totals, live bytes over time, an interactive flame graph,
+    /// the suspects and a sortable table of all sites; no network needed.
+    Html,
+    /// A pickle in the format of PyTorch's `torch.cuda.memory._snapshot()`, for
+    /// pytorch.org/memory_viz and `torch.cuda._memory_viz` (docs/torch-snapshot.md).
+    TorchSnapshot,
 }
 
 /// The renderer for `format`.
@@ -32,5 +40,7 @@ pub fn renderer(format: Format, opts: TextOptions) -> Box<dyn Render> {
         Format::Folded => Box::new(Folded(opts)),
         Format::Svg => Box::new(Svg(opts)),
         Format::Perfetto => Box::new(Perfetto),
+        Format::Html => Box::new(Html),
+        Format::TorchSnapshot => Box::new(TorchSnapshot),
     }
 }

@@ -1,0 +1,53 @@
+// gpushim's diff page: reads `gpushim diff --format json`'s document from #data and shows the
+// totals and the sites that changed, old and new side by side.
+"use strict";
+(function () {
+  const D = JSON.parse(document.getElementById("data").textContent);
+  const app = document.getElementById("app");
+  function bytes(n) {
+    if (n == null) return "";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    let v = Math.abs(n);
+    while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+    return (n < 0 ? "-" : n > 0 ? "" : "") + (i === 0 ? v : v.toFixed(1)) + " " + units[i];
+  }
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") e.className = v; else e.setAttribute(k, v);
+    }
+    for (const c of children) if (c != null) e.append(c instanceof Node ? c : String(c));
+    return e;
+  }
+  const side = (r) => "pid " + r.pid + " " + (r.snapshot != null ? "snapshot " + r.snapshot : r.reason) + " (" + r.duration_s.toFixed(3) + " s)";
+  app.append(el("h1", {}, "gpushim diff"));
+  app.append(el("div", { class: "sub" }, "old: " + side(D.old) + " \u2192 new: " + side(D.new) + (D.same_process ? " \u00b7 same process" : "")));
+
+  const totals = el("table", { id: "totals" }, el("tr", {}, el("th", {}, ""), el("th", { class: "num" }, "old"), el("th", { class: "num" }, "new"), el("th", { class: "num" }, "growth")));
+  for (const [k, c] of Object.entries(D.totals)) {
+    const f = /bytes$/.test(k) ? bytes : (v) => v;
+    totals.append(el("tr", {}, el("td", {}, k), el("td", { class: "num" }, f(c.old)), el("td", { class: "num" }, f(c.new)), el("td", { class: "num" }, (c.growth > 0 ? "+" : "") + f(c.growth))));
+  }
+  app.append(el("h2", {}, "Totals"), totals);
+
+  app.append(el("h2", {}, "Sites that changed (" + D.sites.length + "; " + D.unchanged_sites + " unchanged)"));
+  const max = Math.max(1, ...D.sites.map((s) => Math.max((s.old || {}).live_bytes || 0, (s.new || {}).live_bytes || 0)));
+  const bar = (b, cls) => el("span", { class: "bar " + cls, style: "width:" + Math.round(200 * (b || 0) / max) + "px" });
+  const t = el("table", { id: "diff-sites" }, el("tr", {}, ...["status", "site (first user frame)", "old live", "", "new live", "", "growth"].map((h) => el("th", {}, h))));
+  for (const s of D.sites) {
+    const o = (s.old || {}).live_bytes || 0;
+    const n = (s.new || {}).live_bytes || 0;
+    t.append(el("tr", {},
+      el("td", { class: "status-" + s.status }, s.status), el("td", {}, s.label),
+      el("td", { class: "num" }, bytes(o)), el("td", {}, bar(o, "old")),
+      el("td", { class: "num" }, bytes(n)), el("td", {}, bar(n, "new")),
+      el("td", { class: "num status-" + s.status }, (s.growth_bytes > 0 ? "+" : "") + bytes(s.growth_bytes))));
+  }
+  app.append(t);
+  if (D.holders && D.holders.length) {
+    app.append(el("h2", {}, "Holders that grew"));
+    app.append(el("ul", {}, ...D.holders.map((h) => el("li", {}, h.label + ": +" + bytes(h.bytes.growth)))));
+  }
+  if (D.notes && D.notes.length) app.append(el("ul", { class: "notes" }, ...D.notes.map((n) => el("li", {}, n))));
+})();

@@ -1,0 +1,269 @@
+// gpushim's report page: reads the report from the JSON block #data and draws the header, live
+// bytes over time (uPlot), the flame graph (d3-flame-graph), the suspects and the sites table.
+"use strict";
+(function () {
+  const R = JSON.parse(document.getElementById("data").textContent);
+  const app = document.getElementById("app");
+  const sitesById = new Map(R.sites.map((s) => [s.id, s]));
+  const holdersBySite = new Map(((R.holders && R.holders.sites) || []).map((h) => [h.site, h]));
+
+  // ---- helpers ----
+  function bytes(n) {
+    if (n == null) return "";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    let v = Math.abs(n);
+    while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+    return (n < 0 ? "-" : "") + (i === 0 ? v : v.toFixed(1)) + " " + units[i];
+  }
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") e.className = v; else e.setAttribute(k, v);
+    }
+    for (const c of children) {
+      if (c != null) e.append(c instanceof Node ? c : String(c));
+    }
+    return e;
+  }
+  function section(title, id) {
+    const s = el("section", { id });
+    s.append(el("h2", {}, title));
+    app.append(s);
+    return s;
+  }
+  // The last two components of a path (as the text report shows it); the full path is the title.
+  const short = (p) => p.split("/").slice(-2).join("/");
+  function frameText(f) {
+    const place = f.file ? short(f.file) + (f.line != null ? ":" + f.line : "")
+      : (f.module ? f.module.split("/").pop() + "+" + (f.offset || "") : "");
+    return (f.function === "??" && place ? "" : f.function) + (place ? " (" + place + ")" : "");
+  }
+  function frameName(f) {
+    if (f.function && f.function !== "??") return f.function;
+    if (f.module) return f.module.split("/").pop() + "+" + (f.offset || "?");
+    return "??";
+  }
+  // A stack as a list, innermost first; internal frames folded into a <details> unless shown.
+  function stackList(frames) {
+    const ol = el("ol", { class: "stack" });
+    let hidden = [];
+    const flush = () => {
+      if (!hidden.length) return;
+      const d = el("details", {}, el("summary", {}, hidden.length + " internal frame" + (hidden.length > 1 ? "s" : "")));
+      const inner = el("ol", { class: "stack" });
+      hidden.forEach((f) => inner.append(el("li", { class: "internal", title: f.file || f.module }, frameText(f))));
+      d.append(inner);
+      ol.append(el("li", { class: "internal" }, d));
+      hidden = [];
+    };
+    for (const f of frames) {
+      if (f.internal) { hidden.push(f); continue; }
+      flush();
+      ol.append(el("li", { title: f.file || f.module }, frameText(f)));
+    }
+    flush();
+    return ol;
+  }
+
+  // ---- header ----
+  const what = R.snapshot != null ? "snapshot " + R.snapshot : R.reason;
+  app.append(el("h1", {}, "gpushim: " + R.program));
+  app.append(el("div", { class: "sub" },
+    "pid " + R.pid + " \u00b7 " + what + " \u00b7 " + R.duration_s.toFixed(3) + " s" +
+    (R.start_unix_ns ? " \u00b7 started " + new Date(R.start_unix_ns / 1e6).toISOString() : "")));
+  const cards = el("div", { class: "cards", id: "totals" });
+  const card = (label, value, sub) => cards.append(el("div", { class: "card" }, el("b", {}, value), el("span", {}, label + (sub ? " \u00b7 " + sub : ""))));
+  card("live", bytes(R.totals.live_bytes), R.totals.live_count + " allocations");
+  card("peak", bytes(R.totals.peak_live_bytes));
+  for (const [k, t] of Object.entries(R.kinds)) {
+    if (t.peak_live_bytes) card(k.replace("_", " ") + " live", bytes(t.live_bytes), "peak " + bytes(t.peak_live_bytes));
+  }
+  for (const d of R.devices) card("GPU " + d.ordinal + " live", bytes(d.live_bytes), "peak " + bytes(d.peak_live_bytes));
+  card("suspects", R.suspects.length);
+  card("failed allocations", R.totals.failed_count);
+  app.append(cards);
+  // Owners, when the report has them: a per-site `owner`, and any per-GPU owners table.
+  const owned = new Map();
+  for (const s of R.sites) {
+    if (s.owner != null) owned.set(s.owner, (owned.get(s.owner) || 0) + s.live_bytes);
+  }
+  if (owned.size) {
+    const ow = el("div", { class: "cards", id: "owners" });
+    [...owned.entries()].sort((a, b) => b[1] - a[1]).forEach(([o, b]) => ow.append(el("div", { class: "card" }, el("b", {}, bytes(b)), el("span", {}, "owner " + o))));
+    app.append(el("h2", {}, "Owners"), ow);
+  }
+  if (Array.isArray(R.owners) && R.owners.length && typeof R.owners[0] === "object") {
+    const keys = Object.keys(R.owners[0]);
+    const t = el("table", {}, el("tr", {}, ...keys.map((k) => el("th", {}, k))));
+    R.owners.forEach((row) => t.append(el("tr", {}, ...keys.map((k) => el("td", {}, typeof row[k] === "object" ? JSON.stringify(row[k]) : row[k])))));
+    app.append(t);
+  }
+  if (R.notes.length) app.append(el("ul", { class: "notes" }, ...R.notes.map((n) => el("li", {}, n))));
+
+  // ---- live bytes over time ----
+  const chartSec = section("Live bytes over time", "timeline");
+  chartSec.append(el("div", { class: "sub" }, "Drag to zoom, double-click to reset; hover for values. Red lines: out-of-memory failures and the snapshot."));
+  const chartBox = el("div", { id: "chart" });
+  chartSec.append(chartBox);
+  const pts = R.timeline.points;
+  const xs = pts.map((p) => p.t_s);
+  const data = [xs];
+  const series = [{ label: "seconds", value: (u, v) => v == null ? "" : v.toFixed(4) + " s" }];
+  const colors = ["#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#d62728"];
+  const add = (label, values, dash) => {
+    data.push(values);
+    series.push({ label, stroke: colors[(series.length - 1) % colors.length], width: 1.5, dash, value: (u, v) => bytes(v) });
+  };
+  ["device", "managed", "pinned host"].forEach((k, i) => {
+    if (pts.some((p) => p.kinds[i])) add(k, pts.map((p) => p.kinds[i]));
+  });
+  R.timeline.devices.forEach((d, i) => add("GPU " + d, pts.map((p) => p.devices[i])));
+  // Suspect sites as their own lines: a series holds exact observations, so the value at a time
+  // is the latest observation at or before it.
+  R.suspects.slice(0, 5).forEach((sp, k) => {
+    const s = sitesById.get(sp.site);
+    if (!s || !s.series.length) return;
+    let j = -1;
+    add("#" + (k + 1) + " " + s.label, xs.map((x) => {
+      while (j + 1 < s.series.length && s.series[j + 1][0] <= x) j++;
+      return j < 0 ? null : s.series[j][1];
+    }), [6, 3]);
+  });
+  const markers = R.failures.filter((f) => f.result === 2).map((f) => f.ts_s);
+  if (R.reason === "snapshot" || R.reason === "oom") markers.push(R.duration_s);
+  if (xs.length) {
+    const plot = new uPlot({
+      width: Math.max(400, chartBox.clientWidth || 1000),
+      height: 320,
+      scales: { x: { time: false } },
+      axes: [{ label: "seconds after the first event" }, { size: 80, values: (u, vals) => vals.map(bytes) }],
+      series,
+      hooks: {
+        draw: [(u) => {
+          const ctx = u.ctx;
+          ctx.save();
+          ctx.strokeStyle = "#c0392b";
+          ctx.lineWidth = 1;
+          for (const t of markers) {
+            const x = u.valToPos(t, "x", true);
+            if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+            ctx.beginPath();
+            ctx.moveTo(x, u.bbox.top);
+            ctx.lineTo(x, u.bbox.top + u.bbox.height);
+            ctx.stroke();
+          }
+          ctx.restore();
+        }],
+      },
+    }, data, chartBox);
+    window.gpushimChart = plot;
+  } else {
+    chartBox.append("No timeline in this report.");
+  }
+
+  // ---- flame graph ----
+  const flameSec = section("Flame graph", "flamegraph");
+  const weight = el("select", { id: "flame-weight" }, el("option", { value: "live_bytes" }, "live bytes"), el("option", { value: "alloc_bytes" }, "bytes allocated (all allocations)"));
+  const internal = el("input", { type: "checkbox", id: "flame-internal" });
+  const search = el("input", { type: "search", id: "flame-search", placeholder: "search function or file" });
+  const reset = el("button", { id: "flame-reset" }, "reset zoom");
+  flameSec.append(el("div", { class: "controls" }, el("label", {}, "width: ", weight), el("label", {}, internal, " show internal frames"), search, reset));
+  flameSec.append(el("div", { class: "sub" }, "Click a frame to zoom in; outermost frame at the bottom."));
+  const details = el("div", { id: "flame-details" });
+  const flameBox = el("div", { id: "flame" });
+  flameSec.append(flameBox, details);
+
+  // The tree of all sites' stacks, outermost frame first; `value` is the total under a node.
+  function tree(key, showInternal) {
+    const root = { name: "all", value: 0, children: [] };
+    for (const s of R.sites) {
+      const v = s[key];
+      if (!v) continue;
+      let frames = s.frames.slice().reverse();
+      if (!showInternal && frames.some((f) => !f.internal)) frames = frames.filter((f) => !f.internal);
+      let node = root;
+      root.value += v;
+      const names = frames.length ? frames : [{ function: s.id === 4294967295 ? "[no backtrace]" : "[site " + s.id + "]" }];
+      for (const f of names) {
+        const name = frameName(f);
+        let child = node.children.find((c) => c.name === name);
+        if (!child) {
+          child = { name, file: f.file || f.module || "", value: 0, children: [] };
+          node.children.push(child);
+        }
+        child.value += v;
+        node = child;
+      }
+    }
+    return root;
+  }
+  const flame = flamegraph()
+    .width(Math.max(400, flameBox.clientWidth || 1000))
+    .cellHeight(18)
+    .minFrameSize(2)
+    .transitionDuration(0)
+    .label((d) => d.data.name + (d.data.file ? " (" + d.data.file + ")" : "") + ": " + bytes(d.value))
+    .setSearchMatch((d, term) => term !== "" && (d.data.name.includes(term) || (d.data.file || "").includes(term)))
+    .setDetailsElement(details)
+    .setSearchHandler((found, sum, total) => {
+      details.textContent = found.length ? "search: " + found.length + " frames, " + bytes(sum) + " of " + bytes(total) : "";
+    });
+  const draw = () => flame.update(tree(weight.value, internal.checked));
+  d3.select(flameBox).datum(tree("live_bytes", false)).call(flame);
+  weight.addEventListener("change", draw);
+  internal.addEventListener("change", draw);
+  search.addEventListener("input", () => (search.value ? flame.search(search.value) : flame.clear()));
+  reset.addEventListener("click", () => flame.resetZoom());
+  window.gpushimFlame = flame;
+
+  // ---- suspects ----
+  const susSec = section("Leak suspects (" + R.suspects.length + ")", "suspects");
+  if (!R.suspects.length) susSec.append(el("p", {}, "No site's live bytes kept rising."));
+  R.suspects.forEach((sp, k) => {
+    const s = sitesById.get(sp.site);
+    const box = el("div", { class: "suspect" });
+    box.append(el("div", {}, el("b", {}, "#" + (k + 1) + " " + (s ? s.label : "site " + sp.site)), " \u2014 " + bytes(sp.live_bytes) + " live in " + sp.live_count + " allocations, score " + sp.score));
+    box.append(el("div", { class: "reason" }, sp.reason));
+    if (s) box.append(stackList(s.frames));
+    const h = holdersBySite.get(sp.site);
+    if (h && h.holders.length) {
+      box.append(el("div", { class: "holders" }, "Held by:", el("ul", {}, ...h.holders.map((l) => el("li", {}, l.text)))));
+    }
+    susSec.append(box);
+  });
+
+  // ---- all sites ----
+  const siteSec = section("All sites (" + R.sites.length + ")", "sites");
+  const hasOwner = R.sites.some((s) => s.owner != null);
+  const cols = [
+    ["id", "site", false], ["label", "first user frame", false], ["kind", "kind", false],
+    ["live_bytes", "live", true], ["live_count", "live #", true], ["peak_live_bytes", "peak", true],
+    ["alloc_count", "allocs", true], ["alloc_bytes", "allocated", true], ["free_count", "frees", true],
+  ];
+  if (hasOwner) cols.push(["owner", "owner", false]);
+  const table = el("table", { id: "sites-table" });
+  const head = el("tr");
+  const body = el("tbody");
+  let order = { key: "live_bytes", desc: true };
+  const fmt = (key, v) => (/bytes$/.test(key) ? bytes(v) : v);
+  function fill() {
+    const rows = R.sites.slice().sort((a, b) => {
+      const x = a[order.key], y = b[order.key];
+      const c = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+      return order.desc ? -c : c;
+    });
+    body.replaceChildren(...rows.map((s) => el("tr", {}, ...cols.map(([k, , num]) => el("td", { class: num ? "num" : "" }, fmt(k, s[k]))))));
+  }
+  cols.forEach(([k, label, num]) => {
+    const th = el("th", { class: num ? "num" : "", "data-key": k }, label);
+    th.addEventListener("click", () => {
+      order = { key: k, desc: order.key === k ? !order.desc : num };
+      fill();
+    });
+    head.append(th);
+  });
+  table.append(el("thead", {}, head), body);
+  siteSec.append(table);
+  fill();
+})();

@@ -1,0 +1,194 @@
+//! The report (and a diff) as one self-contained HTML page: a header with the totals, live bytes
+//! over time (uPlot), a flame graph of live bytes or allocations (d3-flame-graph), the suspects
+//! with their stacks and holders, and a sortable table of all sites.
+//!
+//! Everything the page needs is inlined: the vendored libraries and the page's own script and
+//! style under `collector/assets/` (read at build time), and the data as one JSON block. The
+//! page makes no network request. Its size is bounded: the timeline is cut to
+//! [`MAX_TIMELINE_POINTS`], suspect series to [`MAX_SERIES_POINTS`], and only the suspects'
+//! series are kept (the report's own caps bound the rest: 1000 sites, 1000 failures).
+
+use std::io::{self, Write};
+
+use serde_json::{json, Value};
+
+use super::Render;
+use crate::report::{Report, Timeline, TimelinePoint};
+use crate::words::{first_user_frame, frame_label, shell_words};
+
+/// Most timeline points the page holds (the report holds up to 2001).
+pub const MAX_TIMELINE_POINTS: usize = 600;
+/// Most points per suspect series the page holds (the report holds up to 256).
+pub const MAX_SERIES_POINTS: usize = 128;
+/// Suspects drawn as their own lines in the chart.
+pub const CHART_SUSPECTS: usize = 5;
+
+const UPLOT_JS: &str = include_str!("../../assets/vendor/uplot/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../../assets/vendor/uplot/uPlot.min.css");
+const D3_SELECTION_JS: &str = include_str!("../../assets/vendor/d3-selection/d3-selection.min.js");
+const FLAME_JS: &str = include_str!("../../assets/vendor/d3-flame-graph/d3-flamegraph.min.js");
+const FLAME_CSS: &str = include_str!("../../assets/vendor/d3-flame-graph/d3-flamegraph.css");
+const PAGE_CSS: &str = include_str!("../../assets/page.css");
+const REPORT_JS: &str = include_str!("../../assets/report.js");
+const DIFF_JS: &str = include_str!("../../assets/diff.js");
+
+/// The HTML format of `gpushim report`.
+pub struct Html;
+
+/// `n` evenly spread indices of `0..len`, the first and the last included (all when `len <= n`).
+fn spread(len: usize, n: usize) -> Vec<usize> {
+    if len <= n || n < 2 {
+        return (0..len).collect();
+    }
+    (0..n).map(|i| i * (len - 1) / (n - 1)).collect()
+}
+
+/// The timeline cut to at most [`MAX_TIMELINE_POINTS`]: in each of that many equal slices of
+/// the points, the point with most live bytes, so peaks stay visible.
+pub fn downsample(t: &Timeline) -> Timeline {
+    let n = t.points.len();
+    if n <= MAX_TIMELINE_POINTS {
+        return t.clone();
+    }
+    let total = |p: &TimelinePoint| p.kinds.iter().sum::<u64>();
+    let mut points = Vec::with_capacity(MAX_TIMELINE_POINTS);
+    for i in 0..MAX_TIMELINE_POINTS {
+        let (lo, hi) =
+            (i * n / MAX_TIMELINE_POINTS, ((i + 1) * n / MAX_TIMELINE_POINTS).max(i * n / MAX_TIMELINE_POINTS + 1));
+        let best = t.points[lo..hi].iter().max_by_key(|p| total(p)).expect("slices are not empty");
+        points.push(best.clone());
+    }
+    // The state at the end is always shown.
+    if let (Some(last), Some(end)) = (points.last_mut(), t.points.last()) {
+        if last.t_s < end.t_s {
+            *last = end.clone();
+        }
+    }
+    Timeline { devices: t.devices.clone(), points }
+}
+
+/// The data block of a report's page: the report itself (whatever fields it has, owners
+/// included) with the timeline cut, series kept only for the charted suspects, the live
+/// allocations list left out, a `label` (first user frame) per site, and the heap walk's
+/// holders when there was one.
+pub fn page_data(r: &Report) -> Value {
+    let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+    let charted: Vec<u32> = r.suspects.iter().take(CHART_SUSPECTS).map(|s| s.site).collect();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("allocations");
+        o.insert("timeline".into(), serde_json::to_value(downsample(&r.timeline)).unwrap_or(Value::Null));
+        o.insert("program".into(), Value::String(shell_words(&r.command)));
+        if let Some(h) = &r.holders {
+            o.insert("holders".into(), serde_json::to_value(h).unwrap_or(Value::Null));
+        }
+        if let Some(Value::Array(sites)) = o.get_mut("sites") {
+            for (s, site) in sites.iter_mut().zip(&r.sites) {
+                let label = first_user_frame(site).map_or_else(|| "(no backtrace)".to_string(), frame_label);
+                let series: Vec<Value> = if charted.contains(&site.id) {
+                    spread(site.series.len(), MAX_SERIES_POINTS).into_iter().map(|i| json!(site.series[i])).collect()
+                } else {
+                    Vec::new()
+                };
+                if let Some(o) = s.as_object_mut() {
+                    o.insert("label".into(), Value::String(label));
+                    o.insert("series".into(), Value::Array(series));
+                    // Addresses make the page larger and mean nothing to a reader.
+                    if let Some(Value::Array(frames)) = o.get_mut("frames") {
+                        for f in frames.iter_mut().filter_map(Value::as_object_mut) {
+                            f.remove("address");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Writes the page: `title`, the inlined libraries, the data as JSON, then `script`.
+fn page(out: &mut dyn Write, title: &str, data: &Value, script: &str) -> io::Result<()> {
+    // `</` inside the JSON would end the script element: write it as `<\/` (same JSON).
+    let json = serde_json::to_string(data).map_err(io::Error::other)?.replace("</", "<\\/");
+    write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{}</title>\n<style>\n{UPLOT_CSS}\n{FLAME_CSS}\n{PAGE_CSS}\n</style>\n</head>\n<body>\n\
+         <main id=\"app\"></main>\n\
+         <script>\n{UPLOT_JS}\n</script>\n<script>\n{D3_SELECTION_JS}\n</script>\n<script>\n{FLAME_JS}\n</script>\n\
+         <script type=\"application/json\" id=\"data\">{json}</script>\n<script>\n{script}\n</script>\n</body>\n</html>\n",
+        escape(title)
+    )
+}
+
+/// `s` with the characters that mean something in HTML escaped.
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+impl Render for Html {
+    fn render(&self, r: &Report, out: &mut dyn Write) -> io::Result<()> {
+        page(out, &super::svg::title(r), &page_data(r), REPORT_JS)
+    }
+}
+
+/// Writes the page of a diff: `diff` is the document of `gpushim diff --format json`.
+///
+/// # Errors
+/// Only errors of `out`.
+pub fn diff_page(diff: &Value, out: &mut dyn Write) -> io::Result<()> {
+    let title = format!(
+        "gpushim diff: pid {} \u{2192} pid {}",
+        diff["old"]["pid"].as_u64().unwrap_or(0),
+        diff["new"]["pid"].as_u64().unwrap_or(0)
+    );
+    page(out, &title, diff, DIFF_JS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::{render, sample};
+
+    #[test]
+    fn page_is_self_contained_and_holds_the_data() {
+        let mut r = sample();
+        r.command = vec!["./app".into(), "</script><b>".into()];
+        let html = render(&Html, &r);
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        // No reference to anything outside the page.
+        for outside in ["src=\"http", "href=\"http", "<link", "src=\"//", "@import"] {
+            assert!(!html.contains(outside), "{outside}");
+        }
+        assert!(html.contains("uPlot") && html.contains("flamegraph"));
+        // The data block parses back, and a `</script>` in the data cannot end it early.
+        let start = html.find("id=\"data\">").unwrap() + "id=\"data\">".len();
+        let end = start + html[start..].find("</script>").unwrap();
+        let data: Value = serde_json::from_str(&html[start..end]).unwrap();
+        assert_eq!(data["program"], "./app </script><b>");
+        assert_eq!(data["sites"][0]["label"], "render_frame (app+0x200)");
+        assert_eq!(data["sites"][0]["live_bytes"], 3 << 20);
+        assert_eq!(data["sites"][0]["series"].as_array().unwrap().len(), 3, "a suspect keeps its series");
+        assert!(data["sites"][0]["frames"][0].get("address").is_none());
+        assert_eq!(data["suspects"][0]["site"], 1);
+        assert_eq!(data["timeline"]["points"].as_array().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn timeline_is_cut_keeping_peaks_and_the_end() {
+        let points: Vec<TimelinePoint> = (0..5000u64)
+            .map(|i| TimelinePoint {
+                t_s: i as f64,
+                kinds: [if i == 1234 { 1 << 40 } else { i }, 0, 0],
+                devices: vec![i],
+            })
+            .collect();
+        let t = downsample(&Timeline { devices: vec![0], points });
+        assert_eq!(t.points.len(), MAX_TIMELINE_POINTS);
+        assert!(t.points.iter().any(|p| p.kinds[0] == 1 << 40), "the peak stays");
+        assert_eq!(t.points.last().unwrap().t_s, 4999.0);
+        assert!(t.points.windows(2).all(|w| w[0].t_s < w[1].t_s));
+        assert_eq!(spread(256, 128).len(), 128);
+        assert_eq!(spread(3, 128), [0, 1, 2]);
+    }
+}
