@@ -29,6 +29,9 @@ use crate::words::fmt_bytes;
 pub struct Options {
     /// Write reports here instead of the directory the stream's Hello names.
     pub output_dir: Option<PathBuf>,
+    /// Sample the driver's view of the target's device memory (NVML, [`crate::nvml`]) while
+    /// the stream is read: only when the target is running, not for a recorded stream.
+    pub sample_driver: bool,
 }
 
 /// What a collection produced.
@@ -64,6 +67,12 @@ struct Sink<'a> {
     exit_holders: Option<Holders>,
     /// Heap walks received.
     walks: u32,
+    /// NVML sampling of the target, when asked for.
+    sampler: Option<crate::nvml::Sampler>,
+    /// The driver's view as of the latest report.
+    driver: Option<crate::nvml::DriverView>,
+    /// Start of the exit heap walk: when the program's own work ended (monotonic ns).
+    work_end: Option<u64>,
     err: &'a mut dyn Write,
 }
 
@@ -86,6 +95,7 @@ impl Sink<'_> {
         let holders = holders::attribute(h, state, self.hello.pid);
         let stem = match h.reason {
             WalkReason::Exit => {
+                self.work_end = Some(h.ts_ns);
                 self.exit_holders = Some(holders);
                 return;
             }
@@ -123,6 +133,7 @@ impl Sink<'_> {
             }
             return;
         }
+        self.driver = self.sampler.as_ref().map(crate::nvml::Sampler::view_now);
         let ctx = Context {
             hello: &self.hello,
             reason: Reason::Oom,
@@ -132,6 +143,8 @@ impl Sink<'_> {
             notes: self.notes.clone(),
             mem_info: &self.mem_info,
             stacks: &self.stacks,
+            driver: self.driver.as_ref(),
+            work_end_ns: None,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
         let frames = match self.stacks.get(&f.stack) {
@@ -167,6 +180,7 @@ impl Sink<'_> {
         if p.missing > 0 {
             notes.push(format!("{} events before this snapshot's boundary never arrived", p.missing));
         }
+        self.driver = self.sampler.as_ref().map(crate::nvml::Sampler::view_now);
         let ctx = Context {
             hello: &self.hello,
             reason: Reason::Snapshot,
@@ -176,6 +190,8 @@ impl Sink<'_> {
             notes,
             mem_info: &self.mem_info,
             stacks: &self.stacks,
+            driver: self.driver.as_ref(),
+            work_end_ns: None,
         };
         let report = assemble::build(state, ctx, &mut self.sym);
         let stem = format!("gpushim-{}-snapshot-{}", self.hello.pid, p.number);
@@ -252,8 +268,14 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         lost: 0,
         exit_holders: None,
         walks: 0,
+        sampler: None,
+        driver: None,
+        work_end: None,
         err,
     };
+    if opts.sample_driver {
+        sink.sampler = Some(crate::nvml::Sampler::start(sink.hello.pid));
+    }
     let mut tracker = Tracker::new();
     let mut exit_ts: Option<u64> = None;
     let broken = loop {
@@ -331,6 +353,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             .to_string(),
         );
     }
+    sink.driver = sink.sampler.take().map(|s| s.view_now());
     let ctx = Context {
         hello: &sink.hello,
         reason: if exit_ts.is_some() { Reason::Exit } else { Reason::Killed },
@@ -341,6 +364,8 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         notes,
         mem_info: &sink.mem_info,
         stacks: &sink.stacks,
+        driver: sink.driver.as_ref(),
+        work_end_ns: sink.work_end,
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
     if let Some(e) = &broken {
@@ -530,7 +555,7 @@ mod tests {
         let sub = d.0.join("sub");
         std::fs::create_dir(&sub).unwrap();
         let mut err = Vec::new();
-        let out = collect(&g[..], &Options { output_dir: Some(sub.clone()) }, &mut err).unwrap();
+        let out = collect(&g[..], &Options { output_dir: Some(sub.clone()), ..Options::default() }, &mut err).unwrap();
         assert_eq!(out.broken.as_deref(), Some("frame length 4294967295 is out of range"));
         assert_eq!(out.report.unwrap(), sub.join("gpushim-4242.json"));
     }

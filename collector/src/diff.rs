@@ -607,6 +607,8 @@ mod tests {
             mem_info: vec![],
             timeline: Default::default(),
             context_teardowns: Vec::new(),
+            gpu_memory: vec![],
+            findings: vec![],
             notes: vec![],
             holders: None,
             oom: None,

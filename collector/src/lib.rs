@@ -40,11 +40,14 @@ pub mod collect;
 pub mod diff;
 pub mod error;
 pub mod gauge;
+pub mod gpumem;
 pub mod holders;
 mod json;
 pub mod live;
+pub mod nvml;
 mod oom;
 mod output;
+pub mod owners;
 #[cfg(test)]
 mod perf_tests;
 pub mod pyframes;

@@ -20,7 +20,8 @@ use crate::error::{BROKEN_STREAM, OK};
 /// Those of [`collect::collect`], and exit code 2 if `input` cannot be opened. A stream that
 /// broke after its Hello event is no error: the exit code is 1 then.
 pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> {
-    let opts = collect::Options { output_dir: output };
+    let live = input.as_ref().is_none_or(|p| p.as_os_str() == "-");
+    let opts = collect::Options { output_dir: output, sample_driver: live };
     signals::ignore_file_size_signal();
     let mut err = io::stderr().lock();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {
