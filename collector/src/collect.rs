@@ -502,16 +502,21 @@ mod tests {
             lines[1],
             "gpushim: pid 4242 (exit): 31 allocations live, 30.0 MiB (device 30.0 MiB on GPU 0); peak 30.0 MiB"
         );
+        // A recorded stream: NVML was not sampled.
+        assert_eq!(
+            lines[2],
+            "gpushim: GPU 0 memory: user code (direct calls) 30.0 MiB; untraced unknown: the driver's view was not sampled (stream read from a file)"
+        );
         assert!(
-            lines[2].starts_with(
+            lines[3].starts_with(
                 "gpushim: suspect #1 site 0: +1.0 MiB per 10 ms over 290 ms, 30 live (30.0 MiB), none freed"
             ),
             "{}",
-            lines[2]
+            lines[3]
         );
-        assert!(lines[2].contains(" at gpushim_collector::collect::tests::events (src/collect.rs:"), "{}", lines[2]);
-        assert_eq!(lines[3], format!("gpushim: report written to {}", path.display()));
-        assert_eq!(lines.len(), 4);
+        assert!(lines[3].contains(" at gpushim_collector::collect::tests::events (src/collect.rs:"), "{}", lines[3]);
+        assert_eq!(lines[4], format!("gpushim: report written to {}", path.display()));
+        assert_eq!(lines.len(), 5);
 
         // A second run does not overwrite.
         let mut err = Vec::new();
