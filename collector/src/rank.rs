@@ -34,6 +34,13 @@
 //! the growth per the site's own cadence (the mean time between its live allocations, shown
 //! with two significant digits), the time from its first to its latest live allocation, and
 //! its live and freed allocations.
+//!
+//! [`suspects_with`] adds what the symbolized stacks and the stream tell ([`Hints`]): sites of
+//! one kind that share their line of user code are also judged as one union (a suspect union
+//! replaces its members' verdicts and lists them in `line_sites`); the tests of sustained
+//! growth end when the program's own work ended (a CPython program's exit heap walk), not after
+//! the interpreter's teardown; and a site or union owned by a caching pool that is not growing
+//! at that end and has held still for longer than it grew is a pool warming up, not a suspect.
 
 use std::collections::HashMap;
 
@@ -96,7 +103,10 @@ struct Track<'a> {
     swept_count: u64,
     first_alloc_ns: u64,
     last_alloc_ns: u64,
-    series: Vec<&'a crate::gauge::SiteSeries>,
+    /// One site's live bytes over time ...
+    series: Option<&'a crate::gauge::SiteSeries>,
+    /// ... or a union's: `(time, summed live bytes)` at each point of its members' series.
+    summed: Vec<(u64, u64)>,
     /// Distinct sorted times of the live allocations.
     times: Vec<u64>,
     /// Bytes of the live allocations made after the first of them.
@@ -108,8 +118,38 @@ struct Track<'a> {
 
 impl Track<'_> {
     fn value_at(&self, t: u64) -> u64 {
-        self.series.iter().map(|s| s.value_at(t)).fold(0, u64::saturating_add)
+        match self.series {
+            Some(s) => s.value_at(t),
+            None => {
+                let i = self.summed.partition_point(|&(ts, _)| ts <= t);
+                if i == 0 {
+                    0
+                } else {
+                    self.summed[i - 1].1
+                }
+            }
+        }
     }
+}
+
+/// The sum of step functions `series` (each the value of its last point at or before a time,
+/// 0 before its first), at every point of any of them: one sweep, O(n log n) in all points.
+fn sum_series(series: &[&crate::gauge::SiteSeries]) -> Vec<(u64, u64)> {
+    let mut steps: Vec<(u64, usize, u64)> =
+        series.iter().enumerate().flat_map(|(i, s)| s.points().iter().map(move |&(t, v)| (t, i, v))).collect();
+    steps.sort_unstable_by_key(|&(t, i, _)| (t, i));
+    let mut now = vec![0u64; series.len()];
+    let mut sum: u64 = 0;
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(steps.len());
+    for (t, i, v) in steps {
+        sum = sum - now[i] + v;
+        now[i] = v;
+        match out.last_mut() {
+            Some(last) if last.0 == t => last.1 = sum,
+            _ => out.push((t, sum)),
+        }
+    }
+    out
 }
 
 fn track<'a>(sites: &[&'a SiteStats], live: &[(u64, u64)], pool: bool) -> Track<'a> {
@@ -135,7 +175,12 @@ fn track<'a>(sites: &[&'a SiteStats], live: &[(u64, u64)], pool: bool) -> Track<
         swept_count: sites.iter().map(|s| s.swept_count).sum(),
         first_alloc_ns: sites.iter().map(|s| s.first_alloc_ns).min().unwrap_or(0),
         last_alloc_ns: sites.iter().map(|s| s.last_alloc_ns).max().unwrap_or(0),
-        series: sites.iter().map(|s| &s.series).collect(),
+        series: if let [one] = sites { Some(&one.series) } else { None },
+        summed: if sites.len() > 1 {
+            sum_series(&sites.iter().map(|s| &s.series).collect::<Vec<_>>())
+        } else {
+            Vec::new()
+        },
         times,
         grown,
         pool,
@@ -145,8 +190,7 @@ fn track<'a>(sites: &[&'a SiteStats], live: &[(u64, u64)], pool: bool) -> Track<
         one.gauge.peak_live_bytes
     } else {
         // The union's peak, at the points of its members' series.
-        let peak = sites.iter().flat_map(|s| s.series.points()).map(|&(ts, _)| t.value_at(ts)).max().unwrap_or(0);
-        peak.max(t.gauge.live_bytes)
+        t.summed.iter().map(|&(_, v)| v).max().unwrap_or(0).max(t.gauge.live_bytes)
     };
     t
 }
@@ -474,6 +518,18 @@ mod tests {
         h.pool = h.line.keys().copied().collect();
         h.work_end_ns = Some(loop_end + 2 * MS);
         (s, h, 0, loop_end + 1500 * MS)
+    }
+
+    #[test]
+    fn summed_series_is_the_sum_of_the_step_functions_at_every_point() {
+        let mut a = crate::gauge::SiteSeries::default();
+        let mut b = crate::gauge::SiteSeries::default();
+        a.record(10, 5);
+        a.record(30, 7);
+        b.record(20, 100);
+        b.record(30, 50);
+        b.record(40, 0);
+        assert_eq!(sum_series(&[&a, &b]), vec![(10, 5), (20, 105), (30, 57), (40, 7)]);
     }
 
     #[test]

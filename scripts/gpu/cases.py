@@ -376,13 +376,18 @@ def jax_recompile(calls=30):
     time.sleep(1.5)  # an NVML sample after the last call besides the report's
 
 
-def cupy_managed_pool(iters=200):
-    """CuPy's memory pool over managed memory, arrays made and dropped in a loop: quiet."""
+def cupy_managed_pool(iters=2000):
+    """CuPy's memory pool over managed memory, arrays of 1 to 7 MiB made, summed and dropped in
+    a loop: the pool allocates seven blocks in the first seven iterations and then reuses them.
+    Quiet. The kernels are compiled before the loop (from the default pool), so the loop is the
+    pool's own pattern."""
     import cupy as cp
 
+    cp.ones(16, dtype=cp.float32).sum()  # compile ones() and sum() first
     cp.cuda.set_allocator(cp.cuda.MemoryPool(cp.cuda.malloc_managed).malloc)
     for i in range(iters):
         a = cp.ones((1 + i % 7) * MIB // 4, dtype=cp.float32)
+        a.sum()
         del a
     cp.cuda.Device().synchronize()
     truth["iters"] = iters

@@ -62,6 +62,9 @@ impl Render for Text {
         for v in &r.vmm {
             writeln!(out, "  {}", vmm_line(v))?;
         }
+        for l in gpu_memory_lines(r) {
+            writeln!(out, "  {l}")?;
+        }
         let odd = anomalies(r);
         if !odd.is_empty() {
             writeln!(out, "anomalies: {}", odd.join(", "))?;
