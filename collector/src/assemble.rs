@@ -117,7 +117,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     for (_, e) in state.live().filter(|(_, e)| e.kind != Kind::PinnedHost) {
         let name = owner_of.get(&e.site).map_or(owners::USER_OWNER, |o| o.name.as_str());
         let v = by_owner.entry((e.device, name.to_string())).or_default();
-        v.0 += e.size;
+        v.0 = v.0.saturating_add(e.size);
         v.1 += 1;
     }
 

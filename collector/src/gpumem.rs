@@ -47,7 +47,7 @@ pub fn table(
     for ((o, name), &(bytes, count)) in owners.iter().filter(|((o, _), _)| *o >= 0) {
         let g = out.entry(*o).or_insert_with(|| GpuMemory { ordinal: *o, ..GpuMemory::default() });
         g.owners.push(OwnerBytes { owner: name.clone(), live_bytes: bytes, live_count: count });
-        g.traced_bytes += bytes;
+        g.traced_bytes = g.traced_bytes.saturating_add(bytes);
     }
     for g in out.values_mut() {
         g.owners.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(a.owner.cmp(&b.owner)));
@@ -89,7 +89,7 @@ pub fn table(
                     g.untraced_bytes = series.last().map(|&(_, u)| u);
                     g.untraced_first_bytes = series.first().map(|&(_, u)| u);
                     if let (Some(&(t0, u0)), Some(&(t1, u1))) = (series.first(), series.last()) {
-                        if u1 >= u0 + GROWTH_FINDING_MIN && t1 > t0 {
+                        if u1 >= u0.saturating_add(GROWTH_FINDING_MIN) && t1 > t0 {
                             let secs = (t1 - t0) as f64 / 1e9;
                             findings.push(format!(
                                 "GPU {o}: untraced device memory grew by {} over the run ({} to {}, about {} per second): no allocation call made it; loaded or compiled kernel modules are the usual cause",

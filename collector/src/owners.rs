@@ -84,17 +84,25 @@ pub const RULES: &[Rule] = &[
         owner: "XLA allocator",
         pool: false,
         functions: &["stream_executor::", "xla::"],
-        modules: &["xla_extension", "libxla", "/jaxlib/", "jax_cuda"],
+        modules: &["xla_extension", "libxla", "/jaxlib/", "jax_cuda", "xla_cuda", "/jax_plugins/"],
         python_files: &[],
     },
     Rule { owner: "RMM", pool: true, functions: &["rmm::"], modules: &["librmm"], python_files: &[] },
-    Rule { owner: "cuBLAS", pool: false, functions: &["cublas"], modules: &["libcublas"], python_files: &[] },
-    Rule { owner: "cuDNN", pool: false, functions: &["cudnn"], modules: &["libcudnn"], python_files: &[] },
-    Rule { owner: "NCCL", pool: false, functions: &["nccl"], modules: &["libnccl"], python_files: &[] },
+    // The libraries' own functions (`cublasCreate_v2`, statically linked) and modules; not any
+    // function naming them (`at::native::cudnn_convolution` allocates its output, not cuDNN's).
+    Rule {
+        owner: "cuBLAS",
+        pool: false,
+        functions: &["cublasCreate", "cublasLtCreate"],
+        modules: &["libcublas"],
+        python_files: &[],
+    },
+    Rule { owner: "cuDNN", pool: false, functions: &["cudnnCreate"], modules: &["libcudnn"], python_files: &[] },
+    Rule { owner: "NCCL", pool: false, functions: &["ncclCommInit"], modules: &["libnccl"], python_files: &[] },
     Rule {
         owner: "cuFFT plans",
         pool: false,
-        functions: &["cufft", "CuFFTConfig", "CuFFTPlanCache"],
+        functions: &["cufftMakePlan", "cufftPlan", "CuFFTConfig", "CuFFTPlanCache"],
         modules: &["libcufft"],
         python_files: &[],
     },
@@ -227,6 +235,10 @@ mod tests {
         }
     }
 
+    fn pool_frame() -> Frame {
+        native("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc", "/t/libc10_cuda.so")
+    }
+
     #[test]
     fn owners_by_innermost_frames_nested_when_two_match() {
         let torch = "/v/site-packages/torch/lib/libc10_cuda.so";
@@ -256,6 +268,10 @@ mod tests {
             "cuBLAS"
         );
         assert_eq!(owner_of(&[native("ncclCommInitRank", "/usr/lib/libnccl.so.2")]).name, "NCCL");
+        let plugin = native("??", "/v/site-packages/jax_plugins/xla_cuda13/xla_cuda_plugin.so");
+        assert_eq!(owner_of(&[plugin]), Owner { name: "XLA allocator".into(), pool: false });
+        let conv = native("at::native::cudnn_convolution(at::Tensor const&)", "/t/libtorch_cuda.so");
+        assert_eq!(owner_of(&[pool_frame(), conv]).name, "PyTorch caching allocator");
         assert_eq!(owner_of(&[native("??", "/usr/lib/libcudnn_ops.so.9")]).name, "cuDNN");
         assert_eq!(owner_of(&[native("cufftMakePlan1d", "/usr/lib/libcufft.so.12")]).name, "cuFFT plans");
         assert_eq!(owner_of(&[native("main", "/a.out"), user]), Owner { name: USER_OWNER.into(), pool: false });

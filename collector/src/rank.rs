@@ -142,7 +142,7 @@ fn sum_series(series: &[&crate::gauge::SiteSeries]) -> Vec<(u64, u64)> {
     let mut sum: u64 = 0;
     let mut out: Vec<(u64, u64)> = Vec::with_capacity(steps.len());
     for (t, i, v) in steps {
-        sum = sum - now[i] + v;
+        sum = sum.saturating_sub(now[i]).saturating_add(v);
         now[i] = v;
         match out.last_mut() {
             Some(last) if last.0 == t => last.1 = sum,
@@ -161,7 +161,7 @@ fn track<'a>(sites: &[&'a SiteStats], live: &[(u64, u64)], pool: bool) -> Track<
     let grown = live.iter().filter(|&&(t, _)| t > first).map(|&(_, size)| size).fold(0, u64::saturating_add);
     let mut gauge = crate::gauge::Gauge::default();
     for s in sites {
-        gauge.live_count += s.gauge.live_count + s.swept_count;
+        gauge.live_count = gauge.live_count.saturating_add(s.gauge.live_count).saturating_add(s.swept_count);
         gauge.live_bytes = gauge.live_bytes.saturating_add(s.gauge.live_bytes).saturating_add(s.swept_bytes);
     }
     let mut t = Track {
@@ -170,9 +170,9 @@ fn track<'a>(sites: &[&'a SiteStats], live: &[(u64, u64)], pool: bool) -> Track<
             .max_by_key(|s| (s.gauge.live_bytes + s.swept_bytes, std::cmp::Reverse(s.id)))
             .map_or(0, |s| s.id),
         gauge,
-        alloc_count: sites.iter().map(|s| s.alloc_count).sum(),
-        free_count: sites.iter().map(|s| s.free_count).sum(),
-        swept_count: sites.iter().map(|s| s.swept_count).sum(),
+        alloc_count: sites.iter().map(|s| s.alloc_count).fold(0, u64::saturating_add),
+        free_count: sites.iter().map(|s| s.free_count).fold(0, u64::saturating_add),
+        swept_count: sites.iter().map(|s| s.swept_count).fold(0, u64::saturating_add),
         first_alloc_ns: sites.iter().map(|s| s.first_alloc_ns).min().unwrap_or(0),
         last_alloc_ns: sites.iter().map(|s| s.last_alloc_ns).max().unwrap_or(0),
         series: if let [one] = sites { Some(&one.series) } else { None },

@@ -372,6 +372,9 @@ def jax_recompile(calls=30):
     x = jnp.ones((1024,), dtype=jnp.float32)
     for k in range(calls):
         f(x, k).block_until_ready()
+        if k == 0:
+            truth["nvml_after_first_call"] = nvml_used_by(os.getpid())
+    truth["nvml_after_last_call"] = nvml_used_by(os.getpid())
     truth["calls"] = calls
     time.sleep(1.5)  # an NVML sample after the last call besides the report's
 

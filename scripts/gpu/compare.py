@@ -522,6 +522,12 @@ def gpu0(r):
     return next((g for g in (r or {}).get("gpu_memory", []) if g["ordinal"] == 0), {})
 
 
+def nvml_per_call(t):
+    """NVML's growth per call between the first and the last call, as the case measured it."""
+    a, b, n = t.get("nvml_after_first_call"), t.get("nvml_after_last_call"), t.get("calls")
+    return (b - a) / (n - 1) if a is not None and b is not None and n and n > 1 else None
+
+
 def site_owner(r, site_id):
     return next((x.get("owner", "") for x in r["sites"] if x["id"] == site_id), "")
 
@@ -572,7 +578,8 @@ def owner_rows():
             "0 suspects, 6-10 MiB/call",
             f"{len(r['suspects'])} suspects, {mib(per)}/call",
             not r["suspects"] and per is not None and 6 * MIB <= per <= 10 * MIB and finding is not None,
-            finding or g.get("driver_note", ""),
+            (finding or g.get("driver_note", ""))
+            + f"; NVML in the program: {mib(nvml_per_call(t))}/call after the first call",
         )
     else:
         missing("jax_recompile")
