@@ -19,6 +19,7 @@
 //! - `nocuda`                tests/programs/nocuda.c (no CUDA library; probes for CUDA)
 //! - `localrt`               tests/programs/localrt.c (CUDA only through RTLD_LOCAL libraries)
 //! - `leak_example`          examples/leak.c linked to libcudart.so.13
+//! - `libnvidia-ml.so.1`     NVML stand-in for the collector (standins/nvml.c)
 
 use std::env;
 use std::ffi::OsString;
@@ -113,6 +114,7 @@ fn main() {
         "standins/cuda_vmm.c",
         "standins/cuda_graphs.c",
         "standins/cudart.c",
+        "standins/nvml.c",
         "standins/cuda_standin.h",
         "standins/cudart_standin.h",
         "tests/programs/target.h",
@@ -146,6 +148,12 @@ fn main() {
     a.push(ctx.src("standins/cuda_graphs.c"));
     a.extend(os(&["-lpthread"]));
     ctx.cc("libcuda.so.1", &a);
+
+    // NVML stand-in: libnvidia-ml.so.1, loaded by the collector (GPUSHIM_NVML_LIB in tests).
+    let mut a = os(LIBRARY);
+    a.extend(os(&["-shared", "-Wl,-soname,libnvidia-ml.so.1"]));
+    a.push(ctx.src("standins/nvml.c"));
+    ctx.cc("libnvidia-ml.so.1", &a);
 
     // Runtime stand-in: one object, linked shared and archived static.
     let mut a = os(LIBRARY);

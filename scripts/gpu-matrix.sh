@@ -93,6 +93,13 @@ run_case S5 XLA_PYTHON_CLIENT_ALLOCATOR=platform -- $PY S5 $T
 run_case S6 -- $PY S6 $T
 run_case S7 -- "$WORK/bin/s7_leak" 300
 run_case S8 -- $PY S8 $T
+# Issue 13: lines of code, owners and untraced memory.
+run_case stream_linear_20 -- $PY stream_linear_20 $T
+run_case stream_linear_100 -- $PY stream_linear_100 $T
+run_case jax_recompile -- $PY jax_recompile $T
+run_case cupy_managed_pool -- $PY cupy_managed_pool $T
+run_case numba_deferred_free -- $PY numba_deferred_free $T
+run_case async_pool_keeps PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync -- $PY async_pool_keeps $T
 # Who holds it (issue 12): the heap walk's companion files.
 run_case H_hook -- $PY H_hook $T
 run_case H_optimizer -- $PY H_optimizer $T

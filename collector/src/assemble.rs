@@ -7,12 +7,12 @@ use gpushim_wire::{Hello, Kind, MemInfo, NO_STACK};
 
 use crate::gauge::Gauge;
 use crate::live::{State, MAX_FAILURES};
-use crate::rank;
 use crate::report::{
     DeviceTotals, FailureRecord, KindTotals, Kinds, LiveAllocation, MemInfoRecord, Reason, Report, Site,
     TeardownRecord, Totals, VmmTotals, MAX_ALLOCATIONS, SCHEMA,
 };
 use crate::symbolize::Symbolizer;
+use crate::{gpumem, owners, rank};
 
 /// At most this many sites are listed (those with most live bytes, plus every suspect).
 pub const MAX_SITES: usize = 1000;
@@ -36,6 +36,11 @@ pub struct Context<'a> {
     pub mem_info: &'a BTreeMap<i32, MemInfo>,
     /// Stacks by id, return addresses innermost first.
     pub stacks: &'a HashMap<u32, Vec<u64>>,
+    /// The driver's view of the process's device memory over the run (NVML); `None` when it
+    /// was not sampled.
+    pub driver: Option<&'a crate::nvml::DriverView>,
+    /// When the program's own work ended (the exit heap walk's start), if known.
+    pub work_end_ns: Option<u64>,
 }
 
 fn kind_totals(g: &Gauge) -> KindTotals {
@@ -91,7 +96,30 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     let start = state.first_ts_ns.unwrap_or(end).min(end);
     let secs = |ts: u64| ts.saturating_sub(start) as f64 / 1e9;
     let mut notes = ctx.notes;
-    let suspects = rank::suspects(state, start, end);
+    // Owners and lines of user code of every site with live memory (symbolized once; cached).
+    let mut owner_of: HashMap<u32, owners::Owner> = HashMap::new();
+    let mut hints = rank::Hints { work_end_ns: ctx.work_end_ns, ..rank::Hints::default() };
+    let live_sites: HashSet<u32> =
+        state.live().map(|(_, e)| e.site).chain(state.swept.iter().map(|e| e.site)).collect();
+    for &id in &live_sites {
+        let frames = ctx.stacks.get(&id).map(|a| sym.stack_of(id, a)).unwrap_or_default();
+        let o = owners::owner_of(&frames);
+        if o.pool {
+            hints.pool.insert(id);
+        }
+        if let Some(line) = owners::user_line(&frames) {
+            hints.line.insert(id, line);
+        }
+        owner_of.insert(id, o);
+    }
+    let suspects = rank::suspects_with(state, start, end, &hints);
+    let mut by_owner: BTreeMap<(i32, String), (u64, u64)> = BTreeMap::new();
+    for (_, e) in state.live().filter(|(_, e)| e.kind != Kind::PinnedHost) {
+        let name = owner_of.get(&e.site).map_or(owners::USER_OWNER, |o| o.name.as_str());
+        let v = by_owner.entry((e.device, name.to_string())).or_default();
+        v.0 = v.0.saturating_add(e.size);
+        v.1 += 1;
+    }
 
     let mut order: Vec<_> = state.sites.values().collect();
     order.sort_by(|a, b| {
@@ -136,7 +164,12 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             last_alloc_s: secs(s.last_alloc_ns),
             series: s.series.points().iter().map(|&(t, v)| (secs(t), v)).collect(),
             frames: frames_of(s.id, sym),
+            owner: String::new(),
             python: sym.python().site_flag(s.id),
+        })
+        .map(|mut s: Site| {
+            s.owner = owners::owner_of(&s.frames).name;
+            s
         })
         .collect();
     let failures: Vec<FailureRecord> = state
@@ -177,6 +210,9 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     notes.extend(sym.problems().iter().cloned());
     let allocations = live_allocations(state, &secs, &mut notes);
 
+    let timeline = state.timeline.to_report(start, end, &state.kinds, &state.devices);
+    let ordinals: Vec<i32> = state.devices.keys().copied().collect();
+    let (gpu_memory, findings) = gpumem::table(&by_owner, &ordinals, ctx.driver, &timeline, start);
     let t = &state.totals;
     let k = &state.kinds;
     Report {
@@ -251,7 +287,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
                 ts_s: (m.ts_ns as f64 - start as f64) / 1e9,
             })
             .collect(),
-        timeline: state.timeline.to_report(start, end, &state.kinds, &state.devices),
+        timeline,
         context_teardowns: state
             .resets
             .iter()
@@ -263,6 +299,8 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
                 bytes: r.bytes,
             })
             .collect(),
+        gpu_memory,
+        findings,
         notes,
         allocations,
         holders: None,

@@ -32,6 +32,9 @@ pub struct Options {
     /// Also write each report as an HTML page beside its JSON (`X.json` → `X.html`; set by
     /// `GPUSHIM_HTML=1`).
     pub html: bool,
+    /// Sample the driver's view of the target's device memory (NVML, [`crate::nvml`]) while
+    /// the stream is read: only when the target is running, not for a recorded stream.
+    pub sample_driver: bool,
 }
 
 /// What a collection produced.
@@ -72,6 +75,12 @@ struct Sink<'a> {
     labels: HashMap<u32, String>,
     /// Where API snapshots are answered (the socket back to the shim).
     answers: &'a mut dyn Write,
+    /// NVML sampling of the target, when asked for.
+    sampler: Option<crate::nvml::Sampler>,
+    /// The driver's view as of the latest report.
+    driver: Option<crate::nvml::DriverView>,
+    /// Start of the exit heap walk: when the program's own work ended (monotonic ns).
+    work_end: Option<u64>,
     err: &'a mut dyn Write,
 }
 
@@ -94,6 +103,7 @@ impl Sink<'_> {
         let holders = holders::attribute(h, state, self.hello.pid);
         let stem = match h.reason {
             WalkReason::Exit => {
+                self.work_end = Some(h.ts_ns);
                 self.exit_holders = Some(holders);
                 return;
             }
@@ -135,6 +145,7 @@ impl Sink<'_> {
             }
             return;
         }
+        self.driver = self.sampler.as_ref().map(crate::nvml::Sampler::view_now);
         let ctx = Context {
             hello: &self.hello,
             reason: Reason::Oom,
@@ -144,6 +155,8 @@ impl Sink<'_> {
             notes: self.notes.clone(),
             mem_info: &self.mem_info,
             stacks: &self.stacks,
+            driver: self.driver.as_ref(),
+            work_end_ns: None,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
         let frames = match self.stacks.get(&f.stack) {
@@ -182,6 +195,7 @@ impl Sink<'_> {
         if p.missing > 0 {
             notes.push(format!("{} events before this snapshot's boundary never arrived", p.missing));
         }
+        self.driver = self.sampler.as_ref().map(crate::nvml::Sampler::view_now);
         let ctx = Context {
             hello: &self.hello,
             reason: Reason::Snapshot,
@@ -191,6 +205,8 @@ impl Sink<'_> {
             notes,
             mem_info: &self.mem_info,
             stacks: &self.stacks,
+            driver: self.driver.as_ref(),
+            work_end_ns: None,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
         let label = self.labels.get(&p.number).cloned();
@@ -343,8 +359,14 @@ pub fn collect_answering(
         walks: 0,
         labels: HashMap::new(),
         answers,
+        sampler: None,
+        driver: None,
+        work_end: None,
         err,
     };
+    if opts.sample_driver {
+        sink.sampler = Some(crate::nvml::Sampler::start(sink.hello.pid));
+    }
     let mut tracker = Tracker::new();
     let mut exit_ts: Option<u64> = None;
     let broken = loop {
@@ -428,6 +450,7 @@ pub fn collect_answering(
             .to_string(),
         );
     }
+    sink.driver = sink.sampler.take().map(|s| s.view_now());
     let ctx = Context {
         hello: &sink.hello,
         reason: if exit_ts.is_some() { Reason::Exit } else { Reason::Killed },
@@ -438,6 +461,8 @@ pub fn collect_answering(
         notes,
         mem_info: &sink.mem_info,
         stacks: &sink.stacks,
+        driver: sink.driver.as_ref(),
+        work_end_ns: sink.work_end,
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
     if let Some(e) = &broken {
@@ -625,16 +650,21 @@ mod tests {
             lines[1],
             "gpushim: pid 4242 (exit): 31 allocations live, 30.0 MiB (device 30.0 MiB on GPU 0); peak 30.0 MiB"
         );
+        // A recorded stream: NVML was not sampled.
+        assert_eq!(
+            lines[2],
+            "gpushim: GPU 0 memory: user code (direct calls) 30.0 MiB; untraced unknown: the driver's view was not sampled (stream read from a file)"
+        );
         assert!(
-            lines[2].starts_with(
+            lines[3].starts_with(
                 "gpushim: suspect #1 site 0: +1.0 MiB per 10 ms over 290 ms, 30 live (30.0 MiB), none freed"
             ),
             "{}",
-            lines[2]
+            lines[3]
         );
-        assert!(lines[2].contains(" at gpushim_collector::collect::tests::events (src/collect.rs:"), "{}", lines[2]);
-        assert_eq!(lines[3], format!("gpushim: report written to {}", path.display()));
-        assert_eq!(lines.len(), 4);
+        assert!(lines[3].contains(" at gpushim_collector::collect::tests::events (src/collect.rs:"), "{}", lines[3]);
+        assert_eq!(lines[4], format!("gpushim: report written to {}", path.display()));
+        assert_eq!(lines.len(), 5);
 
         // A second run does not overwrite.
         let mut err = Vec::new();
@@ -678,7 +708,7 @@ mod tests {
         let sub = d.0.join("sub");
         std::fs::create_dir(&sub).unwrap();
         let mut err = Vec::new();
-        let out = collect(&g[..], &Options { output_dir: Some(sub.clone()), html: false }, &mut err).unwrap();
+        let out = collect(&g[..], &Options { output_dir: Some(sub.clone()), ..Options::default() }, &mut err).unwrap();
         assert_eq!(out.broken.as_deref(), Some("frame length 4294967295 is out of range"));
         assert_eq!(out.report.unwrap(), sub.join("gpushim-4242.json"));
     }

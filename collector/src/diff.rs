@@ -610,6 +610,8 @@ mod tests {
             mem_info: vec![],
             timeline: Default::default(),
             context_teardowns: Vec::new(),
+            gpu_memory: vec![],
+            findings: vec![],
             notes: vec![],
             allocations: vec![],
             holders: None,

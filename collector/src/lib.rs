@@ -10,7 +10,9 @@
 //! set; the live set keeps its [`gauge`]s and the [`vmm`] handles and mappings, their live bytes over time in thinned [`series`],
 //! and the [`timeline`]. At a snapshot boundary, at an out-of-memory failure and at the end of
 //! the stream, the state becomes a [`report`]: [`symbolize`] turns stacks into frames (Python
-//! frames from [`pyframes`]) and [`rank`] picks the leak suspects. [`render`] writes a report in
+//! frames from [`pyframes`]), [`owners`] names who made each live allocation, [`rank`] picks
+//! the leak suspects and [`gpumem`] says where the GPU memory is, with the driver's view that
+//! [`nvml`] samples while the stream is read. [`render`] writes a report in
 //! each output format and [`diff`] compares two, both in the wording of [`words`].
 //!
 //! Invariants:
@@ -29,7 +31,8 @@
 //!   [`error`] import no other module of the crate but `report`; the accounting imports only
 //!   those and itself, in the order series, gauge, timeline, vmm, live, reorder, rank; [`holders`]
 //!   (who holds the memory: a heap walk attributed to the live set) builds on `live`, `report`
-//!   and `words`; [`symbolize`], [`render`], [`diff`] and [`collect`] build on those; [`cmd`] builds on everything, and
+//!   and `words`; [`owners`] imports only `report`, [`nvml`] nothing of the crate, and
+//!   [`gpumem`] builds on `nvml`, `report` and `words`; [`symbolize`], [`render`], [`diff`] and [`collect`] build on those; [`cmd`] builds on everything, and
 //!   nothing imports it.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -40,11 +43,14 @@ pub mod collect;
 pub mod diff;
 pub mod error;
 pub mod gauge;
+pub mod gpumem;
 pub mod holders;
 mod json;
 pub mod live;
+pub mod nvml;
 mod oom;
 mod output;
+pub mod owners;
 #[cfg(test)]
 mod perf_tests;
 pub mod pyframes;

@@ -103,6 +103,13 @@ pub struct Report {
     /// Contexts torn down, in order, with the live memory they freed; absent when none was.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context_teardowns: Vec<TeardownRecord>,
+    /// Where the GPU memory is, per device ordinal (ascending): live bytes per owner, and the
+    /// driver's view of the process's device memory with the untraced remainder.
+    #[serde(default)]
+    pub gpu_memory: Vec<GpuMemory>,
+    /// Observations that are not leak suspects (untraced device memory that grew), in words.
+    #[serde(default)]
+    pub findings: Vec<String>,
     /// Messages from the shim and the collector about the report's completeness.
     pub notes: Vec<String>,
     /// The live pointer allocations at the end of the report, one each (at most
@@ -250,6 +257,11 @@ pub struct Site {
     pub series: Vec<(f64, u64)>,
     /// The backtrace, innermost first, inlined calls expanded.
     pub frames: Vec<Frame>,
+    /// Who made the allocations: the allocator or library of the innermost frames
+    /// (`PyTorch caching allocator (cuBLAS workspace)`), or `user code (direct calls)`
+    /// (collector/src/owners.rs). Empty in reports of older collectors.
+    #[serde(default)]
+    pub owner: String,
     /// Present only when the target ran Python whose frames were recorded: true if and only if
     /// the site's stack has Python frames (false for threads running no Python code, such as
     /// PyTorch's autograd threads or threads started by native code).
@@ -346,6 +358,48 @@ pub struct Suspect {
     /// Share (0 to 1) of the site's allocations that were never freed.
     #[serde(default)]
     pub never_freed_share: f64,
+    /// When the growth was found only over the union of the sites that share one line of the
+    /// program's code (each alone too small or too brief): those sites, ascending id; `site` is
+    /// the one with most live bytes and the measures above are the union's. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub line_sites: Vec<u32>,
+}
+
+/// Where the GPU memory of one device is.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuMemory {
+    /// CUDA device ordinal (>= 0).
+    pub ordinal: i32,
+    /// Live device and managed bytes per owner, most first.
+    pub owners: Vec<OwnerBytes>,
+    /// Live device and managed bytes traced on this device (the sum of `owners`).
+    pub traced_bytes: u64,
+    /// The device memory the driver counts as used by this process (NVML's per-process used
+    /// memory, `nvmlDeviceGetComputeRunningProcesses_v3`), bytes, at the latest sample; null
+    /// when unknown (`driver_note` says why).
+    pub driver_bytes: Option<u64>,
+    /// `driver_bytes - traced_bytes` (0 if negative): the context, loaded modules and other
+    /// memory no allocation call made; null when unknown.
+    pub untraced_bytes: Option<u64>,
+    /// Untraced bytes at the first sample of the run, null when unknown.
+    pub untraced_first_bytes: Option<u64>,
+    /// Driver samples taken of this device over the run.
+    #[serde(default)]
+    pub driver_samples: u64,
+    /// Why the driver's view is unknown, when it is.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub driver_note: String,
+}
+
+/// Live bytes of one owner on one device.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerBytes {
+    /// The owner's name (as [`Site::owner`]).
+    pub owner: String,
+    /// Live bytes, bytes.
+    pub live_bytes: u64,
+    /// Live allocations.
+    pub live_count: u64,
 }
 
 /// A failed allocation.
@@ -685,6 +739,8 @@ mod tests {
                 count: 2,
                 bytes: 3,
             }],
+            gpu_memory: vec![],
+            findings: vec![],
             notes: vec!["n".into()],
             allocations: vec![],
             holders: None,

@@ -269,6 +269,53 @@ def s6_numba_pinned(iters=30):
     truth["pinned_created"] = iters
 
 
+def nvml_used_by(pid):
+    """NVML's used device memory of process `pid` on GPU 0 (nvmlDeviceGetComputeRunningProcesses_v3),
+    through ctypes; None when unknown."""
+    import ctypes
+
+    class Info(ctypes.Structure):
+        _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong), ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
+
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    dev = ctypes.c_void_p()
+    if nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) != 0:
+        return None
+    infos = (Info * 256)()
+    n = ctypes.c_uint(256)
+    if nvml.nvmlDeviceGetComputeRunningProcesses_v3(dev, ctypes.byref(n), infos) != 0:
+        return None
+    return next((infos[i].used for i in range(n.value) if infos[i].pid == pid), None)
+
+
+def context_only_nvml_bytes():
+    """NVML's figure for a separate, untraced process that only creates a context (cuInit and
+    the primary context of GPU 0) and asks NVML about itself."""
+    import inspect
+    import subprocess
+
+    code = (
+        inspect.getsource(nvml_used_by) + "\n"
+        "import ctypes\n"
+        "cuda = ctypes.CDLL('libcuda.so.1')\n"
+        "ctx = ctypes.c_void_p()\n"
+        "assert cuda.cuInit(0) == 0\n"
+        "assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0\n"
+        "assert cuda.cuCtxSetCurrent(ctx) == 0\n"
+        "assert cuda.cuCtxSynchronize() == 0\n"
+        "import os\n"
+        "print(nvml_used_by(os.getpid()))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    try:
+        return int(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
 def s8_context_control():
     import torch
 
@@ -279,7 +326,100 @@ def s8_context_control():
     free, total = torch.cuda.mem_get_info()
     truth["device_used_bytes"] = total - free
     truth["reserved"] = torch.cuda.memory_reserved()
-    time.sleep(0.5)
+    truth["nvml_self_bytes"] = nvml_used_by(os.getpid())
+    truth["context_only_nvml_bytes"] = context_only_nvml_bytes()
+    time.sleep(1.5)  # at least one NVML sample by the collector (every 1 s) besides the report's
+
+
+# ---- issue 13: owners, lines of code, untraced memory ----
+
+
+def run_linear(torch, lin, x, stream):
+    with torch.cuda.stream(stream):
+        return lin(x)  # cuBLAS keeps a workspace per stream in PyTorch's pool
+
+
+def stream_linear(iters):
+    """A new CUDA stream per iteration and a small nn.Linear on it: about 32 MiB of cuBLAS
+    workspace per stream, kept in PyTorch's pool and never freed (issue 13, gap 3)."""
+    import torch
+
+    lin = torch.nn.Linear(256, 256).cuda()
+    x = torch.randn(64, 256, device="cuda")
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(iters):
+        s = torch.cuda.Stream()
+        run_linear(torch, lin, x, s)
+        s.synchronize()
+    torch_truth(torch)
+    truth["iters"] = iters
+    truth["allocated_growth"] = torch.cuda.memory_allocated() - before
+
+
+def jax_recompile(calls=30):
+    """A function recompiled per static argument: device memory grows by about 8 MiB per call
+    through loaded modules, not through allocation calls (issue 13, gap 4)."""
+    from functools import partial
+
+    import jax
+    import jax.numpy as jnp
+
+    @partial(jax.jit, static_argnums=1)
+    def f(x, k):
+        return jnp.sin(x * k) + k
+
+    x = jnp.ones((1024,), dtype=jnp.float32)
+    for k in range(calls):
+        f(x, k).block_until_ready()
+        if k == 0:
+            truth["nvml_after_first_call"] = nvml_used_by(os.getpid())
+    truth["nvml_after_last_call"] = nvml_used_by(os.getpid())
+    truth["calls"] = calls
+    time.sleep(1.5)  # an NVML sample after the last call besides the report's
+
+
+def cupy_managed_pool(iters=2000):
+    """CuPy's memory pool over managed memory, arrays of 1 to 7 MiB made, summed and dropped in
+    a loop: the pool allocates seven blocks in the first seven iterations and then reuses them.
+    Quiet. The kernels are compiled before the loop (from the default pool), so the loop is the
+    pool's own pattern."""
+    import cupy as cp
+
+    cp.ones(16, dtype=cp.float32).sum()  # compile ones() and sum() first
+    cp.cuda.set_allocator(cp.cuda.MemoryPool(cp.cuda.malloc_managed).malloc)
+    for i in range(iters):
+        a = cp.ones((1 + i % 7) * MIB // 4, dtype=cp.float32)
+        a.sum()
+        del a
+    cp.cuda.Device().synchronize()
+    truth["iters"] = iters
+
+
+def numba_deferred_free(iters=300):
+    """Numba's deferred deallocation: device arrays dropped each iteration are freed in
+    batches (a saw-tooth), never kept: quiet."""
+    import numpy as np
+    from numba import cuda
+
+    host = np.ones(MIB, dtype=np.uint8)
+    for _ in range(iters):
+        d = cuda.to_device(host)
+        del d
+    cuda.synchronize()
+    truth["iters"] = iters
+
+
+def async_pool_keeps(iters=200):
+    """PyTorch on cudaMallocAsync: tensors freed each iteration, the stream-ordered pool keeps
+    the memory (run with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync): quiet."""
+    import torch
+
+    for i in range(iters):
+        a = torch.empty((1 + i % 5) * 8 * MIB, dtype=torch.uint8, device="cuda")
+        del a
+    torch.cuda.synchronize()
+    truth["iters"] = iters
 
 
 # ---- who holds it (issue 12): the heap walk's companion files ----
@@ -440,6 +580,12 @@ CASES = {
     "S5": s5_jax_closure,
     "S6": s6_numba_pinned,
     "S8": s8_context_control,
+    "stream_linear_20": lambda: stream_linear(20),
+    "stream_linear_100": lambda: stream_linear(100),
+    "jax_recompile": jax_recompile,
+    "cupy_managed_pool": cupy_managed_pool,
+    "numba_deferred_free": numba_deferred_free,
+    "async_pool_keeps": async_pool_keeps,
     "H_hook": h_hook_cycle,
     "H_optimizer": h_optimizer_replaced,
     "H_cupy": h_cupy_dict,

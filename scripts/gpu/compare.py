@@ -545,6 +545,7 @@ def checks():
     fault_rows()
     graph_rows()
     torch_snapshot_rows()
+    owner_rows()
 
 
 def torch_snapshot_rows():
@@ -577,6 +578,102 @@ def torch_snapshot_rows():
     row("torch_snapshot", "same addresses and sizes", True, t["same_addresses"], t["same_addresses"])
     row("torch_snapshot", "segment_plot, trace_plot, segsum, trace run", True, t["viz_ok"], t["viz_ok"])
     row("torch_snapshot", "segment_type as torch's", True, t["segment_types_agree"], t["segment_types_agree"])
+
+
+USER_OWNER = "user code (direct calls)"
+
+
+def gpu0(r):
+    """The report's `gpu_memory` entry of GPU 0, or an empty one."""
+    return next((g for g in (r or {}).get("gpu_memory", []) if g["ordinal"] == 0), {})
+
+
+def nvml_per_call(t):
+    """NVML's growth per call between the first and the last call, as the case measured it."""
+    a, b, n = t.get("nvml_after_first_call"), t.get("nvml_after_last_call"), t.get("calls")
+    return (b - a) / (n - 1) if a is not None and b is not None and n and n > 1 else None
+
+
+def site_owner(r, site_id):
+    return next((x.get("owner", "") for x in r["sites"] if x["id"] == site_id), "")
+
+
+def owner_rows():
+    """Issue 13: named owners, suspects over the sites of one line, untraced memory."""
+    for case in ("torch_default", "cupy", "jax_default"):
+        t, r, snap = load(case)
+        r = snap or r  # JAX frees its buffers at exit: the snapshot holds the live memory
+        if not r:
+            missing(case)
+            continue
+        g = gpu0(r)
+        traced = g.get("traced_bytes", 0)
+        named = sum(o["live_bytes"] for o in g.get("owners", []) if o["owner"] != USER_OWNER)
+        row(
+            case,
+            ">= 99% of traced live bytes have a named owner",
+            "99%",
+            f"{100 * named / traced:.2f}%" if traced else "nothing traced",
+            traced > 0 and named >= 0.99 * traced,
+            ", ".join(f"{o['owner']} {mib(o['live_bytes'])}" for o in g.get("owners", [])[:3]),
+        )
+    for case in ("stream_linear_20", "stream_linear_100"):
+        t, r, _ = load(case)
+        if not r:
+            missing(case)
+            continue
+        s, _ = top_suspect(r)
+        ok = s is not None and s["live_bytes"] >= 0.5 * t.get("allocated_growth", 0)
+        row(
+            case,
+            "a suspect holding >= half the growth",
+            mib(t.get("allocated_growth")),
+            mib(s["live_bytes"]) if s else "no suspect",
+            ok,
+            (s["reason"] if s else "") + f"; owner {site_owner(r, s['site']) if s else ''}",
+        )
+    t, r, _ = load("jax_recompile")
+    if r:
+        g = gpu0(r)
+        u0, u1 = g.get("untraced_first_bytes"), g.get("untraced_bytes")
+        per = (u1 - u0) / t["calls"] if u0 is not None and u1 is not None and t.get("calls") else None
+        finding = next((f for f in r.get("findings", []) if "untraced device memory grew by" in f), None)
+        row(
+            "jax_recompile",
+            "no suspect; untraced grew by about 8 MiB per call (a finding)",
+            "0 suspects, 6-10 MiB/call",
+            f"{len(r['suspects'])} suspects, {mib(per)}/call",
+            not r["suspects"] and per is not None and 6 * MIB <= per <= 10 * MIB and finding is not None,
+            (finding or g.get("driver_note", ""))
+            + f"; NVML in the program: {mib(nvml_per_call(t))}/call after the first call",
+        )
+    else:
+        missing("jax_recompile")
+    for case in ("cupy_managed_pool", "numba_deferred_free", "async_pool_keeps"):
+        t, r, _ = load(case)
+        if not r:
+            missing(case)
+            continue
+        row(
+            case,
+            "no suspect",
+            "0",
+            len(r["suspects"]),
+            not r["suspects"],
+            "; ".join(x["reason"] for x in r["suspects"]),
+        )
+    t, r, _ = load("S8")
+    if r:
+        g = gpu0(r)
+        want, got = t.get("context_only_nvml_bytes"), g.get("untraced_bytes")
+        row(
+            "S8",
+            "untraced within 10% of a context-only process (NVML)",
+            mib(want),
+            mib(got),
+            want is not None and got is not None and abs(got - want) <= 0.1 * want,
+            f"NVML for S8 itself {mib(t.get('nvml_self_bytes'))}; {g.get('driver_note', '')}",
+        )
 
 
 def fault_rows():

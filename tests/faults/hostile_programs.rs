@@ -552,3 +552,74 @@ fn a_graph_allocation_freed_outside_its_graph_or_by_another_graph_is_freed() {
     assert_eq!((total(&r, "alloc_count"), total(&r, "free_count")), (2, 2), "{d}");
     assert_eq!(total(&r, "unknown_free_count"), 0, "{d}");
 }
+
+/// Runs `hostile nvml-growth` with the collector loading `nvml_lib` as NVML.
+fn nvml_growth(test: &str, nvml_lib: &std::path::Path) -> (Target, Done) {
+    let t = Target::new("hostile", test).args(&["nvml-growth"]);
+    let file = t.dir.path().join("nvml.txt");
+    if !nvml_lib.exists() {
+        // No NVML: no query will come; the program need not wait for one.
+        std::fs::write(t.dir.path().join("nvml.txt.queries"), "").unwrap();
+    }
+    let t = t
+        .env("GPUSHIM_STANDIN_NVML", file.display())
+        .env("GPUSHIM_NVML_LIB", nvml_lib.display())
+        .env("GPUSHIM_NVML_INTERVAL_MS", 5);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    (t, d)
+}
+
+#[test]
+fn untraced_device_memory_is_the_drivers_per_process_figure_minus_traced_and_its_growth_is_a_finding() {
+    // Issue 13: a JAX function recompiled per static argument grows device memory by about
+    // 8 MiB per call through loaded modules, which no allocation call explains. The NVML
+    // stand-in says 501 MiB at the first allocation (1 MiB traced), then 8 MiB untraced and
+    // 1 MiB traced more for each of 20 calls.
+    let (t, d) = nvml_growth("nvml-growth", &standin("libnvidia-ml.so.1"));
+    let r = d.report_in(t.dir.path());
+    let g = &r["gpu_memory"][0];
+    assert_eq!(g["ordinal"], 0, "{d}");
+    assert_eq!(
+        g["owners"],
+        serde_json::json!([{"owner": "user code (direct calls)", "live_bytes": 21 * MIB, "live_count": 21}]),
+        "{d}"
+    );
+    assert_eq!(g["traced_bytes"], 21 * MIB, "{d}");
+    assert_eq!(g["driver_bytes"], 681 * MIB, "{d}");
+    assert_eq!(g["untraced_bytes"], 660 * MIB, "{d}");
+    assert_eq!(g["untraced_first_bytes"], 500 * MIB, "{d}");
+    let finding = r["findings"][0].as_str().unwrap_or_default();
+    assert!(
+        finding.starts_with(
+            "GPU 0: untraced device memory grew by 160.0 MiB over the run (500.0 MiB to 660.0 MiB, about "
+        ),
+        "{finding}{d}"
+    );
+    assert!(
+        r["suspects"].as_array().unwrap().iter().all(|s| s["live_bytes"] != 660 * MIB),
+        "a finding, not a suspect{d}"
+    );
+    assert!(
+        d.stderr.contains("gpushim: GPU 0 memory: user code (direct calls) 21.0 MiB; untraced 660.0 MiB (the driver counts 681.0 MiB)"),
+        "{d}"
+    );
+    assert!(d.stderr.contains("gpushim: finding: GPU 0: untraced device memory grew by 160.0 MiB"), "{d}");
+}
+
+#[test]
+fn without_nvml_the_report_says_untraced_memory_is_unknown() {
+    let (t, d) = nvml_growth("nvml-none", std::path::Path::new("/nonexistent/libnvidia-ml.so.1"));
+    let r = d.report_in(t.dir.path());
+    let g = &r["gpu_memory"][0];
+    assert_eq!(g["traced_bytes"], 21 * MIB, "{d}");
+    assert_eq!(g["driver_bytes"], serde_json::Value::Null, "{d}");
+    assert_eq!(g["untraced_bytes"], serde_json::Value::Null, "{d}");
+    let note = g["driver_note"].as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("unknown: NVML is not available: /nonexistent/libnvidia-ml.so.1 could not be loaded"),
+        "{note}{d}"
+    );
+    assert_eq!(r["findings"], serde_json::json!([]), "{d}");
+    assert!(d.stderr.contains("untraced unknown: NVML is not available"), "{d}");
+}

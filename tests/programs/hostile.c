@@ -932,6 +932,44 @@ static int scenario_graph_free_elsewhere(void)
     return 0;
 }
 
+/* nvml-growth: untraced device memory that grows (as kernel modules loaded per call do).  The
+ * NVML stand-in's file (GPUSHIM_STANDIN_NVML) says this process uses 500 MiB at the first
+ * allocation (and 1 MiB traced); once the collector has sampled it (its query log has a line), 8 MiB per "call"
+ * more for 20 calls, with one 1 MiB allocation per call.  Live at exit: 21 MiB traced; the
+ * driver counts 681 MiB, 660 MiB of it untraced. */
+static void nvml_says(const char *path, unsigned long long bytes)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        exit(1);
+    fprintf(f, "%d %llu\n", (int)getpid(), bytes);
+    fclose(f);
+    if (rename(tmp, path) != 0)
+        exit(1);
+}
+
+static int scenario_nvml_growth(void)
+{
+    const char *path = getenv("GPUSHIM_STANDIN_NVML");
+    if (!path)
+        return 1;
+    nvml_says(path, 501 * MiB);
+    void *p = NULL;
+    check("cudaMalloc", cudaMalloc(&p, MiB));
+    char q[4096];
+    snprintf(q, sizeof q, "%s.queries", path);
+    for (int i = 0; i < 10000 && access(q, F_OK) != 0; i++)
+        poll(NULL, 0, 1); /* bounded wait for the collector's first sample */
+    if (access(q, F_OK) != 0)
+        return 1;
+    for (int i = 1; i <= 20; i++) {
+        nvml_says(path, 500 * MiB + MiB + (unsigned long long)i * (8 * MiB + MiB));
+        check("cudaMalloc", cudaMalloc(&p, MiB));
+    }
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -1001,6 +1039,8 @@ int main(int argc, char **argv)
         rc = scenario_slow_free();
     else if (strcmp(s, "two-runtimes") == 0)
         rc = scenario_two_runtimes();
+    else if (strcmp(s, "nvml-growth") == 0)
+        rc = scenario_nvml_growth();
     else {
         fprintf(stderr, "hostile: unknown scenario %s\n", s);
         return 2;

@@ -22,7 +22,8 @@ use crate::error::{BROKEN_STREAM, OK};
 /// broke after its Hello event is no error: the exit code is 1 then.
 pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> {
     let html = std::env::var_os("GPUSHIM_HTML").is_some_and(|v| v == "1");
-    let opts = collect::Options { output_dir: output, html };
+    let live = input.as_ref().is_none_or(|p| p.as_os_str() == "-");
+    let opts = collect::Options { output_dir: output, html, sample_driver: live };
     signals::ignore_file_size_signal();
     let mut err = io::stderr().lock();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {

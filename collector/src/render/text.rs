@@ -62,6 +62,9 @@ impl Render for Text {
         for v in &r.vmm {
             writeln!(out, "  {}", vmm_line(v))?;
         }
+        for l in gpu_memory_lines(r) {
+            writeln!(out, "  {l}")?;
+        }
         let odd = anomalies(r);
         if !odd.is_empty() {
             writeln!(out, "anomalies: {}", odd.join(", "))?;
@@ -226,6 +229,27 @@ fn anomalies(r: &Report) -> Vec<String> {
     .collect()
 }
 
+/// Where the GPU memory is, one line per GPU (its three largest owners, then the untraced
+/// remainder or why it is unknown), then the findings.
+pub fn gpu_memory_lines(r: &Report) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in &r.gpu_memory {
+        let mut owners: Vec<String> =
+            g.owners.iter().take(3).map(|o| format!("{} {}", o.owner, fmt_bytes(o.live_bytes))).collect();
+        if g.owners.len() > 3 {
+            owners.push(format!("{} more owners", g.owners.len() - 3));
+        }
+        let owners = if owners.is_empty() { "nothing traced".to_string() } else { owners.join(", ") };
+        let untraced = match (g.untraced_bytes, g.driver_bytes) {
+            (Some(u), Some(d)) => format!("untraced {} (the driver counts {})", fmt_bytes(u), fmt_bytes(d)),
+            _ => format!("untraced {}", if g.driver_note.is_empty() { "unknown" } else { &g.driver_note }),
+        };
+        out.push(format!("GPU {} memory: {owners}; {untraced}", g.ordinal));
+    }
+    out.extend(r.findings.iter().map(|f| format!("finding: {f}")));
+    out
+}
+
 /// The collector's closing lines on stderr (each starting `gpushim: `): totals, up to three
 /// suspects or "no leak suspects", and where the report went.
 pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::Result<()> {
@@ -260,6 +284,9 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
     )?;
     for v in &r.vmm {
         writeln!(out, "gpushim: {}", vmm_line(v))?;
+    }
+    for l in gpu_memory_lines(r) {
+        writeln!(out, "gpushim: {l}")?;
     }
     if r.suspects.is_empty() {
         writeln!(out, "gpushim: no leak suspects")?;
