@@ -567,6 +567,7 @@ mod tests {
             internal: false,
             inlined: false,
             python: false,
+            class: Default::default(),
         }
     }
 

@@ -39,6 +39,7 @@ pub mod cmd;
 pub mod collect;
 pub mod diff;
 pub mod error;
+pub mod frames;
 pub mod gauge;
 pub mod holders;
 mod json;

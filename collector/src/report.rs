@@ -273,8 +273,13 @@ pub struct Frame {
     /// null when the module is unknown.
     #[serde(default)]
     pub offset: Option<String>,
-    /// True for frames inside CUDA runtime, driver and framework allocator code.
+    /// True for frames that are not the user's code: `class` is not `user`.
     pub internal: bool,
+    /// Whose code it is: `user`, `framework`, `vendor` (CUDA toolkit libraries) or `runtime`
+    /// (CUDA runtime and driver, libc, the Python interpreter); see `frames.rs`. Absent in
+    /// older reports: `user`.
+    #[serde(default)]
+    pub class: crate::frames::Class,
     /// True if this frame is a call inlined into the next frame (same address).
     #[serde(default)]
     pub inlined: bool,
