@@ -50,6 +50,8 @@ struct Sink<'a> {
     out_dir: PathBuf,
     sym: Symbolizer,
     stacks: HashMap<u32, Vec<u64>>,
+    /// Each thread's name from its first event, by kernel thread id.
+    thread_names: HashMap<u32, String>,
     notes: Vec<String>,
     mem_info: BTreeMap<i32, MemInfo>,
     snapshots: Vec<PathBuf>,
@@ -132,6 +134,7 @@ impl Sink<'_> {
             notes: self.notes.clone(),
             mem_info: &self.mem_info,
             stacks: &self.stacks,
+            thread_names: &self.thread_names,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
         let frames = match self.stacks.get(&f.stack) {
@@ -176,6 +179,7 @@ impl Sink<'_> {
             notes,
             mem_info: &self.mem_info,
             stacks: &self.stacks,
+            thread_names: &self.thread_names,
         };
         let report = assemble::build(state, ctx, &mut self.sym);
         let stem = format!("gpushim-{}-snapshot-{}", self.hello.pid, p.number);
@@ -243,6 +247,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         out_dir,
         sym: Symbolizer::new(),
         stacks: HashMap::new(),
+        thread_names: HashMap::new(),
         notes: Vec::new(),
         mem_info: BTreeMap::new(),
         snapshots: Vec::new(),
@@ -292,6 +297,9 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             Event::PyCode(c) => sink.sym.python_mut().add_code(c),
             Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
             Event::HeapWalk(h) => sink.heap_walk(&h, tracker.state()),
+            Event::ThreadName(t) => {
+                sink.thread_names.entry(t.tid).or_insert(t.name);
+            }
             Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
         }
         sink.lost = tracker.lost();
@@ -341,6 +349,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         notes,
         mem_info: &sink.mem_info,
         stacks: &sink.stacks,
+        thread_names: &sink.thread_names,
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
     if let Some(e) = &broken {

@@ -604,6 +604,7 @@ mod tests {
             vmm: vec![],
             sites,
             suspects: vec![],
+            suppressed: vec![],
             failures: vec![],
             mem_info: vec![],
             timeline: Default::default(),

@@ -54,6 +54,7 @@ pub mod render;
 pub mod reorder;
 pub mod report;
 pub mod series;
+pub mod suppress;
 pub mod symbolize;
 pub mod timeline;
 pub mod vmm;

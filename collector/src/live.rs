@@ -377,6 +377,9 @@ impl State {
             self.vmm.create(a.addr, a.size, device_key(&e).unwrap_or(-1));
         }
         self.insert_live(key, e);
+        if let Some(site) = self.sites.get_mut(&a.stack) {
+            site.thread_alloc(a.tid, a.size, a.ts_ns);
+        }
     }
 
     /// Makes `e` live at `key`, replacing (and releasing) a live entry there.
@@ -413,6 +416,8 @@ impl State {
             series: SiteSeries::default(),
             swept_count: 0,
             swept_bytes: 0,
+            threads: Default::default(),
+            other_thread_allocs: 0,
         });
         if !site.apis.contains(&e.api) {
             site.apis.push(e.api);

@@ -87,6 +87,9 @@ pub struct Report {
     pub sites: Vec<Site>,
     /// Leak suspects, most likely first.
     pub suspects: Vec<Suspect>,
+    /// Suspects a suppression hid; absent when none was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suppressed: Vec<Suppressed>,
     /// Failed allocations, in order.
     pub failures: Vec<FailureRecord>,
     /// Device memory as the driver last reported it (sent by the shim with out-of-memory
@@ -246,6 +249,14 @@ pub struct Site {
     /// PyTorch's autograd threads or threads started by native code).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<bool>,
+    /// Distinct threads that allocated here (the collector keeps at most
+    /// `gauge::MAX_SITE_THREADS` per site; more are counted in `other_thread_allocs`).
+    #[serde(default)]
+    pub thread_count: u64,
+    /// The threads that allocated here, most allocations first (at most
+    /// `assemble::MAX_LISTED_THREADS`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<SiteThread>,
 }
 
 impl Site {
@@ -342,6 +353,50 @@ pub struct Suspect {
     /// Share (0 to 1) of the site's allocations that were never freed.
     #[serde(default)]
     pub never_freed_share: f64,
+    /// The sites of this cause: those whose suspect had the same headline frame and kind,
+    /// largest (live bytes) first; `site` is the first. `live_bytes` and `live_count` are
+    /// their sums, `score` the highest of theirs; the other measures are the largest site's.
+    /// Absent in older reports (then only `site`).
+    #[serde(default)]
+    pub sites: Vec<u32>,
+    /// What the suspect is named by (see `frames::headline`): the first user frame and the
+    /// library entry point it called (`worker_gemm (file.cu:7) via cublasCreate_v2`), or for a
+    /// thread without user frames, its most telling framework frame
+    /// (`MulBackward0 (autograd thread)`); empty when the stack has none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub headline: String,
+    /// Distinct threads that allocated at its sites (0 in older reports).
+    #[serde(default)]
+    pub threads: u64,
+}
+
+/// Suspects that a suppression hid (`GPUSHIM_SUPPRESSIONS`, and the default suppressions).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Suppressed {
+    /// The suppression's name.
+    pub suppression: String,
+    /// The suspect sites it hid.
+    pub sites: Vec<u32>,
+    /// Their live bytes.
+    pub live_bytes: u64,
+}
+
+/// A thread that allocated at a site.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SiteThread {
+    /// The kernel thread id.
+    pub tid: u32,
+    /// The thread's name at its first event (`pthread_getname_np`); empty when unknown.
+    #[serde(default)]
+    pub name: String,
+    /// Allocations it made here.
+    pub alloc_count: u64,
+    /// Their bytes.
+    pub alloc_bytes: u64,
+    /// Its first allocation here, seconds after the report's first event.
+    pub first_alloc_s: f64,
+    /// Its latest allocation here, seconds after the report's first event.
+    pub last_alloc_s: f64,
 }
 
 /// A failed allocation.
@@ -639,6 +694,7 @@ mod tests {
             vmm: vec![],
             sites: vec![Site { id: 3, frames: vec![Frame::default()], series: vec![(0.25, 7)], ..Site::default() }],
             suspects: vec![],
+            suppressed: vec![],
             failures: vec![],
             mem_info: vec![],
             timeline: Timeline {
