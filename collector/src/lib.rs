@@ -10,7 +10,8 @@
 //! set; the live set keeps its [`gauge`]s and the [`vmm`] handles and mappings, their live bytes over time in thinned [`series`],
 //! and the [`timeline`]. At a snapshot boundary, at an out-of-memory failure and at the end of
 //! the stream, the state becomes a [`report`]: [`symbolize`] turns stacks into frames (Python
-//! frames from [`pyframes`]) and [`rank`] picks the leak suspects. [`render`] writes a report in
+//! frames from [`pyframes`]), [`frames`] classes each frame and names each site, and [`rank`]
+//! picks the leak suspects and groups them by cause, less those [`suppress`] hides. [`render`] writes a report in
 //! each output format and [`diff`] compares two, both in the wording of [`words`].
 //!
 //! Invariants:
