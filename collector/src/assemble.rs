@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gpushim_wire::{Hello, Kind, MemInfo, NO_STACK};
 
+use crate::frames::{headline, Headline};
 use crate::gauge::Gauge;
 use crate::live::{State, MAX_FAILURES};
 use crate::rank;
-use crate::frames::{headline, Headline};
 use crate::report::{
     DeviceTotals, FailureRecord, KindTotals, Kinds, MemInfoRecord, Reason, Report, Site, Suppressed, Suspect,
     TeardownRecord, Totals, VmmTotals, SCHEMA,

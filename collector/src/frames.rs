@@ -623,7 +623,10 @@ mod tests {
         // Another node on the same thread is the same cause.
         let mut other = frames.clone();
         other[2] = native(&format!("{lib}/libtorch_cpu.so"), "torch::autograd::generated::PowBackward1::apply(x)");
-        assert_eq!(headline(&other, None).unwrap(), Headline { text: "PowBackward1 (autograd thread)".into(), key: "autograd thread".into() });
+        assert_eq!(
+            headline(&other, None).unwrap(),
+            Headline { text: "PowBackward1 (autograd thread)".into(), key: "autograd thread".into() }
+        );
         // A library's own thread.
         let nccl = vec![
             native("/usr/local/cuda/lib64/libcudart.so.13", "cudaMalloc"),

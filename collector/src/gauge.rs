@@ -151,7 +151,8 @@ impl SiteStats {
             }
             None if full => self.other_thread_allocs += 1,
             None => {
-                self.threads.insert(tid, ThreadUse { alloc_count: 1, alloc_bytes: size, first_ns: ts_ns, last_ns: ts_ns });
+                self.threads
+                    .insert(tid, ThreadUse { alloc_count: 1, alloc_bytes: size, first_ns: ts_ns, last_ns: ts_ns });
             }
         }
     }

@@ -179,7 +179,10 @@ mod tests {
         assert_eq!(s.matching(&cublas).unwrap().name, "handles");
         // Not from the innermost frame: no match without `...`.
         assert!(s.matching(&cublas[1..]).is_none());
-        let pool = [f("cudaMalloc", "/c/libcudart.so.13"), f("at::cuda::DeviceThreadHandlePool<x>::reserve(int)", "/t/libtorch_cuda.so")];
+        let pool = [
+            f("cudaMalloc", "/c/libcudart.so.13"),
+            f("at::cuda::DeviceThreadHandlePool<x>::reserve(int)", "/t/libtorch_cuda.so"),
+        ];
         assert_eq!(s.matching(&pool).unwrap().name, "pool");
         let mut py = f("step", "python");
         py.python = true;
@@ -222,7 +225,11 @@ mod tests {
             f("at::cuda::getCurrentCUDABlasHandle()", "/t/libtorch_cuda.so"),
         ];
         assert_eq!(s.matching(&torch).unwrap().name, "pytorch-library-handle-pool");
-        let own = [f("cudaMalloc", "/c/libcudart.so.13"), f("cublasCreate_v2", "/c/libcublas.so.13"), f("worker_gemm", "/w/app")];
+        let own = [
+            f("cudaMalloc", "/c/libcudart.so.13"),
+            f("cublasCreate_v2", "/c/libcublas.so.13"),
+            f("worker_gemm", "/w/app"),
+        ];
         assert!(s.matching(&own).is_none());
     }
 }

@@ -9,8 +9,8 @@ use std::io::{self, Read};
 use crate::{
     Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
     GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map, MemInfo, Module,
-    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus, HEADER_LEN, MAGIC,
-    MAX_FRAME, VERSION,
+    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus, HEADER_LEN,
+    MAGIC, MAX_FRAME, VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer

@@ -45,7 +45,8 @@ pub use encode::{encode, write_header};
 pub use event::{
     Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
     GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map, MemInfo, Module,
-    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus, PY_NO_OFFSET,
+    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus,
+    PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.

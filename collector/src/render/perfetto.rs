@@ -89,11 +89,8 @@ fn thread_tracks(r: &Report, ev: &mut Vec<Value>) {
                         continue;
                     }
                     named.push(t.tid);
-                    let name = if t.name.is_empty() {
-                        format!("thread {}", t.tid)
-                    } else {
-                        format!("{} ({})", t.name, t.tid)
-                    };
+                    let name =
+                        if t.name.is_empty() { format!("thread {}", t.tid) } else { format!("{} ({})", t.name, t.tid) };
                     ev.push(json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": t.tid, "ts": 0,
                                    "args": {"name": name}}));
                 }

@@ -409,7 +409,8 @@ pub(crate) mod tests {
                 last_alloc_s: 0.5 + 0.25 * f64::from(i),
             })
             .collect();
-        r.suppressed = vec![Suppressed { suppression: "pytorch-library-handle-pool".into(), sites: vec![2, 4], live_bytes: 1024 }];
+        r.suppressed =
+            vec![Suppressed { suppression: "pytorch-library-handle-pool".into(), sites: vec![2, 4], live_bytes: 1024 }];
         r
     }
 
@@ -438,7 +439,10 @@ pub(crate) mod tests {
             err.contains("gpushim: suspect #1 site 1: 2 sites, 4 live (4.0 MiB) in all; the largest: +1.0 MiB per 500 ms over 1 s at worker_gemm (src/file.c:7) via cublasCreate_v2, from 100 threads; 2 sites: 1, 5\n"),
             "{err}"
         );
-        assert!(err.contains("gpushim: 2 suspect sites suppressed: pytorch-library-handle-pool (2 sites, 1.0 KiB)\n"), "{err}");
+        assert!(
+            err.contains("gpushim: 2 suspect sites suppressed: pytorch-library-handle-pool (2 sites, 1.0 KiB)\n"),
+            "{err}"
+        );
         // The JSON keeps it all.
         let mut json = Vec::new();
         Json.render(&r, &mut json).unwrap();
