@@ -20,6 +20,8 @@
 //! - `localrt`               tests/programs/localrt.c (CUDA only through RTLD_LOCAL libraries)
 //! - `leak_example`          examples/leak.c linked to libcudart.so.13
 //! - `libnvidia-ml.so.1`     NVML stand-in for the collector (standins/nvml.c)
+//! - `libcublas.so.13`       tests/programs/fakecublas.c: a vendor library's stand-in (cublasCreate_v2)
+//! - `threads`               tests/programs/threads.c linked to libcublas.so.13 (threads and vendor frames)
 
 use std::env;
 use std::ffi::OsString;
@@ -125,6 +127,8 @@ fn main() {
         "tests/programs/loaderspy.c",
         "tests/programs/nocuda.c",
         "tests/programs/localrt.c",
+        "tests/programs/fakecublas.c",
+        "tests/programs/threads.c",
         "examples/leak.c",
     ]
     .iter()
@@ -257,6 +261,22 @@ fn main() {
     a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
     a.extend(os(RUNPATH_ORIGIN));
     ctx.cc("leak_example", &a);
+
+    // A vendor library's stand-in, named as cuBLAS is, and the threads that call it.
+    let mut a = os(LIBRARY);
+    a.extend(os(&["-shared", "-Wl,-soname,libcublas.so.13"]));
+    a.push(ctx.src("tests/programs/fakecublas.c"));
+    a.push(ctx.lib_dir());
+    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
+    a.extend(os(RUNPATH_ORIGIN));
+    ctx.cc("libcublas.so.13", &a);
+
+    let mut a = os(PROGRAM);
+    a.push(ctx.src("tests/programs/threads.c"));
+    a.push(ctx.lib_dir());
+    a.extend(os(&["-Wl,--no-as-needed", "-l:libcublas.so.13", "-lpthread"]));
+    a.extend(os(RUNPATH_ORIGIN));
+    ctx.cc("threads", &a);
 
     println!("cargo:rustc-env=GPUSHIM_STANDINS={}", ctx.out.display());
     check_path(&ctx.out);

@@ -54,6 +54,7 @@ if needs_nvcc; then
   nvcc -g -O0 -x cu -o "$WORK/bin/s7_leak" "$ROOT/examples/leak.c" >> "$WORK/nvcc.log" 2>&1
   nvcc -g -O1 -o "$WORK/bin/faults" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
   nvcc -g -O1 --cudart shared -o "$WORK/bin/faults_shared" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
+  nvcc -g -O1 -o "$WORK/bin/vendor_threads" "$ROOT/scripts/gpu/vendor_threads.cu" -lcublas -lpthread >> "$WORK/nvcc.log" 2>&1
 fi
 
 # run_case NAME [VAR=VALUE...] -- COMMAND...
@@ -128,6 +129,11 @@ run_case fault_oom_device -- "$WORK/bin/faults" oom-device
 run_case fault_vmm -- "$WORK/bin/faults" vmm
 run_case fault_graph -- "$WORK/bin/faults" graph
 run_case fault_graph_shared -- "$WORK/bin/faults_shared" graph
+# Issue 13: whose code a stack is, one suspect per cause, threads.
+run_case fault_cublas_threads -- "$WORK/bin/vendor_threads" cublas-per-thread 100
+run_case fault_logits -- $PY T13_logits $T
+run_case fault_logits_compiled -- $PY T13_logits_compiled $T
+run_case fault_autograd_cycle -- $PY T13_autograd_cycle $T
 
 python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"
 cp "$WORK/table.md" "$WORK/versions.txt" "$OUT/"

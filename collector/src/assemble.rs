@@ -5,17 +5,22 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gpushim_wire::{Hello, Kind, MemInfo, NO_STACK};
 
+use crate::frames::{headline, Headline};
 use crate::gauge::Gauge;
 use crate::live::{State, MAX_FAILURES};
 use crate::report::{
-    DeviceTotals, FailureRecord, KindTotals, Kinds, LiveAllocation, MemInfoRecord, Reason, Report, Site,
-    TeardownRecord, Totals, VmmTotals, MAX_ALLOCATIONS, SCHEMA,
+    DeviceTotals, FailureRecord, KindTotals, Kinds, LiveAllocation, MemInfoRecord, Reason, Report, Site, Suppressed,
+    Suspect, TeardownRecord, Totals, VmmTotals, MAX_ALLOCATIONS, SCHEMA,
 };
+use crate::suppress::Suppressions;
 use crate::symbolize::Symbolizer;
 use crate::{gpumem, owners, rank};
 
 /// At most this many sites are listed (those with most live bytes, plus every suspect).
 pub const MAX_SITES: usize = 1000;
+
+/// At most this many threads are listed per site (those with most allocations there).
+pub const MAX_LISTED_THREADS: usize = 256;
 
 /// What a report needs besides the state.
 pub struct Context<'a> {
@@ -41,6 +46,8 @@ pub struct Context<'a> {
     pub driver: Option<&'a crate::nvml::DriverView>,
     /// When the program's own work ended (the exit heap walk's start), if known.
     pub work_end_ns: Option<u64>,
+    /// Each thread's name from its first event, by kernel thread id.
+    pub thread_names: &'a HashMap<u32, String>,
 }
 
 fn kind_totals(g: &Gauge) -> KindTotals {
@@ -88,6 +95,78 @@ fn graph_notes(state: &State, notes: &mut Vec<String>) {
             plural(*n)
         ));
     }
+}
+
+/// The threads of site `s`, most allocations first (then lowest tid), at most
+/// [`MAX_LISTED_THREADS`], named from `names`; `secs` converts a monotonic time to the report's.
+fn site_threads(
+    s: &crate::gauge::SiteStats,
+    names: &HashMap<u32, String>,
+    secs: impl Fn(u64) -> f64,
+) -> Vec<crate::report::SiteThread> {
+    let mut v: Vec<_> = s.threads.iter().collect();
+    v.sort_by(|a, b| b.1.alloc_count.cmp(&a.1.alloc_count).then(a.0.cmp(b.0)));
+    v.into_iter()
+        .take(MAX_LISTED_THREADS)
+        .map(|(&tid, t)| crate::report::SiteThread {
+            tid,
+            name: names.get(&tid).cloned().unwrap_or_default(),
+            alloc_count: t.alloc_count,
+            alloc_bytes: t.alloc_bytes,
+            first_alloc_s: secs(t.first_ns),
+            last_alloc_s: secs(t.last_ns),
+        })
+        .collect()
+}
+
+/// The suspects by cause: each suspect site's headline (`frames::headline`), the sites a
+/// suppression hides taken out (grouped the same way, by suppression), the others grouped
+/// (`rank::group`) by headline key and kind, each group with its headline and its number of
+/// distinct threads.
+fn by_cause(
+    suspects: Vec<Suspect>,
+    state: &State,
+    sites: &[Site],
+    notes: &mut Vec<String>,
+) -> (Vec<Suspect>, Vec<Suppressed>) {
+    let site_of: HashMap<u32, &Site> = sites.iter().map(|s| (s.id, s)).collect();
+    let heads: HashMap<u32, (Headline, String)> = suspects
+        .iter()
+        .filter_map(|x| {
+            let site = site_of.get(&x.site)?;
+            let name = site.threads.first().map(|t| t.name.as_str()).filter(|n| !n.is_empty());
+            Some((x.site, (headline(&site.frames, name)?, site.kind.clone())))
+        })
+        .collect();
+    let key = |id: u32| heads.get(&id).map(|(h, kind)| format!("{} [{kind}]", h.key));
+    let supp = Suppressions::global();
+    notes.extend(supp.problems.iter().cloned());
+    let mut hidden: Vec<(String, Suspect)> = Vec::new();
+    let mut kept = Vec::new();
+    for x in suspects {
+        match site_of.get(&x.site).and_then(|s| supp.matching(&s.frames)) {
+            Some(m) => hidden.push((m.name.clone(), x)),
+            None => kept.push(x),
+        }
+    }
+    let mut out = rank::group(kept, key);
+    for x in &mut out {
+        x.headline = heads.get(&x.site).map(|(h, _)| h.text.clone()).unwrap_or_default();
+        let tids: HashSet<u32> =
+            x.sites.iter().filter_map(|id| state.sites.get(id)).flat_map(|s| s.threads.keys().copied()).collect();
+        x.threads = tids.len() as u64;
+    }
+    let mut suppressed: Vec<Suppressed> = Vec::new();
+    for (name, x) in hidden {
+        match suppressed.iter_mut().find(|s| s.suppression == name) {
+            Some(s) => {
+                s.sites.push(x.site);
+                s.live_bytes = s.live_bytes.saturating_add(x.live_bytes);
+            }
+            None => suppressed.push(Suppressed { suppression: name, sites: vec![x.site], live_bytes: x.live_bytes }),
+        }
+    }
+    (out, suppressed)
 }
 
 /// Builds the report of `state`.
@@ -166,12 +245,15 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             frames: frames_of(s.id, sym),
             owner: String::new(),
             python: sym.python().site_flag(s.id),
+            thread_count: s.threads.len() as u64,
+            threads: site_threads(s, ctx.thread_names, secs),
         })
         .map(|mut s: Site| {
             s.owner = owners::owner_of(&s.frames).name;
             s
         })
         .collect();
+    let (suspects, suppressed) = by_cause(suspects, state, &sites, &mut notes);
     let failures: Vec<FailureRecord> = state
         .failures
         .iter()
@@ -276,6 +358,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             .collect(),
         sites,
         suspects,
+        suppressed,
         failures,
         mem_info: ctx
             .mem_info

@@ -57,6 +57,8 @@ struct Sink<'a> {
     html: bool,
     sym: Symbolizer,
     stacks: HashMap<u32, Vec<u64>>,
+    /// Each thread's name from its first event, by kernel thread id.
+    thread_names: HashMap<u32, String>,
     notes: Vec<String>,
     mem_info: BTreeMap<i32, MemInfo>,
     snapshots: Vec<PathBuf>,
@@ -157,6 +159,7 @@ impl Sink<'_> {
             stacks: &self.stacks,
             driver: self.driver.as_ref(),
             work_end_ns: None,
+            thread_names: &self.thread_names,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
         let frames = match self.stacks.get(&f.stack) {
@@ -207,6 +210,7 @@ impl Sink<'_> {
             stacks: &self.stacks,
             driver: self.driver.as_ref(),
             work_end_ns: None,
+            thread_names: &self.thread_names,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
         let label = self.labels.get(&p.number).cloned();
@@ -348,6 +352,7 @@ pub fn collect_answering(
         html: opts.html,
         sym: Symbolizer::new(),
         stacks: HashMap::new(),
+        thread_names: HashMap::new(),
         notes: Vec::new(),
         mem_info: BTreeMap::new(),
         snapshots: Vec::new(),
@@ -411,6 +416,9 @@ pub fn collect_answering(
             Event::PyCode(c) => sink.sym.python_mut().add_code(c),
             Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
             Event::HeapWalk(h) => sink.heap_walk(&h, tracker.state()),
+            Event::ThreadName(t) => {
+                sink.thread_names.entry(t.tid).or_insert(t.name);
+            }
             Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
         }
         sink.lost = tracker.lost();
@@ -463,6 +471,7 @@ pub fn collect_answering(
         stacks: &sink.stacks,
         driver: sink.driver.as_ref(),
         work_end_ns: sink.work_end,
+        thread_names: &sink.thread_names,
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
     if let Some(e) = &broken {

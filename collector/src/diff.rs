@@ -569,6 +569,7 @@ mod tests {
             internal: false,
             inlined: false,
             python: false,
+            class: Default::default(),
         }
     }
 
@@ -606,6 +607,7 @@ mod tests {
             vmm: vec![],
             sites,
             suspects: vec![],
+            suppressed: vec![],
             failures: vec![],
             mem_info: vec![],
             timeline: Default::default(),

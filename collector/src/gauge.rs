@@ -89,11 +89,106 @@ pub struct SiteStats {
     pub swept_count: u64,
     /// See `swept_count`.
     pub swept_bytes: u64,
+    /// The threads that allocated here, by kernel thread id: at most [`MAX_SITE_THREADS`].
+    pub threads: TidMap<ThreadUse>,
+    /// Allocations made here by threads beyond the first [`MAX_SITE_THREADS`].
+    pub other_thread_allocs: u64,
+}
+
+/// Hashes a thread id with one multiplication (Fibonacci hashing): the map is updated at every
+/// allocation, and SipHash's cost showed in the collector's throughput.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TidHasher(u64);
+
+impl std::hash::Hasher for TidHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.0 = u64::from(v);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+}
+
+/// A map keyed by thread id, hashed with [`TidHasher`].
+pub type TidMap<V> = std::collections::HashMap<u32, V, std::hash::BuildHasherDefault<TidHasher>>;
+
+/// Most threads kept per site; a site that more threads allocate at counts the others'
+/// allocations in [`SiteStats::other_thread_allocs`]. Bounds the collector's memory: a program
+/// that starts a thread per task has as many threads as tasks.
+pub const MAX_SITE_THREADS: usize = 1024;
+
+/// What one thread allocated at one site.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadUse {
+    /// Allocations.
+    pub alloc_count: u64,
+    /// Their bytes.
+    pub alloc_bytes: u64,
+    /// Monotonic time of its first allocation here, ns.
+    pub first_ns: u64,
+    /// Monotonic time of its latest allocation here, ns.
+    pub last_ns: u64,
+}
+
+impl SiteStats {
+    /// Counts an allocation of `size` bytes by thread `tid` at time `ts_ns`.
+    #[inline]
+    pub fn thread_alloc(&mut self, tid: u32, size: u64, ts_ns: u64) {
+        let full = self.threads.len() >= MAX_SITE_THREADS;
+        match self.threads.get_mut(&tid) {
+            Some(t) => {
+                t.alloc_count += 1;
+                t.alloc_bytes = t.alloc_bytes.saturating_add(size);
+                t.first_ns = t.first_ns.min(ts_ns);
+                t.last_ns = t.last_ns.max(ts_ns);
+            }
+            None if full => self.other_thread_allocs += 1,
+            None => {
+                self.threads
+                    .insert(tid, ThreadUse { alloc_count: 1, alloc_bytes: size, first_ns: ts_ns, last_ns: ts_ns });
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn threads_per_site_are_counted_and_bounded() {
+        let mut s = SiteStats {
+            id: 1,
+            kind: gpushim_wire::Kind::Device,
+            apis: Vec::new(),
+            gauge: Gauge::default(),
+            alloc_count: 0,
+            alloc_bytes: 0,
+            free_count: 0,
+            first_alloc_ns: 0,
+            last_alloc_ns: 0,
+            series: SiteSeries::default(),
+            swept_count: 0,
+            swept_bytes: 0,
+            threads: Default::default(),
+            other_thread_allocs: 0,
+        };
+        s.thread_alloc(7, 100, 50);
+        s.thread_alloc(7, 28, 20);
+        assert_eq!(s.threads[&7], ThreadUse { alloc_count: 2, alloc_bytes: 128, first_ns: 20, last_ns: 50 });
+        for tid in 0..MAX_SITE_THREADS as u32 + 10 {
+            s.thread_alloc(1000 + tid, 1, 60);
+        }
+        assert_eq!(s.threads.len(), MAX_SITE_THREADS);
+        assert_eq!(s.other_thread_allocs, 11);
+    }
 
     #[test]
     fn series_is_bounded_and_exact_at_its_points() {

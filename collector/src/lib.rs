@@ -10,9 +10,10 @@
 //! set; the live set keeps its [`gauge`]s and the [`vmm`] handles and mappings, their live bytes over time in thinned [`series`],
 //! and the [`timeline`]. At a snapshot boundary, at an out-of-memory failure and at the end of
 //! the stream, the state becomes a [`report`]: [`symbolize`] turns stacks into frames (Python
-//! frames from [`pyframes`]), [`owners`] names who made each live allocation, [`rank`] picks
-//! the leak suspects and [`gpumem`] says where the GPU memory is, with the driver's view that
-//! [`nvml`] samples while the stream is read. [`render`] writes a report in
+//! frames from [`pyframes`]), [`frames`] classes each frame and names each site, [`owners`]
+//! names who made each live allocation, [`rank`] picks the leak suspects and groups them by
+//! cause, less those [`suppress`] hides, and [`gpumem`] says where the GPU memory is, with the
+//! driver's view that [`nvml`] samples while the stream is read. [`render`] writes a report in
 //! each output format and [`diff`] compares two, both in the wording of [`words`].
 //!
 //! Invariants:
@@ -42,6 +43,7 @@ pub mod cmd;
 pub mod collect;
 pub mod diff;
 pub mod error;
+pub mod frames;
 pub mod gauge;
 pub mod gpumem;
 pub mod holders;
@@ -59,6 +61,7 @@ pub mod render;
 pub mod reorder;
 pub mod report;
 pub mod series;
+pub mod suppress;
 pub mod symbolize;
 pub mod timeline;
 pub mod vmm;

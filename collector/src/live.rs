@@ -376,11 +376,12 @@ impl State {
         if a.api == Api::CuMemCreate {
             self.vmm.create(a.addr, a.size, device_key(&e).unwrap_or(-1));
         }
-        self.insert_live(key, e);
+        self.insert_live(key, e, Some(a.tid));
     }
 
-    /// Makes `e` live at `key`, replacing (and releasing) a live entry there.
-    fn insert_live(&mut self, key: (bool, u64), e: Entry) {
+    /// Makes `e` live at `key`, replacing (and releasing) a live entry there; `tid`: the thread
+    /// that allocated it, counted at its site (`None` for a graph launch's allocations).
+    fn insert_live(&mut self, key: (bool, u64), e: Entry, tid: Option<u32>) {
         // One lookup: the entry goes in first, a live one it replaces is released after.
         if let Some(old) = self.live.insert(key, e) {
             match self.pending_by_key.remove(&key) {
@@ -413,6 +414,8 @@ impl State {
             series: SiteSeries::default(),
             swept_count: 0,
             swept_bytes: 0,
+            threads: Default::default(),
+            other_thread_allocs: 0,
         });
         if !site.apis.contains(&e.api) {
             site.apis.push(e.api);
@@ -423,6 +426,9 @@ impl State {
         site.first_alloc_ns = site.first_alloc_ns.min(e.ts_ns);
         site.last_alloc_ns = site.last_alloc_ns.max(e.ts_ns);
         site.series.record(e.ts_ns, site.gauge.live_bytes);
+        if let Some(tid) = tid {
+            site.thread_alloc(tid, e.size, e.ts_ns);
+        }
         self.timeline.record(e.ts_ns, &self.kinds, &self.devices);
     }
 
@@ -556,7 +562,7 @@ impl State {
                 // created does not take it when destroyed).
                 ctx: 0,
             };
-            self.insert_live((false, *addr), e);
+            self.insert_live((false, *addr), e, None);
             if let Some(n) = self.graph_nodes.get_mut(addr) {
                 n.launched = true;
             }

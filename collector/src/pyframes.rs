@@ -24,16 +24,10 @@ pub const MODULE: &str = "python";
 /// Native function of the interpreter loop (one call per group of Python frames).
 const EVAL_FRAME: &str = "_PyEval_EvalFrameDefault";
 
-/// Path fragments of framework packages whose Python frames are marked internal, so that the
-/// first frame shown is the user's.
-const INTERNAL_PACKAGES: &[&str] = &["torch/", "jax/", "jaxlib/", "cupy/", "cupy_backends/", "numba/"];
-
-/// True if and only if `filename` is a Python file of a GPU framework installed as a package
-/// (under `site-packages/` or `dist-packages/`).
+/// True if and only if `filename` is not the user's Python code: a GPU framework's package, the
+/// standard library (the table of `frames.rs`).
 pub fn is_internal_file(filename: &str) -> bool {
-    ["/site-packages/", "/dist-packages/"].iter().any(|sp| {
-        filename.find(sp).is_some_and(|i| INTERNAL_PACKAGES.iter().any(|p| filename[i + sp.len()..].starts_with(p)))
-    })
+    crate::frames::Table::global().classify(filename, "") != crate::frames::Class::User
 }
 
 struct Code {
@@ -112,6 +106,7 @@ impl Python {
             internal: c.internal,
             inlined: false,
             python: true,
+            class: Default::default(),
         }
     }
 

@@ -318,7 +318,56 @@ fn judge(site: &Track<'_>, run: u64, run_end: u64) -> Option<Suspect> {
         oldest_live_age_share: share(run_end.saturating_sub(first_live) as f64 / run as f64),
         never_freed_share: share(kept),
         line_sites: site.members.clone(),
+        sites: vec![site.id],
+        headline: String::new(),
+        threads: 0,
     })
+}
+
+/// Groups suspects by cause: suspects whose sites have the same `key_of` (their headline frame
+/// and kind; `None`: a group of its own) become one, headed by its largest site (most live
+/// bytes, then lowest id), with every member in `sites` (largest first), the members' live
+/// bytes and allocations summed, the highest score, and the largest site's other measures.
+/// The reason of a group of several says so: `3 sites, 30 live (30.0 MiB) in all; the largest:
+/// …`. The groups are ordered as [`suspects`] orders suspects.
+pub fn group(suspects: Vec<Suspect>, key_of: impl Fn(u32) -> Option<String>) -> Vec<Suspect> {
+    let mut groups: Vec<Vec<Suspect>> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for s in suspects {
+        match key_of(s.site) {
+            Some(k) => match index.get(&k) {
+                Some(&i) => groups[i].push(s),
+                None => {
+                    index.insert(k, groups.len());
+                    groups.push(vec![s]);
+                }
+            },
+            None => groups.push(vec![s]),
+        }
+    }
+    let mut out: Vec<Suspect> = groups
+        .into_iter()
+        .map(|mut members| {
+            members.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(a.site.cmp(&b.site)));
+            let mut head = members[0].clone();
+            head.sites = members.iter().map(|m| m.site).collect();
+            if members.len() > 1 {
+                head.live_bytes = members.iter().map(|m| m.live_bytes).fold(0, u64::saturating_add);
+                head.live_count = members.iter().map(|m| m.live_count).sum();
+                head.score = members.iter().map(|m| m.score).fold(0.0, f64::max);
+                head.reason = format!(
+                    "{} sites, {} live ({}) in all; the largest: {}",
+                    members.len(),
+                    head.live_count,
+                    fmt_bytes(head.live_bytes),
+                    members[0].reason
+                );
+            }
+            head
+        })
+        .collect();
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.live_bytes.cmp(&a.live_bytes)).then(a.site.cmp(&b.site)));
+    out
 }
 
 #[cfg(test)]
@@ -387,6 +436,44 @@ mod tests {
         assert_eq!(got[1].score, 0.75);
         assert_eq!(got[1].reason, "+1.0 KiB per 40 ms over 760 ms, 20 live (20.0 KiB), 20 of 40 freed");
         assert_eq!(got[1].never_freed_share, 0.5);
+    }
+
+    #[test]
+    fn suspects_with_one_headline_and_kind_are_one_group() {
+        let sus = |site: u32, mib: u64, score: f64| Suspect {
+            site,
+            score,
+            reason: format!("r{site}"),
+            live_bytes: mib * MIB,
+            live_count: mib,
+            sites: vec![site],
+            ..Suspect::default()
+        };
+        // Sites 1, 2 and 4 share a line (4 is the largest); 3 is another line; 5 has no
+        // headline; 6 shares the line of 1 but is another kind.
+        let key = |site: u32| match site {
+            1 | 2 | 4 => Some("user f a.c:7 device".to_string()),
+            3 => Some("user g a.c:9 device".to_string()),
+            6 => Some("user f a.c:7 pinned_host".to_string()),
+            _ => None,
+        };
+        let got = group(
+            vec![sus(1, 10, 1.0), sus(2, 5, 0.9), sus(3, 40, 0.8), sus(4, 20, 0.7), sus(5, 1, 0.5), sus(6, 1, 0.5)],
+            key,
+        );
+        let shape: Vec<(u32, Vec<u32>, u64, u64, f64)> =
+            got.iter().map(|s| (s.site, s.sites.clone(), s.live_bytes / MIB, s.live_count, s.score)).collect();
+        assert_eq!(
+            shape,
+            vec![
+                (4, vec![4, 1, 2], 35, 35, 1.0),
+                (3, vec![3], 40, 40, 0.8),
+                (5, vec![5], 1, 1, 0.5),
+                (6, vec![6], 1, 1, 0.5),
+            ]
+        );
+        assert_eq!(got[0].reason, "3 sites, 35 live (35.0 MiB) in all; the largest: r4");
+        assert_eq!(got[1].reason, "r3");
     }
 
     #[test]

@@ -91,6 +91,9 @@ pub struct Report {
     pub sites: Vec<Site>,
     /// Leak suspects, most likely first.
     pub suspects: Vec<Suspect>,
+    /// Suspects a suppression hid; absent when none was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suppressed: Vec<Suppressed>,
     /// Failed allocations, in order.
     pub failures: Vec<FailureRecord>,
     /// Device memory as the driver last reported it (sent by the shim with out-of-memory
@@ -267,6 +270,14 @@ pub struct Site {
     /// PyTorch's autograd threads or threads started by native code).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<bool>,
+    /// Distinct threads that allocated here (the collector keeps at most
+    /// `gauge::MAX_SITE_THREADS` per site; more are counted in `other_thread_allocs`).
+    #[serde(default)]
+    pub thread_count: u64,
+    /// The threads that allocated here, most allocations first (at most
+    /// `assemble::MAX_LISTED_THREADS`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<SiteThread>,
 }
 
 impl Site {
@@ -294,8 +305,13 @@ pub struct Frame {
     /// null when the module is unknown.
     #[serde(default)]
     pub offset: Option<String>,
-    /// True for frames inside CUDA runtime, driver and framework allocator code.
+    /// True for frames that are not the user's code: `class` is not `user`.
     pub internal: bool,
+    /// Whose code it is: `user`, `framework`, `vendor` (CUDA toolkit libraries) or `runtime`
+    /// (CUDA runtime and driver, libc, the Python interpreter); see `frames.rs`. Absent in
+    /// older reports: `user`.
+    #[serde(default)]
+    pub class: crate::frames::Class,
     /// True if this frame is a call inlined into the next frame (same address).
     #[serde(default)]
     pub inlined: bool,
@@ -363,6 +379,21 @@ pub struct Suspect {
     /// the one with most live bytes and the measures above are the union's. Absent otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub line_sites: Vec<u32>,
+    /// The sites of this cause: those whose suspect had the same headline frame and kind,
+    /// largest (live bytes) first; `site` is the first. `live_bytes` and `live_count` are
+    /// their sums, `score` the highest of theirs; the other measures are the largest site's.
+    /// Absent in older reports (then only `site`).
+    #[serde(default)]
+    pub sites: Vec<u32>,
+    /// What the suspect is named by (see `frames::headline`): the first user frame and the
+    /// library entry point it called (`worker_gemm (file.cu:7) via cublasCreate_v2`), or for a
+    /// thread without user frames, its most telling framework frame
+    /// (`MulBackward0 (autograd thread)`); empty when the stack has none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub headline: String,
+    /// Distinct threads that allocated at its sites (0 in older reports).
+    #[serde(default)]
+    pub threads: u64,
 }
 
 /// Where the GPU memory of one device is.
@@ -400,6 +431,35 @@ pub struct OwnerBytes {
     pub live_bytes: u64,
     /// Live allocations.
     pub live_count: u64,
+}
+
+/// Suspects that a suppression hid (`GPUSHIM_SUPPRESSIONS`, and the default suppressions).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Suppressed {
+    /// The suppression's name.
+    pub suppression: String,
+    /// The suspect sites it hid.
+    pub sites: Vec<u32>,
+    /// Their live bytes.
+    pub live_bytes: u64,
+}
+
+/// A thread that allocated at a site.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SiteThread {
+    /// The kernel thread id.
+    pub tid: u32,
+    /// The thread's name at its first event (`pthread_getname_np`); empty when unknown.
+    #[serde(default)]
+    pub name: String,
+    /// Allocations it made here.
+    pub alloc_count: u64,
+    /// Their bytes.
+    pub alloc_bytes: u64,
+    /// Its first allocation here, seconds after the report's first event.
+    pub first_alloc_s: f64,
+    /// Its latest allocation here, seconds after the report's first event.
+    pub last_alloc_s: f64,
 }
 
 /// A failed allocation.
@@ -726,6 +786,7 @@ mod tests {
             vmm: vec![],
             sites: vec![Site { id: 3, frames: vec![Frame::default()], series: vec![(0.25, 7)], ..Site::default() }],
             suspects: vec![],
+            suppressed: vec![],
             failures: vec![],
             mem_info: vec![],
             timeline: Timeline {

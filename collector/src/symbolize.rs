@@ -10,7 +10,7 @@ use std::path::Path;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
-use gpushim_wire::{Api, Module};
+use gpushim_wire::Module;
 
 use crate::pyframes::Python;
 use crate::report::Frame;
@@ -18,74 +18,16 @@ use crate::report::Frame;
 /// Module file-name prefixes of the shim itself; its frames are dropped.
 const SHIM_PREFIXES: &[&str] = &["libgpushim"];
 
-/// Module file-name prefixes of CUDA runtime, driver and framework allocator code; frames in
-/// them are marked internal.
-const INTERNAL_MODULE_PREFIXES: &[&str] = &[
-    "libcudart",
-    "libcuda.",
-    "libcuda-",
-    "libnvidia-",
-    "libc10_cuda",
-    "libtorch_cuda",
-    "libxla",
-    "xla_extension",
-    "libjax",
-    "libcupy",
-    "librmm",
-    "libnccl",
-];
-
-/// Path fragments of Python packages whose extension modules are allocator code.
-const INTERNAL_PATH_PARTS: &[&str] = &["/cupy/", "/cupy_backends/", "/jaxlib/", "/numba/cuda/"];
-
-/// Function-name prefixes of allocator code: the static CUDA runtime linked into the user's
-/// binary (nvcc 13.0 names its internal functions `libcudart_static_<hash>`, seen on the
-/// H200), Rust's cudarc, and PyTorch's allocator and tensor-factory plumbing in libc10 and
-/// libtorch_cpu (`c10::`, `at::detail::empty_*`, `create_out`), so that the first frame shown
-/// for a PyTorch allocation is the operator that asked for memory.
-const INTERNAL_FUNCTION_PREFIXES: &[&str] = &[
-    "__cudart",
-    "cudart::",
-    "libcudart_static_",
-    "cudarc::",
-    "<cudarc::",
-    "c10::",
-    "at::detail::empty",
-    "at::empty",
-    "at::native::empty",
-    "at::(anonymous namespace)::create_out",
-];
-
-/// Source path fragments of allocator code compiled into the user's binary: crates from the
-/// cargo registry that wrap CUDA (their functions carry no module path in a line-tables-only
-/// build, so the function-name rules miss them).
-const INTERNAL_SOURCE_PARTS: &[&str] = &["/cudarc-"];
-
-/// True if and only if source file `file` belongs to a CUDA wrapper library: one of
-/// `INTERNAL_SOURCE_PARTS` followed by a version number, as in the cargo registry's
-/// `.../cudarc-0.19.10/src/...` (a user's own `cudarc-leak/` directory is not one).
+/// True if and only if source file `file` belongs to a CUDA wrapper library (see
+/// [`crate::frames::is_wrapper_source`]).
 pub fn is_internal_source(file: &str) -> bool {
-    INTERNAL_SOURCE_PARTS
-        .iter()
-        .any(|p| file.match_indices(p).any(|(i, _)| file[i + p.len()..].starts_with(|c: char| c.is_ascii_digit())))
+    crate::frames::is_wrapper_source(file)
 }
 
-/// True if and only if a frame in module `path` running `function` is CUDA or framework
-/// allocator code rather than the user's.
+/// True if and only if a frame in module `path` running `function` is not the user's code
+/// (the table of `frames.rs`).
 pub fn is_internal(path: &str, function: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    INTERNAL_MODULE_PREFIXES.iter().any(|p| name.starts_with(p))
-        || INTERNAL_PATH_PARTS.iter().any(|p| path.contains(p))
-        || INTERNAL_FUNCTION_PREFIXES.iter().any(|p| function.starts_with(p))
-        || is_cuda_api_name(function)
-}
-
-/// True if and only if `function` is one of the intercepted CUDA entry points, with or without
-/// a `_v2`/`_ptsz`-style suffix (statically linked runtimes have them in the user's binary).
-fn is_cuda_api_name(function: &str) -> bool {
-    Api::ALL
-        .iter()
-        .any(|a| function.strip_prefix(a.name()).is_some_and(|rest| rest.is_empty() || rest.starts_with('_')))
+    crate::frames::Table::global().classify(path, function) != crate::frames::Class::User
 }
 
 fn is_shim(path: &str) -> bool {
@@ -151,10 +93,13 @@ impl Symbolizer {
     }
 
     /// The frames of stack `id` whose return addresses are `addrs`: [`Symbolizer::stack`], with
-    /// the stack's Python frames merged in where the interpreter's frames stand.
+    /// the stack's Python frames merged in where the interpreter's frames stand, each frame's
+    /// class marked ([`crate::frames::mark`]).
     pub fn stack_of(&mut self, id: u32, addrs: &[u64]) -> Vec<Frame> {
         let native = self.stack(addrs);
-        self.python.merge(id, native)
+        let mut frames = self.python.merge(id, native);
+        crate::frames::mark(&mut frames);
+        frames
     }
 
     /// The frames of a stack of return addresses (innermost first): inlined calls expanded,
@@ -204,8 +149,10 @@ impl Symbolizer {
         let offsets: Vec<u64> = addrs.iter().map(|&a| a.saturating_sub(1).wrapping_sub(bias)).collect();
         let unknown = |a: u64, off: u64| {
             let function = "??".to_string();
+            let class = crate::frames::Table::global().classify(&path, &function);
             Frame {
-                internal: is_internal(&path, &function),
+                internal: class != crate::frames::Class::User,
+                class,
                 function,
                 module: path.clone(),
                 address: hex(a),
@@ -234,7 +181,11 @@ impl Symbolizer {
                 Symbolized::Sym(sym) => {
                     let make = |name: &str, code: Option<&CodeInfo<'_>>, inlined: bool| {
                         let (file, line) = code_location(code);
-                        let internal = is_internal(&path, name) || file.as_deref().is_some_and(is_internal_source);
+                        let mut class = crate::frames::Table::global().classify(&path, name);
+                        if class == crate::frames::Class::User && file.as_deref().is_some_and(is_internal_source) {
+                            class = crate::frames::Class::Framework;
+                        }
+                        let internal = class != crate::frames::Class::User;
                         Frame {
                             function: name.to_string(),
                             file,
@@ -245,6 +196,7 @@ impl Symbolizer {
                             internal,
                             inlined,
                             python: false,
+                            class,
                         }
                     };
                     let mut v: Vec<Frame> =
@@ -390,7 +342,9 @@ pub(crate) mod tests {
         assert!(!is_internal_source("/work/main/examples/cudarc-leak/src/main.rs"));
         assert!(is_internal("/w/app", "libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c"));
         assert!(is_internal("/t/libtorch_cpu.so", "at::detail::empty_generic(c10::ArrayRef<long>)"));
-        assert!(!is_internal("/t/libtorch_cpu.so", "at::native::linear(at::Tensor const&)"));
-        assert!(!is_internal("/usr/lib/libc.so.6", "malloc"));
+        // PyTorch's operators are framework code, libc is a runtime (issue 13): neither heads a site.
+        assert!(is_internal("/t/libtorch_cpu.so", "at::native::linear(at::Tensor const&)"));
+        assert!(is_internal("/usr/lib/libc.so.6", "malloc"));
+        assert!(!is_internal("/w/libmylib.so", "render_frame"));
     }
 }

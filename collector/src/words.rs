@@ -215,6 +215,7 @@ mod tests {
             internal: false,
             inlined: false,
             python: false,
+            class: Default::default(),
         };
         assert_eq!(frame_label(&f), "render_frame (src/target.c:42)");
         f.file = None;

@@ -563,6 +563,80 @@ def p_api_torch():
     return keep
 
 
+# ---- issue 13: whose code a stack is, one suspect per cause ----
+
+
+def line_of(marker):
+    """The line of this file holding the comment `marker` (a line a check of compare.py names)."""
+    with open(os.path.abspath(__file__)) as f:
+        for i, line in enumerate(f, 1):
+            if marker in line and "line_of(" not in line:
+                return i
+    return None
+
+
+def t13_logits(compiled=False, steps=30):
+    """A GPT-style training loop that keeps every step's logits (the output of its final
+    nn.Linear projection, 8 x 128 x 32000 float32 = 125 MiB) in a list. The report must show one
+    suspect headed by the model's line (without torch.compile) or the line calling the compiled
+    model (with it), not a PyTorch C++ operator or Inductor's generated code."""
+    import torch
+
+    torch.manual_seed(0)
+    vocab, d = 32000, 512
+
+    class GPT(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, d)
+            layer = torch.nn.TransformerEncoderLayer(d, 8, 4 * d, batch_first=True)
+            self.blocks = torch.nn.TransformerEncoder(layer, 2)
+            self.lm_head = torch.nn.Linear(d, vocab, bias=False)
+
+        def forward(self, idx):
+            x = self.blocks(self.emb(idx))
+            return self.lm_head(x)  # T13: the model's line
+
+    model = GPT().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    run = torch.compile(model) if compiled else model
+    kept = []
+    for _ in range(steps):
+        idx = torch.randint(0, vocab, (8, 128), device="cuda")
+        logits = run(idx)  # T13: the call's line
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab), idx.view(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        kept.append(logits)  # BUG: every step's logits, and their graphs, kept
+    torch.cuda.synchronize()
+    torch_truth(torch)
+    truth["steps"] = steps
+    truth["logits_bytes"] = steps * kept[0].numel() * kept[0].element_size()
+    truth["model_line"] = line_of("# T13: the model's line")
+    truth["call_line"] = line_of("# T13: the call's line")
+    truth["compiled"] = compiled
+    return kept
+
+
+def t13_autograd_cycle(steps=30):
+    """backward(create_graph=True) on a loss of a leaf: the leaf's .grad has a graph that refers
+    back to the leaf, a reference cycle through C++ that Python's collector cannot break, so each
+    step's 16 MiB leaf and its 16 MiB gradient (computed on the autograd engine's thread) stay.
+    The report must show one suspect at the leaf's line, and name the autograd thread."""
+    import torch
+
+    for _ in range(steps):
+        w = torch.randn(2048, 2048, device="cuda", requires_grad=True)  # T13: the leaf's line
+        loss = (w * w).sum()
+        loss.backward(create_graph=True)  # BUG: w.grad's graph keeps w, and w keeps w.grad
+        del w, loss
+    torch.cuda.synchronize()
+    torch_truth(torch)
+    truth["steps"] = steps
+    truth["leaf_line"] = line_of("# T13: the leaf's line")
+
+
 CASES = {
     "torch_default": lambda: case_torch("default"),
     "torch_expandable": lambda: case_torch("expandable_segments"),
@@ -593,6 +667,9 @@ CASES = {
     "H_torch_cached": h_torch_cached,
     "H_train": h_train_control,
     "P_api": p_api_torch,
+    "T13_logits": t13_logits,
+    "T13_logits_compiled": lambda: t13_logits(compiled=True),
+    "T13_autograd_cycle": t13_autograd_cycle,
 }
 
 if __name__ == "__main__":

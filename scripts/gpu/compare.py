@@ -546,6 +546,7 @@ def checks():
     graph_rows()
     torch_snapshot_rows()
     owner_rows()
+    issue13_rows()
 
 
 def torch_snapshot_rows():
@@ -921,6 +922,66 @@ def graph_rows():
             f"used at capture {mib(t['used_at_capture'])}; trim {mib(t['used_before_trim'])} -> "
             f"{mib(t['used_after_trim'])}",
         )
+
+
+def headlines(r):
+    return [x.get("headline", "") for x in r["suspects"]]
+
+
+def issue13_rows():
+    """Issue 13's cases: one suspect per cause, headed by the user's line (and the library entry
+    point it called), threads counted; the autograd engine's thread named."""
+    t, r, _ = load("fault_cublas_threads")
+    if r and "handle_line" in t:
+        want = f"worker_gemm ({t['file']}:{t['handle_line']}) via cublasCreate_v2"
+        heads = headlines(r)
+        s = r["suspects"][0] if r["suspects"] else {}
+        row(
+            "fault_cublas_threads",
+            "one suspect at the user's line via cublasCreate_v2, from every thread",
+            f"1: {want}, {t['threads']} threads",
+            f"{len(heads)}: {'; '.join(heads)}, {s.get('threads')} threads",
+            len(heads) == 1
+            and heads[0].startswith("worker_gemm (")
+            and heads[0].endswith(f"{t['file']}:{t['handle_line']}) via cublasCreate_v2")
+            and s.get("threads") == t["threads"],
+            f"{len(s.get('sites', []))} sites; {mib(s.get('live_bytes'))} live; "
+            f"cudaMemGetInfo grew {mib(t['used_after'] - t['used_before'])}",
+        )
+    else:
+        missing("fault_cublas_threads")
+    for case in ("fault_logits", "fault_logits_compiled"):
+        t, r, _ = load(case)
+        if r and "model_line" in t:
+            lines = {t["model_line"]} | ({t["call_line"]} if t.get("compiled") else set())
+            heads = headlines(r)
+            ok = len(heads) == 1 and any(f"cases.py:{n})" in heads[0] for n in lines)
+            row(
+                case,
+                "one suspect, headed by the model's line"
+                + (" (or the compiled model's call)" if t.get("compiled") else ""),
+                "1: cases.py:" + " or ".join(str(n) for n in sorted(lines)),
+                f"{len(heads)}: {'; '.join(heads)}",
+                ok,
+                f"{mib(r['suspects'][0]['live_bytes']) if heads else 'n/a'} in the suspect; "
+                f"logits kept {mib(t['logits_bytes'])}",
+            )
+        else:
+            missing(case)
+    t, r, _ = load("fault_autograd_cycle")
+    if r and "leaf_line" in t:
+        heads = headlines(r)
+        autograd = [h for h in heads if "(autograd thread)" in h]
+        row(
+            "fault_autograd_cycle",
+            "one suspect at the leaf's line",
+            f"1: cases.py:{t['leaf_line']}",
+            f"{len(heads)}: {'; '.join(heads)}",
+            len(heads) == 1 and f"cases.py:{t['leaf_line']})" in heads[0],
+            "autograd thread named: " + ("; ".join(autograd) if autograd else "no autograd-thread suspect"),
+        )
+    else:
+        missing("fault_autograd_cycle")
 
 
 def main(argv=None):

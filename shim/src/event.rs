@@ -87,6 +87,9 @@ pub enum Msg {
     GraphExecDestroy { seq: u64, ts_ns: u64, exec: u64, api: Api, tid: u32 },
     /// A device's graph memory trimmed.
     GraphMemTrim { seq: u64, ts_ns: u64, device: i32, api: Api, tid: u32 },
+    /// The name of thread `tid` at its first allocation event: `len` bytes of `name`
+    /// (`pthread_getname_np`), sent once per thread before that event.
+    ThreadName { tid: u32, name: [u8; 16], len: u8 },
     /// The result of a heap walk (python/heap.rs), or a walk given up.
     HeapWalk(gpushim_wire::HeapWalk),
     /// A snapshot asked for through the C API (`api.rs`), answered on `reply` (boxed: the

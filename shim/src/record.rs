@@ -19,6 +19,24 @@ thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
     /// Cached kernel thread id; 0 until read. Reset in a forked child.
     static TID: Cell<u32> = const { Cell::new(0) };
+    /// Whether this thread's name was sent (once per thread, before its first allocation
+    /// event). Reset in a forked child, whose collector has not heard it.
+    static NAMED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Sends thread `tid`'s name the first time this thread records an allocation site: one
+/// `pthread_getname_np` of the calling thread (glibc answers it with `prctl(PR_GET_NAME)`, no
+/// file read) per thread, cached as a flag in the thread's own state.
+fn announce_thread(tx: &Sender<Msg>, tid: u32) {
+    if NAMED.try_with(|n| n.replace(true)).unwrap_or(true) {
+        return;
+    }
+    // Linux thread names are at most 15 bytes and a NUL (pthread_setname_np(3)).
+    let mut buf = [0u8; 16];
+    // SAFETY: `buf` is writable for its 16 bytes, the size passed; the thread is the caller.
+    let rc = unsafe { libc::pthread_getname_np(libc::pthread_self(), buf.as_mut_ptr().cast(), buf.len()) };
+    let len = if rc == 0 { buf.iter().position(|&b| b == 0).unwrap_or(buf.len()) } else { 0 };
+    send(tx, Msg::ThreadName { tid, name: buf, len: len as u8 });
 }
 
 /// Proof that this thread is inside the outermost intercepted call; dropping it leaves.
@@ -65,6 +83,7 @@ fn tid() -> u32 {
 /// Called in a forked child (single-threaded at that point): forget the parent's writer.
 pub fn reset_after_fork() {
     let _ = TID.try_with(|t| t.set(0));
+    let _ = NAMED.try_with(|n| n.set(false));
     let _ = DEPTH.try_with(|d| d.set(0));
     python::reset_after_fork();
     inflight::reset_after_fork();
@@ -213,6 +232,7 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
             let mem = if result == 2 && !capturing { real::mem_info_of(device, stream) } else { None };
             Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem }
         };
+        announce_thread(tx, tid);
         send(tx, msg);
     });
 }

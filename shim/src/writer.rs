@@ -402,6 +402,10 @@ impl Writer {
             }
             Msg::HeapWalk(h) => self.push(&Event::HeapWalk(h)),
             Msg::ApiSnapshot(req) => self.api_snapshot(*req),
+            Msg::ThreadName { tid, name, len } => {
+                let name = String::from_utf8_lossy(&name[..usize::from(len).min(name.len())]).into_owned();
+                self.push(&Event::ThreadName(wire::ThreadName { tid, name }));
+            }
             Msg::Exit { .. } | Msg::QuickExit { .. } => {} // handled in run
         }
     }

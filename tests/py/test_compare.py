@@ -581,3 +581,69 @@ def test_api_checks_pass_on_a_labelled_snapshot_and_fail_without_the_label(tmp_p
     path.write_text(json.dumps(dict(snap, label=None)))
     compare.api_checks()
     assert [r[4] for r in compare.rows] == ["FAIL", "PASS"], compare.rows
+
+
+def grouped(headline, threads=100, sites=(1, 2, 3), live=300 * MIB):
+    s = suspect(sites[0])
+    s.update({"headline": headline, "threads": threads, "sites": list(sites), "live_bytes": live})
+    return s
+
+
+@pytest.mark.parametrize(
+    ("heads", "threads", "result"),
+    [
+        (["worker_gemm (vendor_threads.cu:31) via cublasCreate_v2"], 100, "PASS"),
+        (["worker_gemm (vendor_threads.cu:31) via cublasCreate_v2"], 1, "FAIL"),
+        (["worker_gemm (vendor_threads.cu:31)"], 100, "FAIL"),
+        (["libcublas.so.13+0x5b45ee"], 100, "FAIL"),
+        (["worker_gemm (vendor_threads.cu:31) via cublasCreate_v2"] * 3, 100, "FAIL"),
+        ([], 100, "FAIL"),
+    ],
+)
+def test_fault_cublas_threads_row(tmp_path, capsys, heads, threads, result):
+    truth = {"threads": 100, "file": "vendor_threads.cu", "handle_line": 31, "used_before": 0, "used_after": 64 * MIB}
+    r = report(device=300 * MIB, suspects=[grouped(h, threads) for h in heads])
+    write_case(tmp_path, "fault_cublas_threads", {"truth.json": truth, "gpushim-9.json": r})
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1][0] == "fault_cublas_threads"
+    assert rows[1][4] == result, rows[1]
+
+
+@pytest.mark.parametrize(
+    ("case", "compiled", "heads", "result"),
+    [
+        ("fault_logits", False, ["GPT.forward (gpu/cases.py:430) via Linear.forward"], "PASS"),
+        ("fault_logits", False, ["t13_logits (gpu/cases.py:436) via Module._wrapped_call_impl"], "FAIL"),
+        ("fault_logits", False, ["at::meta::structured_mm::meta (libtorch_cpu.so+0x1)"], "FAIL"),
+        ("fault_logits_compiled", True, ["t13_logits (gpu/cases.py:436) via OptimizedModule.forward"], "PASS"),
+        ("fault_logits_compiled", True, ["Runner.call (torchinductor_root/cx.py:1269)"], "FAIL"),
+        ("fault_logits", False, ["GPT.forward (gpu/cases.py:430)", "MmBackward0 (autograd thread)"], "FAIL"),
+    ],
+)
+def test_fault_logits_rows(tmp_path, capsys, case, compiled, heads, result):
+    truth = {"model_line": 430, "call_line": 436, "compiled": compiled, "logits_bytes": 30 * 125 * MIB}
+    write_case(tmp_path, case, {"truth.json": truth, "gpushim-9.json": report(suspects=[grouped(h) for h in heads])})
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1][0] == case
+    assert rows[1][4] == result, rows[1]
+
+
+@pytest.mark.parametrize(
+    ("heads", "result"),
+    [
+        (["t13_autograd_cycle (gpu/cases.py:455)"], "PASS"),
+        (["t13_autograd_cycle (gpu/cases.py:455)", "MulBackward0 (autograd thread)"], "FAIL"),
+        (["at::TensorIteratorBase::allocate_or_resize_outputs (libtorch_cpu.so+0x1)"], "FAIL"),
+    ],
+)
+def test_fault_autograd_cycle_row(tmp_path, capsys, heads, result):
+    truth = {"leaf_line": 455, "steps": 30}
+    r = report(suspects=[grouped(h) for h in heads])
+    write_case(tmp_path, "fault_autograd_cycle", {"truth.json": truth, "gpushim-9.json": r})
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[1][0] == "fault_autograd_cycle"
+    assert rows[1][4] == result, rows[1]
+    assert ("MulBackward0 (autograd thread)" in rows[1][5]) == (len(heads) == 2)

@@ -9,7 +9,7 @@ use std::io::{self, Read};
 use crate::{
     Alloc, Api, ApiSnapshot, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
     GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map,
-    MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus,
+    MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus,
     HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
 };
 
@@ -346,6 +346,7 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
             visited: r.u64()?,
             result: r.str()?,
         }),
+        50 => Event::ThreadName(ThreadName { tid: r.u32()?, name: r.str()? }),
         _ => return Ok(None),
     };
     r.done()?;

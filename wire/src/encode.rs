@@ -259,6 +259,11 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u64(h.visited);
             w.str(&h.result);
         }
+        Event::ThreadName(t) => {
+            w.u8(50);
+            w.u32(t.tid);
+            w.str(&t.name);
+        }
     }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
@@ -344,6 +349,16 @@ mod tests {
         ]
         .concat();
         assert_eq!(buf, want);
+    }
+
+    #[test]
+    fn golden_bytes_of_a_thread_name() {
+        let mut buf = Vec::new();
+        let ev = Event::ThreadName(crate::ThreadName { tid: 0x0102, name: "gemm".into() });
+        encode(&ev, &mut buf);
+        assert_eq!(buf, [13, 0, 0, 0, 50, 2, 1, 0, 0, 4, 0, 0, 0, b'g', b'e', b'm', b'm']);
+        assert_eq!(crate::decode_body(&buf[4..]).unwrap(), Some(ev));
+        assert!(crate::decode_body(&buf[4..buf.len() - 1]).is_err(), "a truncated name is an error");
     }
 
     #[test]

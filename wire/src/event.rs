@@ -697,6 +697,17 @@ pub struct HeapWalk {
     pub result: String,
 }
 
+/// A thread's name, sent once per thread before its first allocation event (tags 50 to 52 are
+/// kept for threads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadName {
+    /// The kernel thread id, as in the events' `tid`.
+    pub tid: u32,
+    /// The name `pthread_getname_np` gave at the thread's first event (at most 15 bytes on
+    /// Linux, `prctl(PR_GET_NAME)`), lossily UTF-8; empty when it could not be read.
+    pub name: String,
+}
+
 /// One frame of the stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -753,6 +764,8 @@ pub enum Event {
     /// Tag 60 (tags 60 to 64 are kept for the Python API): a snapshot asked for through the
     /// API, with a label, confirmed back to the shim.
     ApiSnapshot(ApiSnapshot),
+    /// Tag 50: a thread's name.
+    ThreadName(ThreadName),
 }
 
 #[cfg(test)]

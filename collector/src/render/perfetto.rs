@@ -1,7 +1,8 @@
 //! Chrome trace-event JSON (`{"traceEvents": [...]}`), which ui.perfetto.dev and
 //! chrome://tracing open: counter tracks of live bytes over time, per kind (`live bytes
-//! device`, …), per device (`live bytes on GPU 0`, …) and for each of the top suspects, plus
-//! an instant event per failed allocation.
+//! device`, …), per device (`live bytes on GPU 0`, …) and for each of the top suspects, a track
+//! per thread that allocated at the top suspects' sites (a slice per site, from the thread's
+//! first to its latest allocation there), plus an instant event per failed allocation.
 //!
 //! Times (`ts`) are microseconds after the report's first event. A counter event's `args`
 //! hold one value per series; Perfetto names each track `name` + space + series.
@@ -58,6 +59,7 @@ pub fn events(r: &Report) -> Vec<Value> {
                            "args": {"live bytes": v}}));
         }
     }
+    thread_tracks(r, &mut ev);
     for f in &r.failures {
         let at = f.frames.iter().find(|f| !f.internal).map(frame_label).unwrap_or_default();
         ev.push(json!({"name": format!("{} of {} failed ({})", f.api, fmt_bytes(f.size), f.result),
@@ -66,6 +68,41 @@ pub fn events(r: &Report) -> Vec<Value> {
                                 "result": f.result, "at": at}}));
     }
     ev
+}
+
+/// At most this many threads get a track of their own.
+pub const MAX_THREAD_TRACKS: usize = 128;
+
+/// A track per thread that allocated at the top suspects' sites (each suspect's sites, for the
+/// first [`MAX_SUSPECT_TRACKS`] suspects; at most [`MAX_THREAD_TRACKS`] threads): the thread's
+/// name, and a slice per site from its first to its latest allocation there, with its
+/// allocations and bytes.
+fn thread_tracks(r: &Report, ev: &mut Vec<Value>) {
+    let pid = r.pid;
+    let mut named: Vec<u32> = Vec::new();
+    for (i, s) in r.suspects.iter().take(MAX_SUSPECT_TRACKS).enumerate() {
+        let ids = if s.sites.is_empty() { vec![s.site] } else { s.sites.clone() };
+        for site in ids.iter().filter_map(|&id| r.site(id)) {
+            for t in &site.threads {
+                if !named.contains(&t.tid) {
+                    if named.len() >= MAX_THREAD_TRACKS {
+                        continue;
+                    }
+                    named.push(t.tid);
+                    let name =
+                        if t.name.is_empty() { format!("thread {}", t.tid) } else { format!("{} ({})", t.name, t.tid) };
+                    ev.push(json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": t.tid, "ts": 0,
+                                   "args": {"name": name}}));
+                }
+                let start = us(t.first_alloc_s);
+                ev.push(json!({"name": format!("suspect #{} site {}", i + 1, crate::words::site_id_name(site.id)),
+                               "ph": "X", "pid": pid, "tid": t.tid, "ts": start,
+                               "dur": (us(t.last_alloc_s) - start).max(1.0),
+                               "args": {"allocations": t.alloc_count, "bytes": t.alloc_bytes,
+                                        "at": s.headline}}));
+            }
+        }
+    }
 }
 
 impl Render for Perfetto {
@@ -117,5 +154,26 @@ mod tests {
         assert_eq!(failed[0]["name"], "cudaMalloc of 1024.0 GiB failed (2)");
         assert_eq!(failed[0]["ts"], 1_250_000.0);
         assert!(events.iter().any(|e| e["ph"] == "M" && e["name"] == "process_name"));
+    }
+
+    #[test]
+    fn perfetto_has_a_track_per_thread_of_the_top_sites() {
+        let r = crate::render::text::tests::grouped();
+        let v: serde_json::Value = serde_json::from_str(&render(&Perfetto, &r)).unwrap();
+        let events = v["traceEvents"].as_array().unwrap();
+        let names: Vec<(u64, &str)> = events
+            .iter()
+            .filter(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["tid"] != 0)
+            .map(|e| (e["tid"].as_u64().unwrap(), e["args"]["name"].as_str().unwrap()))
+            .collect();
+        assert_eq!(names, [(1200, "gemm-0 (1200)"), (1201, "thread 1201"), (1202, "gemm-2 (1202)")]);
+        let slices: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+        assert_eq!(slices.len(), 3);
+        assert_eq!(slices[1]["tid"], 1201);
+        assert_eq!(slices[1]["name"], "suspect #1 site 1");
+        assert_eq!(slices[1]["ts"], 250_000.0);
+        assert_eq!(slices[1]["dur"], 500_000.0);
+        assert_eq!(slices[1]["args"]["allocations"], 2);
+        assert_eq!(slices[1]["args"]["bytes"], 2 << 20);
     }
 }

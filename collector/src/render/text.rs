@@ -6,7 +6,7 @@
 use std::io::{self, Write};
 
 use super::{Render, TextOptions};
-use crate::report::{Frame, Report, VmmTotals};
+use crate::report::{Frame, Report, Site, Suspect, VmmTotals};
 use crate::words::{
     count, first_user_frame, fmt_bytes, fmt_seconds, frame_label, shell_words, site_id_name, site_name,
 };
@@ -94,8 +94,22 @@ impl Render for Text {
             writeln!(out, "leak suspects:")?;
             for (i, s) in r.suspects.iter().enumerate() {
                 writeln!(out, "  #{} site {} (score {:.2}): {}", i + 1, site_id_name(s.site), s.score, s.reason)?;
-                if let Some(f) = r.site(s.site).and_then(first_user_frame) {
-                    writeln!(out, "      at {}", frame_label(f))?;
+                if let Some(h) = suspect_headline(r, s) {
+                    writeln!(out, "      at {h}")?;
+                }
+                if s.threads > 1 {
+                    writeln!(out, "      from {} threads", s.threads)?;
+                }
+                if s.sites.len() > 1 {
+                    let list: Vec<String> = s
+                        .sites
+                        .iter()
+                        .map(|&id| match r.site(id) {
+                            Some(x) => format!("{} ({})", site_id_name(id), fmt_bytes(x.live_bytes)),
+                            None => site_id_name(id),
+                        })
+                        .collect();
+                    writeln!(out, "      {} sites: {}", s.sites.len(), list.join(", "))?;
                 }
                 if let Some(h) = r.holders.as_ref().and_then(|h| h.site(s.site)) {
                     for l in crate::holders::site_lines(h, 5) {
@@ -103,6 +117,10 @@ impl Render for Text {
                     }
                 }
             }
+        }
+
+        if !r.suppressed.is_empty() {
+            writeln!(out, "{}", suppressed_line(r))?;
         }
 
         if !r.sites.is_empty() {
@@ -127,6 +145,9 @@ impl Render for Text {
                     for l in crate::holders::site_lines(h, 5) {
                         writeln!(out, "      {l}")?;
                     }
+                }
+                if s.thread_count > 1 {
+                    writeln!(out, "      {}", threads_line(s))?;
                 }
                 write_frames(out, &s.frames, opts, "      ")?;
             }
@@ -171,6 +192,45 @@ impl Render for Text {
         }
         Ok(())
     }
+}
+
+/// What a suspect is named by: its headline, or in a report without one (older collectors) the
+/// first user frame of its site.
+fn suspect_headline(r: &Report, s: &Suspect) -> Option<String> {
+    if !s.headline.is_empty() {
+        return Some(s.headline.chars().map(|c| if c.is_control() { '?' } else { c }).collect());
+    }
+    r.site(s.site).and_then(first_user_frame).map(frame_label)
+}
+
+/// The threads of a site for a person: `from 100 threads: gemm-0 (tid 1201, 1 allocation), …`,
+/// the first three.
+fn threads_line(s: &Site) -> String {
+    let shown: Vec<String> = s
+        .threads
+        .iter()
+        .take(3)
+        .map(|t| {
+            let name: String = t.name.chars().map(|c| if c.is_control() { '?' } else { c }).collect();
+            let who = if name.is_empty() { format!("tid {}", t.tid) } else { format!("{name} (tid {}", t.tid) };
+            let close = if name.is_empty() { "" } else { ")" };
+            format!("{who}{close}, {}", count(t.alloc_count, "allocation"))
+        })
+        .collect();
+    let more = if s.thread_count > 3 { ", …" } else { "" };
+    format!("from {} threads: {}{more}", s.thread_count, shown.join("; "))
+}
+
+/// The suspects that suppressions hid, in one line: `2 suspect sites suppressed:
+/// pytorch-library-handle-pool (2 sites, 64.0 MiB)`.
+fn suppressed_line(r: &Report) -> String {
+    let n: usize = r.suppressed.iter().map(|x| x.sites.len()).sum();
+    let parts: Vec<String> = r
+        .suppressed
+        .iter()
+        .map(|x| format!("{} ({}, {})", x.suppression, count(x.sites.len() as u64, "site"), fmt_bytes(x.live_bytes)))
+        .collect();
+    format!("{} suppressed: {}", count(n as u64, "suspect site"), parts.join(", "))
 }
 
 /// Writes up to `opts.depth` frames, one per line, internal ones only with `all_frames`.
@@ -292,8 +352,14 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         writeln!(out, "gpushim: no leak suspects")?;
     }
     for (i, s) in r.suspects.iter().take(3).enumerate() {
-        let at =
-            r.site(s.site).and_then(first_user_frame).map(|f| format!(" at {}", frame_label(f))).unwrap_or_default();
+        let mut at = suspect_headline(r, s).map(|h| format!(" at {h}")).unwrap_or_default();
+        if s.threads > 1 {
+            at += &format!(", from {} threads", s.threads);
+        }
+        if s.sites.len() > 1 {
+            let ids: Vec<String> = s.sites.iter().map(|&id| site_id_name(id)).collect();
+            at += &format!("; {} sites: {}", s.sites.len(), ids.join(", "));
+        }
         writeln!(out, "gpushim: suspect #{} site {}: {}{at}", i + 1, site_id_name(s.site), s.reason)?;
         if let Some(h) = r.holders.as_ref().and_then(|h| h.site(s.site)) {
             for l in crate::holders::site_lines(h, 3) {
@@ -304,11 +370,14 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
     if r.suspects.len() > 3 {
         writeln!(out, "gpushim: {} more suspects in the report", r.suspects.len() - 3)?;
     }
+    if !r.suppressed.is_empty() {
+        writeln!(out, "gpushim: {}", suppressed_line(r))?;
+    }
     writeln!(out, "gpushim: report written to {}", path.display())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::render::json::Json;
     use crate::render::tests::{opts, render, sample, CONTRACT_ONLY};
@@ -344,6 +413,67 @@ mod tests {
              gpushim: suspect #1 site 3: 10 allocations live (10.0 MiB), none freed at render_frame (app/target.c:42)\n\
              gpushim: report written to /o/gpushim-1234.json\n"
         );
+    }
+
+    /// `sample()` with its suspect made a group of sites 1 and 5 from 100 threads, and a
+    /// suppressed suspect.
+    pub(crate) fn grouped() -> Report {
+        use crate::report::{SiteThread, Suppressed};
+        let mut r = sample();
+        let s = &mut r.suspects[0];
+        s.sites = vec![1, 5];
+        s.headline = "worker_gemm (src/file.c:7) via cublasCreate_v2".into();
+        s.threads = 100;
+        s.reason = "2 sites, 4 live (4.0 MiB) in all; the largest: +1.0 MiB per 500 ms over 1 s".into();
+        r.sites[0].thread_count = 100;
+        r.sites[0].threads = (0..3u32)
+            .map(|i| SiteThread {
+                tid: 1200 + i,
+                name: if i == 1 { String::new() } else { format!("gemm-{i}") },
+                alloc_count: 3 - u64::from(i),
+                alloc_bytes: (3 - u64::from(i)) << 20,
+                first_alloc_s: 0.25 * f64::from(i),
+                last_alloc_s: 0.5 + 0.25 * f64::from(i),
+            })
+            .collect();
+        r.suppressed =
+            vec![Suppressed { suppression: "pytorch-library-handle-pool".into(), sites: vec![2, 4], live_bytes: 1024 }];
+        r
+    }
+
+    #[test]
+    fn a_grouped_suspect_shows_its_headline_threads_and_sites() {
+        let r = grouped();
+        let t = render(&Text(opts(false)), &r);
+        assert!(
+            t.contains(
+                "  #1 site 1 (score 1.00): 2 sites, 4 live (4.0 MiB) in all; the largest: +1.0 MiB per 500 ms over 1 s\n\
+                 \x20     at worker_gemm (src/file.c:7) via cublasCreate_v2\n\
+                 \x20     from 100 threads\n\
+                 \x20     2 sites: 1 (3.0 MiB), 5 (1.0 MiB)\n"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("2 suspect sites suppressed: pytorch-library-handle-pool (2 sites, 1.0 KiB)\n"), "{t}");
+        assert!(
+            t.contains("      from 100 threads: gemm-0 (tid 1200), 3 allocations; tid 1201, 2 allocations; gemm-2 (tid 1202), 1 allocation, …\n"),
+            "{t}"
+        );
+        let mut err = Vec::new();
+        summary(&r, std::path::Path::new("/o/g.json"), &mut err).unwrap();
+        let err = String::from_utf8(err).unwrap();
+        assert!(
+            err.contains("gpushim: suspect #1 site 1: 2 sites, 4 live (4.0 MiB) in all; the largest: +1.0 MiB per 500 ms over 1 s at worker_gemm (src/file.c:7) via cublasCreate_v2, from 100 threads; 2 sites: 1, 5\n"),
+            "{err}"
+        );
+        assert!(
+            err.contains("gpushim: 2 suspect sites suppressed: pytorch-library-handle-pool (2 sites, 1.0 KiB)\n"),
+            "{err}"
+        );
+        // The JSON keeps it all.
+        let mut json = Vec::new();
+        Json.render(&r, &mut json).unwrap();
+        assert_eq!(Report::from_slice(&json).unwrap(), r);
     }
 
     #[test]

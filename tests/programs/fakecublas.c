@@ -1,0 +1,49 @@
+/* A stand-in for a vendor library: built as libcublas.so.13 in the stand-ins' directory, so that
+ * its frames are classified as cuBLAS's. Its one entry point, cublasCreate_v2, allocates device
+ * memory through three internal paths (three distinct stacks under one call of the user's, as
+ * the real cuBLAS 13 does on the H200: docs/gpu-matrix.md) and keeps it: a handle never
+ * destroyed leaks it. */
+#include <stddef.h>
+
+#include "cudart_standin.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* Each helper allocates 1 MiB; noinline keeps three distinct stacks. */
+__attribute__((noinline)) static void *workspace_alloc(void) {
+    void *p = NULL;
+    cudaMalloc(&p, 1 << 20);
+    return p;
+}
+
+__attribute__((noinline)) static void *stream_state_alloc(void) {
+    void *p = NULL;
+    cudaMalloc(&p, 1 << 20);
+    return p;
+}
+
+__attribute__((noinline)) static void *heuristics_cache_alloc(void) {
+    void *p = NULL;
+    cudaMalloc(&p, 1 << 20);
+    return p;
+}
+
+struct handle {
+    void *workspace, *state, *cache;
+};
+
+static struct handle handles[4096];
+static int used;
+
+/* `cublasStatus_t cublasCreate_v2(cublasHandle_t *handle)`: 0 on success. */
+EXPORT int cublasCreate_v2(void **out) {
+    int i = __atomic_fetch_add(&used, 1, __ATOMIC_RELAXED);
+    if (i >= 4096) {
+        return 3; /* CUBLAS_STATUS_ALLOC_FAILED */
+    }
+    handles[i].workspace = workspace_alloc();
+    handles[i].state = stream_state_alloc();
+    handles[i].cache = heuristics_cache_alloc();
+    *out = &handles[i];
+    return 0;
+}
