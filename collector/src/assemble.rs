@@ -262,6 +262,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             })
             .collect(),
         notes,
+        identity: None,
         holders: None,
     }
 }

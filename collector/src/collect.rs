@@ -15,12 +15,13 @@ use gpushim_wire::{Decoder, Event, Failed, HeapWalk, Hello, MemInfo, WalkReason}
 use crate::assemble::{self, Context};
 use crate::error::{coded, BROKEN_STREAM};
 use crate::holders::{self, Holders};
+use crate::identity;
 use crate::live::{Op, State};
 use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
 use crate::render::text;
 use crate::reorder::{Observer, SnapshotPoint, Tracker};
-use crate::report::{Reason, Report};
+use crate::report::{Identity, Reason, Report};
 use crate::symbolize::Symbolizer;
 use crate::words::fmt_bytes;
 
@@ -64,6 +65,8 @@ struct Sink<'a> {
     exit_holders: Option<Holders>,
     /// Heap walks received.
     walks: u32,
+    /// The process's place in its job (the stream's `Identity` event), if any.
+    identity: Option<Identity>,
     err: &'a mut dyn Write,
 }
 
@@ -78,6 +81,11 @@ impl Observer for Sink<'_> {
 }
 
 impl Sink<'_> {
+    /// The stem of this process's report files (`gpushim-<pid>`, or with its rank).
+    fn stem(&self) -> String {
+        identity::stem(self.hello.pid, self.identity.as_ref())
+    }
+
     /// A heap walk's result: attributed to the live set as it is now (the walk saw the objects
     /// then); written beside its snapshot or out-of-memory report at once, kept for the end for
     /// the final report.
@@ -89,8 +97,8 @@ impl Sink<'_> {
                 self.exit_holders = Some(holders);
                 return;
             }
-            WalkReason::Snapshot => format!("gpushim-{}-snapshot-{}.holders", self.hello.pid, h.number),
-            WalkReason::Oom => format!("gpushim-{}-oom-{}.holders", self.hello.pid, h.number),
+            WalkReason::Snapshot => format!("{}-snapshot-{}.holders", self.stem(), h.number),
+            WalkReason::Oom => format!("{}-oom-{}.holders", self.stem(), h.number),
         };
         match write_json(&holders, &self.out_dir, &stem, self.err) {
             Ok(path) => {
@@ -134,13 +142,14 @@ impl Sink<'_> {
             stacks: &self.stacks,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
+        report.identity = self.identity.clone();
         let frames = match self.stacks.get(&f.stack) {
             Some(addrs) => self.sym.stack_of(f.stack, addrs),
             None => Vec::new(),
         };
         let start = state.first_ts_ns.unwrap_or(f.ts_ns).min(f.ts_ns);
         report.oom = Some(oom::record(f, self.mem_log.for_failure(f), start, frames));
-        let stem = format!("gpushim-{}-oom-{n}", self.hello.pid);
+        let stem = format!("{}-oom-{n}", self.stem());
         match write_report(&report, &self.out_dir, &stem, self.err) {
             Ok(path) => {
                 let _ =
@@ -177,8 +186,9 @@ impl Sink<'_> {
             mem_info: &self.mem_info,
             stacks: &self.stacks,
         };
-        let report = assemble::build(state, ctx, &mut self.sym);
-        let stem = format!("gpushim-{}-snapshot-{}", self.hello.pid, p.number);
+        let mut report = assemble::build(state, ctx, &mut self.sym);
+        report.identity = self.identity.clone();
+        let stem = format!("{}-snapshot-{}", self.stem(), p.number);
         match write_report(&report, &self.out_dir, &stem, self.err) {
             Ok(path) => {
                 let _ = writeln!(self.err, "gpushim: snapshot {} written to {}", p.number, path.display());
@@ -252,6 +262,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         lost: 0,
         exit_holders: None,
         walks: 0,
+        identity: None,
         err,
     };
     let mut tracker = Tracker::new();
@@ -292,6 +303,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             Event::PyCode(c) => sink.sym.python_mut().add_code(c),
             Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
             Event::HeapWalk(h) => sink.heap_walk(&h, tracker.state()),
+            Event::Identity(i) => sink.identity = Some(identity::from_vars(&i.vars)),
             Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
         }
         sink.lost = tracker.lost();
@@ -343,13 +355,14 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         stacks: &sink.stacks,
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
+    report.identity = sink.identity.clone();
     if let Some(e) = &broken {
         let _ = writeln!(sink.err, "gpushim: event stream from pid {pid} broken: {e}; report holds what was received");
     }
-    let path = write_report(&report, &sink.out_dir, &format!("gpushim-{pid}"), sink.err)
+    let path = write_report(&report, &sink.out_dir, &sink.stem(), sink.err)
         .with_context(|| format!("cannot write the report of pid {pid}"))?;
     if let Some(h) = sink.exit_holders.take() {
-        let stem = format!("gpushim-{pid}.holders");
+        let stem = format!("{}.holders", sink.stem());
         if let Err(e) = write_json(&h, &sink.out_dir, &stem, sink.err) {
             let _ = writeln!(sink.err, "gpushim: cannot write {stem}.json: {e:#}");
         }

@@ -72,7 +72,7 @@ impl Row {
 }
 
 /// The key two sites are matched by: their frames' keys, innermost first.
-fn site_key(s: &Site) -> String {
+pub(crate) fn site_key(s: &Site) -> String {
     if s.frames.is_empty() {
         return if s.no_backtrace() { "<no backtrace>".into() } else { format!("<site {} without frames>", s.id) };
     }
@@ -608,6 +608,7 @@ mod tests {
             timeline: Default::default(),
             context_teardowns: Vec::new(),
             notes: vec![],
+            identity: None,
             holders: None,
             oom: None,
         }

@@ -29,8 +29,10 @@
 //!   [`error`] import no other module of the crate but `report`; the accounting imports only
 //!   those and itself, in the order series, gauge, timeline, vmm, live, reorder, rank; [`holders`]
 //!   (who holds the memory: a heap walk attributed to the live set) builds on `live`, `report`
-//!   and `words`; [`symbolize`], [`render`], [`diff`] and [`collect`] build on those; [`cmd`] builds on everything, and
-//!   nothing imports it.
+//!   and `words`; [`identity`] (rank, job id, file names, a rank's own GPU) builds on `report`;
+//!   [`symbolize`], [`render`], [`diff`] and [`collect`] build on those; [`job`] (the job view of
+//!   several processes' reports) on `diff`, `identity` and `words`; [`cmd`] builds on everything,
+//!   and nothing imports it.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -41,6 +43,8 @@ pub mod diff;
 pub mod error;
 pub mod gauge;
 pub mod holders;
+pub mod identity;
+pub mod job;
 mod json;
 pub mod live;
 mod oom;

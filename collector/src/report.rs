@@ -4,6 +4,7 @@
 //! documented with their units in `docs/report-schema.md`; fields added after the first
 //! version carry `#[serde(default)]` so older reports still read.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
@@ -99,12 +100,41 @@ pub struct Report {
     /// Contexts torn down, in order, with the live memory they freed; absent when none was.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context_teardowns: Vec<TeardownRecord>,
+    /// Who the process is in a multi-process job (rank, launcher, visible GPUs); absent when
+    /// no launcher variable was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
     /// Messages from the shim and the collector about the report's completeness.
     pub notes: Vec<String>,
     /// Who holds the memory (CPython targets): the heap walk's companion file, merged in when
     /// the report is read or rendered; never written into the report itself.
     #[serde(skip)]
     pub holders: Option<Holders>,
+}
+
+/// A process's place in a multi-process job, from the launcher's environment variables as the
+/// shim read them when tracing started (the `Identity` event of the stream).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// Global rank: `RANK`, else `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK` or `PMI_RANK`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// Rank on this host: `LOCAL_RANK`, else `SLURM_LOCALID` or `OMPI_COMM_WORLD_LOCAL_RANK`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    /// Number of ranks: `WORLD_SIZE`, else `SLURM_NTASKS`, `OMPI_COMM_WORLD_SIZE` or `PMI_SIZE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+    /// The launcher's job id: `TORCHELASTIC_RUN_ID`, else `SLURM_JOB_ID` (with
+    /// `.SLURM_STEP_ID` when set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES` as set, which maps device ordinals to the machine's GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_visible_devices: Option<String>,
+    /// Every launcher variable that was set, by name.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// Process-wide counters.
@@ -648,6 +678,7 @@ mod tests {
                 bytes: 3,
             }],
             notes: vec!["n".into()],
+            identity: None,
             holders: None,
             oom: None,
         }

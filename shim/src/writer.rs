@@ -127,6 +127,9 @@ impl Writer {
     fn begin(&mut self, cfg: &Config) -> bool {
         wire::write_header(&mut self.buf);
         self.push(&Event::Hello(hello(cfg)));
+        if !cfg.identity.is_empty() {
+            self.push(&Event::Identity(wire::Identity { vars: cfg.identity.clone() }));
+        }
         for w in &cfg.warnings {
             self.push(&Event::Note(w.clone()));
         }

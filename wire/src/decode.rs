@@ -8,9 +8,9 @@ use std::io::{self, Read};
 
 use crate::{
     Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
-    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map, MemInfo, Module,
-    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus, HEADER_LEN, MAGIC,
-    MAX_FRAME, VERSION,
+    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind, LineTableFormat, Map, MemInfo,
+    Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus, HEADER_LEN,
+    MAGIC, MAX_FRAME, VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer
@@ -345,6 +345,14 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
             visited: r.u64()?,
             result: r.str()?,
         }),
+        55 => {
+            let n = r.count(8)?;
+            let mut vars = Vec::with_capacity(n);
+            for _ in 0..n {
+                vars.push((r.str()?, r.str()?));
+            }
+            Event::Identity(Identity { vars })
+        }
         _ => return Ok(None),
     };
     r.done()?;

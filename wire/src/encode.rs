@@ -253,6 +253,14 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u64(h.visited);
             w.str(&h.result);
         }
+        Event::Identity(id) => {
+            w.u8(55);
+            w.u32(id.vars.len() as u32);
+            for (k, v) in &id.vars {
+                w.str(k);
+                w.str(v);
+            }
+        }
     }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());

@@ -682,6 +682,16 @@ pub struct HeapWalk {
     pub result: String,
 }
 
+/// Who the process is in a multi-process job: the launcher's variables (`RANK`, `LOCAL_RANK`,
+/// `WORLD_SIZE`, `TORCHELASTIC_RUN_ID`, `SLURM_JOB_ID`, `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK`,
+/// …) and `CUDA_VISIBLE_DEVICES`, as the shim read them from its environment when tracing
+/// started. Sent once, right after [`Hello`], and only when at least one is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// `(name, value)` of each variable that was set, in the shim's fixed order.
+    pub vars: Vec<(String, String)>,
+}
+
 /// One frame of the stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -735,6 +745,8 @@ pub enum Event {
     PyStack(PyStack),
     /// Tag 40 (tags 40 to 49 are kept for heap walks).
     HeapWalk(HeapWalk),
+    /// Tag 55 (tags 55 to 59 are kept for multi-process jobs): the process's launcher identity.
+    Identity(Identity),
 }
 
 #[cfg(test)]

@@ -44,8 +44,8 @@ pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
     Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
-    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map, MemInfo, Module,
-    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus, PY_NO_OFFSET,
+    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind, LineTableFormat, Map, MemInfo,
+    Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
@@ -230,6 +230,9 @@ mod tests {
                 elapsed_ns: 0,
                 visited: 0,
                 result: String::new(),
+            }),
+            Event::Identity(Identity {
+                vars: vec![("RANK".into(), "3".into()), ("CUDA_VISIBLE_DEVICES".into(), "2,3".into())],
             }),
         ]
     }

@@ -30,9 +30,12 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
         }
         None => {
             signals::ignore_interrupts();
-            super::run::tell_run_a_collector_started();
+            let run = super::run::tell_run_a_collector_started();
             let outcome = collect::collect(io::stdin().lock(), &opts, &mut err);
             confirm_to_shim();
+            if let (Some(run), Ok(o)) = (run, &outcome) {
+                super::run::tell_run_the_report(run, o.report.as_deref());
+            }
             outcome?
         }
     };

@@ -1,0 +1,137 @@
+//! Whole jobs: ranks started by a launcher, workers forked from a rank. Each process's report
+//! says who it is (rank, local rank, job id, parent), the file names sort by rank, `gpushim run`
+//! waits for the report of every process it started and prints one summary, and `gpushim report
+//! DIR` shows the job view (tests/programs/hostile.c: `rank`, `fork-workers`).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// `gpushim run --output DIR -- ARGS…` with the stand-ins, to its end (bounded); checks that
+/// the final reports were all written when `run` returned, and returns them with the run.
+fn gpushim_run(dir: &TempDir, args: &[&str], env: &[(&str, &str)], reports: usize) -> Done {
+    let mut cmd = Command::new(collector());
+    cmd.args(["run", "--output", dir.path().to_str().unwrap(), "--"])
+        .args(args)
+        .env("LD_LIBRARY_PATH", standins())
+        .env_remove("LD_PRELOAD")
+        .envs(env.iter().copied());
+    let live = Live::spawn(cmd, format!("gpushim run {args:?} {env:?}"));
+    let status = live.wait_exit();
+    // `run` has returned: every final report must be there already.
+    let finals = final_reports(dir);
+    let d = live.finish_after(status);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(finals.len(), reports, "{finals:?}{d}");
+    d
+}
+
+/// The final reports' file names in `dir`, sorted.
+fn final_reports(dir: &TempDir) -> Vec<String> {
+    names_in(dir.path())
+        .into_iter()
+        .filter(|n| {
+            let stem = n.strip_prefix("gpushim-").and_then(|s| s.strip_suffix(".json")).unwrap_or("");
+            let stem = stem.strip_prefix("rank").map_or(stem, |s| s.split_once('-').map_or("", |(_, pid)| pid));
+            !stem.is_empty() && stem.bytes().all(|b| b.is_ascii_digit())
+        })
+        .collect()
+}
+
+fn job_view(dir: &TempDir) -> Value {
+    let out = gpushim(["report", dir.path().to_str().unwrap(), "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect()
+}
+
+#[test]
+fn a_launcher_of_four_ranks_gets_one_job_view_with_the_stray_gpu0_allocation() {
+    // Four ranks, each on its own stand-in device; rank 2 also keeps 2 MiB on device 0 before
+    // switching to its own, rank 3 alone leaks at rank_odd_batch, every rank leaks at rank_step.
+    let dir = TempDir::new("job-ranks");
+    let launcher = "for r in 0 1 2 3; do RANK=$r LOCAL_RANK=$r \"$0\" rank & done; wait";
+    let hostile = standin("hostile");
+    let d = gpushim_run(
+        &dir,
+        &["/bin/sh", "-c", launcher, hostile.to_str().unwrap()],
+        &[("WORLD_SIZE", "4"), ("TORCHELASTIC_RUN_ID", "job7"), ("STRAY_RANK", "2"), ("LEAK_RANK", "3")],
+        4,
+    );
+    let names = final_reports(&dir);
+    for (r, n) in names.iter().enumerate() {
+        assert!(n.starts_with(&format!("gpushim-rank0000{r}-")), "{names:?}");
+        let rep = read_json(&dir.path().join(n), &d);
+        let id = &rep["identity"];
+        assert_eq!((id["rank"].as_u64(), id["local_rank"].as_u64()), (Some(r as u64), Some(r as u64)), "{rep}");
+        assert_eq!((id["world_size"].as_u64(), id["job_id"].as_str()), (Some(4), Some("job7")), "{rep}");
+        assert_eq!(id["env"]["TORCHELASTIC_RUN_ID"], "job7");
+        assert!(rep["ppid"].as_u64().unwrap() > 1, "{rep}");
+    }
+    assert!(d.stderr.contains("gpushim: job summary of 4 traced processes"), "{d}");
+    assert!(d.stderr.contains("gpushim:   rank 2 (own ordinal 2): ordinal 0 (GPU 0): live 2.0 MiB"), "{d}");
+
+    let v = job_view(&dir);
+    assert_eq!(v["job_ids"], serde_json::json!(["job7"]));
+    let procs = v["processes"].as_array().unwrap();
+    assert_eq!(procs.iter().map(|p| p["rank"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    for (r, p) in procs.iter().enumerate() {
+        let r = r as u64;
+        let odd = if r == 3 { 10 * 128 * 1024 } else { 0 };
+        let own = p["devices"].as_array().unwrap().iter().find(|x| x["ordinal"] == r).unwrap();
+        assert_eq!(own["live_bytes"].as_u64(), Some((r + 1) * MIB + 10 * 256 * 1024 + odd), "{p}");
+        assert_eq!((p["own_ordinal"].as_u64(), p["own_from"].as_str()), (Some(r), Some("LOCAL_RANK")), "{p}");
+        let stray = if r == 2 { 2 * MIB } else { 0 };
+        assert_eq!(p["live_bytes"].as_u64(), Some((r + 1) * MIB + 10 * 256 * 1024 + odd + stray), "{p}");
+    }
+    // Exactly one allocation off its rank's GPU: rank 2's 2 MiB on GPU 0.
+    let foreign = v["foreign"].as_array().unwrap();
+    assert_eq!(foreign.len(), 1, "{v}");
+    assert_eq!((foreign[0]["process"].as_str(), foreign[0]["ordinal"].as_u64()), (Some("rank 2"), Some(0)));
+    assert_eq!((foreign[0]["live_bytes"].as_u64(), foreign[0]["live_count"].as_u64()), (Some(2 * MIB), Some(1)));
+    let gpu0 = v["gpus"].as_array().unwrap().iter().find(|g| g["gpu"] == "0").unwrap();
+    assert_eq!(gpu0["live_bytes"].as_u64(), Some(MIB + 10 * 256 * 1024 + 2 * MIB), "{v}");
+    assert_eq!(strings(&gpu0["processes"]), ["rank 0", "rank 2"]);
+    // The leak of every rank, and the leak of rank 3 alone.
+    let suspects = v["suspects"].as_array().unwrap();
+    assert_eq!(suspects.len(), 2, "{v}");
+    assert!(suspects[0]["at"].as_str().unwrap().starts_with("rank_step"), "{v}");
+    assert_eq!(suspects[0]["scope"], "every");
+    assert_eq!(strings(&suspects[0]["processes"]), ["rank 0", "rank 1", "rank 2", "rank 3"]);
+    assert_eq!(suspects[0]["live_bytes"].as_u64(), Some(4 * 10 * 256 * 1024));
+    assert!(suspects[1]["at"].as_str().unwrap().starts_with("rank_odd_batch"), "{v}");
+    assert_eq!((suspects[1]["scope"].as_str(), strings(&suspects[1]["processes"])), (Some("one"), vec!["rank 3"]));
+
+    // The same in text.
+    let out = gpushim(["report", dir.path().to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("suspects on every process (a code leak):\n  rank_step ("), "{text}");
+    assert!(
+        text.contains("suspects on one process only (a data- or rank-specific leak):\n  rank_odd_batch ("),
+        "{text}"
+    );
+    assert!(text.contains("job: 4 processes (4 with a rank), job id job7"), "{text}");
+}
+
+#[test]
+fn forked_workers_are_traced_and_run_waits_for_every_report() {
+    // A parent keeps 1 MiB and forks three workers that keep 256, 512 and 768 KiB and exit.
+    let dir = TempDir::new("job-fork");
+    let d = gpushim_run(&dir, &[standin("hostile").to_str().unwrap(), "fork-workers"], &[], 4);
+    let reports: Vec<Value> = final_reports(&dir).iter().map(|n| read_json(&dir.path().join(n), &d)).collect();
+    let parent = reports.iter().find(|r| total(r, "live_bytes") == MIB).unwrap_or_else(|| panic!("{d}"));
+    let mut workers: Vec<u64> =
+        reports.iter().filter(|r| r["ppid"] == parent["pid"]).map(|r| total(r, "live_bytes")).collect();
+    workers.sort();
+    assert_eq!(workers, [256 * 1024, 512 * 1024, 768 * 1024], "{d}");
+    assert!(d.stderr.contains("gpushim: job summary of 4 traced processes"), "{d}");
+    let v = job_view(&dir);
+    assert_eq!(v["processes"].as_array().unwrap().len(), 4);
+    assert_eq!(v["gpus"][0]["live_bytes"].as_u64(), Some(MIB + 1536 * 1024), "{v}");
+    assert_eq!(v["foreign"].as_array().unwrap().len(), 0, "{v}");
+}
