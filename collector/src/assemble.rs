@@ -186,6 +186,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         cwd: ctx.hello.cwd.clone(),
         reason: ctx.reason,
         snapshot: ctx.snapshot,
+        interval: None,
         oom: None,
         start_unix_ns: ctx.hello.start_unix_ns,
         duration_s: secs(end),

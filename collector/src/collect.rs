@@ -30,7 +30,26 @@ use crate::words::fmt_bytes;
 pub struct Options {
     /// Write reports here instead of the directory the stream's Hello names.
     pub output_dir: Option<PathBuf>,
+    /// Rolling reports of a long run (`GPUSHIM_REPORT_INTERVAL`), if asked for.
+    pub interval: Option<Intervals>,
 }
+
+/// Rolling reports: `gpushim-<pid>-interval-<n>.json` (the stem of `crate::identity`), the
+/// live set as applied so far, written at the first event whose time (the target's monotonic
+/// clock) is at least `every_ns` after the previous interval report (after the first event, for
+/// the first); only the latest `keep` files are kept, older ones are removed. A process that
+/// makes no allocation or free in an interval writes nothing for it: its live set did not
+/// change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Intervals {
+    /// Time between reports, ns.
+    pub every_ns: u64,
+    /// How many of the latest interval reports are kept (at least 1).
+    pub keep: usize,
+}
+
+/// Interval reports kept when `GPUSHIM_REPORT_KEEP` is not set.
+pub const DEFAULT_KEEP: usize = 3;
 
 /// What a collection produced.
 #[derive(Debug)]
@@ -67,6 +86,9 @@ struct Sink<'a> {
     walks: u32,
     /// The process's place in its job (the stream's `Identity` event), if any.
     identity: Option<Identity>,
+    /// Interval reports written so far, and the paths of those kept (oldest first).
+    intervals: u32,
+    interval_files: std::collections::VecDeque<PathBuf>,
     err: &'a mut dyn Write,
 }
 
@@ -158,6 +180,39 @@ impl Sink<'_> {
             }
             Err(e) => {
                 let _ = writeln!(self.err, "gpushim: out of memory: {what} failed; cannot write its report: {e:#}");
+            }
+        }
+    }
+
+    /// Writes interval report number `intervals + 1` of `state` (its latest event at `ts_ns`),
+    /// then removes the oldest kept one beyond `keep`. Failures are said on stderr once each and
+    /// collection goes on.
+    fn interval(&mut self, state: &State, ts_ns: u64, keep: usize) {
+        self.intervals += 1;
+        let n = self.intervals;
+        let ctx = Context {
+            hello: &self.hello,
+            reason: Reason::Interval,
+            snapshot: None,
+            end_ts_ns: ts_ns,
+            lost_events: self.lost,
+            notes: self.notes.clone(),
+            mem_info: &self.mem_info,
+            stacks: &self.stacks,
+        };
+        let mut report = assemble::build(state, ctx, &mut self.sym);
+        report.identity = self.identity.clone();
+        report.interval = Some(n);
+        let stem = format!("{}-interval-{n}", self.stem());
+        match write_report(&report, &self.out_dir, &stem, self.err) {
+            Ok(path) => self.interval_files.push_back(path),
+            Err(e) => {
+                let _ = writeln!(self.err, "gpushim: cannot write interval report {n}: {e:#}");
+            }
+        }
+        while self.interval_files.len() > keep.max(1) {
+            if let Some(old) = self.interval_files.pop_front() {
+                let _ = std::fs::remove_file(old);
             }
         }
     }
@@ -263,15 +318,25 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         exit_holders: None,
         walks: 0,
         identity: None,
+        intervals: 0,
+        interval_files: std::collections::VecDeque::new(),
         err,
     };
     let mut tracker = Tracker::new();
     let mut exit_ts: Option<u64> = None;
+    // The target time at which the next interval report is due (set at the first timed event).
+    let mut interval_due: Option<u64> = None;
     let broken = loop {
         let ev = match dec.next_event() {
             Ok(Some(ev)) => ev,
             Ok(None) => break None,
             Err(e) => break Some(e.to_string()),
+        };
+        let ts = match &ev {
+            Event::Alloc(a) => Some(a.ts_ns),
+            Event::Free(f) => Some(f.ts_ns),
+            Event::Failed(f) => Some(f.ts_ns),
+            _ => None,
         };
         match ev {
             Event::Alloc(a) => tracker.push(Op::Alloc(a), &mut sink),
@@ -307,6 +372,16 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
         }
         sink.lost = tracker.lost();
+        if let (Some(iv), Some(ts)) = (opts.interval, ts) {
+            match interval_due {
+                None => interval_due = Some(ts.saturating_add(iv.every_ns)),
+                Some(due) if ts >= due => {
+                    sink.interval(tracker.state(), ts, iv.keep);
+                    interval_due = Some(ts.saturating_add(iv.every_ns));
+                }
+                Some(_) => {}
+            }
+        }
     };
     sink.lost = tracker.lost();
     tracker.finish(&mut sink);
@@ -543,7 +618,7 @@ mod tests {
         let sub = d.0.join("sub");
         std::fs::create_dir(&sub).unwrap();
         let mut err = Vec::new();
-        let out = collect(&g[..], &Options { output_dir: Some(sub.clone()) }, &mut err).unwrap();
+        let out = collect(&g[..], &Options { output_dir: Some(sub.clone()), interval: None }, &mut err).unwrap();
         assert_eq!(out.broken.as_deref(), Some("frame length 4294967295 is out of range"));
         assert_eq!(out.report.unwrap(), sub.join("gpushim-4242.json"));
     }
@@ -646,6 +721,32 @@ mod tests {
             "{:?}",
             fin.notes
         );
+    }
+
+    /// The render loop's stream (events 10 ms apart, one last at 400 ms) with a report every
+    /// 50 ms, the latest two kept: reports at 60, 110, 160, 210, 260 and 400 ms; the files of the
+    /// fifth and sixth remain, the sixth holding the 31 live allocations applied by then.
+    #[test]
+    fn interval_reports_roll_and_keep_the_latest() {
+        let d = TempDir::new("interval");
+        let opts = Options { output_dir: None, interval: Some(Intervals { every_ns: 50 * MS, keep: 2 }) };
+        let mut err = Vec::new();
+        let out = collect(&stream(&d.0, true)[..], &opts, &mut err).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(&d.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains("-interval-"))
+            .collect();
+        names.sort();
+        assert_eq!(names, ["gpushim-4242-interval-5.json", "gpushim-4242-interval-6.json"], "{:?}", out.report);
+        let r = Report::read(&d.0.join("gpushim-4242-interval-6.json")).unwrap();
+        assert_eq!((r.reason, r.interval, r.snapshot), (Reason::Interval, Some(6), None));
+        assert_eq!((r.totals.live_count, r.totals.live_bytes), (31, 30 * (1 << 20) + 10));
+        let r5 = Report::read(&d.0.join("gpushim-4242-interval-5.json")).unwrap();
+        assert_eq!(r5.interval, Some(5));
+        assert!(r5.totals.alloc_count < r.totals.alloc_count);
+        // The final report is unchanged by them.
+        assert_eq!(Report::read(&out.report.unwrap()).unwrap().totals.live_count, 31);
     }
 
     #[test]

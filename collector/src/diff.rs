@@ -593,6 +593,7 @@ mod tests {
             cwd: "/".into(),
             reason: Reason::Exit,
             snapshot: None,
+            interval: None,
             start_unix_ns: 0,
             duration_s: 1.0,
             shim_version: "0.1.0".into(),

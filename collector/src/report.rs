@@ -26,6 +26,9 @@ pub enum Reason {
     Snapshot,
     /// An allocation failed with out of memory (the report's `oom` says which).
     Oom,
+    /// A rolling report of a long run (`GPUSHIM_REPORT_INTERVAL`; the report's `interval` says
+    /// which).
+    Interval,
 }
 
 impl Reason {
@@ -36,6 +39,7 @@ impl Reason {
             Reason::Killed => "killed",
             Reason::Snapshot => "snapshot",
             Reason::Oom => "oom",
+            Reason::Interval => "interval",
         }
     }
 }
@@ -60,6 +64,9 @@ pub struct Report {
     /// The snapshot's number (1, 2, …) for snapshots; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<u32>,
+    /// The interval report's number (1, 2, …) for interval reports; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<u32>,
     /// The failed allocation an out-of-memory report is about; absent in other reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom: Option<Oom>,
@@ -654,6 +661,7 @@ mod tests {
             cwd: "/".into(),
             reason: Reason::Snapshot,
             snapshot: Some(2),
+            interval: None,
             start_unix_ns: 5,
             duration_s: 0.5,
             shim_version: "0.1.0".into(),

@@ -135,3 +135,26 @@ fn forked_workers_are_traced_and_run_waits_for_every_report() {
     assert_eq!(v["gpus"][0]["live_bytes"].as_u64(), Some(MIB + 1536 * 1024), "{v}");
     assert_eq!(v["foreign"].as_array().unwrap().len(), 0, "{v}");
 }
+
+#[test]
+fn a_long_run_writes_rolling_interval_reports_and_keeps_the_latest() {
+    // Ten steps 2 ms apart (at least 20 ms of events), a report every 4 ms, two kept.
+    let out = Target::new("hostile", "job-interval")
+        .args(&["rank"])
+        .env("GPUSHIM_REPORT_INTERVAL", "0.004")
+        .env("GPUSHIM_REPORT_KEEP", "2")
+        .run();
+    out.success();
+    let mut numbers: Vec<u32> =
+        out.files().iter().filter_map(|n| n.split_once("-interval-")?.1.strip_suffix(".json")?.parse().ok()).collect();
+    numbers.sort();
+    assert_eq!(numbers.len(), 2, "{out}");
+    assert!(numbers[0] >= 3 && numbers[1] == numbers[0] + 1, "{numbers:?}{out}");
+    let pid = *out.reports().keys().next().unwrap();
+    let last = out.read(&format!("gpushim-{pid}-interval-{}.json", numbers[1]));
+    assert_eq!((last["reason"].as_str(), last["interval"].as_u64()), (Some("interval"), Some(u64::from(numbers[1]))));
+    // What it holds is a prefix of the run: at most the final live set.
+    let fin = out.report();
+    assert!(total(&last, "alloc_count") <= total(&fin, "alloc_count"), "{out}");
+    assert_eq!(total(&fin, "live_bytes"), MIB + 10 * 256 * 1024, "{out}");
+}

@@ -20,9 +20,14 @@ use crate::error::{BROKEN_STREAM, OK};
 /// Those of [`collect::collect`], and exit code 2 if `input` cannot be opened. A stream that
 /// broke after its Hello event is no error: the exit code is 1 then.
 pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> {
-    let opts = collect::Options { output_dir: output };
-    signals::ignore_file_size_signal();
     let mut err = io::stderr().lock();
+    let interval = intervals(
+        std::env::var("GPUSHIM_REPORT_INTERVAL").ok().as_deref(),
+        std::env::var("GPUSHIM_REPORT_KEEP").ok().as_deref(),
+        &mut err,
+    );
+    let opts = collect::Options { output_dir: output, interval };
+    signals::ignore_file_size_signal();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {
         Some(path) => {
             let f = File::open(&path).with_context(|| format!("cannot read event stream {}", path.display()))?;
@@ -42,6 +47,38 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
     Ok(ExitCode::from(if outcome.broken.is_some() { BROKEN_STREAM } else { OK }))
 }
 
+/// The rolling reports asked for by `GPUSHIM_REPORT_INTERVAL` (seconds, above 0, fractions
+/// allowed) and `GPUSHIM_REPORT_KEEP` (how many to keep, at least 1; default
+/// [`collect::DEFAULT_KEEP`]), which the collector inherits from the program's environment. A
+/// bad value is said in one line on `err`: no interval reports then, or the default number kept.
+fn intervals(every: Option<&str>, keep: Option<&str>, err: &mut dyn Write) -> Option<collect::Intervals> {
+    let every = every.filter(|v| !v.is_empty())?;
+    let secs = match every.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => s,
+        _ => {
+            let _ = writeln!(
+                err,
+                "gpushim: GPUSHIM_REPORT_INTERVAL={every} is not a number of seconds above 0; no interval reports"
+            );
+            return None;
+        }
+    };
+    let keep = match keep.filter(|v| !v.is_empty()).map(|k| k.trim().parse::<usize>()) {
+        None => collect::DEFAULT_KEEP,
+        Some(Ok(k)) if k >= 1 => k,
+        Some(_) => {
+            let _ = writeln!(
+                err,
+                "gpushim: GPUSHIM_REPORT_KEEP={} is not a number of reports of 1 or more; keeping {}",
+                keep.unwrap_or_default(),
+                collect::DEFAULT_KEEP
+            );
+            collect::DEFAULT_KEEP
+        }
+    };
+    Some(collect::Intervals { every_ns: (secs * 1e9) as u64, keep })
+}
+
 /// Tells the shim, through the socket that is our stdin, that the whole stream was read (and
 /// the report written, or its failure reported): one byte. Without it the shim says on the
 /// program's stderr that the collector died. Errors are ignored: the program may be gone.
@@ -49,5 +86,32 @@ fn confirm_to_shim() {
     use std::os::fd::AsFd;
     if let Ok(fd) = io::stdin().as_fd().try_clone_to_owned() {
         let _ = File::from(fd).write_all(b"\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_settings_and_their_bad_values() {
+        let mut err = Vec::new();
+        assert_eq!(intervals(None, Some("4"), &mut err), None);
+        assert_eq!(
+            intervals(Some("0.5"), None, &mut err),
+            Some(collect::Intervals { every_ns: 500_000_000, keep: collect::DEFAULT_KEEP })
+        );
+        assert_eq!(
+            intervals(Some("60"), Some("10"), &mut err),
+            Some(collect::Intervals { every_ns: 60_000_000_000, keep: 10 })
+        );
+        assert!(err.is_empty());
+        assert_eq!(intervals(Some("soon"), None, &mut err), None);
+        assert_eq!(intervals(Some("1"), Some("0"), &mut err).map(|i| i.keep), Some(collect::DEFAULT_KEEP));
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "gpushim: GPUSHIM_REPORT_INTERVAL=soon is not a number of seconds above 0; no interval reports\n\
+             gpushim: GPUSHIM_REPORT_KEEP=0 is not a number of reports of 1 or more; keeping 3\n"
+        );
     }
 }
