@@ -282,6 +282,22 @@ fn write_json<T: serde::Serialize>(doc: &T, dir: &Path, stem: &str, err: &mut dy
 /// a report for), or no directory would take the final report. A break after the Hello event
 /// is not an error: it is returned in [`Outcome::broken`] after the report is written.
 pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<Outcome> {
+    collect_with(input, opts, err, &mut || {})
+}
+
+/// As [`collect`], calling `stream_read` once the whole stream is read and applied to the live
+/// set, before the final report is built and written: `gpushim collect` confirms the end of
+/// the stream to the shim there, so that the program's exit waits only for the stream to be
+/// read, not for symbolization and the report.
+///
+/// # Errors
+/// Those of [`collect`].
+pub fn collect_with(
+    input: impl Read,
+    opts: &Options,
+    err: &mut dyn Write,
+    stream_read: &mut dyn FnMut(),
+) -> Result<Outcome> {
     let mut input = BufReader::with_capacity(1 << 16, input);
     if input.fill_buf().context("reading the event stream")?.is_empty() {
         // The target exited (or the shim gave up) before saying anything: nothing to report.
@@ -386,6 +402,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
     sink.lost = tracker.lost();
     tracker.finish(&mut sink);
     let lost = tracker.lost();
+    stream_read();
 
     let pid = sink.hello.pid;
     let mut notes = std::mem::take(&mut sink.notes);

@@ -158,3 +158,40 @@ fn a_long_run_writes_rolling_interval_reports_and_keeps_the_latest() {
     assert!(total(&last, "alloc_count") <= total(&fin, "alloc_count"), "{out}");
     assert_eq!(total(&fin, "live_bytes"), MIB + 10 * 256 * 1024, "{out}");
 }
+
+#[test]
+fn the_programs_exit_does_not_wait_for_the_report_to_be_written() {
+    // The program runs from a copy of its binary; once it is traced, a FIFO takes the copy's
+    // name, so the collector, which reads the program's file only to symbolize the final report,
+    // blocks there until the test opens the FIFO. The exit must not wait for that: it waited
+    // for the whole report (here GPUSHIM_EXIT_TIMEOUT, 30 s, then "has not finished").
+    let t = Target::new("target_dynamic", "job-exit");
+    let bin = t.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let copy = bin.join("target-copy");
+    std::fs::copy(standin("target_dynamic"), &copy).unwrap();
+    let t = Target::new(&copy, "job-exit").args(&["pause"]).env("GPUSHIM_EXIT_TIMEOUT", "30");
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "ready");
+    let fifo = bin.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    std::fs::rename(&fifo, &copy).unwrap();
+    let start = std::time::Instant::now();
+    live.close_stdin();
+    let status = live.wait_exit();
+    let took = start.elapsed();
+    let reports_at_exit = names_in(t.dir.path()).into_iter().filter(|n| n.ends_with(".json")).count();
+    // Let the collector go on: open the FIFO for writing (the collector is its reader) and close it.
+    let writer = std::fs::OpenOptions::new().write(true).open(&copy).unwrap();
+    drop(writer);
+    let d = live.finish_after(status);
+    assert!(d.status.success(), "{d}");
+    assert!(took < std::time::Duration::from_secs(20), "the exit waited {took:?}{d}");
+    assert_eq!(reports_at_exit, 0, "{d}");
+    assert!(!d.stderr.contains("has not finished"), "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(r["reason"], "exit", "{d}");
+    assert!(total(&r, "alloc_count") >= 1, "{d}");
+}

@@ -36,8 +36,16 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
         None => {
             signals::ignore_interrupts();
             let run = super::run::tell_run_a_collector_started();
-            let outcome = collect::collect(io::stdin().lock(), &opts, &mut err);
-            confirm_to_shim();
+            // The program's exit is released as soon as the stream is read (the report is
+            // finished on our own); on an early error, after it.
+            let mut confirmed = false;
+            let outcome = collect::collect_with(io::stdin().lock(), &opts, &mut err, &mut || {
+                confirm_to_shim();
+                confirmed = true;
+            });
+            if !confirmed {
+                confirm_to_shim();
+            }
             if let (Some(run), Ok(o)) = (run, &outcome) {
                 super::run::tell_run_the_report(run, o.report.as_deref());
             }
@@ -79,14 +87,20 @@ fn intervals(every: Option<&str>, keep: Option<&str>, err: &mut dyn Write) -> Op
     Some(collect::Intervals { every_ns: (secs * 1e9) as u64, keep })
 }
 
-/// Tells the shim, through the socket that is our stdin, that the whole stream was read (and
-/// the report written, or its failure reported): one byte. Without it the shim says on the
-/// program's stderr that the collector died. Errors are ignored: the program may be gone.
+/// Tells the shim, through the socket that is our stdin, that the whole stream was read: one
+/// byte, then both directions of the socket are shut down, so that the shim, which waits for
+/// the end of the socket, lets the program exit now while the report is finished (the
+/// descriptor itself stays open: its number is not reused by a report file). Without the byte
+/// the shim says on the program's stderr that the collector died. Errors are ignored: the
+/// program may be gone, and standard input may be a file (`--input -`).
 fn confirm_to_shim() {
-    use std::os::fd::AsFd;
+    use std::os::fd::{AsFd, AsRawFd};
     if let Ok(fd) = io::stdin().as_fd().try_clone_to_owned() {
         let _ = File::from(fd).write_all(b"\n");
     }
+    // SAFETY: shutdown on our own standard input; on anything but a socket it fails (ENOTSOCK)
+    // and changes nothing.
+    unsafe { libc::shutdown(io::stdin().as_fd().as_raw_fd(), libc::SHUT_RDWR) };
 }
 
 #[cfg(test)]
