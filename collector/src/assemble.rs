@@ -263,6 +263,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             })
             .collect(),
         notes,
+        physical_devices: Vec::new(),
         identity: None,
         holders: None,
     }

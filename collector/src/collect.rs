@@ -21,7 +21,7 @@ use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
 use crate::render::text;
 use crate::reorder::{Observer, SnapshotPoint, Tracker};
-use crate::report::{Identity, Reason, Report};
+use crate::report::{Identity, PhysicalDevice, Reason, Report};
 use crate::symbolize::Symbolizer;
 use crate::words::fmt_bytes;
 
@@ -86,6 +86,8 @@ struct Sink<'a> {
     walks: u32,
     /// The process's place in its job (the stream's `Identity` event), if any.
     identity: Option<Identity>,
+    /// The machine's GPU behind each device ordinal (`DeviceInfo` events), by ordinal.
+    physical: BTreeMap<i32, PhysicalDevice>,
     /// Interval reports written so far, and the paths of those kept (oldest first).
     intervals: u32,
     interval_files: std::collections::VecDeque<PathBuf>,
@@ -103,6 +105,12 @@ impl Observer for Sink<'_> {
 }
 
 impl Sink<'_> {
+    /// Adds what the stream said about the process (its job identity) and its GPUs to a report.
+    fn annotate(&self, report: &mut Report) {
+        report.identity = self.identity.clone();
+        report.physical_devices = self.physical.values().cloned().collect();
+    }
+
     /// The stem of this process's report files (`gpushim-<pid>`, or with its rank).
     fn stem(&self) -> String {
         identity::stem(self.hello.pid, self.identity.as_ref())
@@ -164,7 +172,7 @@ impl Sink<'_> {
             stacks: &self.stacks,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
-        report.identity = self.identity.clone();
+        self.annotate(&mut report);
         let frames = match self.stacks.get(&f.stack) {
             Some(addrs) => self.sym.stack_of(f.stack, addrs),
             None => Vec::new(),
@@ -201,7 +209,7 @@ impl Sink<'_> {
             stacks: &self.stacks,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
-        report.identity = self.identity.clone();
+        self.annotate(&mut report);
         report.interval = Some(n);
         let stem = format!("{}-interval-{n}", self.stem());
         match write_report(&report, &self.out_dir, &stem, self.err) {
@@ -242,7 +250,7 @@ impl Sink<'_> {
             stacks: &self.stacks,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
-        report.identity = self.identity.clone();
+        self.annotate(&mut report);
         let stem = format!("{}-snapshot-{}", self.stem(), p.number);
         match write_report(&report, &self.out_dir, &stem, self.err) {
             Ok(path) => {
@@ -334,6 +342,7 @@ pub fn collect_with(
         exit_holders: None,
         walks: 0,
         identity: None,
+        physical: BTreeMap::new(),
         intervals: 0,
         interval_files: std::collections::VecDeque::new(),
         err,
@@ -384,6 +393,9 @@ pub fn collect_with(
             Event::PyCode(c) => sink.sym.python_mut().add_code(c),
             Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
             Event::HeapWalk(h) => sink.heap_walk(&h, tracker.state()),
+            Event::DeviceInfo(d) => {
+                sink.physical.insert(d.ordinal, identity::physical_device(&d));
+            }
             Event::Identity(i) => sink.identity = Some(identity::from_vars(&i.vars)),
             Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
         }
@@ -447,7 +459,7 @@ pub fn collect_with(
         stacks: &sink.stacks,
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
-    report.identity = sink.identity.clone();
+    sink.annotate(&mut report);
     if let Some(e) = &broken {
         let _ = writeln!(sink.err, "gpushim: event stream from pid {pid} broken: {e}; report holds what was received");
     }

@@ -609,6 +609,7 @@ mod tests {
             timeline: Default::default(),
             context_teardowns: Vec::new(),
             notes: vec![],
+            physical_devices: Vec::new(),
             identity: None,
             holders: None,
             oom: None,

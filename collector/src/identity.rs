@@ -10,7 +10,31 @@
 
 use std::collections::BTreeMap;
 
-use crate::report::Identity;
+use gpushim_wire::DeviceInfo;
+
+use crate::report::{Identity, PhysicalDevice, Report};
+
+/// The report's form of a `DeviceInfo` event: the UUID written as `GPU-` and 8-4-4-4-12 hex
+/// digits (as `nvidia-smi -L` prints it), empty when the driver gave none (all zero).
+pub fn physical_device(d: &DeviceInfo) -> PhysicalDevice {
+    let uuid = if d.uuid == [0; 16] {
+        String::new()
+    } else {
+        let h: String = d.uuid.iter().map(|b| format!("{b:02x}")).collect();
+        format!("GPU-{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+    };
+    PhysicalDevice { ordinal: d.ordinal, pci_bus_id: d.pci_bus_id.clone(), uuid }
+}
+
+/// The machine's name for `report`'s device `ordinal`: the UUID its driver gave, else
+/// [`physical_gpu`] (the `CUDA_VISIBLE_DEVICES` entry, else the ordinal).
+pub fn gpu_of(report: &Report, ordinal: i32) -> String {
+    report
+        .physical_devices
+        .iter()
+        .find(|p| p.ordinal == ordinal && !p.uuid.is_empty())
+        .map_or_else(|| physical_gpu(report.identity.as_ref(), ordinal), |p| p.uuid.clone())
+}
 
 /// Builds the report's identity from the launcher variables the shim sent, `(name, value)`.
 pub fn from_vars(vars: &[(String, String)]) -> Identity {
@@ -160,6 +184,16 @@ mod tests {
         ] {
             assert_eq!(final_report_name(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn a_uuid_reads_as_nvidia_smi_writes_it() {
+        let mut uuid = [0u8; 16];
+        uuid[0] = 0xa0;
+        uuid[15] = 0x0f;
+        let p = physical_device(&DeviceInfo { ordinal: 1, pci_bus_id: "0000:11:00.0".into(), uuid });
+        assert_eq!(p.uuid, "GPU-a0000000-0000-0000-0000-00000000000f");
+        assert_eq!(physical_device(&DeviceInfo { ordinal: 0, pci_bus_id: String::new(), uuid: [0; 16] }).uuid, "");
     }
 
     #[test]

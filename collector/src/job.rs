@@ -84,7 +84,8 @@ pub struct ProcessRow {
 pub struct DeviceRow {
     /// The ordinal the process saw.
     pub ordinal: i32,
-    /// The machine's GPU it maps to (`CUDA_VISIBLE_DEVICES` entry, else the ordinal).
+    /// The machine's GPU it maps to: the UUID the driver gave (`GPU-…`), else the
+    /// `CUDA_VISIBLE_DEVICES` entry, else the ordinal.
     pub gpu: String,
     /// Live bytes at the end.
     pub live_bytes: u64,
@@ -142,6 +143,15 @@ pub struct Foreign {
     pub live_count: u64,
     /// Highest live bytes there, bytes.
     pub peak_live_bytes: u64,
+}
+
+/// A GPU for a person: `GPU 3` for an index, the `GPU-…`/`MIG-…` UUID as it is.
+fn gpu_label(gpu: &str) -> String {
+    if gpu.starts_with("GPU-") || gpu.starts_with("MIG-") {
+        gpu.to_string()
+    } else {
+        format!("GPU {gpu}")
+    }
 }
 
 /// `rank N`, else `pid N`.
@@ -203,7 +213,7 @@ pub fn build(reports: &[(PathBuf, Report)]) -> JobView {
             .iter()
             .map(|d| DeviceRow {
                 ordinal: d.ordinal,
-                gpu: identity::physical_gpu(id, d.ordinal),
+                gpu: identity::gpu_of(r, d.ordinal),
                 live_bytes: d.live_bytes,
                 live_count: d.live_count,
                 peak_live_bytes: d.peak_live_bytes,
@@ -321,9 +331,9 @@ pub fn write_text(v: &JobView, out: &mut dyn Write) -> io::Result<()> {
         for d in p.devices.iter().filter(|d| d.peak_live_bytes > 0) {
             writeln!(
                 out,
-                "    ordinal {} (GPU {}): live {} in {} allocation{}, peak {}",
+                "    ordinal {} ({}): live {} in {} allocation{}, peak {}",
                 d.ordinal,
-                d.gpu,
+                gpu_label(&d.gpu),
                 fmt_bytes(d.live_bytes),
                 d.live_count,
                 if d.live_count == 1 { "" } else { "s" },
@@ -336,8 +346,8 @@ pub fn write_text(v: &JobView, out: &mut dyn Write) -> io::Result<()> {
         for g in &v.gpus {
             writeln!(
                 out,
-                "  GPU {}: live {}, peaks sum {}, used by {}",
-                g.gpu,
+                "  {}: live {}, peaks sum {}, used by {}",
+                gpu_label(&g.gpu),
                 fmt_bytes(g.live_bytes),
                 fmt_bytes(g.peak_live_bytes_sum),
                 g.processes.join(", ")
@@ -370,11 +380,11 @@ pub fn write_text(v: &JobView, out: &mut dyn Write) -> io::Result<()> {
         for f in &v.foreign {
             writeln!(
                 out,
-                "  {} (own ordinal {}): ordinal {} (GPU {}): live {} in {} allocation{}, peak {}",
+                "  {} (own ordinal {}): ordinal {} ({}): live {} in {} allocation{}, peak {}",
                 f.process,
                 f.own_ordinal,
                 f.ordinal,
-                f.gpu,
+                gpu_label(&f.gpu),
                 fmt_bytes(f.live_bytes),
                 f.live_count,
                 if f.live_count == 1 { "" } else { "s" },

@@ -107,6 +107,10 @@ pub struct Report {
     /// Contexts torn down, in order, with the live memory they freed; absent when none was.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context_teardowns: Vec<TeardownRecord>,
+    /// The machine's GPU behind each device ordinal the process used, as its driver said;
+    /// absent when the shim sent none (older shims, no device memory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub physical_devices: Vec<PhysicalDevice>,
     /// Who the process is in a multi-process job (rank, launcher, visible GPUs); absent when
     /// no launcher variable was set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,6 +121,19 @@ pub struct Report {
     /// the report is read or rendered; never written into the report itself.
     #[serde(skip)]
     pub holders: Option<Holders>,
+}
+
+/// The machine's GPU behind one device ordinal (CUDA Driver API, "Device Management":
+/// `cuDeviceGetPCIBusId`, `cuDeviceGetUuid_v2`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhysicalDevice {
+    /// The ordinal the process saw (after `CUDA_VISIBLE_DEVICES`).
+    pub ordinal: i32,
+    /// PCI `domain:bus:device.function`, as the driver wrote it; empty when unknown.
+    pub pci_bus_id: String,
+    /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, the form `nvidia-smi -L` and
+    /// `CUDA_VISIBLE_DEVICES` use; empty when unknown.
+    pub uuid: String,
 }
 
 /// A process's place in a multi-process job, from the launcher's environment variables as the
@@ -686,6 +703,7 @@ mod tests {
                 bytes: 3,
             }],
             notes: vec!["n".into()],
+            physical_devices: Vec::new(),
             identity: None,
             holders: None,
             oom: None,

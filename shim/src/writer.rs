@@ -104,6 +104,8 @@ struct Writer {
     snapshots_sent: u32,
     ooms_sent: u32,
     events: u64,
+    /// Device ordinals whose `DeviceInfo` was sent (or asked for and not known).
+    devices_described: HashSet<i32>,
 }
 
 impl Writer {
@@ -120,6 +122,7 @@ impl Writer {
             snapshots_sent: 0,
             ooms_sent: 0,
             events: 0,
+            devices_described: HashSet::new(),
         }
     }
 
@@ -136,6 +139,17 @@ impl Writer {
         self.scan_modules();
         self.announce_python();
         self.flush()
+    }
+
+    /// Sends `DeviceInfo` for `ordinal` the first time it is named (asked of the driver here,
+    /// on the writer thread: off the program's path).
+    fn describe_device(&mut self, ordinal: i32) {
+        if ordinal < 0 || !self.devices_described.insert(ordinal) {
+            return;
+        }
+        if let Some((pci_bus_id, uuid)) = crate::real::device_identity(ordinal) {
+            self.push(&Event::DeviceInfo(wire::DeviceInfo { ordinal, pci_bus_id, uuid }));
+        }
     }
 
     /// Sends `PyRuntime` once Python frames are captured, or once the note that this Python's
@@ -256,6 +270,7 @@ impl Writer {
         self.events += 1;
         match msg {
             Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx } => {
+                self.describe_device(device);
                 let stack = self.stack_id(frames, py);
                 self.push(&Event::Alloc(wire::Alloc {
                     seq,

@@ -74,7 +74,12 @@ fn a_launcher_of_four_ranks_gets_one_job_view_with_the_stray_gpu0_allocation() {
         assert!(rep["ppid"].as_u64().unwrap() > 1, "{rep}");
     }
     assert!(d.stderr.contains("gpushim: job summary of 4 traced processes"), "{d}");
-    assert!(d.stderr.contains("gpushim:   rank 2 (own ordinal 2): ordinal 0 (GPU 0): live 2.0 MiB"), "{d}");
+    // The stand-in driver's GPU behind ordinal N has UUID a0+N, 01, 02, … 0f.
+    let gpu = |n: u8| format!("GPU-{n:02x}010203-0405-0607-0809-0a0b0c0d0e0f");
+    assert!(
+        d.stderr.contains(&format!("gpushim:   rank 2 (own ordinal 2): ordinal 0 ({}): live 2.0 MiB", gpu(0xa0))),
+        "{d}"
+    );
 
     let v = job_view(&dir);
     assert_eq!(v["job_ids"], serde_json::json!(["job7"]));
@@ -94,7 +99,8 @@ fn a_launcher_of_four_ranks_gets_one_job_view_with_the_stray_gpu0_allocation() {
     assert_eq!(foreign.len(), 1, "{v}");
     assert_eq!((foreign[0]["process"].as_str(), foreign[0]["ordinal"].as_u64()), (Some("rank 2"), Some(0)));
     assert_eq!((foreign[0]["live_bytes"].as_u64(), foreign[0]["live_count"].as_u64()), (Some(2 * MIB), Some(1)));
-    let gpu0 = v["gpus"].as_array().unwrap().iter().find(|g| g["gpu"] == "0").unwrap();
+    assert_eq!(foreign[0]["gpu"].as_str(), Some(gpu(0xa0).as_str()));
+    let gpu0 = v["gpus"].as_array().unwrap().iter().find(|g| g["gpu"] == gpu(0xa0).as_str()).unwrap();
     assert_eq!(gpu0["live_bytes"].as_u64(), Some(MIB + 10 * 256 * 1024 + 2 * MIB), "{v}");
     assert_eq!(strings(&gpu0["processes"]), ["rank 0", "rank 2"]);
     // The leak of every rank, and the leak of rank 3 alone.
@@ -194,4 +200,28 @@ fn the_programs_exit_does_not_wait_for_the_report_to_be_written() {
     let r = d.report_in(t.dir.path());
     assert_eq!(r["reason"], "exit", "{d}");
     assert!(total(&r, "alloc_count") >= 1, "{d}");
+}
+
+#[test]
+fn each_threads_current_device_counts_and_the_report_names_each_gpu() {
+    // Threads on devices 1 and 2 (cuCtxSetCurrent), the main thread on 0 with a push/pop of
+    // device 3's context between its allocations.
+    let out = Target::new("hostile", "job-devices").args(&["devices-per-thread"]).run();
+    out.success();
+    let r = out.report();
+    for (ordinal, mib) in [(0, 20), (1, 1), (2, 2), (3, 8)] {
+        assert_eq!(gpu_live(&r, ordinal), mib * MIB, "ordinal {ordinal}{out}");
+    }
+    // The stand-in driver's PCI bus id 0000:(10 + N):00.0 and UUID a0+N, 01, …, 0f per ordinal N,
+    // asked once per device.
+    let phys = r["physical_devices"].as_array().unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(phys.len(), 4, "{out}");
+    for (n, p) in phys.iter().enumerate() {
+        assert_eq!(p["ordinal"].as_u64(), Some(n as u64));
+        assert_eq!(p["pci_bus_id"].as_str(), Some(format!("0000:{:02x}:00.0", 0x10 + n).as_str()));
+        assert_eq!(
+            p["uuid"].as_str(),
+            Some(format!("GPU-{:02x}010203-0405-0607-0809-0a0b0c0d0e0f", 0xa0 + n).as_str())
+        );
+    }
 }

@@ -994,6 +994,40 @@ static int scenario_rank(void)
     return 0;
 }
 
+/* devices-per-thread: each thread's own current device. Two threads make devices 1 and 2's
+ * primary contexts current and keep 1 and 2 MiB; the main thread keeps 4 MiB on device 0, pushes
+ * device 3's primary context (cuCtxPushCurrent) for 8 MiB, pops it and keeps 16 MiB more on
+ * device 0. Live at exit: 20 MiB on ordinal 0, 1 on 1, 2 on 2, 8 on 3. */
+static void *device_thread(void *arg)
+{
+    int dev = (int)(intptr_t)arg;
+    rank_use_device(dev);
+    (void)rank_alloc((size_t)dev * MiB);
+    return NULL;
+}
+
+static int scenario_devices_per_thread(void)
+{
+    CUresult (*retain)(void **, int) = (CUresult(*)(void **, int))driver_fn("cuDevicePrimaryCtxRetain");
+    CUresult (*push)(void *) = (CUresult(*)(void *))driver_fn("cuCtxPushCurrent_v2");
+    CUresult (*pop)(void **) = (CUresult(*)(void **))driver_fn("cuCtxPopCurrent_v2");
+    rank_use_device(0);
+    (void)rank_alloc(4 * MiB);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, device_thread, (void *)(intptr_t)(i + 1)) != 0)
+            return 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    void *ctx3 = NULL, *popped = NULL;
+    check_cu("cuDevicePrimaryCtxRetain", retain(&ctx3, 3));
+    check_cu("cuCtxPushCurrent_v2", push(ctx3));
+    (void)rank_alloc(8 * MiB);
+    check_cu("cuCtxPopCurrent_v2", pop(&popped));
+    (void)rank_alloc(16 * MiB);
+    return 0;
+}
+
 /* fork-workers: a parent that keeps 1 MiB, then forks three workers (as a DataLoader does)
  * that each keep (worker + 1) * 256 KiB on device 0 and exit; the parent waits for them. */
 static int scenario_fork_workers(void)
@@ -1033,6 +1067,8 @@ int main(int argc, char **argv)
         rc = scenario_atfork_lock();
     else if (strcmp(s, "rank") == 0)
         rc = scenario_rank();
+    else if (strcmp(s, "devices-per-thread") == 0)
+        rc = scenario_devices_per_thread();
     else if (strcmp(s, "fork-workers") == 0)
         rc = scenario_fork_workers();
     else if (strcmp(s, "pipe-eof") == 0)

@@ -7,10 +7,10 @@ use std::fmt;
 use std::io::{self, Read};
 
 use crate::{
-    Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
-    GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind, LineTableFormat, Map, MemInfo,
-    Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus, HEADER_LEN,
-    MAGIC, MAX_FRAME, VERSION,
+    Alloc, Api, ContextCreated, DeviceInfo, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
+    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind,
+    LineTableFormat, Map, MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap,
+    WalkReason, WalkStatus, HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer
@@ -345,6 +345,15 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
             visited: r.u64()?,
             result: r.str()?,
         }),
+        56 => {
+            let ordinal = r.i32()?;
+            let pci_bus_id = r.str()?;
+            let mut uuid = [0u8; 16];
+            for b in &mut uuid {
+                *b = r.u8()?;
+            }
+            Event::DeviceInfo(DeviceInfo { ordinal, pci_bus_id, uuid })
+        }
         55 => {
             let n = r.count(8)?;
             let mut vars = Vec::with_capacity(n);

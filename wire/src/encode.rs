@@ -253,6 +253,14 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u64(h.visited);
             w.str(&h.result);
         }
+        Event::DeviceInfo(d) => {
+            w.u8(56);
+            w.i32(d.ordinal);
+            w.str(&d.pci_bus_id);
+            for &b in &d.uuid {
+                w.u8(b);
+            }
+        }
         Event::Identity(id) => {
             w.u8(55);
             w.u32(id.vars.len() as u32);

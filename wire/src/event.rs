@@ -692,6 +692,20 @@ pub struct Identity {
     pub vars: Vec<(String, String)>,
 }
 
+/// The machine's GPU behind a device ordinal the process used, asked of the driver once per
+/// ordinal (`cuDeviceGetPCIBusId`, `cuDeviceGetUuid_v2`; CUDA Driver API, "Device
+/// Management"), so that reports of processes with different `CUDA_VISIBLE_DEVICES` can be
+/// compared. Sent before the first event that names the ordinal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The ordinal the process saw.
+    pub ordinal: i32,
+    /// `domain:bus:device.function` in hex (`0000:3b:00.0`); empty when the driver did not say.
+    pub pci_bus_id: String,
+    /// The device's 16-byte UUID (its MIG instance's under MIG); all zero when unknown.
+    pub uuid: [u8; 16],
+}
+
 /// One frame of the stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -747,6 +761,8 @@ pub enum Event {
     HeapWalk(HeapWalk),
     /// Tag 55 (tags 55 to 59 are kept for multi-process jobs): the process's launcher identity.
     Identity(Identity),
+    /// Tag 56: the machine's GPU behind a device ordinal.
+    DeviceInfo(DeviceInfo),
 }
 
 #[cfg(test)]
