@@ -117,6 +117,7 @@ run_case fault_oom_device -- "$WORK/bin/faults" oom-device
 run_case fault_vmm -- "$WORK/bin/faults" vmm
 run_case fault_graph -- "$WORK/bin/faults" graph
 run_case fault_graph_shared -- "$WORK/bin/faults_shared" graph
+run_case fault_devices_per_thread -- "$WORK/bin/faults" devices-per-thread
 # Whole jobs (issue 14): two ranks started by torchrun under `gpushim run`, then the job view.
 # They need two GPUs; on one, each writes {"gpus": N} and compare.py says "not run".
 # run_job_case NAME [VAR=VALUE...]

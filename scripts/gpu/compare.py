@@ -512,6 +512,7 @@ def checks():
         missing("S8")
     fault_rows()
     graph_rows()
+    devices_per_thread_rows()
     job_rows()
 
 
@@ -789,6 +790,37 @@ def job_case(case):
 def site_bytes(r, module_part):
     """Live bytes of the sites with a frame in a module whose path contains `module_part`."""
     return sum(s["live_bytes"] for s in r["sites"] if any(module_part in f["module"] for f in s["frames"]))
+
+
+def devices_per_thread_rows():
+    """Each thread's current device, and the GPU behind each ordinal (issue 14)."""
+    t, r, _ = load("fault_devices_per_thread")
+    if r and t.get("gpus", 0) >= 2:
+        row(
+            "fault_devices_per_thread",
+            "cudaSetDevice per thread, cuCtxPushCurrent: bytes per GPU",
+            f"{mib(t['on_gpu0'])} on GPU 0, {mib(t['on_gpu1'])} on GPU 1",
+            f"{mib(gpu_live(r, 0))} on GPU 0, {mib(gpu_live(r, 1))} on GPU 1",
+            gpu_live(r, 0) == t["on_gpu0"] and gpu_live(r, 1) == t["on_gpu1"],
+            f"current device after the pop: {t['current_after_pop']}",
+        )
+        phys = {p["ordinal"]: p for p in r.get("physical_devices", [])}
+        want = [(t[f"pci{d}"].lower(), t[f"uuid{d}"]) for d in (0, 1)]
+        got = [
+            (phys.get(d, {}).get("pci_bus_id", "").lower(), phys.get(d, {}).get("uuid", "").replace("-", "")[3:])
+            for d in (0, 1)
+        ]
+        row(
+            "fault_devices_per_thread",
+            "physical_devices: PCI bus id and UUID per ordinal",
+            "; ".join(f"{b} {u[:8]}" for b, u in want),
+            "; ".join(f"{b} {u[:8]}" for b, u in got),
+            got == want,
+        )
+    elif t.get("gpus", 2) < 2:
+        one_gpu_row("fault_devices_per_thread", t)
+    else:
+        missing("fault_devices_per_thread")
 
 
 def job_rows():
