@@ -104,7 +104,9 @@ struct Writer {
     snapshots_sent: u32,
     ooms_sent: u32,
     events: u64,
-    /// Device ordinals whose `DeviceInfo` was sent (or asked for and not known).
+    /// Device ordinals whose `DeviceInfo` was sent (or asked for and not known): below 64 as
+    /// bits of `devices_mask`, others in `devices_described`.
+    devices_mask: u64,
     devices_described: HashSet<i32>,
 }
 
@@ -122,6 +124,7 @@ impl Writer {
             snapshots_sent: 0,
             ooms_sent: 0,
             events: 0,
+            devices_mask: 0,
             devices_described: HashSet::new(),
         }
     }
@@ -144,7 +147,18 @@ impl Writer {
     /// Sends `DeviceInfo` for `ordinal` the first time it is named (asked of the driver here,
     /// on the writer thread: off the program's path).
     fn describe_device(&mut self, ordinal: i32) {
-        if ordinal < 0 || !self.devices_described.insert(ordinal) {
+        // Ordinals below 64 in a bit mask: this runs for every allocation.
+        let new = match u32::try_from(ordinal) {
+            Ok(o) if o < 64 => {
+                let bit = 1u64 << o;
+                let new = self.devices_mask & bit == 0;
+                self.devices_mask |= bit;
+                new
+            }
+            Ok(_) => self.devices_described.insert(ordinal),
+            Err(_) => false,
+        };
+        if !new {
             return;
         }
         if let Some((pci_bus_id, uuid)) = crate::real::device_identity(ordinal) {

@@ -225,3 +225,42 @@ fn each_threads_current_device_counts_and_the_report_names_each_gpu() {
         );
     }
 }
+
+/// Peak resident memory the collector may reach on a long run: issue 14's goal for 1 billion
+/// events over 10,000 stacks (the benchmark, `BENCH_MODE=pipe BENCH_MAX_RSS_MIB=256
+/// scripts/bench-collector.sh 1000000000 10000`), checked here on a small count.
+const COLLECTOR_RSS_GOAL_KB: i64 = 256 * 1024;
+
+#[test]
+fn the_collectors_memory_stays_under_its_goal_over_ten_thousand_stacks() {
+    // 2,000,000 events over 10,000 distinct stacks from the stream generator, piped into
+    // `gpushim collect`; its peak RSS (wait4's ru_maxrss) must stay under the goal.
+    let gen = built("examples/gen_stream");
+    let dir = TempDir::new("job-memory");
+    let mut g = Command::new(gen)
+        .args(["--events", "2000000", "--stacks", "10000", "--live", "10000"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Reaped below by wait4, which also gives its resource usage.
+    #[allow(clippy::zombie_processes)]
+    let c = Command::new(collector())
+        .args(["collect", "--input", "-", "--output", dir.path().to_str().unwrap()])
+        .stdin(g.stdout.take().unwrap())
+        .stderr(std::process::Stdio::null())
+        .env_remove("LD_PRELOAD")
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out-parameter.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child with valid out-pointers.
+    let pid = unsafe { libc::wait4(c.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, c.id() as i32);
+    assert!(g.wait().unwrap().success());
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
+    assert!(usage.ru_maxrss < COLLECTOR_RSS_GOAL_KB, "collector peak RSS {} kB", usage.ru_maxrss);
+    let names = names_in(dir.path());
+    let r = read_json(&dir.path().join(&names[0]), &format!("{names:?}"));
+    assert_eq!(total(&r, "alloc_count") + total(&r, "free_count"), 2_000_000, "{names:?}");
+}
