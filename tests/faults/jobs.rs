@@ -264,3 +264,26 @@ fn the_collectors_memory_stays_under_its_goal_over_ten_thousand_stacks() {
     let r = read_json(&dir.path().join(&names[0]), &format!("{names:?}"));
     assert_eq!(total(&r, "alloc_count") + total(&r, "free_count"), 2_000_000, "{names:?}");
 }
+
+#[test]
+fn fail_on_leak_finds_the_report_of_a_program_with_a_rank() {
+    // A rank's report is gpushim-rank00000-PID.json: `--fail-on-leak` looked only for
+    // gpushim-PID.json and passed a leaking rank.
+    let dir = TempDir::new("job-fail-on-leak");
+    let out = Command::new(collector())
+        .args(["run", "--fail-on-leak", "--output", dir.path().to_str().unwrap(), "--"])
+        .arg(standin("hostile"))
+        .arg("rank")
+        .env("LD_LIBRARY_PATH", standins())
+        .env("RANK", "0")
+        .env("LOCAL_RANK", "0")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("gpushim: leak check failed: 1 leak suspect (") && err.contains("gpushim-rank00000-"),
+        "{err}"
+    );
+}

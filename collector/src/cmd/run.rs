@@ -76,10 +76,18 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
     (n.is_finite() && (0.0..1.8e19).contains(&v)).then_some(v as u64)
 }
 
-/// The leak check of `--fail-on-leak` on the program's final report in `dir`: a line saying
-/// why it failed, or `None` when it passed (no report: no CUDA memory, nothing leaked).
-fn leak_check(dir: &Path, pid: u32, limit: Option<u64>) -> Option<String> {
-    let path = dir.join(format!("gpushim-{pid}.json"));
+/// The leak check of `--fail-on-leak` on the program's final report: the one a collector
+/// named in `reports` for `pid` (its name carries the rank when the program has one), else
+/// `gpushim-PID.json` in `dir`. A line saying why it failed, or `None` when it passed (no
+/// report: no CUDA memory, nothing leaked).
+fn leak_check(dir: &Path, reports: &[std::path::PathBuf], pid: u32, limit: Option<u64>) -> Option<String> {
+    let named = reports.iter().find(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .and_then(crate::identity::final_report_name)
+            .is_some_and(|(p, _)| p == pid)
+    });
+    let path = named.cloned().unwrap_or_else(|| dir.join(format!("gpushim-{pid}.json")));
     let r = crate::report::Report::read(&path).ok()?;
     let mut why = Vec::new();
     if !r.suspects.is_empty() {
@@ -215,7 +223,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
             Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.clone()),
             None => env::current_dir().unwrap_or_default(),
         };
-        if let Some(line) = leak_check(&dir, child.id(), limit) {
+        if let Some(line) = leak_check(&dir, &heard.reports, child.id(), limit) {
             let _ = writeln!(io::stderr(), "{line}");
             return Ok(ExitCode::from(crate::error::LEAKED));
         }
