@@ -134,6 +134,33 @@ run_case fault_cublas_threads -- "$WORK/bin/vendor_threads" cublas-per-thread 10
 run_case fault_logits -- $PY T13_logits $T
 run_case fault_logits_compiled -- $PY T13_logits_compiled $T
 run_case fault_autograd_cycle -- $PY T13_autograd_cycle $T
+run_case fault_devices_per_thread -- "$WORK/bin/faults" devices-per-thread
+# Whole jobs (issue 14): two ranks started by torchrun under `gpushim run`, then the job view.
+# They need two GPUs; on one, each writes {"gpus": N} and compare.py says "not run".
+# run_job_case NAME [VAR=VALUE...]
+run_job_case() {
+  local name=$1; shift
+  selected "$name" || return 0
+  local d="$WORK/$name"
+  mkdir -p "$d"
+  local gpus
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  if [ "$gpus" -lt 2 ]; then
+    echo "{\"gpus\": $gpus}" > "$d/truth.json"
+    printf "%-18s skipped: %s GPU(s)\n" "$name" "$gpus" | tee -a "$WORK/runs.txt"
+    return 0
+  fi
+  local t0=$(date +%s%N)
+  ( cd "$d" && env "$@" timeout 300 "$REL/gpushim" run --output "$d" -- \
+      python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
+      "$ROOT/scripts/gpu/job_cases.py" "${name#job_}" "$d" > "$d/stdout" 2> "$d/stderr" )
+  local rc=$? t1=$(date +%s%N)
+  "$REL/gpushim" report "$d" --format json > "$d/job.json" 2>> "$d/stderr"
+  printf "%-18s rc=%-3s %6d ms\n" "$name" "$rc" "$(( (t1 - t0) / 1000000 ))" | tee -a "$WORK/runs.txt"
+}
+run_job_case job_ddp
+run_job_case job_gpu0_before_set_device
+run_job_case job_leak_one_rank PYTORCH_NO_CUDA_MEMORY_CACHING=1
 
 python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"
 cp "$WORK/table.md" "$WORK/versions.txt" "$OUT/"

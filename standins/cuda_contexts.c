@@ -7,6 +7,7 @@
  * context (device 0's primary context until the thread sets another).
  */
 #define _GNU_SOURCE
+#include <stdio.h>
 #include "cuda_table.h"
 
 #include <stdint.h>
@@ -68,6 +69,25 @@ API CUresult cuDeviceGet(int *device, int ordinal)
     if (device == NULL || ordinal < 0 || ordinal >= MAX_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
     *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+/* The stand-in machine's GPU behind ordinal d: PCI bus id 0000:(0x10 + d):00.0, UUID of 16 bytes
+ * 0xA0 + d, 1, 2, ..., 15 (a real driver gives the board's). */
+API CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, int dev)
+{
+    if (pciBusId == NULL || len <= 0 || dev < 0 || dev >= MAX_DEVICES)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x10 + dev);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetUuid_v2(unsigned char *uuid, int dev)
+{
+    if (uuid == NULL || dev < 0 || dev >= MAX_DEVICES)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < 16; i++)
+        uuid[i] = (unsigned char)(i == 0 ? 0xA0 + dev : i);
     return CUDA_SUCCESS;
 }
 

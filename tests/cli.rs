@@ -450,7 +450,11 @@ fn errors_name_the_real_cause() {
     };
     let missing = format!("{d}/missing.json");
     let under_file = format!("{f}/r.json");
-    one_line(&["report", &d], &format!("cannot read report {d}: is a directory"));
+    // A directory is a job view; this one holds no report.
+    one_line(
+        &["report", &d],
+        &format!("{d}: no final report (gpushim-PID.json or gpushim-rankR-PID.json) in this directory"),
+    );
     one_line(&["report", &missing], &format!("cannot read report {missing}: no such file"));
     one_line(&["report", &under_file], &format!("cannot read report {under_file}: not a directory"));
     one_line(&["diff", &d, &missing], &format!("cannot read report {d}: is a directory"));

@@ -306,6 +306,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         reason: ctx.reason,
         snapshot: ctx.snapshot,
         label: None,
+        interval: None,
         oom: None,
         start_unix_ns: ctx.hello.start_unix_ns,
         duration_s: secs(end),
@@ -386,6 +387,8 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         findings,
         notes,
         allocations,
+        physical_devices: Vec::new(),
+        identity: None,
         holders: None,
     }
 }

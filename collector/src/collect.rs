@@ -15,12 +15,13 @@ use gpushim_wire::{Decoder, Event, Failed, HeapWalk, Hello, MemInfo, WalkReason}
 use crate::assemble::{self, Context};
 use crate::error::{coded, BROKEN_STREAM};
 use crate::holders::{self, Holders};
+use crate::identity;
 use crate::live::{Op, State};
 use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
 use crate::render::text;
 use crate::reorder::{Observer, SnapshotPoint, Tracker};
-use crate::report::{Reason, Report};
+use crate::report::{Identity, PhysicalDevice, Reason, Report};
 use crate::symbolize::Symbolizer;
 use crate::words::fmt_bytes;
 
@@ -35,7 +36,26 @@ pub struct Options {
     /// Sample the driver's view of the target's device memory (NVML, [`crate::nvml`]) while
     /// the stream is read: only when the target is running, not for a recorded stream.
     pub sample_driver: bool,
+    /// Rolling reports of a long run (`GPUSHIM_REPORT_INTERVAL`), if asked for.
+    pub interval: Option<Intervals>,
 }
+
+/// Rolling reports: `gpushim-<pid>-interval-<n>.json` (the stem of `crate::identity`), the
+/// live set as applied so far, written at the first event whose time (the target's monotonic
+/// clock) is at least `every_ns` after the previous interval report (after the first event, for
+/// the first); only the latest `keep` files are kept, older ones are removed. A process that
+/// makes no allocation or free in an interval writes nothing for it: its live set did not
+/// change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Intervals {
+    /// Time between reports, ns.
+    pub every_ns: u64,
+    /// How many of the latest interval reports are kept (at least 1).
+    pub keep: usize,
+}
+
+/// Interval reports kept when `GPUSHIM_REPORT_KEEP` is not set.
+pub const DEFAULT_KEEP: usize = 3;
 
 /// What a collection produced.
 #[derive(Debug)]
@@ -83,6 +103,13 @@ struct Sink<'a> {
     driver: Option<crate::nvml::DriverView>,
     /// Start of the exit heap walk: when the program's own work ended (monotonic ns).
     work_end: Option<u64>,
+    /// The process's place in its job (the stream's `Identity` event), if any.
+    identity: Option<Identity>,
+    /// The machine's GPU behind each device ordinal (`DeviceInfo` events), by ordinal.
+    physical: BTreeMap<i32, PhysicalDevice>,
+    /// Interval reports written so far, and the paths of those kept (oldest first).
+    intervals: u32,
+    interval_files: std::collections::VecDeque<PathBuf>,
     err: &'a mut dyn Write,
 }
 
@@ -97,6 +124,17 @@ impl Observer for Sink<'_> {
 }
 
 impl Sink<'_> {
+    /// Adds what the stream said about the process (its job identity) and its GPUs to a report.
+    fn annotate(&self, report: &mut Report) {
+        report.identity = self.identity.clone();
+        report.physical_devices = self.physical.values().cloned().collect();
+    }
+
+    /// The stem of this process's report files (`gpushim-<pid>`, or with its rank).
+    fn stem(&self) -> String {
+        identity::stem(self.hello.pid, self.identity.as_ref())
+    }
+
     /// A heap walk's result: attributed to the live set as it is now (the walk saw the objects
     /// then); written beside its snapshot or out-of-memory report at once, kept for the end for
     /// the final report.
@@ -110,7 +148,7 @@ impl Sink<'_> {
                 return;
             }
             WalkReason::Snapshot => format!("{}.holders", self.snapshot_stem(h.number)),
-            WalkReason::Oom => format!("gpushim-{}-oom-{}.holders", self.hello.pid, h.number),
+            WalkReason::Oom => format!("{}-oom-{}.holders", self.stem(), h.number),
         };
         match write_json(&holders, &self.out_dir, &stem, self.err) {
             Ok(path) => {
@@ -162,13 +200,14 @@ impl Sink<'_> {
             thread_names: &self.thread_names,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
+        self.annotate(&mut report);
         let frames = match self.stacks.get(&f.stack) {
             Some(addrs) => self.sym.stack_of(f.stack, addrs),
             None => Vec::new(),
         };
         let start = state.first_ts_ns.unwrap_or(f.ts_ns).min(f.ts_ns);
         report.oom = Some(oom::record(f, self.mem_log.for_failure(f), start, frames));
-        let stem = format!("gpushim-{}-oom-{n}", self.hello.pid);
+        let stem = format!("{}-oom-{n}", self.stem());
         match write_report(&report, &self.out_dir, &stem, self.err) {
             Ok(path) => {
                 let _ =
@@ -180,6 +219,43 @@ impl Sink<'_> {
             }
             Err(e) => {
                 let _ = writeln!(self.err, "gpushim: out of memory: {what} failed; cannot write its report: {e:#}");
+            }
+        }
+    }
+
+    /// Writes interval report number `intervals + 1` of `state` (its latest event at `ts_ns`),
+    /// then removes the oldest kept one beyond `keep`. Failures are said on stderr once each and
+    /// collection goes on.
+    fn interval(&mut self, state: &State, ts_ns: u64, keep: usize) {
+        self.intervals += 1;
+        let n = self.intervals;
+        self.driver = self.sampler.as_ref().map(crate::nvml::Sampler::view_now);
+        let ctx = Context {
+            hello: &self.hello,
+            reason: Reason::Interval,
+            snapshot: None,
+            end_ts_ns: ts_ns,
+            lost_events: self.lost,
+            notes: self.notes.clone(),
+            mem_info: &self.mem_info,
+            stacks: &self.stacks,
+            driver: self.driver.as_ref(),
+            work_end_ns: None,
+            thread_names: &self.thread_names,
+        };
+        let mut report = assemble::build(state, ctx, &mut self.sym);
+        self.annotate(&mut report);
+        report.interval = Some(n);
+        let stem = format!("{}-interval-{n}", self.stem());
+        match write_report(&report, &self.out_dir, &stem, self.err) {
+            Ok(path) => self.interval_files.push_back(path),
+            Err(e) => {
+                let _ = writeln!(self.err, "gpushim: cannot write interval report {n}: {e:#}");
+            }
+        }
+        while self.interval_files.len() > keep.max(1) {
+            if let Some(old) = self.interval_files.pop_front() {
+                let _ = std::fs::remove_file(old);
             }
         }
     }
@@ -213,6 +289,7 @@ impl Sink<'_> {
             thread_names: &self.thread_names,
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
+        self.annotate(&mut report);
         let label = self.labels.get(&p.number).cloned();
         report.label = label.clone().filter(|l| !l.is_empty());
         let stem = self.snapshot_stem(p.number);
@@ -237,12 +314,12 @@ impl Sink<'_> {
         }
     }
 
-    /// The file name (without `.json`) of snapshot `n`: `gpushim-PID-snapshot-N`, and
+    /// The file name (without `.json`) of snapshot `n`: `gpushim-[rankR-]PID-snapshot-N`, and
     /// `-LABEL` after it for a labelled API snapshot.
     fn snapshot_stem(&self, n: u32) -> String {
         match self.labels.get(&n).filter(|l| !l.is_empty()) {
-            Some(l) => format!("gpushim-{}-snapshot-{n}-{l}", self.hello.pid),
-            None => format!("gpushim-{}-snapshot-{n}", self.hello.pid),
+            Some(l) => format!("{}-snapshot-{n}-{l}", self.stem()),
+            None => format!("{}-snapshot-{n}", self.stem()),
         }
     }
 
@@ -310,7 +387,7 @@ fn write_json<T: serde::Serialize>(doc: &T, dir: &Path, stem: &str, err: &mut dy
 /// a report for), or no directory would take the final report. A break after the Hello event
 /// is not an error: it is returned in [`Outcome::broken`] after the report is written.
 pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<Outcome> {
-    collect_answering(input, opts, err, &mut std::io::sink())
+    collect_with(input, opts, err, &mut std::io::sink(), &mut || {})
 }
 
 /// As [`collect`], answering each snapshot asked for through the shim's C API (the wire
@@ -324,6 +401,23 @@ pub fn collect_answering(
     opts: &Options,
     err: &mut dyn Write,
     answers: &mut dyn Write,
+) -> Result<Outcome> {
+    collect_with(input, opts, err, answers, &mut || {})
+}
+
+/// As [`collect_answering`], calling `stream_read` once the whole stream is read and applied
+/// to the live set, before the final report is built and written: `gpushim collect` confirms
+/// the end of the stream to the shim there (after any answers), so that the program's exit
+/// waits only for the stream to be read, not for symbolization and the report.
+///
+/// # Errors
+/// Those of [`collect`].
+pub fn collect_with(
+    input: impl Read,
+    opts: &Options,
+    err: &mut dyn Write,
+    answers: &mut dyn Write,
+    stream_read: &mut dyn FnMut(),
 ) -> Result<Outcome> {
     let mut input = BufReader::with_capacity(1 << 16, input);
     if input.fill_buf().context("reading the event stream")?.is_empty() {
@@ -367,6 +461,10 @@ pub fn collect_answering(
         sampler: None,
         driver: None,
         work_end: None,
+        identity: None,
+        physical: BTreeMap::new(),
+        intervals: 0,
+        interval_files: std::collections::VecDeque::new(),
         err,
     };
     if opts.sample_driver {
@@ -374,11 +472,19 @@ pub fn collect_answering(
     }
     let mut tracker = Tracker::new();
     let mut exit_ts: Option<u64> = None;
+    // The target time at which the next interval report is due (set at the first timed event).
+    let mut interval_due: Option<u64> = None;
     let broken = loop {
         let ev = match dec.next_event() {
             Ok(Some(ev)) => ev,
             Ok(None) => break None,
             Err(e) => break Some(e.to_string()),
+        };
+        let ts = match &ev {
+            Event::Alloc(a) => Some(a.ts_ns),
+            Event::Free(f) => Some(f.ts_ns),
+            Event::Failed(f) => Some(f.ts_ns),
+            _ => None,
         };
         match ev {
             Event::Alloc(a) => tracker.push(Op::Alloc(a), &mut sink),
@@ -419,13 +525,28 @@ pub fn collect_answering(
             Event::ThreadName(t) => {
                 sink.thread_names.entry(t.tid).or_insert(t.name);
             }
+            Event::DeviceInfo(d) => {
+                sink.physical.insert(d.ordinal, identity::physical_device(&d));
+            }
+            Event::Identity(i) => sink.identity = Some(identity::from_vars(&i.vars)),
             Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
         }
         sink.lost = tracker.lost();
+        if let (Some(iv), Some(ts)) = (opts.interval, ts) {
+            match interval_due {
+                None => interval_due = Some(ts.saturating_add(iv.every_ns)),
+                Some(due) if ts >= due => {
+                    sink.interval(tracker.state(), ts, iv.keep);
+                    interval_due = Some(ts.saturating_add(iv.every_ns));
+                }
+                Some(_) => {}
+            }
+        }
     };
     sink.lost = tracker.lost();
     tracker.finish(&mut sink);
     let lost = tracker.lost();
+    stream_read();
 
     let pid = sink.hello.pid;
     let mut notes = std::mem::take(&mut sink.notes);
@@ -474,13 +595,14 @@ pub fn collect_answering(
         thread_names: &sink.thread_names,
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
+    sink.annotate(&mut report);
     if let Some(e) = &broken {
         let _ = writeln!(sink.err, "gpushim: event stream from pid {pid} broken: {e}; report holds what was received");
     }
-    let path = write_report(&report, &sink.out_dir, &format!("gpushim-{pid}"), sink.err)
+    let path = write_report(&report, &sink.out_dir, &sink.stem(), sink.err)
         .with_context(|| format!("cannot write the report of pid {pid}"))?;
     if let Some(h) = sink.exit_holders.take() {
-        let stem = format!("gpushim-{pid}.holders");
+        let stem = format!("{}.holders", sink.stem());
         if let Err(e) = write_json(&h, &sink.out_dir, &stem, sink.err) {
             let _ = writeln!(sink.err, "gpushim: cannot write {stem}.json: {e:#}");
         }
@@ -820,6 +942,32 @@ mod tests {
             "{:?}",
             fin.notes
         );
+    }
+
+    /// The render loop's stream (events 10 ms apart, one last at 400 ms) with a report every
+    /// 50 ms, the latest two kept: reports at 60, 110, 160, 210, 260 and 400 ms; the files of the
+    /// fifth and sixth remain, the sixth holding the 31 live allocations applied by then.
+    #[test]
+    fn interval_reports_roll_and_keep_the_latest() {
+        let d = TempDir::new("interval");
+        let opts = Options { interval: Some(Intervals { every_ns: 50 * MS, keep: 2 }), ..Options::default() };
+        let mut err = Vec::new();
+        let out = collect(&stream(&d.0, true)[..], &opts, &mut err).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(&d.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains("-interval-"))
+            .collect();
+        names.sort();
+        assert_eq!(names, ["gpushim-4242-interval-5.json", "gpushim-4242-interval-6.json"], "{:?}", out.report);
+        let r = Report::read(&d.0.join("gpushim-4242-interval-6.json")).unwrap();
+        assert_eq!((r.reason, r.interval, r.snapshot), (Reason::Interval, Some(6), None));
+        assert_eq!((r.totals.live_count, r.totals.live_bytes), (31, 30 * (1 << 20) + 10));
+        let r5 = Report::read(&d.0.join("gpushim-4242-interval-5.json")).unwrap();
+        assert_eq!(r5.interval, Some(5));
+        assert!(r5.totals.alloc_count < r.totals.alloc_count);
+        // The final report is unchanged by them.
+        assert_eq!(Report::read(&out.report.unwrap()).unwrap().totals.live_count, 31);
     }
 
     #[test]

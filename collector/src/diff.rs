@@ -74,7 +74,7 @@ impl Row {
 }
 
 /// The key two sites are matched by: their frames' keys, innermost first.
-fn site_key(s: &Site) -> String {
+pub(crate) fn site_key(s: &Site) -> String {
     if s.frames.is_empty() {
         return if s.no_backtrace() { "<no backtrace>".into() } else { format!("<site {} without frames>", s.id) };
     }
@@ -597,6 +597,7 @@ mod tests {
             reason: Reason::Exit,
             snapshot: None,
             label: None,
+            interval: None,
             start_unix_ns: 0,
             duration_s: 1.0,
             shim_version: "0.1.0".into(),
@@ -616,6 +617,8 @@ mod tests {
             findings: vec![],
             notes: vec![],
             allocations: vec![],
+            physical_devices: Vec::new(),
+            identity: None,
             holders: None,
             oom: None,
         }

@@ -33,8 +33,10 @@
 //!   those and itself, in the order series, gauge, timeline, vmm, live, reorder, rank; [`holders`]
 //!   (who holds the memory: a heap walk attributed to the live set) builds on `live`, `report`
 //!   and `words`; [`owners`] imports only `report`, [`nvml`] nothing of the crate, and
-//!   [`gpumem`] builds on `nvml`, `report` and `words`; [`symbolize`], [`render`], [`diff`] and [`collect`] build on those; [`cmd`] builds on everything, and
-//!   nothing imports it.
+//!   [`gpumem`] builds on `nvml`, `report` and `words`; [`identity`] (rank, job id, file names,
+//!   a rank's own GPU) builds on `report`; [`symbolize`], [`render`], [`diff`] and [`collect`]
+//!   build on those; [`job`] (the job view of several processes' reports) on `diff`, `identity`
+//!   and `words`; [`cmd`] builds on everything, and nothing imports it.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -47,6 +49,8 @@ pub mod frames;
 pub mod gauge;
 pub mod gpumem;
 pub mod holders;
+pub mod identity;
+pub mod job;
 mod json;
 pub mod live;
 pub mod nvml;

@@ -56,7 +56,8 @@ enum Command {
     /// Perfetto trace.
     Report {
         /// A report file (gpushim-PID.json, a snapshot or an out-of-memory report); `-` reads
-        /// it from standard input.
+        /// it from standard input. A directory shows the job view: every process's final
+        /// report side by side (text or json).
         file: PathBuf,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]

@@ -4,6 +4,7 @@
 //! documented with their units in `docs/report-schema.md`; fields added after the first
 //! version carry `#[serde(default)]` so older reports still read.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
@@ -25,6 +26,9 @@ pub enum Reason {
     Snapshot,
     /// An allocation failed with out of memory (the report's `oom` says which).
     Oom,
+    /// A rolling report of a long run (`GPUSHIM_REPORT_INTERVAL`; the report's `interval` says
+    /// which).
+    Interval,
 }
 
 impl Reason {
@@ -35,6 +39,7 @@ impl Reason {
             Reason::Killed => "killed",
             Reason::Snapshot => "snapshot",
             Reason::Oom => "oom",
+            Reason::Interval => "interval",
         }
     }
 }
@@ -63,6 +68,9 @@ pub struct Report {
     /// reduced to `[A-Za-z0-9._-]`, at most 64 characters; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// The interval report's number (1, 2, …) for interval reports; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<u32>,
     /// The failed allocation an out-of-memory report is about; absent in other reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom: Option<Oom>,
@@ -113,6 +121,14 @@ pub struct Report {
     /// Observations that are not leak suspects (untraced device memory that grew), in words.
     #[serde(default)]
     pub findings: Vec<String>,
+    /// The machine's GPU behind each device ordinal the process used, as its driver said;
+    /// absent when the shim sent none (older shims, no device memory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub physical_devices: Vec<PhysicalDevice>,
+    /// Who the process is in a multi-process job (rank, launcher, visible GPUs); absent when
+    /// no launcher variable was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
     /// Messages from the shim and the collector about the report's completeness.
     pub notes: Vec<String>,
     /// The live pointer allocations at the end of the report, one each (at most
@@ -124,6 +140,44 @@ pub struct Report {
     /// the report is read or rendered; never written into the report itself.
     #[serde(skip)]
     pub holders: Option<Holders>,
+}
+
+/// The machine's GPU behind one device ordinal (CUDA Driver API, "Device Management":
+/// `cuDeviceGetPCIBusId`, `cuDeviceGetUuid_v2`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhysicalDevice {
+    /// The ordinal the process saw (after `CUDA_VISIBLE_DEVICES`).
+    pub ordinal: i32,
+    /// PCI `domain:bus:device.function`, as the driver wrote it; empty when unknown.
+    pub pci_bus_id: String,
+    /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, the form `nvidia-smi -L` and
+    /// `CUDA_VISIBLE_DEVICES` use; empty when unknown.
+    pub uuid: String,
+}
+
+/// A process's place in a multi-process job, from the launcher's environment variables as the
+/// shim read them when tracing started (the `Identity` event of the stream).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// Global rank: `RANK`, else `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK` or `PMI_RANK`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// Rank on this host: `LOCAL_RANK`, else `SLURM_LOCALID` or `OMPI_COMM_WORLD_LOCAL_RANK`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    /// Number of ranks: `WORLD_SIZE`, else `SLURM_NTASKS`, `OMPI_COMM_WORLD_SIZE` or `PMI_SIZE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+    /// The launcher's job id: `TORCHELASTIC_RUN_ID`, else `SLURM_JOB_ID` (with
+    /// `.SLURM_STEP_ID` when set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES` as set, which maps device ordinals to the machine's GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_visible_devices: Option<String>,
+    /// Every launcher variable that was set, by name.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// Process-wide counters.
@@ -776,6 +830,7 @@ mod tests {
             reason: Reason::Snapshot,
             snapshot: Some(2),
             label: None,
+            interval: None,
             start_unix_ns: 5,
             duration_s: 0.5,
             shim_version: "0.1.0".into(),
@@ -804,6 +859,8 @@ mod tests {
             findings: vec![],
             notes: vec!["n".into()],
             allocations: vec![],
+            physical_devices: Vec::new(),
+            identity: None,
             holders: None,
             oom: None,
         }

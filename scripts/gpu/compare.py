@@ -6,6 +6,7 @@ Usage: python3 compare.py RUN_DIR   (RUN_DIR/<case>/ holds truth.json, the repor
 import glob
 import json
 import os
+import re
 import sys
 import traceback
 
@@ -547,6 +548,8 @@ def checks():
     torch_snapshot_rows()
     owner_rows()
     issue13_rows()
+    devices_per_thread_rows()
+    job_rows()
 
 
 def torch_snapshot_rows():
@@ -982,6 +985,120 @@ def issue13_rows():
         )
     else:
         missing("fault_autograd_cycle")
+
+
+def job_case(case):
+    """(truth per rank, final report per rank, job view) of a two-rank case (scripts/gpu/job_cases.py),
+    or None after writing its row when it did not run."""
+    d = os.path.join(RUN, case)
+    if not os.path.isdir(d):
+        return None
+    if os.path.exists(os.path.join(d, "truth.json")):
+        one_gpu_row(case, read_json(os.path.join(d, "truth.json")))
+        return None
+    truths, reports = {}, {}
+    for f in glob.glob(os.path.join(d, "truth-rank*.json")):
+        t = read_json(f)
+        truths[t["rank"]] = t
+    for f in glob.glob(os.path.join(d, "gpushim-rank*.json")):
+        if re.fullmatch(r"gpushim-rank\d+-\d+(\.\d+)?\.json", os.path.basename(f)):
+            r = read_json(f)
+            reports[r["identity"]["rank"]] = r
+    job = read_json(os.path.join(d, "job.json")) if os.path.exists(os.path.join(d, "job.json")) else None
+    if sorted(truths) != [0, 1] or sorted(reports) != [0, 1] or job is None:
+        row(case, "two rank reports, truths and job.json", "ranks [0, 1]", f"{sorted(reports)} {sorted(truths)}", False)
+        return None
+    return truths, reports, job
+
+
+def site_bytes(r, module_part):
+    """Live bytes of the sites with a frame in a module whose path contains `module_part`."""
+    return sum(s["live_bytes"] for s in r["sites"] if any(module_part in f["module"] for f in s["frames"]))
+
+
+def devices_per_thread_rows():
+    """Each thread's current device, and the GPU behind each ordinal (issue 14)."""
+    t, r, _ = load("fault_devices_per_thread")
+    if r and t.get("gpus", 0) >= 2:
+        row(
+            "fault_devices_per_thread",
+            "cudaSetDevice per thread, cuCtxPushCurrent: bytes per GPU",
+            f"{mib(t['on_gpu0'])} on GPU 0, {mib(t['on_gpu1'])} on GPU 1",
+            f"{mib(gpu_live(r, 0))} on GPU 0, {mib(gpu_live(r, 1))} on GPU 1",
+            gpu_live(r, 0) == t["on_gpu0"] and gpu_live(r, 1) == t["on_gpu1"],
+            f"current device after the pop: {t['current_after_pop']}",
+        )
+        phys = {p["ordinal"]: p for p in r.get("physical_devices", [])}
+        want = [(t[f"pci{d}"].lower(), t[f"uuid{d}"]) for d in (0, 1)]
+        got = [
+            (phys.get(d, {}).get("pci_bus_id", "").lower(), phys.get(d, {}).get("uuid", "").replace("-", "")[3:])
+            for d in (0, 1)
+        ]
+        row(
+            "fault_devices_per_thread",
+            "physical_devices: PCI bus id and UUID per ordinal",
+            "; ".join(f"{b} {u[:8]}" for b, u in want),
+            "; ".join(f"{b} {u[:8]}" for b, u in got),
+            got == want,
+        )
+    elif t.get("gpus", 2) < 2:
+        one_gpu_row("fault_devices_per_thread", t)
+    else:
+        missing("fault_devices_per_thread")
+
+
+def job_rows():
+    """Whole jobs (issue 14): torchrun with two ranks under `gpushim run`, and the job view."""
+    got = job_case("job_ddp")
+    if got:
+        truths, reports, job = got
+        for rank in (0, 1):
+            t, r = truths[rank], reports[rank]
+            torch_bytes = site_bytes(r, "libc10_cuda")
+            row(
+                "job_ddp",
+                f"rank {rank}: live bytes of the caching allocator's sites == memory_reserved()",
+                mib(t["reserved"]),
+                mib(torch_bytes),
+                torch_bytes == t["reserved"],
+                f"NCCL sites apart: {mib(site_bytes(r, 'nccl'))}; GPU {rank} live {mib(gpu_live(r, rank))}; "
+                f"identity {r['identity'].get('rank')}/{r['identity'].get('world_size')}",
+            )
+        owns = [p["own_ordinal"] for p in job["processes"]]
+        row(
+            "job_ddp",
+            "each rank on its own GPU, nothing on another",
+            "[0, 1], none",
+            f"{owns}, {len(job['foreign'])}",
+            owns == [0, 1] and not job["foreign"],
+        )
+    got = job_case("job_gpu0_before_set_device")
+    if got:
+        truths, reports, job = got
+        f = job["foreign"]
+        row(
+            "job_gpu0_before_set_device",
+            "rank 1's tensor made before set_device flagged on GPU 0",
+            "rank 1, ordinal 0, >= 8 MiB",
+            "; ".join(f"{x['process']}, ordinal {x['ordinal']}, {mib(x['live_bytes'])}" for x in f) or "none",
+            len(f) == 1 and f[0]["process"] == "rank 1" and f[0]["ordinal"] == 0 and f[0]["live_bytes"] >= 8 * MIB,
+            f"truth: early tensor on {truths[1]['early_device']}, own on {truths[1]['own_device']}",
+        )
+    got = job_case("job_leak_one_rank")
+    if got:
+        truths, reports, job = got
+        groups = job["suspects"]
+        leak = sum(g["live_bytes"] for g in groups)
+        row(
+            "job_leak_one_rank",
+            "suspects of rank 1 only, holding its kept tensors",
+            f"rank 1 only, >= {mib(truths[1]['kept_bytes'])}",
+            "; ".join(f"{g['scope']} {g['processes']} {mib(g['live_bytes'])} at {g['at']}" for g in groups) or "none",
+            bool(groups)
+            and all(g["processes"] == ["rank 1"] and g["scope"] == "one" for g in groups)
+            and leak >= truths[1]["kept_bytes"],
+            f"rank 0 suspects: {len(reports[0]['suspects'])}",
+        )
 
 
 def main(argv=None):

@@ -22,6 +22,10 @@
 //                 stay live, no unknown free.
 //   arrays        CUDA arrays (2D, 3D, mipmapped) left live, against cuMemGetInfo's used bytes and
 //                 cuArrayGetMemoryRequirements.
+//   devices-per-thread (two GPUs) a thread on GPU 1 (cudaSetDevice) keeps 96 MiB; the main thread,
+//                 on GPU 0, keeps 64 MiB, pushes GPU 1's primary context (cuCtxPushCurrent) for a
+//                 32 MiB cuMemAlloc and pops it. Truth: each GPU's bytes, PCI bus id and UUID as the
+//                 runtime gives them, to compare with the report's devices and physical_devices.
 //   graph         graph memory nodes: 64 graphs each leaking a 1 MiB allocation node (launched once,
 //                 destroyed); a 32 MiB cudaMallocAsync captured into a graph destroyed unlaunched;
 //                 a 16 MiB allocation freed in its own graph, launched 3 times; an 8 MiB graph
@@ -533,6 +537,60 @@ static int graph()
     return 0;
 }
 
+// ---- devices-per-thread
+static void *on_gpu1(void *)
+{
+    void *p = nullptr;
+    CHECK(cudaSetDevice(1));
+    CHECK(cudaMalloc(&p, 96 * MiB));
+    CHECK(cudaDeviceSynchronize());
+    return p;
+}
+
+static int devices_per_thread()
+{
+    int n = 0;
+    CHECK(cudaGetDeviceCount(&n));
+    FILE *f = fopen("truth.json", "w");
+    if (n < 2) {
+        fprintf(f, "{\"gpus\": %d}\n", n);
+        fclose(f);
+        return 0;
+    }
+    CHECK(cudaSetDevice(0));
+    void *p = nullptr;
+    CHECK(cudaMalloc(&p, 64 * MiB));
+    pthread_t t;
+    if (pthread_create(&t, nullptr, on_gpu1, nullptr) != 0)
+        return 1;
+    pthread_join(t, nullptr);
+    CUdevice d1;
+    CUcontext c1, popped;
+    DRV(cuDeviceGet(&d1, 1));
+    DRV(cuDevicePrimaryCtxRetain(&c1, d1));
+    DRV(cuCtxPushCurrent(c1));
+    CUdeviceptr q;
+    DRV(cuMemAlloc(&q, 32 * MiB));
+    DRV(cuCtxPopCurrent(&popped));
+    int current = -1;
+    CHECK(cudaGetDevice(&current));
+    fprintf(f, "{\"gpus\": %d, \"on_gpu0\": %zu, \"on_gpu1\": %zu, \"current_after_pop\": %d", n, 64 * MiB,
+            128 * MiB, current);
+    for (int d = 0; d < 2; d++) {
+        char bus[64] = {0};
+        CHECK(cudaDeviceGetPCIBusId(bus, (int)sizeof bus - 1, d));
+        cudaDeviceProp prop{};
+        CHECK(cudaGetDeviceProperties(&prop, d));
+        fprintf(f, ", \"pci%d\": \"%s\", \"uuid%d\": \"", d, bus, d);
+        for (int i = 0; i < 16; i++)
+            fprintf(f, "%02x", (unsigned char)prop.uuid.bytes[i]);
+        fprintf(f, "\"");
+    }
+    fprintf(f, "}\n");
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -558,6 +616,8 @@ int main(int argc, char **argv)
         return vmm();
     if (!strcmp(c, "graph"))
         return graph();
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph\n");
+    if (!strcmp(c, "devices-per-thread"))
+        return devices_per_thread();
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph|devices-per-thread\n");
     return 2;
 }

@@ -161,7 +161,37 @@ pub struct Config {
     /// One line per bad value that was replaced (without the `gpushim: ` prefix), said on
     /// stderr once tracing has started and sent as the report's notes.
     pub warnings: Vec<String>,
+    /// The launcher's variables that are set ([`IDENTITY_VARS`]), `(name, value)`, sent as the
+    /// stream's `Identity` event.
+    pub identity: Vec<(String, String)>,
 }
+
+/// The environment variables that say who a process is in a multi-process job, in the order
+/// sent: PyTorch's `torchrun` (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`,
+/// `GROUP_RANK`, `TORCHELASTIC_RUN_ID`), Slurm's `srun` (`SLURM_JOB_ID`, `SLURM_STEP_ID`,
+/// `SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_NTASKS`), Open MPI's `mpirun`
+/// (`OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_LOCAL_RANK`, `OMPI_COMM_WORLD_SIZE`), MPICH/Hydra
+/// (`PMI_RANK`, `PMI_SIZE`), and `CUDA_VISIBLE_DEVICES`, which maps the process's device
+/// ordinals to the machine's GPUs (CUDA Programming Guide, "CUDA Environment Variables").
+pub const IDENTITY_VARS: &[&str] = &[
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "CUDA_VISIBLE_DEVICES",
+];
 
 /// A switch: `0`, `false`, `no`, `off` are off; `1`, `true`, `yes`, `on` are on (any case);
 /// anything else is `None`.
@@ -241,7 +271,8 @@ impl Config {
         let output_dir = output_dir_from_env();
         let collector = env_path("GPUSHIM_COLLECTOR").unwrap_or_else(default_collector);
         let _ = OUTPUT_DIR.set(output_dir.clone());
-        Config { collector, output_dir, cwd, warnings }
+        let identity = IDENTITY_VARS.iter().filter_map(|&k| Some((k.to_string(), env(k)?))).collect();
+        Config { collector, output_dir, cwd, warnings, identity }
     }
 
     /// Says, once tracing has started, the bad values that were replaced, one line each.

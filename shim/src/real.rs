@@ -13,7 +13,7 @@
 
 use crate::hook::{Hook, N};
 use crate::loader::{self, dlsym, empty_dl_info, for_each_module, is_own, noload_handle};
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -26,6 +26,9 @@ static KNOWN: [AtomicUsize; N] = [ZERO; N];
 /// Real `cuCtxGetDevice` and `cuMemGetInfo_v2`, for the device ordinal and OOM forensics.
 static CTX_GET_DEVICE: AtomicUsize = AtomicUsize::new(0);
 static MEM_GET_INFO: AtomicUsize = AtomicUsize::new(0);
+static DEVICE_GET: AtomicUsize = AtomicUsize::new(0);
+static DEVICE_GET_PCI_BUS_ID: AtomicUsize = AtomicUsize::new(0);
+static DEVICE_GET_UUID: AtomicUsize = AtomicUsize::new(0);
 /// Real `cuArrayGetMemoryRequirements` and `cuMipmappedArrayGetMemoryRequirements`, for the
 /// footprint of CUDA arrays.
 static ARRAY_REQUIREMENTS: AtomicUsize = AtomicUsize::new(0);
@@ -173,6 +176,53 @@ pub fn current_device() -> i32 {
     } else {
         -1
     }
+}
+
+/// The machine's GPU behind device `ordinal`: its PCI bus id (`cuDeviceGetPCIBusId`, empty if
+/// the driver did not say) and UUID (`cuDeviceGetUuid_v2`, else `cuDeviceGetUuid`; zeros if
+/// unknown), asked of the driver (CUDA Driver API, "Device Management"; neither needs a
+/// current context nor touches a stream). `None` when the driver has no such device. Called by
+/// the writer thread once per ordinal, never on the program's threads.
+pub fn device_identity(ordinal: i32) -> Option<(String, [u8; 16])> {
+    let get = driver_helper(&DEVICE_GET, c"cuDeviceGet");
+    if get == 0 {
+        return None;
+    }
+    // SAFETY: `get` is the driver's `CUresult cuDeviceGet(CUdevice *device, int ordinal)`.
+    let get: unsafe extern "C" fn(*mut c_int, c_int) -> c_int = unsafe { std::mem::transmute(get) };
+    let mut dev: c_int = -1;
+    // SAFETY: `dev` is a valid out-pointer.
+    if unsafe { get(&mut dev, ordinal) } != 0 {
+        return None;
+    }
+    let mut pci = String::new();
+    let f = driver_helper(&DEVICE_GET_PCI_BUS_ID, c"cuDeviceGetPCIBusId");
+    if f != 0 {
+        // SAFETY: f is the driver's `CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)`.
+        let f: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int = unsafe { std::mem::transmute(f) };
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: `buf` holds `len` bytes; the driver writes a NUL-terminated string into it.
+        if unsafe { f(buf.as_mut_ptr(), buf.len() as c_int - 1, dev) } == 0 {
+            // SAFETY: NUL-terminated within `buf` (its last byte stays 0).
+            pci = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
+        }
+    }
+    let mut uuid = [0u8; 16];
+    let mut f = driver_helper(&DEVICE_GET_UUID, c"cuDeviceGetUuid_v2");
+    if f == 0 {
+        f = lookup_in_cuda_libraries(c"cuDeviceGetUuid", true);
+    }
+    if f != 0 {
+        // SAFETY: f is the driver's `CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)`
+        // (`CUuuid` is 16 bytes), or its first version of the same signature.
+        let f: unsafe extern "C" fn(*mut u8, c_int) -> c_int = unsafe { std::mem::transmute(f) };
+        let mut out = [0u8; 16];
+        // SAFETY: `out` holds the 16 bytes of a CUuuid.
+        if unsafe { f(out.as_mut_ptr(), dev) } == 0 {
+            uuid = out;
+        }
+    }
+    Some((pci, uuid))
 }
 
 /// `(free, total)` device memory from `cuMemGetInfo_v2` for the current context, bytes.

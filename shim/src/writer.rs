@@ -108,6 +108,10 @@ struct Writer {
     answers: Vec<(u32, Sender<SnapshotReply>)>,
     /// Bytes read from the collector that do not yet end a line.
     answer_buf: Vec<u8>,
+    /// Device ordinals whose `DeviceInfo` was sent (or asked for and not known): below 64 as
+    /// bits of `devices_mask`, others in `devices_described`.
+    devices_mask: u64,
+    devices_described: HashSet<i32>,
 }
 
 impl Writer {
@@ -126,6 +130,8 @@ impl Writer {
             events: 0,
             answers: Vec::new(),
             answer_buf: Vec::new(),
+            devices_mask: 0,
+            devices_described: HashSet::new(),
         }
     }
 
@@ -133,12 +139,37 @@ impl Writer {
     fn begin(&mut self, cfg: &Config) -> bool {
         wire::write_header(&mut self.buf);
         self.push(&Event::Hello(hello(cfg)));
+        if !cfg.identity.is_empty() {
+            self.push(&Event::Identity(wire::Identity { vars: cfg.identity.clone() }));
+        }
         for w in &cfg.warnings {
             self.push(&Event::Note(w.clone()));
         }
         self.scan_modules();
         self.announce_python();
         self.flush()
+    }
+
+    /// Sends `DeviceInfo` for `ordinal` the first time it is named (asked of the driver here,
+    /// on the writer thread: off the program's path).
+    fn describe_device(&mut self, ordinal: i32) {
+        // Ordinals below 64 in a bit mask: this runs for every allocation.
+        let new = match u32::try_from(ordinal) {
+            Ok(o) if o < 64 => {
+                let bit = 1u64 << o;
+                let new = self.devices_mask & bit == 0;
+                self.devices_mask |= bit;
+                new
+            }
+            Ok(_) => self.devices_described.insert(ordinal),
+            Err(_) => false,
+        };
+        if !new {
+            return;
+        }
+        if let Some((pci_bus_id, uuid)) = crate::real::device_identity(ordinal) {
+            self.push(&Event::DeviceInfo(wire::DeviceInfo { ordinal, pci_bus_id, uuid }));
+        }
     }
 
     /// Sends `PyRuntime` once Python frames are captured, or once the note that this Python's
@@ -334,6 +365,7 @@ impl Writer {
         self.events += 1;
         match msg {
             Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx } => {
+                self.describe_device(device);
                 let stack = self.stack_id(frames, py);
                 self.push(&Event::Alloc(wire::Alloc {
                     seq,

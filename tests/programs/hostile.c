@@ -28,6 +28,7 @@
 
 #define NOINLINE __attribute__((noinline))
 #define MiB ((size_t)1 << 20)
+#define KiB ((size_t)1 << 10)
 
 static void check(const char *what, cudaError_t got)
 {
@@ -971,6 +972,128 @@ static int scenario_nvml_growth(void)
     return 0;
 }
 
+/* rank: one rank of a job (tests/faults/jobs.rs starts four with RANK and LOCAL_RANK set). It
+ * makes device LOCAL_RANK's primary context current and keeps LOCAL_RANK + 1 MiB there
+ * (rank_weights), then leaks 256 KiB at rank_step ten times, freeing a 64 KiB scratch buffer
+ * between (a leak of every rank); the rank named by LEAK_RANK also leaks 128 KiB at
+ * rank_odd_batch each step (a leak of one rank). The rank named by STRAY_RANK first keeps
+ * 2 MiB on device 0's primary context (rank_stray_on_gpu0), before switching to its own. */
+/* A macro, so that the first frame of each site is the function named for it. */
+#define rank_alloc(size)                                                                                   \
+    ({                                                                                                     \
+        CUresult (*mem_alloc)(CUdeviceptr *, size_t) =                                                     \
+            (CUresult(*)(CUdeviceptr *, size_t))driver_fn("cuMemAlloc_v2");                                \
+        CUdeviceptr d_ = 0;                                                                                \
+        check_cu("cuMemAlloc_v2", mem_alloc(&d_, (size)));                                                 \
+        d_;                                                                                                \
+    })
+
+static void rank_use_device(int dev)
+{
+    CUresult (*retain)(void **, int) = (CUresult(*)(void **, int))driver_fn("cuDevicePrimaryCtxRetain");
+    CUresult (*set_current)(void *) = (CUresult(*)(void *))driver_fn("cuCtxSetCurrent");
+    void *ctx = NULL;
+    check_cu("cuDevicePrimaryCtxRetain", retain(&ctx, dev));
+    check_cu("cuCtxSetCurrent", set_current(ctx));
+}
+
+static NOINLINE void rank_stray_on_gpu0(void) { (void)rank_alloc(2 * MiB); }
+static NOINLINE void rank_weights(int local) { (void)rank_alloc((size_t)(local + 1) * MiB); }
+static NOINLINE void rank_step(void) { (void)rank_alloc(256 * KiB); }
+static NOINLINE void rank_odd_batch(void) { (void)rank_alloc(128 * KiB); }
+
+static void rank_scratch(void)
+{
+    CUresult (*mem_free)(CUdeviceptr) = (CUresult(*)(CUdeviceptr))driver_fn("cuMemFree_v2");
+    check_cu("cuMemFree_v2", mem_free(rank_alloc(64 * KiB)));
+}
+
+static int env_int(const char *name, int otherwise)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : otherwise;
+}
+
+static int scenario_rank(void)
+{
+    int rank = env_int("RANK", -1), local = env_int("LOCAL_RANK", 0);
+    if (env_int("STRAY_RANK", -2) == rank) {
+        rank_use_device(0);
+        rank_stray_on_gpu0();
+    }
+    rank_use_device(local);
+    rank_weights(local);
+    for (int i = 0; i < 10; i++) {
+        usleep(2000);
+        rank_scratch();
+        rank_step();
+        if (env_int("LEAK_RANK", -2) == rank)
+            rank_odd_batch();
+    }
+    return 0;
+}
+
+/* devices-per-thread: each thread's own current device. Two threads make devices 1 and 2's
+ * primary contexts current and keep 1 and 2 MiB; the main thread keeps 4 MiB on device 0, pushes
+ * device 3's primary context (cuCtxPushCurrent) for 8 MiB, pops it and keeps 16 MiB more on
+ * device 0. Live at exit: 20 MiB on ordinal 0, 1 on 1, 2 on 2, 8 on 3. */
+static void *device_thread(void *arg)
+{
+    int dev = (int)(intptr_t)arg;
+    rank_use_device(dev);
+    (void)rank_alloc((size_t)dev * MiB);
+    return NULL;
+}
+
+static int scenario_devices_per_thread(void)
+{
+    CUresult (*retain)(void **, int) = (CUresult(*)(void **, int))driver_fn("cuDevicePrimaryCtxRetain");
+    CUresult (*push)(void *) = (CUresult(*)(void *))driver_fn("cuCtxPushCurrent_v2");
+    CUresult (*pop)(void **) = (CUresult(*)(void **))driver_fn("cuCtxPopCurrent_v2");
+    rank_use_device(0);
+    (void)rank_alloc(4 * MiB);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, device_thread, (void *)(intptr_t)(i + 1)) != 0)
+            return 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    void *ctx3 = NULL, *popped = NULL;
+    check_cu("cuDevicePrimaryCtxRetain", retain(&ctx3, 3));
+    check_cu("cuCtxPushCurrent_v2", push(ctx3));
+    (void)rank_alloc(8 * MiB);
+    check_cu("cuCtxPopCurrent_v2", pop(&popped));
+    (void)rank_alloc(16 * MiB);
+    return 0;
+}
+
+/* fork-workers: a parent that keeps 1 MiB, then forks three workers (as a DataLoader does)
+ * that each keep (worker + 1) * 256 KiB on device 0 and exit; the parent waits for them. */
+static int scenario_fork_workers(void)
+{
+    rank_use_device(0);
+    (void)rank_alloc(1 * MiB);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t kids[3];
+    for (int w = 0; w < 3; w++) {
+        kids[w] = fork();
+        if (kids[w] < 0)
+            return 1;
+        if (kids[w] == 0) {
+            rank_use_device(0);
+            (void)rank_alloc((size_t)(w + 1) * 256 * KiB);
+            exit(0);
+        }
+    }
+    for (int w = 0; w < 3; w++) {
+        int st = 0;
+        if (waitpid(kids[w], &st, 0) != kids[w] || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -981,6 +1104,12 @@ int main(int argc, char **argv)
     int rc;
     if (strcmp(s, "atfork-lock") == 0)
         rc = scenario_atfork_lock();
+    else if (strcmp(s, "rank") == 0)
+        rc = scenario_rank();
+    else if (strcmp(s, "devices-per-thread") == 0)
+        rc = scenario_devices_per_thread();
+    else if (strcmp(s, "fork-workers") == 0)
+        rc = scenario_fork_workers();
     else if (strcmp(s, "pipe-eof") == 0)
         rc = scenario_pipe_eof();
     else if (strcmp(s, "stdout-eof") == 0)

@@ -647,3 +647,102 @@ def test_fault_autograd_cycle_row(tmp_path, capsys, heads, result):
     assert rows[1][0] == "fault_autograd_cycle"
     assert rows[1][4] == result, rows[1]
     assert ("MulBackward0 (autograd thread)" in rows[1][5]) == (len(heads) == 2)
+def rank_report(rank, devices=(), sites=(), suspects=()):
+    r = report(sites=sites, suspects=suspects)
+    r["identity"] = {"rank": rank, "local_rank": rank, "world_size": 2}
+    r["devices"] = [{"ordinal": o, "live_bytes": b, "live_count": 1, "peak_live_bytes": b} for o, b in devices]
+    return r
+
+
+@pytest.mark.parametrize(
+    ("foreign", "result"),
+    [
+        ([{"process": "rank 1", "ordinal": 0, "live_bytes": 20 * MIB}], "PASS"),
+        ([], "FAIL"),
+        ([{"process": "rank 0", "ordinal": 1, "live_bytes": 20 * MIB}], "FAIL"),
+    ],
+)
+def test_job_gpu0_before_set_device_row(tmp_path, capsys, foreign, result):
+    write_case(
+        tmp_path,
+        "job_gpu0_before_set_device",
+        {
+            "truth-rank0.json": {"rank": 0, "early_device": 0, "own_device": 0},
+            "truth-rank1.json": {"rank": 1, "early_device": 0, "own_device": 1},
+            "gpushim-rank00000-10.json": rank_report(0, [(0, 40 * MIB)]),
+            "gpushim-rank00001-11.json": rank_report(1, [(0, 20 * MIB), (1, 20 * MIB)]),
+            "job.json": {"processes": [], "foreign": foreign, "suspects": []},
+        },
+    )
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)[1:]
+    assert [r[0] for r in rows] == ["job_gpu0_before_set_device"]
+    assert rows[0][4] == result
+
+
+def test_job_rows_on_one_gpu_say_not_run_and_ddp_compares_the_caching_allocators_sites(tmp_path, capsys):
+    write_case(tmp_path, "job_leak_one_rank", {"truth.json": {"gpus": 1}})
+    c10 = {**frame("c10::cuda::CUDACachingAllocator::malloc"), "module": "/x/libc10_cuda.so"}
+    nccl = {**frame("ncclMemAlloc"), "module": "/x/libnccl.so.2"}
+    files = {"job.json": {"processes": [{"own_ordinal": 0}, {"own_ordinal": 1}], "foreign": [], "suspects": []}}
+    for rank in (0, 1):
+        files[f"truth-rank{rank}.json"] = {"rank": rank, "reserved": 22 * MIB, "allocated": 10 * MIB}
+        sites = [site(1, [c10], live_bytes=22 * MIB), site(2, [nccl], live_bytes=4 * MIB)]
+        files[f"gpushim-rank0000{rank}-{20 + rank}.json"] = rank_report(rank, [(rank, 26 * MIB)], sites)
+    write_case(tmp_path, "job_ddp", files)
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)[1:]
+    assert [(r[0], r[4]) for r in rows] == [
+        ("job_ddp", "PASS"),
+        ("job_ddp", "PASS"),
+        ("job_ddp", "PASS"),
+        ("job_leak_one_rank", "PASS"),
+    ]
+    assert rows[0][5].startswith("NCCL sites apart: 4.00 MiB")
+    assert rows[3][1:4] == ["needs two GPUs", "2", "1"]
+
+
+def test_job_leak_one_rank_row(tmp_path, capsys):
+    def case(groups):
+        write_case(
+            tmp_path,
+            "job_leak_one_rank",
+            {
+                "truth-rank0.json": {"rank": 0, "kept": 0, "kept_bytes": 0},
+                "truth-rank1.json": {"rank": 1, "kept": 40, "kept_bytes": 40 * MIB},
+                "gpushim-rank00000-30.json": rank_report(0),
+                "gpushim-rank00001-31.json": rank_report(1),
+                "job.json": {"processes": [], "foreign": [], "suspects": groups},
+            },
+        )
+        compare.rows.clear()
+        compare.main(["compare.py", str(tmp_path)])
+        return table_rows(capsys.readouterr().out)[1][4]
+
+    one = {"scope": "one", "processes": ["rank 1"], "live_bytes": 40 * MIB, "at": "leak (x.py:3)"}
+    assert case([one]) == "PASS"
+    assert case([one, {**one, "processes": ["rank 0"]}]) == "FAIL"
+    assert case([{**one, "scope": "every", "processes": ["rank 0", "rank 1"]}]) == "FAIL"
+    assert case([]) == "FAIL"
+
+
+def test_fault_devices_per_thread_rows(tmp_path, capsys):
+    truth = {
+        "gpus": 2,
+        "on_gpu0": 64 * MIB,
+        "on_gpu1": 128 * MIB,
+        "current_after_pop": 0,
+        "pci0": "0000:3B:00.0",
+        "uuid0": "a0" * 16,
+        "pci1": "0000:5E:00.0",
+        "uuid1": "b1" * 16,
+    }
+    r = rank_report(0, [(0, 64 * MIB), (1, 128 * MIB)])
+    r["physical_devices"] = [
+        {"ordinal": 0, "pci_bus_id": "0000:3b:00.0", "uuid": "GPU-a0a0a0a0-a0a0-a0a0-a0a0-a0a0a0a0a0a0"},
+        {"ordinal": 1, "pci_bus_id": "0000:5e:00.0", "uuid": "GPU-b1b1b1b1-b1b1-b1b1-b1b1-b1b1b1b1b1b1"},
+    ]
+    write_case(tmp_path, "fault_devices_per_thread", {"truth.json": truth, "gpushim-5.json": r})
+    compare.main(["compare.py", str(tmp_path)])
+    rows = table_rows(capsys.readouterr().out)[1:]
+    assert [(x[0], x[4]) for x in rows] == [("fault_devices_per_thread", "PASS")] * 2

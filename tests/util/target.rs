@@ -114,11 +114,13 @@ impl Outcome {
     pub fn files(&self) -> Vec<String> {
         names_in(self.dir.path())
     }
-    /// Every final report (`gpushim-<pid>.json`), by pid.
+    /// Every final report (`gpushim-<pid>.json`, `gpushim-rank<R>-<pid>.json`), by pid.
     pub fn reports(&self) -> BTreeMap<u32, Value> {
         let mut m = BTreeMap::new();
         for f in self.files() {
             let Some(pid) = f.strip_prefix("gpushim-").and_then(|r| r.strip_suffix(".json")) else { continue };
+            // `gpushim-rank<R>-<pid>.json` for a process with a rank.
+            let pid = pid.strip_prefix("rank").and_then(|r| r.split_once('-')).map_or(pid, |(_, p)| p);
             let Ok(pid) = pid.parse::<u32>() else { continue };
             m.insert(pid, self.read(&f));
         }

@@ -7,8 +7,8 @@ use std::fmt;
 use std::io::{self, Read};
 
 use crate::{
-    Alloc, Api, ApiSnapshot, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
-    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map,
+    Alloc, Api, ApiSnapshot, ContextCreated, DeviceInfo, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
+    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind, LineTableFormat, Map,
     MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus,
     HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
 };
@@ -347,6 +347,23 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
             result: r.str()?,
         }),
         50 => Event::ThreadName(ThreadName { tid: r.u32()?, name: r.str()? }),
+        56 => {
+            let ordinal = r.i32()?;
+            let pci_bus_id = r.str()?;
+            let mut uuid = [0u8; 16];
+            for b in &mut uuid {
+                *b = r.u8()?;
+            }
+            Event::DeviceInfo(DeviceInfo { ordinal, pci_bus_id, uuid })
+        }
+        55 => {
+            let n = r.count(8)?;
+            let mut vars = Vec::with_capacity(n);
+            for _ in 0..n {
+                vars.push((r.str()?, r.str()?));
+            }
+            Event::Identity(Identity { vars })
+        }
         _ => return Ok(None),
     };
     r.done()?;

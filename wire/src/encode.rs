@@ -264,6 +264,22 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u32(t.tid);
             w.str(&t.name);
         }
+        Event::DeviceInfo(d) => {
+            w.u8(56);
+            w.i32(d.ordinal);
+            w.str(&d.pci_bus_id);
+            for &b in &d.uuid {
+                w.u8(b);
+            }
+        }
+        Event::Identity(id) => {
+            w.u8(55);
+            w.u32(id.vars.len() as u32);
+            for (k, v) in &id.vars {
+                w.str(k);
+                w.str(v);
+            }
+        }
     }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());

@@ -708,6 +708,30 @@ pub struct ThreadName {
     pub name: String,
 }
 
+/// Who the process is in a multi-process job: the launcher's variables (`RANK`, `LOCAL_RANK`,
+/// `WORLD_SIZE`, `TORCHELASTIC_RUN_ID`, `SLURM_JOB_ID`, `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK`,
+/// …) and `CUDA_VISIBLE_DEVICES`, as the shim read them from its environment when tracing
+/// started. Sent once, right after [`Hello`], and only when at least one is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// `(name, value)` of each variable that was set, in the shim's fixed order.
+    pub vars: Vec<(String, String)>,
+}
+
+/// The machine's GPU behind a device ordinal the process used, asked of the driver once per
+/// ordinal (`cuDeviceGetPCIBusId`, `cuDeviceGetUuid_v2`; CUDA Driver API, "Device
+/// Management"), so that reports of processes with different `CUDA_VISIBLE_DEVICES` can be
+/// compared. Sent before the first event that names the ordinal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The ordinal the process saw.
+    pub ordinal: i32,
+    /// `domain:bus:device.function` in hex (`0000:3b:00.0`); empty when the driver did not say.
+    pub pci_bus_id: String,
+    /// The device's 16-byte UUID (its MIG instance's under MIG); all zero when unknown.
+    pub uuid: [u8; 16],
+}
+
 /// One frame of the stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -766,6 +790,10 @@ pub enum Event {
     ApiSnapshot(ApiSnapshot),
     /// Tag 50: a thread's name.
     ThreadName(ThreadName),
+    /// Tag 55 (tags 55 to 59 are kept for multi-process jobs): the process's launcher identity.
+    Identity(Identity),
+    /// Tag 56: the machine's GPU behind a device ordinal.
+    DeviceInfo(DeviceInfo),
 }
 
 #[cfg(test)]

@@ -44,8 +44,8 @@ mod event; // Event, its structs, Kind, Api, LineTableFormat
 pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
-    Alloc, Api, ApiSnapshot, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
-    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map,
+    Alloc, Api, ApiSnapshot, ContextCreated, DeviceInfo, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
+    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind, LineTableFormat, Map,
     MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus,
     PY_NO_OFFSET,
 };
@@ -233,6 +233,10 @@ mod tests {
                 elapsed_ns: 0,
                 visited: 0,
                 result: String::new(),
+            }),
+            Event::DeviceInfo(DeviceInfo { ordinal: 1, pci_bus_id: "0000:3b:00.0".into(), uuid: [7; 16] }),
+            Event::Identity(Identity {
+                vars: vec![("RANK".into(), "3".into()), ("CUDA_VISIBLE_DEVICES".into(), "2,3".into())],
             }),
         ]
     }

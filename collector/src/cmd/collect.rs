@@ -23,9 +23,14 @@ use crate::error::{BROKEN_STREAM, OK};
 pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> {
     let html = std::env::var_os("GPUSHIM_HTML").is_some_and(|v| v == "1");
     let live = input.as_ref().is_none_or(|p| p.as_os_str() == "-");
-    let opts = collect::Options { output_dir: output, html, sample_driver: live };
-    signals::ignore_file_size_signal();
     let mut err = io::stderr().lock();
+    let interval = intervals(
+        std::env::var("GPUSHIM_REPORT_INTERVAL").ok().as_deref(),
+        std::env::var("GPUSHIM_REPORT_KEEP").ok().as_deref(),
+        &mut err,
+    );
+    let opts = collect::Options { output_dir: output, html, sample_driver: live, interval };
+    signals::ignore_file_size_signal();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {
         Some(path) => {
             let f = File::open(&path).with_context(|| format!("cannot read event stream {}", path.display()))?;
@@ -33,27 +38,103 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
         }
         None => {
             signals::ignore_interrupts();
-            super::run::tell_run_a_collector_started();
-            // Snapshots asked for through the shim's C API are answered on the same socket.
+            let run = super::run::tell_run_a_collector_started();
+            // Snapshots asked for through the shim's C API are answered on the same socket;
+            // the program's exit is released as soon as the stream is read, after any answers
+            // (the report is finished on our own); on an early error, after it.
             let mut answers: Box<dyn Write> = match stdin_copy() {
                 Some(f) => Box::new(f),
                 None => Box::new(io::sink()),
             };
-            let outcome = collect::collect_answering(io::stdin().lock(), &opts, &mut err, &mut answers);
-            confirm_to_shim();
+            let mut confirmed = false;
+            let outcome = collect::collect_with(io::stdin().lock(), &opts, &mut err, &mut answers, &mut || {
+                confirm_to_shim();
+                confirmed = true;
+            });
+            if !confirmed {
+                confirm_to_shim();
+            }
+            if let (Some(run), Ok(o)) = (run, &outcome) {
+                super::run::tell_run_the_report(run, o.report.as_deref());
+            }
             outcome?
         }
     };
     Ok(ExitCode::from(if outcome.broken.is_some() { BROKEN_STREAM } else { OK }))
 }
 
-/// Tells the shim, through the socket that is our stdin, that the whole stream was read (and
-/// the report written, or its failure reported): an empty line (one byte), after any answers
-/// to API snapshots. Without it the shim says on the
-/// program's stderr that the collector died. Errors are ignored: the program may be gone.
+/// The rolling reports asked for by `GPUSHIM_REPORT_INTERVAL` (seconds, above 0, fractions
+/// allowed) and `GPUSHIM_REPORT_KEEP` (how many to keep, at least 1; default
+/// [`collect::DEFAULT_KEEP`]), which the collector inherits from the program's environment. A
+/// bad value is said in one line on `err`: no interval reports then, or the default number kept.
+fn intervals(every: Option<&str>, keep: Option<&str>, err: &mut dyn Write) -> Option<collect::Intervals> {
+    let every = every.filter(|v| !v.is_empty())?;
+    let secs = match every.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => s,
+        _ => {
+            let _ = writeln!(
+                err,
+                "gpushim: GPUSHIM_REPORT_INTERVAL={every} is not a number of seconds above 0; no interval reports"
+            );
+            return None;
+        }
+    };
+    let keep = match keep.filter(|v| !v.is_empty()).map(|k| k.trim().parse::<usize>()) {
+        None => collect::DEFAULT_KEEP,
+        Some(Ok(k)) if k >= 1 => k,
+        Some(_) => {
+            let _ = writeln!(
+                err,
+                "gpushim: GPUSHIM_REPORT_KEEP={} is not a number of reports of 1 or more; keeping {}",
+                keep.unwrap_or_default(),
+                collect::DEFAULT_KEEP
+            );
+            collect::DEFAULT_KEEP
+        }
+    };
+    Some(collect::Intervals { every_ns: (secs * 1e9) as u64, keep })
+}
+
+/// Tells the shim, through the socket that is our stdin, that the whole stream was read: one
+/// byte, then both directions of the socket are shut down, so that the shim, which waits for
+/// the end of the socket, lets the program exit now while the report is finished (the
+/// descriptor itself stays open: its number is not reused by a report file). Without the byte
+/// the shim says on the program's stderr that the collector died. Errors are ignored: the
+/// program may be gone, and standard input may be a file (`--input -`).
 fn confirm_to_shim() {
-    if let Some(mut f) = stdin_copy() {
-        let _ = f.write_all(b"\n");
+    use std::os::fd::{AsFd, AsRawFd};
+    if let Ok(fd) = io::stdin().as_fd().try_clone_to_owned() {
+        let _ = File::from(fd).write_all(b"\n");
+    }
+    // SAFETY: shutdown on our own standard input; on anything but a socket it fails (ENOTSOCK)
+    // and changes nothing.
+    unsafe { libc::shutdown(io::stdin().as_fd().as_raw_fd(), libc::SHUT_RDWR) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_settings_and_their_bad_values() {
+        let mut err = Vec::new();
+        assert_eq!(intervals(None, Some("4"), &mut err), None);
+        assert_eq!(
+            intervals(Some("0.5"), None, &mut err),
+            Some(collect::Intervals { every_ns: 500_000_000, keep: collect::DEFAULT_KEEP })
+        );
+        assert_eq!(
+            intervals(Some("60"), Some("10"), &mut err),
+            Some(collect::Intervals { every_ns: 60_000_000_000, keep: 10 })
+        );
+        assert!(err.is_empty());
+        assert_eq!(intervals(Some("soon"), None, &mut err), None);
+        assert_eq!(intervals(Some("1"), Some("0"), &mut err).map(|i| i.keep), Some(collect::DEFAULT_KEEP));
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "gpushim: GPUSHIM_REPORT_INTERVAL=soon is not a number of seconds above 0; no interval reports\n\
+             gpushim: GPUSHIM_REPORT_KEEP=0 is not a number of reports of 1 or more; keeping 3\n"
+        );
     }
 }
 

@@ -18,9 +18,34 @@ use crate::render::TextOptions;
 /// If the report cannot be read, or the output cannot be created or written; the message names
 /// the file.
 pub fn run(file: &Path, format: Format, output: Option<&Path>, opts: TextOptions) -> Result<ExitCode> {
+    if file.is_dir() {
+        return job(file, format, output);
+    }
     let report = read_report(file)?;
     let renderer = renderer(format, opts);
     write_output(output, &mut |out| renderer.render(&report, out))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gpushim report DIR`: the job view of every final report in `DIR` ([`crate::job`]), as text
+/// or JSON.
+///
+/// # Errors
+/// Exit code 2 for another format, or a directory without a final report; those of
+/// [`write_output`].
+fn job(dir: &Path, format: Format, output: Option<&Path>) -> Result<ExitCode> {
+    let write: fn(&crate::job::JobView, &mut dyn std::io::Write) -> std::io::Result<()> = match format {
+        Format::Text => crate::job::write_text,
+        Format::Json => crate::job::write_json,
+        _ => {
+            return Err(crate::error::coded(
+                crate::error::USAGE,
+                format!("{}: a directory (the job view) is shown as text or json only", dir.display()),
+            ))
+        }
+    };
+    let view = crate::job::build(&crate::job::read_dir(dir)?);
+    write_output(output, &mut |out| write(&view, out))?;
     Ok(ExitCode::SUCCESS)
 }
 

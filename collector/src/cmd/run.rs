@@ -20,7 +20,10 @@
 //! pipe), writes one byte into the same pipe at its start: `GPUSHIM_RUN_NOTIFY` names the read
 //! end as `/proc/PID/fd/N:DEV:INODE`, reopened for writing after its identity is checked
 //! ([`tell_run_a_collector_started`]). The message comes from `run` alone, never from the
-//! library in the program.
+//! library in the program. Each collector holds that write end until its report is written, then
+//! sends the report's path ([`tell_run_the_report`]): so `run` waits for the reports of the whole
+//! process tree (forked workers, ranks of a launcher) and, when there are several, prints one
+//! job summary (`crate::job`).
 
 use std::env;
 use std::ffi::{OsStr, OsString};
@@ -73,10 +76,18 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
     (n.is_finite() && (0.0..1.8e19).contains(&v)).then_some(v as u64)
 }
 
-/// The leak check of `--fail-on-leak` on the program's final report in `dir`: a line saying
-/// why it failed, or `None` when it passed (no report: no CUDA memory, nothing leaked).
-fn leak_check(dir: &Path, pid: u32, limit: Option<u64>) -> Option<String> {
-    let path = dir.join(format!("gpushim-{pid}.json"));
+/// The leak check of `--fail-on-leak` on the program's final report: the one a collector
+/// named in `reports` for `pid` (its name carries the rank when the program has one), else
+/// `gpushim-PID.json` in `dir`. A line saying why it failed, or `None` when it passed (no
+/// report: no CUDA memory, nothing leaked).
+fn leak_check(dir: &Path, reports: &[std::path::PathBuf], pid: u32, limit: Option<u64>) -> Option<String> {
+    let named = reports.iter().find(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .and_then(crate::identity::final_report_name)
+            .is_some_and(|(p, _)| p == pid)
+    });
+    let path = named.cloned().unwrap_or_else(|| dir.join(format!("gpushim-{pid}.json")));
     let r = crate::report::Report::read(&path).ok()?;
     let mut why = Vec::new();
     if !r.suspects.is_empty() {
@@ -188,23 +199,31 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
         }
     })?;
     let status = child.wait().context("waiting for the program")?;
-    let waited = wait_for_eof(done_read, COLLECTOR_WAIT);
-    if waited == Waited::Eof(0) {
-        let _ = writeln!(io::stderr(), "gpushim: no CUDA allocations: no report");
-    }
-    if waited == Waited::TimedOut {
-        let _ = writeln!(
-            io::stderr(),
-            "gpushim: the collector is still running after {} s; its report will appear when it finishes",
-            COLLECTOR_WAIT.as_secs()
-        );
+    let heard = match wait_for_eof(done_read, COLLECTOR_WAIT) {
+        Waited::Eof(h) => {
+            if h.started == 0 {
+                let _ = writeln!(io::stderr(), "gpushim: no CUDA allocations: no report");
+            }
+            h
+        }
+        Waited::TimedOut(h) => {
+            let _ = writeln!(
+                io::stderr(),
+                "gpushim: a collector is still running after {} s; its report will appear when it finishes",
+                COLLECTOR_WAIT.as_secs()
+            );
+            h
+        }
+    };
+    if heard.reports.len() > 1 {
+        let _ = crate::job::print_run_summary(&heard.reports, &mut io::stderr().lock());
     }
     if let (Some(limit), Some(0)) = (opts.fail_on_leak, status.code()) {
         let dir = match &opts.output {
             Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.clone()),
             None => env::current_dir().unwrap_or_default(),
         };
-        if let Some(line) = leak_check(&dir, child.id(), limit) {
+        if let Some(line) = leak_check(&dir, &heard.reports, child.id(), limit) {
             let _ = writeln!(io::stderr(), "{line}");
             return Ok(ExitCode::from(crate::error::LEAKED));
         }
@@ -244,44 +263,100 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// The environment variable that names `run`'s pipe to the collectors (see the module doc).
 const NOTIFY_VAR: &str = "GPUSHIM_RUN_NOTIFY";
 
-/// For `gpushim collect` started by the shim: one byte into the pipe of the `gpushim run` it
-/// runs under, if any (`GPUSHIM_RUN_NOTIFY`), so that `run` knows a report is coming. The path
-/// is opened only if it is that very pipe (device and inode, unique while the pipe exists: a
-/// reused pid names another file), without blocking; every failure is ignored.
-pub(crate) fn tell_run_a_collector_started() {
-    let Some(v) = env::var_os(NOTIFY_VAR) else { return };
+/// For `gpushim collect` started by the shim: one byte (`c`) into the pipe of the `gpushim run`
+/// it runs under, if any (`GPUSHIM_RUN_NOTIFY`), so that `run` knows a report is coming. The
+/// path is opened only if it is that very pipe (device and inode, unique while the pipe exists:
+/// a reused pid names another file), without blocking; every failure is ignored. The pipe is
+/// returned, to be held until the report is written ([`tell_run_the_report`]): `run` waits
+/// until every collector of the process tree it started has closed it.
+pub(crate) fn tell_run_a_collector_started() -> Option<File> {
+    let v = env::var_os(NOTIFY_VAR)?;
     let v = v.to_string_lossy();
     let mut parts = v.rsplitn(3, ':');
-    let (Some(ino), Some(dev), Some(path)) = (parts.next(), parts.next(), parts.next()) else { return };
-    let (Ok(ino), Ok(dev)) = (ino.parse::<u64>(), dev.parse::<u64>()) else { return };
-    let Ok(mut f) = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)
-    else {
-        return;
-    };
+    let (Some(ino), Some(dev), Some(path)) = (parts.next(), parts.next(), parts.next()) else { return None };
+    let (Ok(ino), Ok(dev)) = (ino.parse::<u64>(), dev.parse::<u64>()) else { return None };
+    let mut f =
+        std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).ok()?;
     if f.metadata().is_ok_and(|m| m.dev() == dev && m.ino() == ino && m.file_type().is_fifo()) {
         let _ = f.write(b"c");
+        return Some(f);
+    }
+    None
+}
+
+/// Longest report path that [`tell_run_the_report`] sends: one write of at most `PIPE_BUF`
+/// (4096) bytes is never interleaved with another collector's (POSIX, `write(2)` on a pipe).
+const MAX_NOTIFIED_PATH: usize = 4096 - 2;
+
+/// For `gpushim collect`, once its final report is written: `r`, the report's path and a NUL
+/// into `run`'s pipe (from [`tell_run_a_collector_started`]), then the pipe is closed.
+pub(crate) fn tell_run_the_report(mut pipe: File, report: Option<&Path>) {
+    use std::os::unix::ffi::OsStrExt;
+    if let Some(p) = report.and_then(|p| std::path::absolute(p).ok()) {
+        let bytes = p.as_os_str().as_bytes();
+        if bytes.len() <= MAX_NOTIFIED_PATH && !bytes.contains(&0) {
+            let mut msg = Vec::with_capacity(bytes.len() + 2);
+            msg.push(b'r');
+            msg.extend_from_slice(bytes);
+            msg.push(0);
+            let _ = pipe.write(&msg);
+        }
     }
 }
 
 /// How [`wait_for_eof`] ended.
 #[derive(Debug, PartialEq, Eq)]
 enum Waited {
-    /// Every write end was closed, after this many bytes (one per collector started).
-    Eof(usize),
-    /// The limit passed first.
-    TimedOut,
+    /// Every write end was closed: the collectors that started (one `c` each) and the final
+    /// reports they wrote.
+    Eof(Heard),
+    /// The limit passed first; what was heard until then.
+    TimedOut(Heard),
 }
 
-/// Waits until every write end of the pipe is closed, counting the bytes read.
+/// What the collectors of a run wrote into its pipe.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Heard {
+    /// Collectors started.
+    started: usize,
+    /// Final reports written, in the order they were finished.
+    reports: Vec<std::path::PathBuf>,
+}
+
+impl Heard {
+    /// Takes the complete messages at the front of `buf` (`c`, or `r` PATH NUL), leaving an
+    /// incomplete one.
+    fn take(&mut self, buf: &mut Vec<u8>) {
+        use std::os::unix::ffi::OsStrExt;
+        loop {
+            match buf.first() {
+                Some(b'r') => {
+                    let Some(end) = buf.iter().position(|&b| b == 0) else { return };
+                    self.reports.push(std::path::PathBuf::from(OsStr::from_bytes(&buf[1..end])));
+                    buf.drain(..=end);
+                }
+                Some(_) => {
+                    self.started += 1;
+                    buf.remove(0);
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+/// Waits until every write end of the pipe is closed, reading what the collectors say.
 fn wait_for_eof(read: OwnedFd, limit: Duration) -> Waited {
     let deadline = Instant::now() + limit;
     let mut file = File::from(read);
-    let mut buf = [0u8; 64];
-    let mut bytes = 0;
+    let mut chunk = [0u8; 4096];
+    let mut buf = Vec::new();
+    let mut heard = Heard::default();
     loop {
+        heard.take(&mut buf);
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Waited::TimedOut;
+            return Waited::TimedOut(heard);
         }
         let mut p = libc::pollfd { fd: file.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
@@ -291,16 +366,20 @@ fn wait_for_eof(read: OwnedFd, limit: Duration) -> Waited {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            return Waited::Eof(bytes.max(1));
+            heard.started = heard.started.max(1);
+            return Waited::Eof(heard);
         }
         if n == 0 {
-            return Waited::TimedOut;
+            return Waited::TimedOut(heard);
         }
-        match file.read(&mut buf) {
-            Ok(0) => return Waited::Eof(bytes),
-            Ok(k) => bytes += k,
+        match file.read(&mut chunk) {
+            Ok(0) => return Waited::Eof(heard),
+            Ok(k) => buf.extend_from_slice(&chunk[..k]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return Waited::Eof(bytes.max(1)),
+            Err(_) => {
+                heard.started = heard.started.max(1);
+                return Waited::Eof(heard);
+            }
         }
     }
 }
@@ -334,11 +413,27 @@ mod tests {
     fn eof_when_the_writer_closes_and_timeout_when_it_does_not() {
         let (r, w) = pipe().unwrap();
         drop(w);
-        assert_eq!(wait_for_eof(r, Duration::from_secs(5)), Waited::Eof(0));
+        assert_eq!(wait_for_eof(r, Duration::from_secs(5)), Waited::Eof(Heard::default()));
         let (r, w) = pipe().unwrap();
         File::from(w).write_all(b"cc").unwrap();
-        assert_eq!(wait_for_eof(r, Duration::from_secs(5)), Waited::Eof(2));
+        assert_eq!(wait_for_eof(r, Duration::from_secs(5)), Waited::Eof(Heard { started: 2, reports: vec![] }));
         let (r, _w) = pipe().unwrap();
-        assert_eq!(wait_for_eof(r, Duration::from_millis(20)), Waited::TimedOut);
+        assert_eq!(wait_for_eof(r, Duration::from_millis(20)), Waited::TimedOut(Heard::default()));
+        // Two collectors: both start, then each sends its report's path (one split across reads).
+        let (r, w) = pipe().unwrap();
+        let mut w = File::from(w);
+        w.write_all(b"ccr/o/gpushim-rank00001-7.json\0r/o/gpu").unwrap();
+        let t = std::thread::spawn(move || {
+            w.write_all(b"shim-8.json\0").unwrap();
+        });
+        let got = wait_for_eof(r, Duration::from_secs(5));
+        t.join().unwrap();
+        assert_eq!(
+            got,
+            Waited::Eof(Heard {
+                started: 2,
+                reports: vec!["/o/gpushim-rank00001-7.json".into(), "/o/gpushim-8.json".into()]
+            })
+        );
     }
 }

@@ -292,14 +292,20 @@ fn ignores(status: &str, sig: libc::c_int) -> bool {
         .is_some_and(|mask| (1..=64).contains(&sig) && mask & (1u64 << (sig - 1)) != 0)
 }
 
-/// Names of the snapshot files of `pid` in `dir`.
+/// Names of the snapshot files of `pid` in `dir` (`gpushim-PID-snapshot-N.json`, or
+/// `gpushim-rankR-PID-snapshot-N.json` for a process with a rank: `crate::identity`).
 fn snapshot_names(dir: &Path, pid: i32) -> io::Result<HashSet<OsString>> {
-    let prefix = format!("gpushim-{pid}-snapshot-");
+    let tail = format!("{pid}-snapshot-");
     let mut names = HashSet::new();
     for e in fs::read_dir(dir)? {
         let name = e?.file_name();
         let s = name.to_string_lossy();
-        if s.starts_with(&prefix) && s.ends_with(".json") {
+        let Some(rest) = s.strip_prefix("gpushim-") else { continue };
+        let rest = match rest.strip_prefix("rank") {
+            Some(r) => r.trim_start_matches(|c: char| c.is_ascii_digit()).strip_prefix('-').unwrap_or(""),
+            None => rest,
+        };
+        if rest.starts_with(&tail) && s.ends_with(".json") {
             names.insert(name);
         }
     }
@@ -318,6 +324,8 @@ mod tests {
             "gpushim-5-snapshot-1.json",
             "gpushim-5-snapshot-2.1.json",
             "gpushim-55-snapshot-1.json",
+            "gpushim-rank00003-5-snapshot-4.json",
+            "gpushim-rank00003-55-snapshot-4.json",
             "gpushim-5.json",
             ".gpushim-5-snapshot-3.json.tmp-1",
         ] {
@@ -325,7 +333,10 @@ mod tests {
         }
         let mut got: Vec<_> = snapshot_names(&d.0, 5).unwrap().into_iter().collect();
         got.sort();
-        assert_eq!(got, vec!["gpushim-5-snapshot-1.json", "gpushim-5-snapshot-2.1.json"]);
+        assert_eq!(
+            got,
+            vec!["gpushim-5-snapshot-1.json", "gpushim-5-snapshot-2.1.json", "gpushim-rank00003-5-snapshot-4.json"]
+        );
     }
 
     #[test]
