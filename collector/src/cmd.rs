@@ -4,6 +4,7 @@
 
 pub mod collect;
 pub mod diff;
+pub mod preload;
 pub mod report;
 pub mod run;
 mod signals;

@@ -100,6 +100,8 @@ enum Command {
         #[arg(long, value_name = "SECS", default_value_t = 10.0)]
         timeout: f64,
     },
+    /// Print the absolute path of libgpushim.so, for `LD_PRELOAD=$(gpushim preload-path) CMD`.
+    PreloadPath,
     /// Read an event stream (stdin, as spawned by the shim, or --input) and write reports.
     #[command(hide = true)]
     Collect {
@@ -149,6 +151,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Diff { old, new, top, format } => cmd::diff::run(&old, &new, top, format),
         Command::Snapshot { pid, signal, timeout } => cmd::snapshot::run(pid, signal, timeout),
+        Command::PreloadPath => cmd::preload::run(),
         Command::Collect { input, output, .. } => cmd::collect::run(input, output),
     }
 }
@@ -189,6 +192,7 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["gpushim", "snapshot", "0"]).is_err(), "pid 0 would signal a group");
         assert!(Cli::try_parse_from(["gpushim", "collect"]).is_ok());
+        assert!(matches!(Cli::try_parse_from(["gpushim", "preload-path"]).unwrap().command, Command::PreloadPath));
     }
 
     /// `gpushim report FILE --format F -o OUT` for every format, and `gpushim diff --format
