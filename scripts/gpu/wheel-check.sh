@@ -24,9 +24,16 @@ fail() {
   exit 1
 }
 
-"$PYTHON" -m venv --system-site-packages "$OUT/venv" >"$OUT/venv.log" 2>&1 || fail "venv: $(tail -1 "$OUT/venv.log")"
-"$OUT/venv/bin/python" -m pip install --no-index --no-deps --disable-pip-version-check "$wheel" \
-  >"$OUT/pip.log" 2>&1 || fail "pip install: $(tail -1 "$OUT/pip.log")"
+pip=("$OUT/venv/bin/python" -m pip)
+if ! "$PYTHON" -m venv --system-site-packages "$OUT/venv" >"$OUT/venv.log" 2>&1; then
+  # No ensurepip there: a venv without pip, filled by the system's pip (22.3 or later).
+  rm -rf "$OUT/venv"
+  "$PYTHON" -m venv --system-site-packages --without-pip "$OUT/venv" >>"$OUT/venv.log" 2>&1 ||
+    fail "venv: $(tail -1 "$OUT/venv.log")"
+  pip=("$PYTHON" -m pip --python "$OUT/venv/bin/python")
+fi
+"${pip[@]}" install --no-index --no-deps --disable-pip-version-check "$wheel" >"$OUT/pip.log" 2>&1 ||
+  fail "pip install: $(tail -1 "$OUT/pip.log")"
 "$OUT/venv/bin/python" -c 'import torch; assert torch.cuda.is_available()' 2>"$OUT/torch.log" ||
   fail "torch with CUDA not importable from the venv: $(tail -1 "$OUT/torch.log")"
 lib=$("$OUT/venv/bin/gpushim" preload-path) || fail "gpushim preload-path"
