@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): the Rust workspace's formatting, lints, build and tests, then
-# the Python scripts' formatting and lints (ruff, configured in pyproject.toml) and their tests
-# (pytest, tests/py/). Stops at the first failure; no GPU needed.
+# the Python files' formatting and lints (ruff, configured in pyproject.toml) and their tests
+# (pytest, tests/py/), then the wheel (scripts/test-wheel.sh). Stops at the first failure; no GPU
+# needed.
 #
 # ruff and pytest come from a virtual environment made here on first use, at pinned versions, under
 # the cargo target directory (ignored by git, removed by `cargo clean`). PYTHON picks the Python
@@ -75,5 +76,9 @@ step "$VENV/bin/python" -m pytest || rc=$?
 # pytest exits 5 when it collected no test: a fault of the suite's layout, never a pass.
 [ "$rc" -ne 5 ] || die "pytest collected no tests (testpaths in pyproject.toml: tests/py/)"
 [ "$rc" -eq 0 ] || exit "$rc"
+
+# The wheel: built (manylinux_2_28), installed into a new virtual environment and run on the
+# bundled example from there with no cargo on PATH (uses the stand-ins built above).
+step bash scripts/test-wheel.sh
 
 echo "scripts/test.sh: all passed in $((SECONDS - start)) s" >&2

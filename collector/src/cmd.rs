@@ -5,6 +5,7 @@
 pub mod collect;
 pub mod diff;
 pub mod kernel;
+pub mod preload;
 pub mod report;
 pub mod run;
 mod signals;

@@ -106,6 +106,8 @@ enum Command {
         #[command(subcommand)]
         action: KernelAction,
     },
+    /// Print the absolute path of libgpushim.so, for `LD_PRELOAD=$(gpushim preload-path) CMD`.
+    PreloadPath,
     /// Read an event stream (stdin, as spawned by the shim, or --input) and write reports.
     #[command(hide = true)]
     Collect {
@@ -178,6 +180,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Diff { old, new, top, format } => cmd::diff::run(&old, &new, top, format),
         Command::Snapshot { pid, signal, timeout } => cmd::snapshot::run(pid, signal, timeout),
+        Command::PreloadPath => cmd::preload::run(),
         Command::Collect { input, output, .. } => cmd::collect::run(input, output),
         Command::Kernel { action: KernelAction::Install { name, display_name, user: _, prefix, python } } => {
             let place = prefix.map_or(cmd::kernel::Place::User, cmd::kernel::Place::Prefix);
@@ -222,6 +225,7 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["gpushim", "snapshot", "0"]).is_err(), "pid 0 would signal a group");
         assert!(Cli::try_parse_from(["gpushim", "collect"]).is_ok());
+        assert!(matches!(Cli::try_parse_from(["gpushim", "preload-path"]).unwrap().command, Command::PreloadPath));
     }
 
     /// `gpushim report FILE --format F -o OUT` for every format, and `gpushim diff --format

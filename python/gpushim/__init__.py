@@ -1,5 +1,9 @@
 """gpushim: a GPU memory leak detector for CUDA programs (PyTorch, JAX, CuPy, Numba, C++, Rust).
 
+The wheel holds the ``gpushim`` command (a Rust executable, installed in the environment's
+scripts directory) and ``libgpushim.so`` (in this package), the library it preloads into the
+traced program. Run ``gpushim run -- python train.py`` or ``python -m gpushim run -- ...``.
+
 The Python API (works with or without the tracer loaded; without it, it says that tracing is
 off and does nothing; it never raises):
 
@@ -16,7 +20,8 @@ from importlib import metadata as _metadata
 from gpushim._api import holders_path, is_tracing, report_path, snapshot
 
 try:
-    # The wheel's version: one number for the crates and the wheel.
+    # The wheel's version, which maturin takes from the Cargo workspace (workspace.package.version):
+    # one number for the crates and the wheel.
     __version__: str = _metadata.version("gpushim")
 except _metadata.PackageNotFoundError:  # imported from a checkout, not installed
     __version__ = "0+unknown"

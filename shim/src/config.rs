@@ -151,7 +151,8 @@ pub fn snapshot_signal() -> Option<c_int> {
 
 /// The settings read when tracing starts.
 pub struct Config {
-    /// The `gpushim` binary (`GPUSHIM_COLLECTOR`, else `gpushim` beside this library). Paths
+    /// The `gpushim` binary (`GPUSHIM_COLLECTOR`, else `gpushim` beside this library or, for an
+    /// installed wheel, in its scripts directory: `collector_for`). Paths
     /// are kept as the bytes the system gave, whatever their encoding.
     pub collector: PathBuf,
     /// Where reports go (`GPUSHIM_OUTPUT`, made absolute against `cwd`; default `cwd`).
@@ -283,7 +284,7 @@ impl Config {
     }
 }
 
-/// `gpushim` in the directory this library was loaded from.
+/// `gpushim` for the directory this library was loaded from ([`collector_for`]).
 fn default_collector() -> PathBuf {
     let mut info = loader::empty_dl_info();
     // SAFETY: dladdr only writes `info`.
@@ -292,10 +293,37 @@ fn default_collector() -> PathBuf {
         // SAFETY: the loader's NUL-terminated path.
         let me = Path::new(OsStr::from_bytes(unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes()));
         if let Some(dir) = me.parent().filter(|d| !d.as_os_str().is_empty()) {
-            return dir.join("gpushim");
+            return collector_for(dir);
         }
     }
     PathBuf::from("gpushim")
+}
+
+/// The `gpushim` executable for a library in `dir`: beside it (a cargo build, `target/release/`),
+/// else, when `dir` is the `gpushim` package of an installed wheel
+/// (`PREFIX/lib/pythonX.Y/site-packages/gpushim/`, also `lib64` and `dist-packages`), the
+/// wheel's script `PREFIX/bin/gpushim`; where neither exists, the one beside it (which the error
+/// that follows then names).
+fn collector_for(dir: &Path) -> PathBuf {
+    let beside = dir.join("gpushim");
+    if beside.is_file() {
+        return beside;
+    }
+    let name = |p: Option<&Path>| p.and_then(Path::file_name).and_then(OsStr::to_str).unwrap_or("").to_owned();
+    let packages = dir.parent();
+    let python = packages.and_then(Path::parent);
+    let lib = python.and_then(Path::parent);
+    let wheel = name(Some(dir)) == "gpushim"
+        && matches!(name(packages).as_str(), "site-packages" | "dist-packages")
+        && name(python).starts_with("python")
+        && name(lib).starts_with("lib");
+    if let Some(prefix) = lib.and_then(Path::parent).filter(|_| wheel) {
+        let script = prefix.join("bin").join("gpushim");
+        if script.is_file() {
+            return script;
+        }
+    }
+    beside
 }
 
 #[cfg(test)]
@@ -315,5 +343,32 @@ mod tests {
             (64, Some("GPUSHIM_MAX_FRAMES=x is not a number from 1 to 256; using 64".into()))
         );
         assert_eq!(max_frames_value("0", 64).0, 64);
+    }
+
+    /// A cargo build has the collector beside the library; an installed wheel has the library
+    /// in `PREFIX/lib/pythonX.Y/site-packages/gpushim/` and the collector in `PREFIX/bin/`.
+    #[test]
+    fn the_collector_is_found_beside_the_library_or_in_the_wheels_scripts() {
+        let root = std::env::temp_dir().join(format!("gpushim-collector-for-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (lib, packages) in [("lib", "site-packages"), ("lib64", "site-packages"), ("lib", "dist-packages")] {
+            let prefix = root.join(format!("{lib}-{packages}"));
+            let pkg = prefix.join(lib).join("python3.11").join(packages).join("gpushim");
+            std::fs::create_dir_all(&pkg).unwrap();
+            std::fs::create_dir_all(prefix.join("bin")).unwrap();
+            // Neither there: the one beside, for the error message.
+            assert_eq!(collector_for(&pkg), pkg.join("gpushim"));
+            std::fs::write(prefix.join("bin/gpushim"), b"").unwrap();
+            assert_eq!(collector_for(&pkg), prefix.join("bin/gpushim"));
+            std::fs::write(pkg.join("gpushim"), b"").unwrap();
+            assert_eq!(collector_for(&pkg), pkg.join("gpushim"), "beside comes first");
+        }
+        // A directory that is not a package of a Python prefix never looks in `../../../../bin`.
+        let other = root.join("x/y/z/gpushim");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::create_dir_all(root.join("x/bin")).unwrap();
+        std::fs::write(root.join("x/bin/gpushim"), b"").unwrap();
+        assert_eq!(collector_for(&other), other.join("gpushim"));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

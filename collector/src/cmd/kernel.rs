@@ -51,7 +51,7 @@ pub fn install(opts: &Options) -> Result<ExitCode> {
         return Err(coded(USAGE, format!("kernel name {:?}: use letters, digits, '.', '_' and '-' only", opts.name)));
     }
     let exe = env::current_exe().context("cannot find the path of the gpushim executable")?;
-    let lib = library(&exe)?;
+    let lib = super::preload::find_library(&exe).map_or_else(super::preload::library, Ok)?;
     let python = match &opts.python {
         Some(p) => std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()))?,
         None => on_path("python3").ok_or_else(|| {
@@ -93,16 +93,6 @@ fn spec(python: &Path, lib: &Path, exe: &Path, display_name: &str) -> serde_json
             "GPUSHIM_COLLECTOR": exe.to_string_lossy(),
         },
     })
-}
-
-/// `libgpushim.so` next to this executable, as `gpushim run` finds it.
-fn library(exe: &Path) -> Result<PathBuf> {
-    let lib = exe.with_file_name("libgpushim.so");
-    if lib.is_file() {
-        Ok(lib)
-    } else {
-        Err(coded(USAGE, format!("{} not found (it must sit next to the gpushim executable)", lib.display())))
-    }
 }
 
 /// The Jupyter data directory of `place`.

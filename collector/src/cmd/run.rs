@@ -108,20 +108,11 @@ fn leak_check(dir: &Path, reports: &[std::path::PathBuf], pid: u32, limit: Optio
 /// signal number is returned only if that signal does not end it.
 ///
 /// # Errors
-/// Exit code 2 if `libgpushim.so` is not next to this executable or the output directory
+/// Exit code 2 if `libgpushim.so` is not found ([`super::preload::library`]) or the output directory
 /// does not exist; 127 if the program is not found; 126 if it cannot be executed.
 pub fn run(opts: &Options) -> Result<ExitCode> {
     let exe = env::current_exe().context("cannot find the path of the gpushim executable")?;
-    let lib = exe.with_file_name("libgpushim.so");
-    if !lib.is_file() {
-        return Err(coded(
-            USAGE,
-            format!(
-                "{} not found; build it with `cargo build --release` (it must sit next to the gpushim executable)",
-                lib.display()
-            ),
-        ));
-    }
+    let lib = super::preload::library()?;
     let Some((prog, args)) = opts.command.split_first() else {
         return Err(coded(USAGE, "no command given; usage: gpushim run [--output DIR] -- CMD ARGS..."));
     };

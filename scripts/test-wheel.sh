@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The wheel as a user gets it (run by scripts/test.sh, after the cargo build that makes the CUDA
+# stand-ins): builds the manylinux_2_28 wheel (scripts/build-wheel.sh), installs it into a fresh
+# virtual environment, and there, with no cargo on PATH and nothing of the checkout but the
+# stand-ins, runs the bundled leaky example (examples/leak.c) under it:
+# - `gpushim run -- leak_example 200` must name render (examples/leak.c) as suspect #1;
+# - `LD_PRELOAD=$(gpushim preload-path) leak_example` (no `gpushim run`, no GPUSHIM_COLLECTOR:
+#   the library finds the collector in the environment's bin/) must write a report;
+# - `python -m gpushim` must be the same executable (version, exit status);
+# - the versions of the executable and of the Python package must be the workspace's.
+# Prints "test-wheel.sh: N passed, 0 failed" at the end; stops at the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() {
+  echo "test-wheel.sh: FAILED: $*" >&2
+  exit 1
+}
+
+start=$SECONDS
+target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+version=$(cargo metadata --format-version 1 --no-deps |
+  grep -o '"name":"gpushim-collector","version":"[^"]*"' | sed 's/.*"version":"\([^"]*\)"/\1/')
+[ -n "$target" ] && [ -n "$version" ] || die "cargo metadata named no target directory or version"
+standins=$(find "$target"/debug/build "$target"/release/build -maxdepth 3 -type d \
+  -path '*gpushim-tests-*/out/standins' 2>/dev/null | head -n 1)
+[ -x "$standins/leak_example" ] || die "no stand-ins built: run 'cargo build' first"
+
+work=$target/wheel-check
+rm -rf "$work"
+mkdir -p "$work/out" "$work/preload"
+wheel=$(bash scripts/build-wheel.sh "$work/dist")
+echo "test-wheel.sh: built $(basename "$wheel") in $((SECONDS - start)) s" >&2
+
+python=$(command -v "${PYTHON:-python3}")
+"$python" -m venv "$work/venv"
+"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps "$wheel"
+
+# The user's environment: the venv's bin and the system's, no cargo, no rustc; only what a
+# shell has (HOME, a locale) and the stand-in CUDA libraries.
+user_env=(env -i HOME="$work" LANG=C.UTF-8 PATH="$work/venv/bin:/usr/local/bin:/usr/bin:/bin"
+  LD_LIBRARY_PATH="$standins")
+passed=0
+ok() {
+  passed=$((passed + 1))
+  echo "test-wheel.sh: ok: $*" >&2
+}
+
+# shellcheck disable=SC2016
+"${user_env[@]}" sh -c '! command -v cargo && ! command -v rustc' >/dev/null || die "cargo is on the user's PATH"
+[ "$("${user_env[@]}" sh -c 'command -v gpushim')" = "$work/venv/bin/gpushim" ] || die "gpushim is not the venv's"
+ok "installed with no Rust toolchain on PATH"
+
+# gpushim run on the bundled example.
+cp "$standins/leak_example" "$work/leak_example" # nothing of the checkout is run but the stand-ins
+rc=0
+(cd "$work/out" && "${user_env[@]}" gpushim run -- "$work/leak_example" 200) 2>"$work/run.err" || rc=$?
+cat "$work/run.err" >&2
+[ "$rc" -eq 0 ] || die "gpushim run exited $rc"
+grep -E '^gpushim: suspect #1 site [0-9]+: .* at render \(examples/leak\.c:[0-9]+\)$' "$work/run.err" >/dev/null ||
+  die "no suspect #1 at render (examples/leak.c) in gpushim run's summary"
+report=$(ls "$work"/out/gpushim-*.json)
+"${user_env[@]}" gpushim report "$report" | grep -q 'render' || die "gpushim report $report names no render"
+ok "gpushim run -- leak_example 200: suspect #1 at render (examples/leak.c)"
+
+# LD_PRELOAD by hand: the library, in site-packages/gpushim/, starts bin/gpushim.
+lib=$("${user_env[@]}" gpushim preload-path)
+case $lib in
+"$work"/venv/lib*/python3*/site-packages/gpushim/libgpushim.so) ;;
+*) die "gpushim preload-path printed '$lib', not the venv's package" ;;
+esac
+(cd "$work/preload" && "${user_env[@]}" LD_PRELOAD="$lib" "$work/leak_example" 20) 2>"$work/preload.err" ||
+  die "leak_example under LD_PRELOAD=\$(gpushim preload-path) failed: $(cat "$work/preload.err")"
+ls "$work"/preload/gpushim-*.json >/dev/null 2>&1 ||
+  die "LD_PRELOAD=\$(gpushim preload-path): no report ($(cat "$work/preload.err"))"
+ok "LD_PRELOAD=\$(gpushim preload-path): the library started the venv's collector and wrote a report"
+
+# python -m gpushim is the same executable: same version line, exit status passed on.
+[ "$("${user_env[@]}" gpushim --version)" = "gpushim $version" ] || die "gpushim --version is not 'gpushim $version'"
+[ "$("${user_env[@]}" python -m gpushim --version)" = "gpushim $version" ] || die "python -m gpushim --version"
+rc=0
+"${user_env[@]}" python -m gpushim run -- sh -c 'exit 7' 2>/dev/null || rc=$?
+[ "$rc" -eq 7 ] || die "python -m gpushim run -- sh -c 'exit 7' exited $rc"
+ok "python -m gpushim: the same executable, exit status passed on"
+
+# The Python package: its version is the workspace's, its paths are the installed files.
+# shellcheck disable=SC2016
+got=$("${user_env[@]}" python -c '
+import gpushim, gpushim._paths as p
+print(gpushim.__version__, p.collector_path(), p.preload_path())')
+[ "$got" = "$version $work/venv/bin/gpushim $lib" ] || die "gpushim.__version__ and _paths gave '$got'"
+ok "gpushim.__version__ is $version; _paths finds the installed executable and library"
+
+echo "test-wheel.sh: done in $((SECONDS - start)) s" >&2
+echo "test-wheel.sh: $passed passed, 0 failed" >&2
