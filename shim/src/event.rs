@@ -24,6 +24,9 @@ pub enum Msg {
         frames: Box<[u64]>,
         py: PyFrames,
         ctx: u64,
+        /// The stack is the same as the previous `Alloc` with frames from this `tid`, and
+        /// `frames` and `py` are empty (see `last_stack`).
+        same: bool,
     },
     /// A free call and its result.
     Free { seq: u64, ts_ns: u64, addr: u64, api: Api, stream: u64, tid: u32, result: i32 },

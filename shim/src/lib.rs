@@ -44,6 +44,7 @@ mod hash;
 mod hook;
 mod inflight;
 mod init;
+mod last_stack;
 mod launch;
 mod loader;
 mod python;

@@ -10,7 +10,7 @@ use gpushim_wire::{Api, Kind};
 
 use crate::event::Msg;
 use crate::state::{self, DISABLED, ENABLED, FINISHED, SEQ, STARTING, STATE, UNINIT};
-use crate::{config, inflight, loader, python, real, sys, unwind, writer};
+use crate::{config, inflight, last_stack, loader, python, real, sys, unwind, writer};
 
 pub use crate::real::DEV_CURRENT;
 
@@ -67,6 +67,7 @@ pub fn reset_after_fork() {
     let _ = TID.try_with(|t| t.set(0));
     let _ = DEPTH.try_with(|d| d.set(0));
     python::reset_after_fork();
+    last_stack::forget();
     inflight::reset_after_fork();
     state::reset_after_fork();
 }
@@ -115,19 +116,34 @@ fn send(tx: &Sender<Msg>, msg: Msg) {
 /// The calling thread's backtrace as return addresses, innermost first, without this
 /// library's frames; empty when backtraces are off.
 fn capture() -> Box<[u64]> {
+    let mut raw = [std::mem::MaybeUninit::<u64>::uninit(); unwind::MEMO_FRAMES];
+    capture_into(&mut raw).into()
+}
+
+/// [`capture`] into `raw` (room for the frames kept and our own), without a heap allocation.
+fn capture_into(raw: &mut [std::mem::MaybeUninit<u64>; unwind::MEMO_FRAMES]) -> std::borrow::Cow<'_, [u64]> {
     if !config::backtraces() || !unwind::safe_to_unwind() {
-        return Box::new([]);
+        return std::borrow::Cow::Borrowed(&[]);
     }
     let max = config::max_frames().clamp(1, 256);
-    // Room for our own frames (hook, record, capture), which are stripped below.
-    let mut raw = [0u64; 256 + 16];
-    let got = if config::fast_unwind() { unwind::capture(&mut raw[..max + 16]) } else { 0 };
+    // Room for our own frames (hook, record, capture), which are stripped below. Not zeroed:
+    // 2 KiB of memset per call was a fifth of the shim's instructions on the pool-hit loop
+    // (callgrind, docs/performance.md); the unwinder initializes what it reports.
+    let got = if config::fast_unwind() { unwind::capture(&mut raw[..max + 16], config::unwind_cache()) } else { 0 };
     if got > 0 {
-        let own = raw[..got].iter().take_while(|&&a| loader::is_own(a as usize)).count();
+        // SAFETY: `unwind::capture` initialized `raw[..got]`.
+        let raw = unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<u64>(), got) };
+        let own = raw.iter().take_while(|&&a| loader::is_own(a as usize)).count();
         let n = (got - own).min(max);
-        return raw[own..own + n].into();
+        return std::borrow::Cow::Borrowed(&raw[own..own + n]);
     }
-    // No fast unwinder (other architectures, or no unwind rule for our own frame): libgcc's.
+    std::borrow::Cow::Owned(capture_libgcc(max).into_vec())
+}
+
+/// The backtrace by libgcc's unwinder: when there is no fast unwinder (other architectures, or
+/// no unwind rule for our own frame), or `GPUSHIM_UNWIND=libgcc`.
+#[inline(never)]
+fn capture_libgcc(max: usize) -> Box<[u64]> {
     let mut buf = [0u64; 256];
     let mut n = 0usize;
     let mut ours = true;
@@ -186,14 +202,18 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
         } else {
             0
         };
-        let frames = capture();
+        let mut raw = [std::mem::MaybeUninit::<u64>::uninit(); unwind::MEMO_FRAMES];
+        let native = capture_into(&mut raw);
         // One relaxed load when the process runs no (supported) Python.
         let py = python::capture();
         let ts_ns = sys::now_ns();
         let tid = tid();
+        // The same stack as this thread's previous allocation: no frames sent (`last_stack`).
+        let same = result == 0 && config::unwind_cache() && last_stack::same_as_last(&native, py.as_deref());
+        let (frames, py): (Box<[u64]>, _) = if same { (Box::new([]), None) } else { (native.into(), py) };
         let seq = SEQ.fetch_add(1, AcqRel);
         let msg = if result == 0 {
-            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx }
+            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx, same }
         } else {
             // CUDA_ERROR_OUT_OF_MEMORY and cudaErrorMemoryAllocation are both 2; the free and
             // total memory are those of the device the allocation was for. Not asked on a

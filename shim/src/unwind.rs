@@ -12,8 +12,22 @@
 //! the previous one, so a wrong or missing rule ends the backtrace early instead of faulting.
 //! Code without CFI (JIT code) is crossed through its frame pointer when `rbp` points into the
 //! stack, else the backtrace ends there. On any other stack the fast walk does not start.
+//!
+//! Per-thread memo (issue 18): each thread keeps the rules its previous walk used, by frame
+//! number (`MEMO`). A frame whose looked-up address is the one the previous walk had at the same
+//! frame number takes that rule from the memo, not from the shared table: one compare in a
+//! thread-local line instead of a hash probe into 4 MiB of shared tables (two cache misses per
+//! frame when the table is cold). The memo holds exactly what `rule_for` returned for that
+//! address, and a rule depends only on the address (the shared table is never invalidated
+//! either), so a walk gives the same frames with the memo or without it
+//! (`GPUSHIM_UNWIND_CACHE=0`; tests/unwinding.rs compares both). Every frame is still walked and
+//! read: a stack that changed anywhere is seen, because nothing is skipped, only the rule's
+//! lookup. (A walk that stops early when the inner frames match the previous walk's, keyed by
+//! return addresses and stack depth, was not taken: two different outer call paths can have the
+//! same inner frames at the same depth, and reporting the wrong one is not allowed.)
 
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 
 use gimli::{
@@ -216,9 +230,18 @@ fn from_cfi(m: &Cfi, addr: u64) -> Option<u64> {
     Some(pack(base, off, rbp, rbp_off))
 }
 
+/// Frames the per-thread memo covers (the most a walk writes: 256 kept + 16 of our own).
+pub const MEMO_FRAMES: usize = 256 + 16;
+
+/// One thread's memo: per frame number, the address looked up and its rule (0: none yet).
+struct Memo([(u64, u64); MEMO_FRAMES]);
+
 thread_local! {
     /// `[low, high)` of this thread's stack; `(0, 0)` until read.
     static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// The rules of this thread's previous walk (see the module doc). Used only by `capture`,
+    /// which runs inside the hooks' re-entrancy guard: never two uses at once on one thread.
+    static MEMO: UnsafeCell<Memo> = const { UnsafeCell::new(Memo([(0, 0); MEMO_FRAMES])) };
 }
 
 /// Stack an unwinder may need below the caller: computing a rule parses DWARF call-frame
@@ -264,10 +287,12 @@ fn stack_bounds() -> (u64, u64) {
 
 /// Fills `out` with the return addresses of the calling thread's stack, innermost first,
 /// starting with this function's caller's caller chain (frames inside this library included;
-/// the caller strips them). Returns how many were written; 0 if unwinding could not start.
+/// the caller strips them). Returns how many were written (`out[..n]` is initialized); 0 if
+/// unwinding could not start. `memo`: use this thread's memo of rules (see the module doc).
+/// Must not be called again on the same thread while a call is running (the hooks' guard).
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
-pub fn capture(out: &mut [u64]) -> usize {
+pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> usize {
     let (mut ip, mut sp, mut bp): (u64, u64, u64);
     // SAFETY: reads the instruction pointer, stack pointer and frame pointer; changes nothing.
     unsafe {
@@ -297,10 +322,26 @@ pub fn capture(out: &mut [u64]) -> usize {
         // SAFETY: `a` is 8-aligned and within [lo, top), the live part of this thread's stack.
         inside.then(|| unsafe { (a as *const u64).read() })
     };
+    // SAFETY: the memo is this thread's; no other reference to it lives while this runs (one
+    // capture at a time per thread, inside the guard). Null while the thread is being torn down.
+    let memo: *mut Memo =
+        if memo { MEMO.try_with(|m| m.get()).unwrap_or(std::ptr::null_mut()) } else { std::ptr::null_mut() };
     let mut n = 0;
     let mut lookup = ip; // exact for the first frame, return address - 1 after
     while n < out.len() {
-        let rule = rule_for(lookup);
+        let rule = if !memo.is_null() && n < MEMO_FRAMES {
+            // SAFETY: see above; `n` is in bounds.
+            let slot = unsafe { &mut (*memo).0[n] };
+            if slot.0 == lookup && slot.1 != 0 {
+                slot.1
+            } else {
+                let r = rule_for(lookup);
+                *slot = (lookup, r);
+                r
+            }
+        } else {
+            rule_for(lookup)
+        };
         let (cfa, ra_slot, next_bp) = match base(rule) {
             BASE_RSP | BASE_RBP => {
                 let b = if base(rule) == BASE_RSP { sp } else { bp };
@@ -329,7 +370,7 @@ pub fn capture(out: &mut [u64]) -> usize {
         if ra == 0 {
             break;
         }
-        out[n] = ra;
+        out[n] = MaybeUninit::new(ra);
         n += 1;
         ip = ra;
         sp = cfa;
@@ -341,6 +382,6 @@ pub fn capture(out: &mut [u64]) -> usize {
 
 /// Other architectures: no fast unwinder; the caller falls back to the backtrace crate.
 #[cfg(not(target_arch = "x86_64"))]
-pub fn capture(_out: &mut [u64]) -> usize {
+pub fn capture(_out: &mut [MaybeUninit<u64>], _memo: bool) -> usize {
     0
 }

@@ -93,6 +93,8 @@ struct Writer {
     /// Stack ids by native and Python frames together (see the wire crate's docs).
     /// (Hashed with a fast hasher: a Python stack adds up to 64 frames to every key.)
     stacks: HashMap<(Box<[u64]>, PyFrames), u32, FastHash>,
+    /// Per thread id, the stack id of its previous `Alloc` that carried frames (`last_stack`).
+    last_stack: HashMap<u32, u32, FastHash>,
     /// Per Python code id: whether its `PyCode` was sent.
     py_codes_sent: Vec<bool>,
     /// Whether `PyRuntime` (or the note that Python's layout is not supported) was sent.
@@ -112,6 +114,7 @@ impl Writer {
             sock,
             buf: Vec::with_capacity(FLUSH_BYTES * 2),
             stacks: HashMap::default(),
+            last_stack: HashMap::default(),
             py_codes_sent: Vec::new(),
             py_announced: false,
             modules: HashSet::new(),
@@ -252,8 +255,16 @@ impl Writer {
     fn handle(&mut self, msg: Msg) {
         self.events += 1;
         match msg {
-            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx } => {
-                let stack = self.stack_id(frames, py);
+            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx, same } => {
+                let stack = if same {
+                    self.last_stack.get(&tid).copied().unwrap_or(wire::NO_STACK)
+                } else {
+                    let id = self.stack_id(frames, py);
+                    if id != wire::NO_STACK {
+                        self.last_stack.insert(tid, id);
+                    }
+                    id
+                };
                 self.push(&Event::Alloc(wire::Alloc {
                     seq,
                     ts_ns,

@@ -41,7 +41,8 @@ use gpushim_wire::{LineTableFormat, PyFrame};
 
 pub use cache::code_info;
 use layout::Layout;
-use walk::{Raw, MAX_PY_FRAMES};
+use walk::Raw;
+pub(crate) use walk::MAX_PY_FRAMES;
 
 /// Not looked for yet.
 const UNPROBED: u8 = 0;
