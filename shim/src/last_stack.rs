@@ -14,8 +14,6 @@
 //! allocation carries its frames; a forked child forgets (`reset_after_fork`) because its writer
 //! is a new one. `GPUSHIM_UNWIND_CACHE=0` turns it off.
 
-use std::cell::UnsafeCell;
-
 use gpushim_wire::PyFrame;
 
 use crate::python::MAX_PY_FRAMES;
@@ -28,18 +26,22 @@ struct Last {
     valid: bool,
     n: usize,
     frames: [u64; MAX_NATIVE],
-    /// Python frames: `None` when the stack had none.
-    npy: Option<usize>,
+    /// Whether the stack had Python frames, and how many.
+    has_py: bool,
+    npy: usize,
     py: [PyFrame; MAX_PY_FRAMES],
 }
 
-const NO_PY: PyFrame = PyFrame { code: 0, offset: 0, entry: false };
+fn new_last() -> Box<Last> {
+    // Zeroed on the heap, never built on the stack: nothing remembered.
+    // SAFETY: all-zero bytes are a valid `Last` (integers, `bool` false, `PyFrame`s of zeros).
+    unsafe { crate::per_thread::zeroed_box::<Last>() }
+}
 
 thread_local! {
-    /// Used only inside the hooks' re-entrancy guard: one use at a time per thread.
-    static LAST: UnsafeCell<Last> = const {
-        UnsafeCell::new(Last { valid: false, n: 0, frames: [0; MAX_NATIVE], npy: None, py: [NO_PY; MAX_PY_FRAMES] })
-    };
+    /// On the heap (`per_thread`). Used only inside the hooks' re-entrancy guard: one use at a
+    /// time per thread.
+    static LAST: crate::per_thread::PerThread<Last> = const { crate::per_thread::PerThread::new() };
 }
 
 /// True if and only if `frames` and `py` are the calling thread's remembered stack; otherwise
@@ -50,19 +52,19 @@ pub fn same_as_last(frames: &[u64], py: Option<&[PyFrame]>) -> bool {
         return false;
     }
     LAST.try_with(|l| {
-        // SAFETY: this thread's own slot, used by one call at a time (inside the guard).
-        let l = unsafe { &mut *l.get() };
-        let same_py = match (py, l.npy) {
-            (None, None) => true,
-            (Some(p), Some(n)) => l.py[..n] == *p,
-            _ => false,
+        // SAFETY: this thread's own block, used by one call at a time (inside the guard).
+        let l = unsafe { l.get(new_last) };
+        let same_py = match py {
+            None => !l.has_py,
+            Some(p) => l.has_py && l.py[..l.npy] == *p,
         };
         if l.valid && same_py && l.frames[..l.n] == *frames {
             return true;
         }
         l.frames[..frames.len()].copy_from_slice(frames);
         l.n = frames.len();
-        l.npy = py.map(|p| {
+        l.has_py = py.is_some();
+        l.npy = py.map_or(0, |p| {
             l.py[..p.len()].copy_from_slice(p);
             p.len()
         });
@@ -75,6 +77,10 @@ pub fn same_as_last(frames: &[u64], py: Option<&[PyFrame]>) -> bool {
 /// Forgets the calling thread's stack: the next allocation carries its frames. For a message
 /// that carried frames but was not delivered, and in a forked child (whose writer is new).
 pub fn forget() {
-    // SAFETY: as above; the forked child's only thread, or the calling thread's own slot.
-    let _ = LAST.try_with(|l| unsafe { (*l.get()).valid = false });
+    let _ = LAST.try_with(|l| {
+        // SAFETY: as above; the forked child's only thread, or the calling thread's own block.
+        if let Some(l) = unsafe { l.existing() } {
+            l.valid = false;
+        }
+    });
 }

@@ -36,6 +36,7 @@
 //!   atomics), `event` (the hot path's event), `loader` (the dynamic loader), `hash`, `sys`.
 #![allow(clippy::missing_safety_doc)] // each export has its `# Safety` section in exports/
 
+mod clock;
 mod config;
 mod event;
 mod exit;
@@ -47,6 +48,7 @@ mod init;
 mod last_stack;
 mod launch;
 mod loader;
+mod per_thread;
 mod python;
 mod real;
 mod record;

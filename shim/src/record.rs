@@ -10,7 +10,7 @@ use gpushim_wire::{Api, Kind};
 
 use crate::event::Msg;
 use crate::state::{self, DISABLED, ENABLED, FINISHED, SEQ, STARTING, STATE, UNINIT};
-use crate::{config, inflight, last_stack, loader, python, real, sys, unwind, writer};
+use crate::{clock, config, inflight, last_stack, loader, python, real, sys, unwind, writer};
 
 pub use crate::real::DEV_CURRENT;
 
@@ -168,6 +168,33 @@ fn capture_libgcc(max: usize) -> Box<[u64]> {
     buf[..n].into()
 }
 
+/// The stack of an allocation: native frames, Python frames, and whether they are the same as
+/// the thread's previous allocation's (`last_stack`; then both are empty). Only a successful
+/// allocation (`ok`) takes part. Its buffers (3 KiB) are in this function's frame, not in the
+/// caller's, which starts the writer and the collector on the first event (on a thread whose
+/// stack may be 16 KiB).
+#[inline(never)]
+fn alloc_stack(ok: bool) -> (Box<[u64]>, crate::event::PyFrames, bool) {
+    let mut raw = [std::mem::MaybeUninit::<u64>::uninit(); unwind::MEMO_FRAMES];
+    let native = capture_into(&mut raw);
+    // One relaxed load when the process runs no (supported) Python.
+    let cache = config::unwind_cache();
+    let mut py_raw;
+    let py = if python::ready() {
+        py_raw = [gpushim_wire::PyFrame { code: 0, offset: 0, entry: false }; python::MAX_PY_FRAMES];
+        python::capture_into(&mut py_raw, cache).map(|n| &py_raw[..n])
+    } else {
+        None
+    };
+    // The same stack as this thread's previous allocation: no frames sent (`last_stack`).
+    let same = ok && cache && last_stack::same_as_last(&native, py);
+    if same {
+        (Box::new([]), None, true)
+    } else {
+        (native.into(), py.map(Into::into), false)
+    }
+}
+
 /// Records the outcome of an allocation call: a live allocation if `result` is 0 and `addr` is
 /// not 0, a failure if `result` is not 0, nothing for a zero-size success with a NULL result.
 /// `device` may be [`DEV_CURRENT`].
@@ -202,18 +229,13 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
         } else {
             0
         };
-        let mut raw = [std::mem::MaybeUninit::<u64>::uninit(); unwind::MEMO_FRAMES];
-        let native = capture_into(&mut raw);
-        // One relaxed load when the process runs no (supported) Python.
-        let py = python::capture();
-        let ts_ns = sys::now_ns();
+        let (frames, py, same) = alloc_stack(result == 0);
+        // Counter ticks or ns (`clock`); the writer turns it into ns.
+        let stamp = clock::stamp();
         let tid = tid();
-        // The same stack as this thread's previous allocation: no frames sent (`last_stack`).
-        let same = result == 0 && config::unwind_cache() && last_stack::same_as_last(&native, py.as_deref());
-        let (frames, py): (Box<[u64]>, _) = if same { (Box::new([]), None) } else { (native.into(), py) };
         let seq = SEQ.fetch_add(1, AcqRel);
         let msg = if result == 0 {
-            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx, same }
+            Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same }
         } else {
             // CUDA_ERROR_OUT_OF_MEMORY and cudaErrorMemoryAllocation are both 2; the free and
             // total memory are those of the device the allocation was for. Not asked on a
@@ -221,7 +243,7 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
             // support (see `exports::hook_body!`'s `async_alloc`).
             let capturing = real::capturing(stream as *mut std::ffi::c_void);
             let mem = if result == 2 && !capturing { real::mem_info_of(device, stream) } else { None };
-            Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem }
+            Msg::Failed { seq, ts_ns: sys::now_ns(), size, kind, api, device, tid, frames, py, result, mem }
         };
         send(tx, msg);
     });
@@ -382,7 +404,7 @@ pub fn free_begin(api: Api, addr: u64, stream: u64) -> Option<FreeTicket> {
 pub fn free_end(t: Option<FreeTicket>, api: Api, addr: u64, stream: u64, result: i32) {
     let Some(t) = t else { return };
     sys::guarded(|| {
-        let msg = Msg::Free { seq: t.seq, ts_ns: sys::now_ns(), addr, api, stream, tid: tid(), result };
+        let msg = Msg::Free { seq: t.seq, stamp: clock::stamp(), addr, api, stream, tid: tid(), result };
         send(t.tx, msg);
         inflight::end();
     });

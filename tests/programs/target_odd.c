@@ -140,9 +140,10 @@ static NOINLINE void paths_loop(long n)
         size_t size = 4096 * (size_t)(k + 1);
         void *p;
         switch (k) {
-        case 0: case 1: p = paths_outer_a(size, k == 1); break;
-        case 2: p = paths_outer_b(size, 0); break;
-        case 3: p = paths_outer_b(size, 1); break;
+        /* outer_a then outer_b through the same call: the same stack depth, the same inner
+         * frames, a different caller. */
+        case 0: case 2: p = paths_outer_a(size, k == 2); break;
+        case 1: case 3: p = paths_outer_b(size, k == 3); break;
         default: p = paths_deep((int)(i % 4), size, k == 6); break;
         }
         if (i % 2 != 0)
