@@ -7,7 +7,9 @@
 // `taskset -c 3-15`); then the measuring thread pins itself to CPU `PIN` (as `taskset -c PIN`
 // would, but for this thread only). Prints the ns per pair.
 // Usage: bench_pool N [PIN=2] [DEPTH=40]
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <sched.h>
