@@ -6,10 +6,20 @@
 #  (b) a small transformer training loop in PyTorch: steps/s with the shim / without (goal >= 0.99
 #      with the default caching allocator, >= 0.95 with PYTORCH_NO_CUDA_MEMORY_CACHING=1), and
 #      with torch.cuda.memory._record_memory_history(stacks="all") instead of the shim.
+#  (c) issue 18's pool-hit loop (scripts/gpu/bench_pool.cu): 200,000 pairs of cudaMallocAsync +
+#      cudaFreeAsync of 4 KiB on one stream from a 40-frame stack, ns per pair: bare, shim with
+#      backtraces, shim with GPUSHIM_BACKTRACE=0 (goals <= 1.10 and <= 1.03). The program starts
+#      under `taskset -c 3-15` (the shim's writer thread and the collector inherit that) and pins
+#      its measuring thread to CPU 2 after the warm-up;
+#  (d) Python frames (scripts/bench/python_frames.py, 50 Python frames, cudaMalloc+cudaFree of
+#      4 KiB through ctypes and the real libcudart, pinned the same way with taskset -c 2 for the
+#      whole process): shim with GPUSHIM_PYTHON=0 against shim with Python frames (goal: at most
+#      200 ns more per allocation).
 # Needs target/release/libgpushim.so and target/release/gpushim. Writes $OUT/bench-gpu.txt.
 # Usage: scripts/bench-gpu.sh [REPS=3]
-# WORKLOADS (default "alloc train") and TRAIN_CFGS (default "none shim history nocache_none
-# nocache_shim") pick a part; the table leaves out what was not run.
+# WORKLOADS (default "pool python alloc train": (c), (d), (a), (b)) and TRAIN_CFGS (default
+# "none shim history nocache_none nocache_shim") pick a part; ONLY=pool is WORKLOADS="pool
+# python". The table leaves out what was not run.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 REL=$ROOT/target/release
@@ -19,10 +29,16 @@ W=$(mktemp -d /tmp/gpushim-bench.XXXXXX)
 mkdir -p "$OUT"
 export GPUSHIM_OUTPUT=$W/reports PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 mkdir -p "$GPUSHIM_OUTPUT"
-WORKLOADS=${WORKLOADS:-alloc train}
+CUDART=${CUDART:-$(dirname "$(dirname "$(command -v nvcc)")")/lib64/libcudart.so}
+# ONLY=pool: the pool-hit and Python-frames loops only.
+WORKLOADS=${WORKLOADS:-pool python alloc train}
+[ "${ONLY:-}" = pool ] && WORKLOADS="pool python"
 TRAIN_CFGS=${TRAIN_CFGS:-none shim history nocache_none nocache_shim}
 if [[ " $WORKLOADS " == *" alloc "* ]]; then
   nvcc -O2 -o "$W/bench_alloc" "$ROOT/scripts/gpu/bench_alloc.cu" || exit 1
+fi
+if [[ " $WORKLOADS " == *" pool "* ]]; then
+  nvcc -O2 -o "$W/bench_pool" "$ROOT/scripts/gpu/bench_pool.cu" || exit 1
 fi
 SHIM=(env LD_PRELOAD="$REL/libgpushim.so")
 NONE=(env)
@@ -33,6 +49,16 @@ STEPS=200
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 declare -A res
 for rep in $(seq "$REPS"); do
+  [[ " $WORKLOADS " == *" pool "* ]] && for cfg in none shim nobt; do
+    case $cfg in none) pre=("${NONE[@]}");; shim) pre=("${SHIM[@]}");; nobt) pre=("${SHIM[@]}" GPUSHIM_BACKTRACE=0);; esac
+    v=$("${pre[@]}" taskset -c 3-15 "$W/bench_pool" 200000 2 40 2>>"$W/pool-$cfg.err" | grep -E '^[0-9.]+$' | tail -n 1)
+    res[pool_$cfg]+="$v "
+  done
+  [[ " $WORKLOADS " == *" python "* ]] && for cfg in none pyoff pyon; do
+    case $cfg in none) pre=("${NONE[@]}");; pyoff) pre=("${SHIM[@]}" GPUSHIM_PYTHON=0);; pyon) pre=("${SHIM[@]}");; esac
+    v=$("${pre[@]}" taskset -c 2 python3 "$ROOT/scripts/bench/python_frames.py" "$CUDART" 100000 50 2>>"$W/py-$cfg.err" | tail -n 1 | cut -d' ' -f1)
+    res[py_$cfg]+="$v "
+  done
   [[ " $WORKLOADS " == *" alloc "* ]] && for cfg in none shim sanitizer; do
     case $cfg in none) pre=("${NONE[@]}");; shim) pre=("${SHIM[@]}");; sanitizer) pre=("${SAN[@]}");; esac
     v=$("${pre[@]}" "$W/bench_alloc" $N 2>>"$W/alloc-$cfg.err" | grep -E '^[0-9.]+$' | tail -n 1)
@@ -58,6 +84,14 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else
   echo "| workload | configuration | value | ratio to no tool | goal |"
   echo "|---|---|---|---|---|"
   row() { [ -n "${res[$2]:-}" ] && echo "$1"; true; }
+  p0=$(m pool_none); p1=$(m pool_shim); p2=$(m pool_nobt)
+  row "| 200,000 x cudaMallocAsync+cudaFreeAsync 4 KiB, pool hits, 40 frames (ns per pair) | no tool | $p0 | 1.000 | |" pool_none
+  row "| | gpushim, backtraces on | $p1 | $(ratio "$p1" "$p0") | <= 1.10 |" pool_shim
+  row "| | gpushim, GPUSHIM_BACKTRACE=0 | $p2 | $(ratio "$p2" "$p0") | <= 1.03 |" pool_nobt
+  y0=$(m py_none); y1=$(m py_pyoff); y2=$(m py_pyon)
+  row "| 100,000 x cudaMalloc+cudaFree 4 KiB via ctypes, 50 Python frames (median ns per pair) | no tool | $y0 | 1.000 | |" py_none
+  row "| | gpushim, GPUSHIM_PYTHON=0 | $y1 | $(ratio "$y1" "$y0") | |" py_pyoff
+  row "| | gpushim, Python frames | $y2 | $(ratio "$y2" "$y0") | Python frames add $(awk -v a="$y2" -v b="$y1" 'BEGIN {print a - b}') ns (<= 200) |" py_pyon
   a0=$(m alloc_none); a1=$(m alloc_shim); a2=$(m alloc_sanitizer)
   row "| $N x cudaMalloc+cudaFree 2 MiB (s) | no tool | $a0 | 1.000 | |" alloc_none
   row "| | gpushim | $a1 | $(ratio "$a1" "$a0") | <= 1.10 |" alloc_shim

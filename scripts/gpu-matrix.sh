@@ -128,6 +128,9 @@ run_case fault_pool_device -- "$WORK/bin/faults" pool-device
 run_case fault_oom_device -- "$WORK/bin/faults" oom-device
 run_case fault_vmm -- "$WORK/bin/faults" vmm
 run_case fault_graph -- "$WORK/bin/faults" graph
+# Issue 18: pool hits from two call paths, with the hot path's per-thread caches on and off.
+run_case fault_pool_paths -- "$WORK/bin/faults" pool-paths
+run_case fault_pool_paths_nocache GPUSHIM_UNWIND_CACHE=0 -- "$WORK/bin/faults" pool-paths
 run_case fault_graph_shared -- "$WORK/bin/faults_shared" graph
 # Issue 13: whose code a stack is, one suspect per cause, threads.
 run_case fault_cublas_threads -- "$WORK/bin/vendor_threads" cublas-per-thread 100

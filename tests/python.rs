@@ -287,3 +287,108 @@ fn python_frames_can_be_switched_off_and_native_programs_have_no_python_field() 
         assert!(frames(s).iter().all(|f| f.get("python").is_none()), "{run}");
     }
 }
+
+/// Issue 18's test program: allocations in a loop from two Python call paths over the same native
+/// frames, then a fork; the child first runs code made after the fork (new code objects, so its
+/// code ids differ from the parent's), then the same loop.
+const PATHS_SCRIPT: &str = r#"import ctypes
+import os
+import sys
+
+cudart = ctypes.CDLL(sys.argv[1])
+keep = []
+
+
+def alloc(n):
+    p = ctypes.c_void_p()
+    if cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n)) != 0:
+        raise SystemExit("cudaMalloc failed")
+    keep.append(p.value)
+
+
+def path_a(n):
+    alloc(n)
+
+
+def path_b(n):
+    alloc(n)
+
+
+def loop(k):
+    for i in range(k):
+        if i % 2 == 0:
+            path_a(4096)
+        else:
+            path_b(8192)
+
+
+loop(300)
+sys.stdout.flush()
+pid = os.fork()
+if pid == 0:
+    exec("def fresh(n):\n    alloc(n)\n", globals())
+    fresh(12288)
+    loop(300)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("child", status)
+"#;
+
+/// Per report (parent first), each site as (its Python frames, live bytes, allocations), sorted.
+fn python_sites(cache: &str) -> Vec<Vec<(Vec<String>, u64, u64)>> {
+    let python = python3();
+    let t = Target::new(&python, &format!("py-paths-cache-{cache}"));
+    let script = t.dir.path().join("paths.py");
+    std::fs::write(&script, PATHS_SCRIPT).unwrap();
+    let cudart = standin("libcudart.so.13");
+    let run = t
+        .args(&[script.to_str().unwrap(), cudart.to_str().unwrap()])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("GPUSHIM_UNWIND_CACHE", cache)
+        .run();
+    run.success();
+    assert!(run.stdout.contains("child 0"), "{run}");
+    let mut reports: Vec<Value> = run.reports().into_values().collect();
+    assert_eq!(reports.len(), 2, "{run}");
+    // The child's report has 12 KiB more live (its `fresh` allocation).
+    reports.sort_by_key(|r| total(r, "live_bytes"));
+    reports
+        .iter()
+        .map(|r| {
+            let mut v: Vec<_> = r["sites"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| (python_frames(s), s["live_bytes"].as_u64().unwrap(), s["alloc_count"].as_u64().unwrap()))
+                .collect();
+            v.sort();
+            v
+        })
+        .collect()
+}
+
+/// Issue 18: the per-thread memo of Python code ids (and the thread's previous stack) leave every
+/// site's Python frames and totals as they are without them, in a loop over two call paths and
+/// in a forked child, whose code ids start again from 0 (a stale memo there would give the
+/// child's frames the parent's ids).
+#[test]
+fn python_frame_caches_leave_sites_unchanged_across_fork() {
+    let on = python_sites("1");
+    let off = python_sites("0");
+    assert_eq!(on, off, "the same sites with GPUSHIM_UNWIND_CACHE=1 and 0");
+    let (parent, child) = (&on[0], &on[1]);
+    let bytes = |sites: &[(Vec<String>, u64, u64)], f: &str| -> u64 {
+        sites
+            .iter()
+            .filter(|s| {
+                s.0.first().is_some_and(|x| x.starts_with("alloc:")) && s.0.get(1).is_some_and(|x| x.starts_with(f))
+            })
+            .map(|s| s.1)
+            .sum()
+    };
+    assert_eq!(bytes(parent, "path_a:"), 150 * 4096, "{parent:#?}");
+    assert_eq!(bytes(parent, "path_b:"), 150 * 8192, "{parent:#?}");
+    assert_eq!(bytes(child, "path_a:"), 150 * 4096, "{child:#?}");
+    assert_eq!(bytes(child, "path_b:"), 150 * 8192, "{child:#?}");
+    assert_eq!(bytes(child, "fresh:"), 12288, "{child:#?}");
+}

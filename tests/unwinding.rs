@@ -27,3 +27,65 @@ fn cached_unwinder_matches_libgcc() {
         assert_eq!(fast, slow, "{program}");
     }
 }
+
+/// Each site of a report as (frames, live bytes, live count, alloc count, alloc bytes, free
+/// count), sorted: the ids are left out (they number stacks in the order first met).
+fn sites_of(r: &serde_json::Value) -> Vec<(Vec<String>, [u64; 5])> {
+    let mut v: Vec<_> = r["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let frames = s["frames"].as_array().unwrap().iter().map(|f| format!("{} {}", f["function"], f["offset"]));
+            let n = |k: &str| s[k].as_u64().unwrap();
+            (frames.collect(), [n("live_bytes"), n("live_count"), n("alloc_count"), n("alloc_bytes"), n("free_count")])
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The reports of `target_dynamic paths N [fork]`, parent first, with `GPUSHIM_UNWIND_CACHE`
+/// set to `cache`.
+fn paths_reports(cache: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let run = Target::new("target_dynamic", &format!("paths-cache-{cache}"))
+        .args(args)
+        .env("GPUSHIM_UNWIND_CACHE", cache)
+        .run();
+    run.success();
+    let mut reports: Vec<_> = run.reports().into_values().collect();
+    // The parent made twice the child's allocations (two threads).
+    reports.sort_by_key(|r| std::cmp::Reverse(total(r, "alloc_count")));
+    reports
+}
+
+/// Issue 18: the hot path's per-thread caches (the unwinder's memo of rules, each thread's
+/// previous stack) leave every site's frames and totals as they are without them, for
+/// allocations from many call paths on two threads, including the same inner frames at the
+/// same depth under different outer callers; and in a forked child, whose first allocation
+/// has the forking thread's previous stack (a stale "same stack" there would leave the child's
+/// allocations without frames).
+#[test]
+fn per_thread_caches_leave_stacks_and_totals_unchanged() {
+    let n: u64 = 700;
+    for args in [&["paths", "700"][..], &["paths", "700", "fork"][..]] {
+        let on = paths_reports("1", args);
+        let off = paths_reports("0", args);
+        assert_eq!(on.len(), args.len() - 1, "{args:?}: one report per process");
+        assert_eq!(off.len(), on.len(), "{args:?}");
+        for (i, (a, b)) in on.iter().zip(&off).enumerate() {
+            let (sa, sb) = (sites_of(a), sites_of(b));
+            assert_eq!(sa, sb, "{args:?}, report {i}: the same sites with the caches on and off");
+            // The paths are told apart: outer_a and outer_b through cudaMalloc and
+            // cudaMallocAsync, and the deep path at four depths, twice (cudaMalloc, async).
+            // With "fork", one more site and 4 KiB in each process (the fork's call site).
+            let threads: u64 = if i == 0 { 2 } else { 1 };
+            let fork = u64::from(args.len() == 3);
+            assert_eq!(sa.len() as u64, 12 * threads + fork, "{args:?}, report {i}: {sa:#?}");
+            assert!(sa.iter().all(|(f, _)| f.iter().any(|f| f.contains("paths_leaf"))), "{args:?}: {sa:#?}");
+            let per_thread: u64 = (0..n).map(|i| 4096 * (i % 7 + 1)).sum();
+            assert_eq!(total(a, "alloc_bytes"), per_thread * threads + 4096 * fork, "{args:?}, report {i}");
+            assert_eq!(total(a, "alloc_count"), n * threads + fork, "{args:?}, report {i}");
+        }
+    }
+}

@@ -1,7 +1,10 @@
 /* Per-call cost of an intercepted cudaMalloc+cudaFree pair, against the CUDA stand-ins.
  * Loads NLIBS padding shared objects (so the unwinder and loader see a process the size of a
  * real framework's), recurses DEPTH frames, then times N pairs one by one.
- * Usage: pairs N DEPTH NLIBS PADDIR    Prints: median_ns p99_ns mean_ns
+ * MODE "async" (issue 18's pool-hit loop) makes each pair cudaMallocAsync + cudaFreeAsync of
+ * 4 KiB on an explicit stream of device 0 (the stand-ins' handle 0x5000, cuda_contexts.c)
+ * instead; "sync" (the default) cudaMalloc + cudaFree.
+ * Usage: pairs N DEPTH NLIBS PADDIR [MODE]    Prints: median_ns p99_ns mean_ns
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -12,6 +15,12 @@
 typedef int cudaError_t;
 cudaError_t cudaMalloc(void **p, size_t n);
 cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocAsync(void **p, size_t n, void *stream);
+cudaError_t cudaFreeAsync(void *p, void *stream);
+
+/* An explicit stream of device 0 in the stand-ins (not the legacy or per-thread default one). */
+#define STREAM ((void *)0x5000)
+static int async_mode;
 
 static long n_pairs;
 static long *samples;
@@ -26,8 +35,10 @@ __attribute__((noinline)) static void leaf(void) {
     for (long i = 0; i < n_pairs; i++) {
         void *p;
         long t0 = now_ns();
-        if (cudaMalloc(&p, 4096) != 0 || cudaFree(p) != 0) { fprintf(stderr, "cuda error\n"); exit(1); }
+        int bad = async_mode ? cudaMallocAsync(&p, 4096, STREAM) != 0 || cudaFreeAsync(p, STREAM) != 0
+                             : cudaMalloc(&p, 4096) != 0 || cudaFree(p) != 0;
         samples[i] = now_ns() - t0;
+        if (bad) { fprintf(stderr, "cuda error\n"); exit(1); }
     }
 }
 
@@ -42,7 +53,8 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) { fprintf(stderr, "usage: pairs N DEPTH NLIBS PADDIR\n"); return 2; }
+    if (argc != 5 && argc != 6) { fprintf(stderr, "usage: pairs N DEPTH NLIBS PADDIR [sync|async]\n"); return 2; }
+    async_mode = argc == 6 && argv[5][0] == 'a';
     n_pairs = atol(argv[1]);
     int depth = atoi(argv[2]), nlibs = atoi(argv[3]);
     for (int i = 0; i < nlibs; i++) {

@@ -544,6 +544,7 @@ def checks():
     else:
         missing("S8")
     fault_rows()
+    pool_paths_rows()
     graph_rows()
     torch_snapshot_rows()
     owner_rows()
@@ -822,6 +823,54 @@ def fault_rows():
             and len(array_apis) == len(apis(r))
             and runtime == (names == "runtime"),
             f"cuMemGetInfo delta {mib(t['used_delta'])}; requirements {reqs}; apis {array_apis}",
+        )
+
+
+def pool_path_sites(r):
+    """The sites of faults.cu pool-paths as {path: site}, by the outer function in their frames."""
+    out = {}
+    for s in r["sites"]:
+        names = [f.get("function") or "" for f in s["frames"]]
+        for path in ("pool_path_a", "pool_path_b"):
+            if any(path in n for n in names):
+                out[path] = s
+    return out
+
+
+def site_key(s):
+    return (tuple(f.get("function") for f in s["frames"]), s["live_bytes"], s["live_count"], s["alloc_count"])
+
+
+def pool_paths_rows():
+    """fault_pool_paths(_nocache) (faults.cu pool-paths, issue 18): exact sites and totals with the
+    hot path's per-thread caches on and off, and the same sites both ways."""
+    sites = {}
+    for case in ("fault_pool_paths", "fault_pool_paths_nocache"):
+        t, r, _ = load(case)
+        if not r or not t:
+            missing(case)
+            continue
+        p = pool_path_sites(r)
+        a, b = p.get("pool_path_a"), p.get("pool_path_b")
+        got = lambda s: (s["live_bytes"], s["live_count"], s["alloc_count"]) if s else None  # noqa: E731
+        row(
+            case,
+            "pool hits from two paths: live bytes, live count, allocations per site (a; b); GPU 0 live",
+            f"{t['kept_a']}, {t['n_a']}, 10000; {t['kept_b']}, {t['n_b']}, 10000; {t['kept_a'] + t['kept_b']}",
+            f"{got(a)}; {got(b)}; {gpu_live(r, 0)}",
+            got(a) == (t["kept_a"], t["n_a"], 10000)
+            and got(b) == (t["kept_b"], t["n_b"], 10000)
+            and gpu_live(r, 0) == t["kept_a"] + t["kept_b"],
+        )
+        sites[case] = sorted(site_key(s) for s in r["sites"])
+    if len(sites) == 2:
+        on, off = sites["fault_pool_paths"], sites["fault_pool_paths_nocache"]
+        row(
+            "fault_pool_paths",
+            "the same sites (frames, live bytes, counts) with GPUSHIM_UNWIND_CACHE=0",
+            f"{len(off)} sites, equal",
+            f"{len(on)} sites, {'equal' if on == off else 'different'}",
+            on == off,
         )
 
 

@@ -31,6 +31,13 @@
 //                 a 16 MiB allocation freed in its own graph, launched 3 times; an 8 MiB graph
 //                 allocation freed by cudaFreeAsync outside, relaunched and freed by another
 //                 graph's free node; a trim. Records cuMemGetInfo's used bytes at each step.
+//   pool-paths    (issue 18) 20,000 pool hits (cudaMallocAsync + cudaFreeAsync of 4 KiB on one
+//                 stream) alternating between two call paths that share their inner frames at the
+//                 same depth (pool_path_a, pool_path_b -> pool_path_mid; a on even iterations, b
+//                 on odd); kept: every 1000th iteration's 4 KiB on path a (20 x 4 KiB) and, on
+//                 path b, the 8 KiB made every 2000th iteration (10 x 8 KiB), so 160 KiB live at
+//                 exit at two sites of 10,000 allocations each. Run with the per-thread caches on
+//                 and off (GPUSHIM_UNWIND_CACHE=0): the two reports must have the same sites.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dirent.h>
@@ -591,6 +598,41 @@ static int devices_per_thread()
     return 0;
 }
 
+// ---- pool-paths
+__attribute__((noinline)) static void *pool_path_mid(size_t size, cudaStream_t s)
+{
+    void *p = nullptr;
+    CHECK(cudaMallocAsync(&p, size, s));
+    return p;
+}
+__attribute__((noinline)) static void *pool_path_a(size_t size, cudaStream_t s) { return pool_path_mid(size, s); }
+__attribute__((noinline)) static void *pool_path_b(size_t size, cudaStream_t s) { return pool_path_mid(size, s); }
+
+static int pool_paths()
+{
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    size_t kept_a = 0, kept_b = 0;
+    int n_a = 0, n_b = 0;
+    for (int i = 0; i < 20000; i++) {
+        int b = i % 2;
+        size_t size = b && i % 2000 == 1 ? 8192 : 4096;
+        void *p = b ? pool_path_b(size, s) : pool_path_a(size, s);
+        if (!b && i % 1000 == 0) {
+            kept_a += size, n_a++;
+        } else if (b && i % 2000 == 1) {
+            kept_b += size, n_b++;
+        } else {
+            CHECK(cudaFreeAsync(p, s));
+        }
+    }
+    CHECK(cudaStreamSynchronize(s));
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f, "{\"pairs\": 20000, \"kept_a\": %zu, \"n_a\": %d, \"kept_b\": %zu, \"n_b\": %d}\n", kept_a, n_a, kept_b, n_b);
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -618,6 +660,8 @@ int main(int argc, char **argv)
         return graph();
     if (!strcmp(c, "devices-per-thread"))
         return devices_per_thread();
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph|devices-per-thread\n");
+    if (!strcmp(c, "pool-paths"))
+        return pool_paths();
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph|devices-per-thread|pool-paths\n");
     return 2;
 }

@@ -20,6 +20,10 @@ use crate::{loader, sys};
 static BACKTRACES: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_UNWIND` is not `libgcc`: the cached unwinder is used.
 static FAST_UNWIND: AtomicBool = AtomicBool::new(true);
+/// `GPUSHIM_UNWIND_CACHE` is not `0`: the hot path's per-thread caches are used (the unwinder's
+/// memo of rules, the thread's previous stack, the Python frames' code ids; issue 18). Off, every
+/// event is captured as before them; the reports are the same either way.
+static UNWIND_CACHE: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_MAX_FRAMES`, 1 to 256 (default 64).
 static MAX_FRAMES: AtomicUsize = AtomicUsize::new(64);
 /// `GPUSHIM_PYTHON` is not `0`.
@@ -52,6 +56,11 @@ pub fn backtraces() -> bool {
 /// Whether to use the cached unwinder (else libgcc's).
 pub fn fast_unwind() -> bool {
     FAST_UNWIND.load(Relaxed)
+}
+
+/// Whether the hot path's per-thread caches are on (`GPUSHIM_UNWIND_CACHE`, default on).
+pub fn unwind_cache() -> bool {
+    UNWIND_CACHE.load(Relaxed)
 }
 
 /// Most frames kept per backtrace, 1 to 256.
@@ -242,6 +251,7 @@ impl Config {
             Some("libgcc") => FAST_UNWIND.store(false, Relaxed),
             Some(v) => warnings.push(format!("GPUSHIM_UNWIND={v} is not libgcc or cached; using the cached unwinder")),
         }
+        read_switch("GPUSHIM_UNWIND_CACHE", &UNWIND_CACHE, "the per-thread caches", &mut warnings);
         if let Some(v) = env("GPUSHIM_MAX_FRAMES") {
             let (n, warning) = max_frames_value(&v, MAX_FRAMES.load(Relaxed));
             MAX_FRAMES.store(n, Relaxed);

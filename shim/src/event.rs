@@ -11,9 +11,10 @@ pub type PyFrames = Option<Box<[gpushim_wire::PyFrame]>>;
 pub enum Msg {
     /// A successful allocation.
     /// `py`: the thread's Python frames, innermost first, if it has any (see `python`).
+    /// `stamp`: the time as `clock::stamp` gives it (counter ticks or ns), made ns by the writer.
     Alloc {
         seq: u64,
-        ts_ns: u64,
+        stamp: u64,
         addr: u64,
         size: u64,
         kind: Kind,
@@ -24,9 +25,12 @@ pub enum Msg {
         frames: Box<[u64]>,
         py: PyFrames,
         ctx: u64,
+        /// The stack is the same as the previous `Alloc` with frames from this `tid`, and
+        /// `frames` and `py` are empty (see `last_stack`).
+        same: bool,
     },
-    /// A free call and its result.
-    Free { seq: u64, ts_ns: u64, addr: u64, api: Api, stream: u64, tid: u32, result: i32 },
+    /// A free call and its result; `stamp` as in `Alloc`.
+    Free { seq: u64, stamp: u64, addr: u64, api: Api, stream: u64, tid: u32, result: i32 },
     /// A failed allocation, with the device's free/total memory for out-of-memory failures.
     Failed {
         seq: u64,

@@ -38,6 +38,7 @@
 #![allow(clippy::missing_safety_doc)] // each export has its `# Safety` section in exports/
 
 mod api;
+mod clock;
 mod config;
 mod event;
 mod exit;
@@ -46,8 +47,10 @@ mod hash;
 mod hook;
 mod inflight;
 mod init;
+mod last_stack;
 mod launch;
 mod loader;
+mod per_thread;
 mod python;
 mod real;
 mod record;

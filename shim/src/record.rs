@@ -10,7 +10,7 @@ use gpushim_wire::{Api, Kind};
 
 use crate::event::Msg;
 use crate::state::{self, DISABLED, ENABLED, FINISHED, SEQ, STARTING, STATE, UNINIT};
-use crate::{config, inflight, loader, python, real, sys, unwind, writer};
+use crate::{clock, config, inflight, last_stack, loader, python, real, sys, unwind, writer};
 
 pub use crate::real::DEV_CURRENT;
 
@@ -86,6 +86,7 @@ pub fn reset_after_fork() {
     let _ = NAMED.try_with(|n| n.set(false));
     let _ = DEPTH.try_with(|d| d.set(0));
     python::reset_after_fork();
+    last_stack::forget();
     inflight::reset_after_fork();
     state::reset_after_fork();
 }
@@ -144,19 +145,34 @@ fn send(tx: &Sender<Msg>, msg: Msg) {
 /// The calling thread's backtrace as return addresses, innermost first, without this
 /// library's frames; empty when backtraces are off.
 fn capture() -> Box<[u64]> {
+    let mut raw = [std::mem::MaybeUninit::<u64>::uninit(); unwind::MEMO_FRAMES];
+    capture_into(&mut raw).into()
+}
+
+/// [`capture`] into `raw` (room for the frames kept and our own), without a heap allocation.
+fn capture_into(raw: &mut [std::mem::MaybeUninit<u64>; unwind::MEMO_FRAMES]) -> std::borrow::Cow<'_, [u64]> {
     if !config::backtraces() || !unwind::safe_to_unwind() {
-        return Box::new([]);
+        return std::borrow::Cow::Borrowed(&[]);
     }
     let max = config::max_frames().clamp(1, 256);
-    // Room for our own frames (hook, record, capture), which are stripped below.
-    let mut raw = [0u64; 256 + 16];
-    let got = if config::fast_unwind() { unwind::capture(&mut raw[..max + 16]) } else { 0 };
+    // Room for our own frames (hook, record, capture), which are stripped below. Not zeroed:
+    // 2 KiB of memset per call was a fifth of the shim's instructions on the pool-hit loop
+    // (callgrind, docs/performance.md); the unwinder initializes what it reports.
+    let got = if config::fast_unwind() { unwind::capture(&mut raw[..max + 16], config::unwind_cache()) } else { 0 };
     if got > 0 {
-        let own = raw[..got].iter().take_while(|&&a| loader::is_own(a as usize)).count();
+        // SAFETY: `unwind::capture` initialized `raw[..got]`.
+        let raw = unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<u64>(), got) };
+        let own = raw.iter().take_while(|&&a| loader::is_own(a as usize)).count();
         let n = (got - own).min(max);
-        return raw[own..own + n].into();
+        return std::borrow::Cow::Borrowed(&raw[own..own + n]);
     }
-    // No fast unwinder (other architectures, or no unwind rule for our own frame): libgcc's.
+    std::borrow::Cow::Owned(capture_libgcc(max).into_vec())
+}
+
+/// The backtrace by libgcc's unwinder: when there is no fast unwinder (other architectures, or
+/// no unwind rule for our own frame), or `GPUSHIM_UNWIND=libgcc`.
+#[inline(never)]
+fn capture_libgcc(max: usize) -> Box<[u64]> {
     let mut buf = [0u64; 256];
     let mut n = 0usize;
     let mut ours = true;
@@ -179,6 +195,33 @@ fn capture() -> Box<[u64]> {
         })
     };
     buf[..n].into()
+}
+
+/// The stack of an allocation: native frames, Python frames, and whether they are the same as
+/// the thread's previous allocation's (`last_stack`; then both are empty). Only a successful
+/// allocation (`ok`) takes part. Its buffers (3 KiB) are in this function's frame, not in the
+/// caller's, which starts the writer and the collector on the first event (on a thread whose
+/// stack may be 16 KiB).
+#[inline(never)]
+fn alloc_stack(ok: bool) -> (Box<[u64]>, crate::event::PyFrames, bool) {
+    let mut raw = [std::mem::MaybeUninit::<u64>::uninit(); unwind::MEMO_FRAMES];
+    let native = capture_into(&mut raw);
+    // One relaxed load when the process runs no (supported) Python.
+    let cache = config::unwind_cache();
+    let mut py_raw;
+    let py = if python::ready() {
+        py_raw = [gpushim_wire::PyFrame { code: 0, offset: 0, entry: false }; python::MAX_PY_FRAMES];
+        python::capture_into(&mut py_raw, cache).map(|n| &py_raw[..n])
+    } else {
+        None
+    };
+    // The same stack as this thread's previous allocation: no frames sent (`last_stack`).
+    let same = ok && cache && last_stack::same_as_last(&native, py);
+    if same {
+        (Box::new([]), None, true)
+    } else {
+        (native.into(), py.map(Into::into), false)
+    }
 }
 
 /// Records the outcome of an allocation call: a live allocation if `result` is 0 and `addr` is
@@ -215,14 +258,13 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
         } else {
             0
         };
-        let frames = capture();
-        // One relaxed load when the process runs no (supported) Python.
-        let py = python::capture();
-        let ts_ns = sys::now_ns();
+        let (frames, py, same) = alloc_stack(result == 0);
+        // Counter ticks or ns (`clock`); the writer turns it into ns.
+        let stamp = clock::stamp();
         let tid = tid();
         let seq = SEQ.fetch_add(1, AcqRel);
         let msg = if result == 0 {
-            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx }
+            Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same }
         } else {
             // CUDA_ERROR_OUT_OF_MEMORY and cudaErrorMemoryAllocation are both 2; the free and
             // total memory are those of the device the allocation was for. Not asked on a
@@ -230,7 +272,7 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
             // support (see `exports::hook_body!`'s `async_alloc`).
             let capturing = real::capturing(stream as *mut std::ffi::c_void);
             let mem = if result == 2 && !capturing { real::mem_info_of(device, stream) } else { None };
-            Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem }
+            Msg::Failed { seq, ts_ns: sys::now_ns(), size, kind, api, device, tid, frames, py, result, mem }
         };
         announce_thread(tx, tid);
         send(tx, msg);
@@ -392,7 +434,7 @@ pub fn free_begin(api: Api, addr: u64, stream: u64) -> Option<FreeTicket> {
 pub fn free_end(t: Option<FreeTicket>, api: Api, addr: u64, stream: u64, result: i32) {
     let Some(t) = t else { return };
     sys::guarded(|| {
-        let msg = Msg::Free { seq: t.seq, ts_ns: sys::now_ns(), addr, api, stream, tid: tid(), result };
+        let msg = Msg::Free { seq: t.seq, stamp: clock::stamp(), addr, api, stream, tid: tid(), result };
         send(t.tx, msg);
         inflight::end();
     });

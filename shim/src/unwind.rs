@@ -12,8 +12,26 @@
 //! the previous one, so a wrong or missing rule ends the backtrace early instead of faulting.
 //! Code without CFI (JIT code) is crossed through its frame pointer when `rbp` points into the
 //! stack, else the backtrace ends there. On any other stack the fast walk does not start.
+//!
+//! Per-thread memo (issue 18): each thread remembers its previous walk (`MEMO`, on the heap:
+//! `per_thread`): where it started (stack and frame pointer), and for every frame the slots read
+//! (the return address, and the saved frame pointer where the rule reads one) with the values
+//! found there, and the state they led to. The next walk that starts at the same stack and frame
+//! pointer replays it: for each frame it reads the same slots and compares; while every value is
+//! the one remembered, the frame is the one remembered, without the rule's lookup and
+//! arithmetic. At the first difference it goes on as a full walk from that frame's state (whose
+//! rules come from a per-frame memo before the shared table). Why this gives exactly the full
+//! walk's frames: a walk is a function of its start (the instruction pointer, which is this
+//! function's, and the stack and frame pointers), of the rules (each fixed by its address; the
+//! shared table is never invalidated either) and of the values of the slots it reads; by
+//! induction over the frames, an equal start and equal values read so far mean the same state,
+//! so the same rule, the same slots and the same next state. Every slot is still read on every
+//! walk, and a stack that changed anywhere shows as a difference (tests/unwinding.rs compares
+//! reports with `GPUSHIM_UNWIND_CACHE=0`). A walk that stops early on a match of the innermost
+//! return addresses and the stack depth was not taken: two outer call paths can share both.
 
 use std::cell::Cell;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 
 use gimli::{
@@ -216,9 +234,49 @@ fn from_cfi(m: &Cfi, addr: u64) -> Option<u64> {
     Some(pack(base, off, rbp, rbp_off))
 }
 
+/// Frames the per-thread memo covers (the most a walk writes: 256 kept + 16 of our own).
+pub const MEMO_FRAMES: usize = 256 + 16;
+
+/// One frame of a walk, as remembered: the return address's slot and value, the slot of the
+/// saved frame pointer read (0: none; the frame pointer is then passed on unchanged), the CFA
+/// (the caller's stack pointer), and whether the rule used the incoming frame pointer (as the
+/// CFA's base, or the chain of a frame without CFI) and its value then.
+#[derive(Clone, Copy, Default)]
+struct Step {
+    ra_slot: u64,
+    ra: u64,
+    bp_slot: u64,
+    cfa: u64,
+    uses_bp: bool,
+    in_bp: u64,
+}
+
+/// One thread's previous walk (see the module doc), and per frame number the address last
+/// looked up there and its rule.
+struct Memo {
+    /// Whether `steps[..n]` describe the previous walk.
+    valid: bool,
+    /// Where it started (the stack pointer; the instruction pointer is `capture`'s), and the
+    /// room it had (`out.len()`).
+    sp: u64,
+    limit: usize,
+    n: usize,
+    steps: [Step; MEMO_FRAMES],
+    rules: [(u64, u64); MEMO_FRAMES],
+}
+
+fn new_memo() -> Box<Memo> {
+    // Zeroed on the heap, never built on the stack (17 KiB): `valid` false, every other field 0.
+    // SAFETY: all-zero bytes are a valid `Memo` (integers, `bool` false, `usize` 0).
+    unsafe { crate::per_thread::zeroed_box::<Memo>() }
+}
+
 thread_local! {
     /// `[low, high)` of this thread's stack; `(0, 0)` until read.
     static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// This thread's memo (see the module doc). Used only by `capture`, inside the hooks'
+    /// re-entrancy guard: never two uses at once on one thread.
+    static MEMO: crate::per_thread::PerThread<Memo> = const { crate::per_thread::PerThread::new() };
 }
 
 /// Stack an unwinder may need below the caller: computing a rule parses DWARF call-frame
@@ -264,11 +322,13 @@ fn stack_bounds() -> (u64, u64) {
 
 /// Fills `out` with the return addresses of the calling thread's stack, innermost first,
 /// starting with this function's caller's caller chain (frames inside this library included;
-/// the caller strips them). Returns how many were written; 0 if unwinding could not start.
+/// the caller strips them). Returns how many were written (`out[..n]` is initialized); 0 if
+/// unwinding could not start. `memo`: use this thread's memo of rules (see the module doc).
+/// Must not be called again on the same thread while a call is running (the hooks' guard).
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
-pub fn capture(out: &mut [u64]) -> usize {
-    let (mut ip, mut sp, mut bp): (u64, u64, u64);
+pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> usize {
+    let (ip, mut sp, mut bp): (u64, u64, u64);
     // SAFETY: reads the instruction pointer, stack pointer and frame pointer; changes nothing.
     unsafe {
         std::arch::asm!(
@@ -289,58 +349,139 @@ pub fn capture(out: &mut [u64]) -> usize {
     if top == 0 || sp < low || sp >= top {
         return 0;
     }
-    let read = |a: u64, lo: u64| -> Option<u64> {
-        // `a` comes from registers and stack slots of frames that may have no frame pointer:
-        // any value, up to u64::MAX, so the end is computed without overflow (an overflow
-        // panics in debug builds and, wrapped, would pass the check in release builds).
-        let inside = a.is_multiple_of(8) && a >= lo && a.checked_add(8).is_some_and(|end| end <= top);
-        // SAFETY: `a` is 8-aligned and within [lo, top), the live part of this thread's stack.
-        inside.then(|| unsafe { (a as *const u64).read() })
-    };
     let mut n = 0;
     let mut lookup = ip; // exact for the first frame, return address - 1 after
-    while n < out.len() {
-        let rule = rule_for(lookup);
-        let (cfa, ra_slot, next_bp) = match base(rule) {
+                         // SAFETY: the memo is this thread's; no other reference to it lives while this runs (one
+                         // capture at a time per thread, inside the guard). `None` while the thread is being torn
+                         // down, or when the caches are off.
+    let memo = if memo { MEMO.try_with(|m| unsafe { m.get(new_memo) as *mut Memo }).ok() } else { None };
+    // SAFETY: as above.
+    let Some(memo) = memo.map(|p| unsafe { &mut *p }) else {
+        return walk(out, &mut n, lookup, sp, bp, top, None);
+    };
+    // Replay the previous walk while each frame's instruction and stack pointers are the ones
+    // remembered (by induction: the return address read is), its return address slot holds the
+    // value it held then, and, where its rule uses the incoming frame pointer, that is too. The
+    // frame pointer is followed as the walk follows it (read again from the same slot): in code
+    // without frame pointers rbp holds any value, different from one call to the next, which
+    // matters only to a frame whose rule uses it.
+    if memo.valid && memo.sp == sp && memo.limit == out.len() {
+        while n < memo.n {
+            let s = memo.steps[n];
+            if (s.uses_bp && bp != s.in_bp) || read(s.ra_slot, sp, top) != Some(s.ra) {
+                break;
+            }
+            if s.bp_slot != 0 {
+                match read(s.bp_slot, sp, top) {
+                    Some(v) => bp = v,
+                    None => break,
+                }
+            }
+            out[n] = MaybeUninit::new(s.ra);
+            n += 1;
+            sp = s.cfa;
+            lookup = s.ra - 1;
+        }
+    } else {
+        memo.valid = true;
+        memo.sp = sp;
+        memo.limit = out.len();
+    }
+    // From the first frame that differs (or where the previous walk stopped), a full walk,
+    // remembered.
+    walk(out, &mut n, lookup, sp, bp, top, Some(memo))
+}
+
+/// The value of the stack slot at `a` if it lies in `[lo, top)`, 8-aligned (the live part of
+/// this thread's stack when `lo` is at or above the stack pointer); else `None`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn read(a: u64, lo: u64, top: u64) -> Option<u64> {
+    // `a` comes from registers and stack slots of frames that may have no frame pointer: any
+    // value, up to u64::MAX, so the end is computed without overflow (an overflow panics in
+    // debug builds and, wrapped, would pass the check in release builds).
+    let inside = a.is_multiple_of(8) && a >= lo && a.checked_add(8).is_some_and(|end| end <= top);
+    // SAFETY: `a` is 8-aligned and within [lo, top), the live part of this thread's stack.
+    inside.then(|| unsafe { (a as *const u64).read() })
+}
+
+/// The walk from the state (`lookup`, `sp`, `bp`) of frame `*n`, writing `out[*n..]`, each
+/// frame remembered in `memo` if given. Returns the number of frames in `out`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn walk(
+    out: &mut [MaybeUninit<u64>],
+    n: &mut usize,
+    mut lookup: u64,
+    mut sp: u64,
+    mut bp: u64,
+    top: u64,
+    mut memo: Option<&mut Memo>,
+) -> usize {
+    while *n < out.len() {
+        let i = *n;
+        let rule = match memo.as_deref_mut() {
+            Some(m) if i < MEMO_FRAMES => {
+                let slot = &mut m.rules[i];
+                if slot.0 == lookup && slot.1 != 0 {
+                    slot.1
+                } else {
+                    let r = rule_for(lookup);
+                    *slot = (lookup, r);
+                    r
+                }
+            }
+            _ => rule_for(lookup),
+        };
+        let (cfa, ra_slot, next_bp, bp_slot) = match base(rule) {
             BASE_RSP | BASE_RBP => {
                 let b = if base(rule) == BASE_RSP { sp } else { bp };
                 let cfa = b.wrapping_add(cfa_off(rule) as u64);
-                let next_bp = if rbp_rule(rule) == RBP_SAVED {
-                    match read(cfa.wrapping_add(rbp_off(rule) as u64), sp) {
-                        Some(v) => v,
+                if rbp_rule(rule) == RBP_SAVED {
+                    let slot = cfa.wrapping_add(rbp_off(rule) as u64);
+                    match read(slot, sp, top) {
+                        Some(v) => (cfa, cfa.wrapping_sub(8), v, slot),
                         None => break,
                     }
                 } else {
-                    bp
-                };
-                (cfa, cfa.wrapping_sub(8), next_bp)
+                    (cfa, cfa.wrapping_sub(8), bp, 0)
+                }
             }
             BASE_FP => {
                 // No CFI: the frame pointer chain, if rbp points into the stack above us.
-                let Some(saved_bp) = read(bp, sp) else { break };
-                (bp.wrapping_add(16), bp.wrapping_add(8), saved_bp)
+                let Some(saved_bp) = read(bp, sp, top) else { break };
+                (bp.wrapping_add(16), bp.wrapping_add(8), saved_bp, bp)
             }
             _ => break,
         };
         if cfa <= sp || cfa > top {
             break;
         }
-        let Some(ra) = read(ra_slot, sp) else { break };
+        let Some(ra) = read(ra_slot, sp, top) else { break };
         if ra == 0 {
             break;
         }
-        out[n] = ra;
-        n += 1;
-        ip = ra;
+        out[i] = MaybeUninit::new(ra);
+        if let Some(m) = memo.as_deref_mut() {
+            if i < MEMO_FRAMES {
+                // `bp_slot` is 0 when no frame pointer was read: 0 is never a valid slot.
+                let uses_bp = matches!(base(rule), BASE_RBP | BASE_FP);
+                m.steps[i] = Step { ra_slot, ra, bp_slot, cfa, uses_bp, in_bp: bp };
+            }
+        }
+        *n = i + 1;
         sp = cfa;
         bp = next_bp;
-        lookup = ip - 1;
+        lookup = ra - 1;
     }
-    n
+    if let Some(m) = memo {
+        m.n = (*n).min(MEMO_FRAMES);
+    }
+    *n
 }
 
 /// Other architectures: no fast unwinder; the caller falls back to the backtrace crate.
 #[cfg(not(target_arch = "x86_64"))]
-pub fn capture(_out: &mut [u64]) -> usize {
+pub fn capture(_out: &mut [MaybeUninit<u64>], _memo: bool) -> usize {
     0
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use gpushim_wire::{self as wire, Event};
 
+use crate::clock::{self, StampClock};
 use crate::config::{self, Config};
 use crate::event::{ApiRequest, Msg, PyFrames, SnapshotReply};
 use crate::hash::FastHash;
@@ -54,6 +55,8 @@ pub fn start() -> Option<Sender<Msg>> {
     }
     loader::fork_unlock();
     let sock = sock?;
+    // Before the writer's clock is made and before the first stamp (`clock`).
+    clock::choose();
     // The header, Hello and module map go out before the first event is queued, so that the
     // collector knows who and where even if the program is killed a moment later.
     let mut w = Writer::new(sock);
@@ -93,6 +96,10 @@ struct Writer {
     /// Stack ids by native and Python frames together (see the wire crate's docs).
     /// (Hashed with a fast hasher: a Python stack adds up to 64 frames to every key.)
     stacks: HashMap<(Box<[u64]>, PyFrames), u32, FastHash>,
+    /// Turns the stamps of `Alloc` and `Free` into monotonic ns (`clock`).
+    clock: StampClock,
+    /// Per thread id, the stack id of its previous `Alloc` that carried frames (`last_stack`).
+    last_stack: HashMap<u32, u32, FastHash>,
     /// Per Python code id: whether its `PyCode` was sent.
     py_codes_sent: Vec<bool>,
     /// Whether `PyRuntime` (or the note that Python's layout is not supported) was sent.
@@ -120,6 +127,8 @@ impl Writer {
             sock,
             buf: Vec::with_capacity(FLUSH_BYTES * 2),
             stacks: HashMap::default(),
+            last_stack: HashMap::default(),
+            clock: StampClock::new(),
             py_codes_sent: Vec::new(),
             py_announced: false,
             modules: HashSet::new(),
@@ -231,6 +240,7 @@ impl Writer {
                     }
                 }
                 Err(TryRecvError::Empty) => {
+                    self.clock.refresh();
                     if !self.flush() {
                         return;
                     }
@@ -364,9 +374,18 @@ impl Writer {
     fn handle(&mut self, msg: Msg) {
         self.events += 1;
         match msg {
-            Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx } => {
+            Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same } => {
                 self.describe_device(device);
-                let stack = self.stack_id(frames, py);
+                let ts_ns = self.clock.ns_of(stamp);
+                let stack = if same {
+                    self.last_stack.get(&tid).copied().unwrap_or(wire::NO_STACK)
+                } else {
+                    let id = self.stack_id(frames, py);
+                    if id != wire::NO_STACK {
+                        self.last_stack.insert(tid, id);
+                    }
+                    id
+                };
                 self.push(&Event::Alloc(wire::Alloc {
                     seq,
                     ts_ns,
@@ -416,7 +435,8 @@ impl Writer {
             Msg::GraphMemTrim { seq, ts_ns, device, api, tid } => {
                 self.push(&Event::GraphMemTrim(wire::GraphMemTrim { seq, ts_ns, device, api, tid }));
             }
-            Msg::Free { seq, ts_ns, addr, api, stream, tid, result } => {
+            Msg::Free { seq, stamp, addr, api, stream, tid, result } => {
+                let ts_ns = self.clock.ns_of(stamp);
                 self.push(&Event::Free(wire::Free { seq, ts_ns, addr, api, stream, tid, result }));
             }
             Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem } => {

@@ -89,7 +89,7 @@ static void usage(void)
     fprintf(stderr, "usage: target kinds | threads N M | leak N | snapshot | kill | fork | "
                     "forkexec | errors | none | sleep-snapshot | pause N | sigint-exit | "
                     "burst N | churn N | query | forkexec-tools | reap | pitch-overflow | "
-                    "dlreload | odd-rbp | stuck-exit\n");
+                    "dlreload | odd-rbp | stuck-exit | paths N [fork]\n");
 }
 
 int main(int argc, char **argv)
@@ -143,6 +143,8 @@ int main(int argc, char **argv)
         rc = scenario_dlreload();
     } else if (strcmp(s, "odd-rbp") == 0) {
         rc = scenario_odd_rbp();
+    } else if (strcmp(s, "paths") == 0) {
+        rc = scenario_paths(argc, argv);
     } else if (strcmp(s, "fork-start") == 0) {
         rc = scenario_fork_start();
     } else if (strcmp(s, "cancel") == 0) {

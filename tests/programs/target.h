@@ -66,5 +66,6 @@ int scenario_quick_end(int argc, char **argv);
 int scenario_errors(void);
 int scenario_pitch_overflow(void);
 int scenario_odd_rbp(void);
+int scenario_paths(int argc, char **argv);
 
 #endif

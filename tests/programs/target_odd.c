@@ -5,6 +5,12 @@
  */
 #include "target.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <stdio.h>
 
 /* --------------------------------------------------------------- errors */
@@ -96,4 +102,95 @@ int scenario_odd_rbp(void)
     printf("odd-rbp allocated\n");
     return device_alloc_named(1 * MiB) != NULL ? 0 : 1;
 #endif
+}
+
+/* ---------------------------------------------------------------- paths */
+
+/* Issue 18's per-thread caches (the unwinder's memo, the thread's previous stack) must not
+ * change a report: allocations from many call paths in a loop, on two threads, where the
+ * same inner frames (paths_mid, paths_leaf) are reached at the same depth from different
+ * outer callers (paths_outer_a/b), from a varying recursion depth, through cudaMalloc and
+ * cudaMallocAsync, and the same path several times in a row. Every allocation of an even
+ * iteration is kept. With "fork", the parent makes one more 4 KiB allocation just before the
+ * fork, and the child its first from the same call site (the forking thread's previous stack),
+ * then runs the loop. Sizes: path k of iteration i allocates 4096 * (k + 1) bytes. */
+static NOINLINE void *paths_leaf(size_t size, int async)
+{
+    void *p = NULL;
+    if (async)
+        check("cudaMallocAsync", cudaMallocAsync(&p, size, 0));
+    else
+        check("cudaMalloc", cudaMalloc(&p, size));
+    return p;
+}
+static NOINLINE void *paths_mid(size_t size, int async) { return paths_leaf(size, async); }
+static NOINLINE void *paths_outer_a(size_t size, int async) { return paths_mid(size, async); }
+static NOINLINE void *paths_outer_b(size_t size, int async) { return paths_mid(size, async); }
+static NOINLINE void *paths_deep(int depth, size_t size, int async)
+{
+    void *p = depth <= 0 ? paths_outer_a(size, async) : paths_deep(depth - 1, size, async);
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+    return p;
+}
+
+static NOINLINE void paths_loop(long n)
+{
+    for (long i = 0; i < n; i++) {
+        int k = (int)(i % 7);
+        size_t size = 4096 * (size_t)(k + 1);
+        void *p;
+        switch (k) {
+        /* outer_a then outer_b through the same call: the same stack depth, the same inner
+         * frames, a different caller. */
+        case 0: case 2: p = paths_outer_a(size, k == 2); break;
+        case 1: case 3: p = paths_outer_b(size, k == 3); break;
+        default: p = paths_deep((int)(i % 4), size, k == 6); break;
+        }
+        if (i % 2 != 0)
+            check("cudaFree", cudaFree(p));
+    }
+}
+
+static void *paths_thread(void *arg)
+{
+    paths_loop(*(long *)arg);
+    return NULL;
+}
+
+int scenario_paths(int argc, char **argv)
+{
+    long n = argc > 2 ? atol(argv[2]) : 1000;
+    pthread_t t;
+    if (pthread_create(&t, NULL, paths_thread, &n) != 0)
+        return 1;
+    paths_loop(n);
+    pthread_join(t, NULL);
+    if (argc > 3 && strcmp(argv[3], "fork") == 0) {
+        /* One 4 KiB allocation from one call site in the parent just before the fork, and
+         * again from the same call site (the same stack) as the child's first allocation. */
+        for (int round = 0; round < 2; round++) {
+            if (round == 1) {
+                fflush(stdout);
+                pid_t pid = fork();
+                if (pid < 0)
+                    return 1;
+                if (pid > 0) {
+                    int status = 0;
+                    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                        fprintf(stderr, "target: paths fork child failed\n");
+                        return 1;
+                    }
+                    break;
+                }
+            }
+            (void)paths_outer_a(4096, 0);
+            if (round == 1) {
+                paths_loop(n);
+                printf("child ok\n");
+                fflush(stdout);
+                exit(0);
+            }
+        }
+    }
+    return 0;
 }

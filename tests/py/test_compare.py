@@ -647,6 +647,8 @@ def test_fault_autograd_cycle_row(tmp_path, capsys, heads, result):
     assert rows[1][0] == "fault_autograd_cycle"
     assert rows[1][4] == result, rows[1]
     assert ("MulBackward0 (autograd thread)" in rows[1][5]) == (len(heads) == 2)
+
+
 def rank_report(rank, devices=(), sites=(), suspects=()):
     r = report(sites=sites, suspects=suspects)
     r["identity"] = {"rank": rank, "local_rank": rank, "world_size": 2}

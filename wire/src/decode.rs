@@ -8,9 +8,9 @@ use std::io::{self, Read};
 
 use crate::{
     Alloc, Api, ApiSnapshot, ContextCreated, DeviceInfo, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
-    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind, LineTableFormat, Map,
-    MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus,
-    HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
+    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind,
+    LineTableFormat, Map, MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName,
+    Unmap, WalkReason, WalkStatus, HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer

@@ -45,9 +45,9 @@ pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
     Alloc, Api, ApiSnapshot, ContextCreated, DeviceInfo, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
-    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind, LineTableFormat, Map,
-    MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus,
-    PY_NO_OFFSET,
+    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind,
+    LineTableFormat, Map, MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName,
+    Unmap, WalkReason, WalkStatus, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.

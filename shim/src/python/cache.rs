@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use gpushim_wire::PyFrame;
 
 use super::layout::{has_type, rd, Layout};
-use super::walk::Raw;
+use super::walk::{Raw, MAX_PY_FRAMES};
 use crate::hash::FastHash;
 
 /// Most code objects remembered; past that, events whose stacks meet a new code object get no
@@ -88,30 +88,78 @@ unsafe fn check_of(l: &Layout, code: usize) -> [usize; 4] {
     }
 }
 
-/// Turns code addresses into ids, copying each code object not seen before.
-pub(crate) fn intern(l: &Layout, raw: &[Raw]) -> Option<Box<[PyFrame]>> {
-    let mut out = Vec::with_capacity(raw.len());
-    let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
-    for r in raw {
+/// One frame of a thread's previous capture: the code object's address, its check fields and
+/// its id (`check[0] == usize::MAX`: empty).
+#[derive(Clone, Copy)]
+struct Memo {
+    code: usize,
+    check: [usize; 4],
+    id: u32,
+}
+
+const NO_MEMO: Memo = Memo { code: 0, check: [usize::MAX; 4], id: 0 };
+
+thread_local! {
+    /// Per frame number (innermost first), the code object the thread's previous capture met
+    /// there and its id (issue 18): a frame whose code address and check fields are the ones
+    /// remembered takes the id without the shared cache's lock and hash lookup. Sound for the
+    /// same reason as the shared cache: a code object is immutable, and one freed with another
+    /// allocated at its address is told apart by the same check fields (first line, and the
+    /// name, file name and line table objects' addresses, which the old object held alive, so
+    /// a new object has them equal only if it shares those very objects and first line, and then
+    /// what the report shows of it is equal too). Used only inside the hooks' guard (one capture
+    /// at a time per thread); cleared in a forked child with the shared cache.
+    /// On the heap (`per_thread`).
+    static MEMO: crate::per_thread::PerThread<[Memo; MAX_PY_FRAMES]> = const { crate::per_thread::PerThread::new() };
+}
+
+fn new_memo() -> Box<[Memo; MAX_PY_FRAMES]> {
+    Box::new([NO_MEMO; MAX_PY_FRAMES])
+}
+
+/// Turns code addresses into ids in `out` (the first `raw.len()` entries), copying each code
+/// object not seen before; the number of frames written.
+/// `memo`: use this thread's memo of the previous capture's code ids.
+pub(crate) fn intern_into(l: &Layout, raw: &[Raw], out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<usize> {
+    let memo: *mut [Memo; MAX_PY_FRAMES] = if memo {
+        // SAFETY: this thread's memo, one use at a time (see MEMO).
+        MEMO.try_with(|m| unsafe { m.get(new_memo) as *mut _ }).unwrap_or(std::ptr::null_mut())
+    } else {
+        std::ptr::null_mut()
+    };
+    let mut shared = None;
+    for (i, r) in raw.iter().enumerate().take(MAX_PY_FRAMES) {
         // SAFETY: `r.code` passed the code type check in `walk` and is held alive by its frame.
         let check = unsafe { check_of(l, r.code) };
-        let id = match c.by_addr.get(&r.code) {
-            Some(s) if s.check == check => s.id,
+        // SAFETY: this thread's memo, one use at a time (see MEMO); `i` is in bounds.
+        let slot = (!memo.is_null()).then(|| unsafe { &mut (*memo)[i] });
+        let id = match slot {
+            Some(m) if m.code == r.code && m.check == check => m.id,
             _ => {
-                if c.infos.len() >= MAX_CODES {
-                    return None;
+                let c = shared.get_or_insert_with(|| cache().lock().unwrap_or_else(|e| e.into_inner()));
+                let id = match c.by_addr.get(&r.code) {
+                    Some(s) if s.check == check => s.id,
+                    _ => {
+                        if c.infos.len() >= MAX_CODES {
+                            return None;
+                        }
+                        // SAFETY: as above.
+                        let info = unsafe { copy_code(l, r.code) }?;
+                        let id = c.infos.len() as u32;
+                        c.infos.push(Arc::new(info));
+                        c.by_addr.insert(r.code, Slot { id, check });
+                        id
+                    }
+                };
+                if let Some(m) = slot {
+                    *m = Memo { code: r.code, check, id };
                 }
-                // SAFETY: as above.
-                let info = unsafe { copy_code(l, r.code) }?;
-                let id = c.infos.len() as u32;
-                c.infos.push(Arc::new(info));
-                c.by_addr.insert(r.code, Slot { id, check });
                 id
             }
         };
-        out.push(PyFrame { code: id, offset: r.offset, entry: r.entry });
+        out[i] = PyFrame { code: id, offset: r.offset, entry: r.entry };
     }
-    Some(out.into_boxed_slice())
+    Some(raw.len().min(MAX_PY_FRAMES))
 }
 
 /// Copies what the report needs of the code object at `code`.
@@ -199,4 +247,11 @@ pub fn code_info(id: u32) -> Option<Arc<CodeInfo>> {
 /// In a forked child: a fresh cache (a thread of the parent may have held its lock).
 pub(crate) fn reset() {
     CACHE.store(std::ptr::null_mut(), Release);
+    // The ids restart from 0: the forking thread (the child's only one) forgets its memo.
+    let _ = MEMO.try_with(|m| {
+        // SAFETY: the child's only thread, outside any capture.
+        if let Some(m) = unsafe { m.existing() } {
+            *m = [NO_MEMO; MAX_PY_FRAMES];
+        }
+    });
 }

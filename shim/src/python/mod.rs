@@ -42,7 +42,8 @@ use gpushim_wire::{LineTableFormat, PyFrame};
 
 pub use cache::code_info;
 use layout::Layout;
-use walk::{Raw, MAX_PY_FRAMES};
+use walk::Raw;
+pub(crate) use walk::MAX_PY_FRAMES;
 
 /// Not looked for yet.
 const UNPROBED: u8 = 0;
@@ -78,6 +79,30 @@ pub fn capture() -> Option<Box<[PyFrame]>> {
 
 #[inline(never)]
 fn capture_slow() -> Option<Box<[PyFrame]>> {
+    let mut out = [PyFrame { code: 0, offset: 0, entry: false }; MAX_PY_FRAMES];
+    let n = capture_into_slow(&mut out, false)?;
+    Some(out[..n].into())
+}
+
+/// Whether Python frames are captured (one relaxed load).
+#[inline]
+pub fn ready() -> bool {
+    MODE.load(Relaxed) == READY
+}
+
+/// [`capture`] into `out`, without a heap allocation: the number of frames written, or `None`.
+/// `memo`: use this thread's memo of code ids (`cache::MEMO`, `GPUSHIM_UNWIND_CACHE`). Only
+/// inside the hooks' guard.
+#[inline]
+pub fn capture_into(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<usize> {
+    if MODE.load(Relaxed) != READY {
+        return None;
+    }
+    capture_into_slow(out, memo)
+}
+
+#[inline(never)]
+fn capture_into_slow(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<usize> {
     let l = LAYOUT.get()?;
     // SAFETY: `get_tstate` is the interpreter's `PyGILState_GetThisThreadState`, which takes no
     // lock, allocates nothing and may be called without the GIL (it reads a TSS key).
@@ -92,7 +117,7 @@ fn capture_slow() -> Option<Box<[PyFrame]>> {
     if n == 0 {
         return None;
     }
-    cache::intern(l, &raw[..n])
+    cache::intern_into(l, &raw[..n], out, memo)
 }
 
 /// `PY_VERSION_HEX` of the interpreter whose frames are captured, if any.
