@@ -827,13 +827,18 @@ def fault_rows():
 
 
 def pool_path_sites(r):
-    """The sites of faults.cu pool-paths as {path: site}, by the outer function in their frames."""
+    """The sites of faults.cu pool-paths summed per path, {path: live bytes, live count and
+    allocations}, by the outer function in their frames: the compiler may give one path more
+    than one call instruction (the H200 run of 2026-12-01 had path b at two return addresses in
+    pool_paths, kept and freed), and each return address is a site of its own."""
     out = {}
     for s in r["sites"]:
         names = [f.get("function") or "" for f in s["frames"]]
         for path in ("pool_path_a", "pool_path_b"):
             if any(path in n for n in names):
-                out[path] = s
+                t = out.setdefault(path, {"live_bytes": 0, "live_count": 0, "alloc_count": 0})
+                for k in t:
+                    t[k] += s[k]
     return out
 
 
