@@ -158,12 +158,14 @@ fn by_cause(
     }
     let mut suppressed: Vec<Suppressed> = Vec::new();
     for (name, x) in hidden {
+        // A suspect found over the sites of one line hides all of them.
+        let members = if x.line_sites.is_empty() { vec![x.site] } else { x.line_sites.clone() };
         match suppressed.iter_mut().find(|s| s.suppression == name) {
             Some(s) => {
-                s.sites.push(x.site);
+                s.sites.extend(members);
                 s.live_bytes = s.live_bytes.saturating_add(x.live_bytes);
             }
-            None => suppressed.push(Suppressed { suppression: name, sites: vec![x.site], live_bytes: x.live_bytes }),
+            None => suppressed.push(Suppressed { suppression: name, sites: members, live_bytes: x.live_bytes }),
         }
     }
     (out, suppressed)

@@ -42,7 +42,7 @@
 //! the interpreter's teardown; and a site or union owned by a caching pool that is not growing
 //! at that end and has held still for longer than it grew is a pool warming up, not a suspect.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::gauge::SiteStats;
 use crate::live::State;
@@ -350,7 +350,15 @@ pub fn group(suspects: Vec<Suspect>, key_of: impl Fn(u32) -> Option<String>) -> 
         .map(|mut members| {
             members.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(a.site.cmp(&b.site)));
             let mut head = members[0].clone();
-            head.sites = members.iter().map(|m| m.site).collect();
+            // Each member's sites: its own, or all the sites of its line when its growth was
+            // found over their union (`line_sites`); the largest member's site first.
+            head.sites = Vec::new();
+            for m in &members {
+                head.sites.push(m.site);
+                head.sites.extend(m.line_sites.iter().copied().filter(|&id| id != m.site));
+            }
+            let mut seen = HashSet::new();
+            head.sites.retain(|id| seen.insert(*id));
             if members.len() > 1 {
                 head.live_bytes = members.iter().map(|m| m.live_bytes).fold(0, u64::saturating_add);
                 head.live_count = members.iter().map(|m| m.live_count).sum();
