@@ -277,3 +277,20 @@ fn heap_walk_of_an_asyncio_program() {
         asyncio_scenario(&py, "holders-asyncio-python", &[("GPUSHIM_HEAP_WALK_NATIVE", "0")]);
     }
 }
+
+/// A program with a trace function: it does not run for the walker's code (CPython 3.11 and
+/// later; 3.10 has no PyThreadState_EnterTracing).
+#[test]
+fn heap_walk_runs_no_trace_function_of_the_program() {
+    let mut pythons = vec![python3()];
+    for py in other_pythons() {
+        pythons.push(real_executable(&py).unwrap_or_else(|| panic!("{} does not run", py.display())));
+    }
+    for py in pythons {
+        let run = run_holders(&py, "holders-traced", "traced", &[]);
+        let line = run.stdout.lines().find(|l| l.starts_with("walker trace events: ")).unwrap_or_default();
+        assert!(line.ends_with(": 0") || line.ends_with(": n/a"), "{line}\n{run}");
+        let h = run.read(&format!("gpushim-{}-snapshot-1.holders.json", pid_of(&run)));
+        assert_eq!(h["walk"]["status"], "complete", "{run}\n{h:#}");
+    }
+}

@@ -1,6 +1,6 @@
 """Stand-in program for the heap walk tests (tests/holders.rs): objects with
 __cuda_array_interface__ over stand-in cudaMalloc memory, held in every way the walker must
-name. Usage: holders.py LIBCUDART MODE, MODE one of main, big, blocked, unreached, asyncio."""
+name. Usage: holders.py LIBCUDART MODE, MODE one of main, big, blocked, unreached, asyncio, traced."""
 
 import ctypes
 import gc
@@ -175,4 +175,20 @@ elif MODE == "asyncio":
             snapshot_and_wait(k)
 
     asyncio.run(main())
+elif MODE == "traced":
+    # A trace function (a debugger's, coverage's) does not run for the walker's code (3.11 and
+    # later: PyThreadState_EnterTracing).
+    keep = [DevBuf(malloc(4096), 4096)]
+    junk = [[i] for i in range(20000)]
+    events = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename == "<gpushim-heap-walk>":
+            events.append(event)
+        return tracer
+
+    sys.settrace(tracer)
+    snapshot_and_wait()
+    sys.settrace(None)
+    print("walker trace events:", len(events) if sys.version_info >= (3, 11) else "n/a")
 print("done")
