@@ -225,3 +225,72 @@ fn heap_walk_of_a_main_thread_blocked_in_native_code_says_so() {
     assert_eq!(exit["walk"]["status"], "complete", "{exit:#}");
     assert_eq!(lines(site(&exit, 4 * KIB, &run)), [line("path", "holders.py global 'keep' | list[*]", 1, 4 * KIB)]);
 }
+
+/// What no root reaches: a buffer held by an attribute of a class that only a cycle keeps (the
+/// walker's own table of types must not read as its holder), and one held by an attribute of
+/// an object held from native code (3.11 and 3.12 make an instance's dictionary when the
+/// walker reads it, which must not cut the path).
+fn unreached_scenario(python: &Path, name: &str) {
+    let run = run_holders(python, name, "unreached", &[]);
+    let pid = pid_of(&run);
+    for f in [format!("gpushim-{pid}-snapshot-1.holders.json"), format!("gpushim-{pid}.holders.json")] {
+        let h = run.read(&f);
+        assert_eq!(h["walk"]["status"], "complete", "{run}\n{h:#}");
+        assert_eq!(lines(site(&h, 40 * KIB, &run)), [line("cycle", "unreachable reference cycle (type)", 1, 40 * KIB)]);
+        assert_eq!(
+            lines(site(&h, 20 * KIB, &run)),
+            [line("native", "held from native code: Holder | Holder.buf", 1, 20 * KIB)]
+        );
+    }
+}
+
+#[test]
+fn heap_walk_names_what_no_root_reaches() {
+    unreached_scenario(&python3(), "holders-unreached");
+    for py in other_pythons() {
+        let Some(exe) = real_executable(&py) else { panic!("{} does not run", py.display()) };
+        unreached_scenario(&exe, "holders-unreached-other");
+    }
+}
+
+/// An asyncio program walked three times: on CPython 3.12.0 to 3.12.5 a traversal of the
+/// `_asyncio` module visits freed future iterators (python/cpython#122695); a reference taken to
+/// one froze the next walk in an endless loop, or crashed the program.
+fn asyncio_scenario(python: &Path, name: &str, env: &[(&str, &str)]) {
+    let run = run_holders(python, name, "asyncio", env);
+    let pid = pid_of(&run);
+    for k in 1..=3 {
+        let h = run.read(&format!("gpushim-{pid}-snapshot-{k}.holders.json"));
+        assert_eq!(h["walk"]["status"], "complete", "{run}\n{h:#}");
+        assert_eq!(lines(site(&h, 4 * KIB, &run)), [line("path", "holders.py global 'keep' | list[*]", 1, 4 * KIB)]);
+    }
+}
+
+#[test]
+fn heap_walk_of_an_asyncio_program() {
+    let mut pythons = vec![python3()];
+    for py in other_pythons() {
+        pythons.push(real_executable(&py).unwrap_or_else(|| panic!("{} does not run", py.display())));
+    }
+    for py in pythons {
+        asyncio_scenario(&py, "holders-asyncio", &[]);
+        asyncio_scenario(&py, "holders-asyncio-python", &[("GPUSHIM_HEAP_WALK_NATIVE", "0")]);
+    }
+}
+
+/// A program with a trace function: it does not run for the walker's code (CPython 3.11 and
+/// later; 3.10 has no PyThreadState_EnterTracing).
+#[test]
+fn heap_walk_runs_no_trace_function_of_the_program() {
+    let mut pythons = vec![python3()];
+    for py in other_pythons() {
+        pythons.push(real_executable(&py).unwrap_or_else(|| panic!("{} does not run", py.display())));
+    }
+    for py in pythons {
+        let run = run_holders(&py, "holders-traced", "traced", &[]);
+        let line = run.stdout.lines().find(|l| l.starts_with("walker trace events: ")).unwrap_or_default();
+        assert!(line.ends_with(": 0") || line.ends_with(": n/a"), "{line}\n{run}");
+        let h = run.read(&format!("gpushim-{}-snapshot-1.holders.json", pid_of(&run)));
+        assert_eq!(h["walk"]["status"], "complete", "{run}\n{h:#}");
+    }
+}

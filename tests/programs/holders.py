@@ -1,6 +1,6 @@
 """Stand-in program for the heap walk tests (tests/holders.rs): objects with
 __cuda_array_interface__ over stand-in cudaMalloc memory, held in every way the walker must
-name. Usage: holders.py LIBCUDART MODE, MODE one of main, big, blocked."""
+name. Usage: holders.py LIBCUDART MODE, MODE one of main, big, blocked, unreached, asyncio, traced."""
 
 import ctypes
 import gc
@@ -47,9 +47,11 @@ def wait_for(path, what):
         time.sleep(0.005)
 
 
-def snapshot_and_wait():
+def snapshot_and_wait(number=1):
     os.kill(os.getpid(), signal.SIGUSR1)
-    wait_for(os.path.join(os.environ["GPUSHIM_OUTPUT"], f"gpushim-{os.getpid()}-snapshot-1.holders.json"), "walk")
+    wait_for(
+        os.path.join(os.environ["GPUSHIM_OUTPUT"], f"gpushim-{os.getpid()}-snapshot-{number}.holders.json"), "walk"
+    )
 
 
 def make(buf):
@@ -126,4 +128,67 @@ elif MODE == "blocked":
     buf = ctypes.create_string_buffer(1)
     # The main thread waits in native code: the pending call cannot run.
     libc.read(r, buf, 1)
+elif MODE == "unreached":
+    gc.disable()
+
+    def make_cache():
+        # A class that no root reaches (a cycle through its own descriptors) whose attribute
+        # holds the buffer; an instance, so that the walker decides its type.
+        class Cache:
+            pass
+
+        Cache.items = [DevBuf(malloc(40 << 10), 40 << 10)]
+        Cache.inst = Cache()
+
+    make_cache()
+
+    class Holder:
+        pass
+
+    # Held from native code through an attribute; the buffer made before its holder (so that
+    # the GC lists it first).
+    b = DevBuf(malloc(20 << 10), 20 << 10)
+    h = Holder()
+    h.buf = b
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(h))
+    del b, h
+    snapshot_and_wait()
+elif MODE == "asyncio":
+    import asyncio
+    import faulthandler
+
+    # A walk that never ends holds the GIL: only faulthandler's own thread can end the run.
+    faulthandler.dump_traceback_later(120, exit=True)
+
+    keep = [DevBuf(malloc(4096), 4096)]
+
+    async def inner(n):
+        # Awaiting futures fills the _asyncio module's free list of future iterators.
+        await asyncio.sleep(0.001)
+        if n == 0:
+            return None
+        return await inner(n - 1)
+
+    async def main():
+        for k in (1, 2, 3):
+            await asyncio.gather(*[asyncio.create_task(inner(3)) for _ in range(3)])
+            snapshot_and_wait(k)
+
+    asyncio.run(main())
+elif MODE == "traced":
+    # A trace function (a debugger's, coverage's) does not run for the walker's code (3.11 and
+    # later: PyThreadState_EnterTracing).
+    keep = [DevBuf(malloc(4096), 4096)]
+    junk = [[i] for i in range(20000)]
+    events = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename == "<gpushim-heap-walk>":
+            events.append(event)
+        return tracer
+
+    sys.settrace(tracer)
+    snapshot_and_wait()
+    sys.settrace(None)
+    print("walker trace events:", len(events) if sys.version_info >= (3, 11) else "n/a")
 print("done")

@@ -106,6 +106,14 @@ struct CApi {
     decref: unsafe extern "C" fn(Obj),
     /// `_Py_NoneStruct`: `None`.
     none: Obj,
+    /// `PyThreadState *PyThreadState_Get(void)` (Include/pystate.h).
+    thread_state_get: unsafe extern "C" fn() -> Obj,
+    /// `void PyThreadState_EnterTracing(PyThreadState *)` and `PyThreadState_LeaveTracing`
+    /// (Include/cpython/pystate.h, 3.11 and later): the walk runs with tracing, profiling and
+    /// (3.12) `sys.monitoring` suspended, so that no trace function of the program (a debugger,
+    /// coverage) runs for each line of the walker.
+    enter_tracing: Option<unsafe extern "C" fn(Obj)>,
+    leave_tracing: Option<unsafe extern "C" fn(Obj)>,
 }
 
 // SAFETY: function pointers and the address of the static `None`; used with the GIL held.
@@ -168,6 +176,9 @@ fn api() -> Option<&'static CApi> {
                 incref: t(f(c"Py_IncRef")?),
                 decref: t(f(c"Py_DecRef")?),
                 none: f(c"_Py_NoneStruct")? as Obj,
+                thread_state_get: t(f(c"PyThreadState_Get")?),
+                enter_tracing: f(c"PyThreadState_EnterTracing").map(|a| t(a)),
+                leave_tracing: f(c"PyThreadState_LeaveTracing").map(|a| t(a)),
             })
         }
     })
@@ -437,8 +448,41 @@ fn walker(a: &CApi) -> Option<Obj> {
     }
 }
 
-/// Calls `walk(reason, number, cap_ms, emit)`.
+/// Tracing and profiling suspended on this thread while it lives (3.11 and later).
+struct NoTracing(Option<(unsafe extern "C" fn(Obj), Obj)>);
+
+impl NoTracing {
+    /// # Safety
+    /// The GIL is held.
+    unsafe fn new(a: &CApi) -> Self {
+        match (a.enter_tracing, a.leave_tracing) {
+            // SAFETY: the caller's promise; PyThreadState_Get returns this thread's state, which
+            // outlives the guard (it is dropped before the call from Python returns).
+            (Some(enter), Some(leave)) => unsafe {
+                let ts = (a.thread_state_get)();
+                enter(ts);
+                NoTracing(Some((leave, ts)))
+            },
+            _ => NoTracing(None),
+        }
+    }
+}
+
+impl Drop for NoTracing {
+    fn drop(&mut self) {
+        if let Some((leave, ts)) = self.0 {
+            // SAFETY: balances the PyThreadState_EnterTracing of `new`, on the same thread, GIL
+            // held.
+            unsafe { leave(ts) };
+        }
+    }
+}
+
+/// Calls `walk(reason, number, cap_ms, emit)` (compiling the walker first if needed), with the
+/// program's trace and profile functions suspended.
 fn run_walk(a: &CApi, reason: WalkReason, number: u32) {
+    // SAFETY: run_walk is called with the GIL held (from_python).
+    let _no_tracing = unsafe { NoTracing::new(a) };
     let Some(f) = walker(a) else {
         send(given_up(reason, number, WalkStatus::Failed, sys::now_ns(), 0));
         return;

@@ -55,6 +55,23 @@ _MemberType = type(_ModuleType.__dict__["__dict__"])
 _PropertyType = property
 _MappingProxy = type(type.__dict__)
 _TYPE_DICT = type.__dict__["__dict__"]
+#: CPython 3.12.0 to 3.12.5: the `_asyncio` module's tp_traverse also visits its free list of
+#: future iterators, freed objects; a reference taken to one (gc.get_referents, the native core)
+#: frees it a second time when dropped, and the free list becomes a cycle: the next traversal of
+#: the module never ends (python/cpython#122695, fixed in 3.12.6). There, module objects are
+#: never "plain" (the native core does not traverse them) and the `_asyncio` module's referents
+#: are its dictionary only.
+_UNSAFE_MODULES = (3, 12) <= _sys.version_info[:3] < (3, 12, 6)
+_MODULE_NOT_PLAIN = _ModuleType if _UNSAFE_MODULES else None
+if _UNSAFE_MODULES:
+
+    def _get_referents(o, _all=_get_referents):
+        if type(o) is _ModuleType:
+            d = _module_dict(o)
+            if type(d) is dict and d.get("__name__") == "_asyncio":
+                return [d]
+        return _all(o)
+
 
 #: The file name of this code: its frames are never roots.
 WALKER_FILE = "<gpushim-heap-walk>"
@@ -434,11 +451,17 @@ def to_json(x):
     return _jstr(str(x))
 
 
+def _is_module(m):
+    """Whether `m` is a module, from its type's MRO (isinstance would read `m.__class__`: a
+    proxy's `__getattribute__` or a mock's `__class__` property in sys.modules)."""
+    return any(k is _ModuleType for k in type.__dict__["__mro__"].__get__(type(m)))
+
+
 def roots_of(modules, frames, skip_ids=()):
     """The roots: every module's globals (`__main__` first), then every thread's frames along
     f_back (the walker's own frames left out). Each is (label, object)."""
     roots = []
-    items = [(n, m) for n, m in list(modules.items()) if type(n) is str and isinstance(m, _ModuleType)]
+    items = [(n, m) for n, m in list(modules.items()) if type(n) is str and _is_module(m)]
     items.sort(key=lambda nm: nm[0] != "__main__")
     for name, mod in items:
         try:
@@ -529,7 +552,7 @@ class Walk:
         finder = self.finder
         info, grad_of, kind = finder.info, finder.grad_of, finder.kind
         plain, known = set(), set()
-        frame, deadline = _FrameType, self.deadline
+        frame, deadline, module = _FrameType, self.deadline, _MODULE_NOT_PLAIN
         i, n = 0, len(queue)
         while i < n:
             # The deadline is looked at where the Python loop looks at it.
@@ -545,7 +568,7 @@ class Walk:
                 t = type(o)
                 if id(t) not in known:
                     known.add(id(t))
-                    if not kind(t) and t is not frame:
+                    if not kind(t) and t is not frame and t is not module:
                         plain.add(id(t))
                         i, n = p, len(queue)
                         continue
@@ -579,7 +602,7 @@ class Walk:
         # own to look at, not frames): most of a heap, their referents fetched a chunk at a time.
         plain, known = set(), set()
         i, n = 0, len(queue)
-        atoms, frame, _id, _type = _ATOMS, _FrameType, id, type
+        atoms, frame, _id, _type, module = _ATOMS, _FrameType, id, type, _MODULE_NOT_PLAIN
         add, push, push_parent = index.add, queue.append, parent.append
         while i < n:
             if i & CHECK_EVERY == 0 and self.deadline is not None and _clock() > self.deadline:
@@ -594,7 +617,7 @@ class Walk:
                     t = type(o)
                     if _id(t) not in known:
                         known.add(_id(t))
-                        if not kind(t) and t is not frame:
+                        if not kind(t) and t is not frame and t is not module:
                             plain.add(_id(t))
             if plain.issuperset(tids):
                 lists = list(map(_get_referents, chunk))
@@ -660,11 +683,27 @@ def _frame_values(f):
         return []
 
 
-def _key_of(d, v):
-    for k, x in d.items():
-        if x is v:
-            return k
-    return None
+def _key_of(p, c, memo=None):
+    """The first key of dict `p`, or index of list or tuple `p`, whose value is `c` (identity),
+    or None. With `memo` (one dict for the paths of a walk), a container looked in a second
+    time is indexed once: the paths of n objects through one container of n cost O(n), not
+    O(n^2) (20,000 buffers in one dict took 15 s)."""
+    seen = memo.get(id(p)) if memo is not None else None
+    if type(seen) is dict:
+        return seen.get(id(c))
+    pairs = p.items() if type(p) is dict else enumerate(p)
+    if seen is None:
+        if memo is not None:
+            memo[id(p)] = True
+        for k, x in pairs:
+            if x is c:
+                return k
+        return None
+    first = memo[id(p)] = {}
+    for k, x in pairs:
+        if id(x) not in first:
+            first[id(x)] = k
+    return first.get(id(c))
 
 
 def _fmt_key(k):
@@ -706,9 +745,10 @@ def _module_label(name, d):
     return name
 
 
-def step(objs, j, generic, finder=None):
+def step(objs, j, generic, finder=None, memo=None):
     """How objs[j] holds objs[j + 1], as a person reads it, or None when the next step says it;
-    with `generic`, indexes and keys become `*` so that siblings share one line."""
+    with `generic`, indexes and keys become `*` so that siblings share one line. `memo`: see
+    _key_of."""
     p, c = objs[j], objs[j + 1]
     prev = objs[j - 1] if j > 0 else None
     tp = type(p)
@@ -717,17 +757,19 @@ def step(objs, j, generic, finder=None):
     if tp is list or tp is tuple:
         if generic:
             return _short_type(tp) + "[*]"
-        for i, x in enumerate(p):
-            if x is c:
-                return f"{_short_type(tp)}[{i}]"
-        return _short_type(tp)
+        i = _key_of(p, c, memo)
+        return _short_type(tp) if i is None else f"{_short_type(tp)}[{i}]"
     if tp is dict:
-        k = _key_of(p, c)
+        inst = prev is not None and type(prev) is not type and type(prev) is not _FrameType
+        inst = inst and _instance_dict(prev, type(prev)) is p
+        if generic and not inst and type(prev) is not type and type(prev) is not _FrameType:
+            return "dict[*]"  # no key needed
+        k = _key_of(p, c, memo)
         if type(prev) is type:
             return "{}.{}".format(_short_type(prev), k if type(k) is str else "?")
         if type(prev) is _FrameType:
             return f"{_frame_desc(prev)} local {_fmt_key(k)}"
-        if prev is not None and _instance_dict(prev, type(prev)) is p:
+        if inst:
             return "{}.{}".format(_short_type(type(prev)), k if type(k) is str else "?")
         return "dict[*]" if generic else f"dict[{_fmt_key(k)}]"
     if tp is set or tp is frozenset:
@@ -762,25 +804,26 @@ def step(objs, j, generic, finder=None):
     if d is not None:
         if d is c:
             return None  # the dict step names the attribute
-        k = _key_of(d, c)
+        k = _key_of(d, c, memo)
         if type(k) is str:
             return f"{_short_type(tp)}.{k}"
     return _short_type(tp)
 
 
-def render(walk, i, generic, modules):
-    """The path from a root to object i, as a list of steps (the object itself not included)."""
+def render(walk, i, generic, modules, memo=None):
+    """The path from a root to object i, as a list of steps (the object itself not included).
+    `memo`: see _key_of."""
     objs, root = walk.chain(i)
     label = walk.label.get(root, ("?", None))
     steps = []
     if label[0] == "global" and len(objs) > 1:
-        k = _key_of(objs[0], objs[1])
+        k = _key_of(objs[0], objs[1], memo)
         steps.append(f"{_module_label(label[1], objs[0])} global {_fmt_key(k)}")
         start = 1
     else:
         start = 0
     for j in range(start, len(objs) - 1):
-        s = step(objs, j, generic and j == len(objs) - 2, walk.finder)
+        s = step(objs, j, generic and j == len(objs) - 2, walk.finder, memo)
         if s is not None and (not steps or s != steps[-1]):
             steps.append(s)
     if label[0] == "frame":
@@ -859,7 +902,11 @@ def _unreached(index, extra, finder):
             o for o in _compress(objs, map(contains, _repeat(gpu), tids)) if id(o) not in index and id(o) not in extra
         ]
         del tids, gpu
-        if not any(finder.info(o) is not None for o in cands):
+        # Every candidate is looked at, not only up to the first that owns GPU memory: reading
+        # an instance's __dict__ may make its dictionary (3.11, 3.12), and from then on the
+        # instance's attributes are reached only through that dictionary, which must be among
+        # the objects listed below.
+        if sum(finder.info(o) is not None for o in cands) == 0:
             return []
         del cands
         # Looked at again: reading an instance's __dict__ above may have made its dictionary.
@@ -905,7 +952,14 @@ def _analyse(walk, rest, graphs=None):
         return []
     pos = _ids(rest)
     parent = [-2] * len(rest)
-    queue = [n for n in range(len(rest)) if ext[n] > 0]
+    # The walker's own objects (this walk, its finder and their containers) are held by its
+    # frames' locals, and its finder holds every type it decided: never a root, never a step of
+    # a path (-3), else an unreached class's attribute would read as held by the walker.
+    for k in _own_ids(walk, graphs):
+        m = pos.get(k)
+        if m is not None:
+            parent[m] = -3
+    queue = [n for n in range(len(rest)) if ext[n] > 0 and parent[n] == -2]
     for n in queue:
         parent[n] = -1
     i = 0
@@ -939,6 +993,16 @@ def _analyse(walk, rest, graphs=None):
                 steps.append(s)
         out.append((got, "native", steps))
     return out
+
+
+def _own_ids(walk, graphs):
+    """Ids of the walker's own objects that may hold the program's: the walk, its finder (types
+    and descriptors by type) and the graphs."""
+    finder = walk.finder
+    own = [walk, finder, finder.by_type, finder.descs]
+    if graphs is not None:
+        own += [graphs, graphs.leaf]
+    return {id(o) for o in own}
 
 
 def _cycle_name(rest, referrer, n):
@@ -1011,7 +1075,7 @@ def _walk(deadline):
         if how == "autograd":
             g, saved_for = steps
             root = graphs.graphs[g][0]
-            steps = [*render(w, root, True, modules), descs.get(root, "?")]
+            steps = [*render(w, root, True, modules, memo), descs.get(root, "?")]
             key = (how, saved_for, *steps)
             extra_fields = {"saved_for": saved_for, "graphs": 0, "graph_nodes": 0}
         else:
@@ -1030,8 +1094,11 @@ def _walk(deadline):
             got["holder"] = h
             objects.append(got)
 
+    memo = {}
     for i, got in w.found:
-        add(got, "path", render(w, i, True, modules))
+        add(got, "path", render(w, i, True, modules, memo))
+    # Emptied before the unreached objects are listed (it holds dictionary keys).
+    memo.clear()
     if not w.cut and not graphs.cut:
         extra = {id(w.queue), id(w.parent), id(w.index), id(w.label), id(w.found), id(w.roots), id(objects)}
         extra.update((id(graphs.nodes), id(graphs.of_node), id(graphs.consumer), id(graphs.graphs)))
@@ -1051,6 +1118,7 @@ def _walk(deadline):
         res["torch_segments"] = segs
     cut = w.cut or graphs.cut
     graphs.clear()
+    memo.clear()
     for c in (w.queue, w.parent, w.index, w.label, w.found, roots):
         c.clear()
     if cut:
