@@ -13,5 +13,6 @@ mod holders; // who holds the memory: the heap walk in CPython programs
 mod interception; // every allocation path: symbol, static runtime, dlsym, RTLD_NEXT neighbours
 mod lifecycle; // fork, SIGKILL, exit, non-CUDA processes, missing collector
 mod python; // Python frames (file, function, line) in CPython programs, 3.10 to 3.13
+mod reach; // definitely lost: the reachability scan of the program's memory
 mod snapshots; // SIGUSR1 snapshots hold exactly the allocations made before the signal
 mod unwinding; // the cached unwinder agrees with libgcc's

@@ -137,6 +137,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             series: s.series.points().iter().map(|&(t, v)| (secs(t), v)).collect(),
             frames: frames_of(s.id, sym),
             python: sym.python().site_flag(s.id),
+            reach: None,
         })
         .collect();
     let failures: Vec<FailureRecord> = state
@@ -263,5 +264,6 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             .collect(),
         notes,
         holders: None,
+        reachability: None,
     }
 }

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use gpushim_wire::{Decoder, Event, Failed, HeapWalk, Hello, MemInfo, WalkReason};
+use gpushim_wire::{Decoder, Event, Failed, HeapWalk, Hello, MemInfo, Reach, WalkReason};
 
 use crate::assemble::{self, Context};
 use crate::error::{coded, BROKEN_STREAM};
@@ -18,6 +18,7 @@ use crate::holders::{self, Holders};
 use crate::live::{Op, State};
 use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
+use crate::reach::{self, ReachFile};
 use crate::render::text;
 use crate::reorder::{Observer, SnapshotPoint, Tracker};
 use crate::report::{Reason, Report};
@@ -64,6 +65,8 @@ struct Sink<'a> {
     exit_holders: Option<Holders>,
     /// Heap walks received.
     walks: u32,
+    /// The reachability scan of the final report, classified when it arrived (before `Exit`).
+    exit_reach: Option<ReachFile>,
     err: &'a mut dyn Write,
 }
 
@@ -95,6 +98,35 @@ impl Sink<'_> {
         match write_json(&holders, &self.out_dir, &stem, self.err) {
             Ok(path) => {
                 let _ = writeln!(self.err, "gpushim: {}; holders written to {}", holders.walk.message, path.display());
+            }
+            Err(e) => {
+                let _ = writeln!(self.err, "gpushim: cannot write {stem}.json: {e:#}");
+            }
+        }
+    }
+
+    /// A reachability scan: classified against the live set as it is now (the scan saw memory
+    /// then); written beside its snapshot or out-of-memory report at once
+    /// (`…-snapshot-N.reach.json`), kept for the end for the final report.
+    fn reach(&mut self, r: &Reach, state: &State) {
+        let file = reach::classify(r, state, &self.stacks, &mut self.sym);
+        let stem = match r.reason {
+            WalkReason::Exit => {
+                self.exit_reach = Some(file);
+                return;
+            }
+            WalkReason::Snapshot => format!("gpushim-{}-snapshot-{}.reach", self.hello.pid, r.number),
+            WalkReason::Oom => format!("gpushim-{}-oom-{}.reach", self.hello.pid, r.number),
+        };
+        match write_json(&file, &self.out_dir, &stem, self.err) {
+            Ok(path) => {
+                let lead = reach::lead_line(&file.reachability).map(|l| format!("{l}; ")).unwrap_or_default();
+                let _ = writeln!(
+                    self.err,
+                    "gpushim: {lead}{}; written to {}",
+                    reach::scan_line(&file.reachability),
+                    path.display()
+                );
             }
             Err(e) => {
                 let _ = writeln!(self.err, "gpushim: cannot write {stem}.json: {e:#}");
@@ -251,6 +283,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         ooms: Vec::new(),
         lost: 0,
         exit_holders: None,
+        exit_reach: None,
         walks: 0,
         err,
     };
@@ -292,6 +325,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
             Event::PyCode(c) => sink.sym.python_mut().add_code(c),
             Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
             Event::HeapWalk(h) => sink.heap_walk(&h, tracker.state()),
+            Event::Reach(r) => sink.reach(&r, tracker.state()),
             Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
         }
         sink.lost = tracker.lost();
@@ -343,6 +377,9 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
         stacks: &sink.stacks,
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
+    if let Some(f) = sink.exit_reach.take() {
+        reach::apply(&mut report, f, tracker.state());
+    }
     if let Some(e) = &broken {
         let _ = writeln!(sink.err, "gpushim: event stream from pid {pid} broken: {e}; report holds what was received");
     }

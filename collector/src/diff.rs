@@ -609,6 +609,7 @@ mod tests {
             context_teardowns: Vec::new(),
             notes: vec![],
             holders: None,
+            reachability: None,
             oom: None,
         }
     }

@@ -49,6 +49,7 @@ mod output;
 mod perf_tests;
 pub mod pyframes;
 pub mod rank;
+pub mod reach;
 pub mod render;
 pub mod reorder;
 pub mod report;

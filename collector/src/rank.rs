@@ -159,6 +159,8 @@ fn judge(site: &SiteStats, times: &[u64], grown: u64, run: u64, run_end: u64) ->
         rising_share: share(steadiness),
         oldest_live_age_share: share(run_end.saturating_sub(first_live) as f64 / run as f64),
         never_freed_share: share(kept),
+        definitely_lost_count: 0,
+        definitely_lost_bytes: 0,
     })
 }
 

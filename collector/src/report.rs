@@ -101,6 +101,10 @@ pub struct Report {
     pub context_teardowns: Vec<TeardownRecord>,
     /// Messages from the shim and the collector about the report's completeness.
     pub notes: Vec<String>,
+    /// The reachability scan of the program's memory (final report of a normal exit; absent
+    /// when there was none, e.g. `GPUSHIM_REACHABILITY=0` or a killed program).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachability: Option<crate::reach::Reachability>,
     /// Who holds the memory (CPython targets): the heap walk's companion file, merged in when
     /// the report is read or rendered; never written into the report itself.
     #[serde(skip)]
@@ -246,6 +250,9 @@ pub struct Site {
     /// PyTorch's autograd threads or threads started by native code).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<bool>,
+    /// The site's live allocations by reachability class, when the report has a scan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reach: Option<crate::reach::SiteReach>,
 }
 
 impl Site {
@@ -337,6 +344,12 @@ pub struct Suspect {
     /// Share (0 to 1) of the site's allocations that were never freed.
     #[serde(default)]
     pub never_freed_share: f64,
+    /// Live allocations of the site that the reachability scan found no pointer to.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub definitely_lost_count: u64,
+    /// Their bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub definitely_lost_bytes: u64,
 }
 
 /// A failed allocation.
@@ -649,6 +662,7 @@ mod tests {
             }],
             notes: vec!["n".into()],
             holders: None,
+            reachability: None,
             oom: None,
         }
     }

@@ -47,6 +47,7 @@ mod init;
 mod launch;
 mod loader;
 mod python;
+mod reach;
 mod real;
 mod record;
 mod route;

@@ -18,7 +18,7 @@ use crate::config::{self, Config};
 use crate::event::{Msg, PyFrames};
 use crate::hash::FastHash;
 use crate::state::{DISABLED, FINISHED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
-use crate::{inflight, launch, loader, python, socket, sys};
+use crate::{inflight, launch, loader, python, reach, socket, sys};
 
 /// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY` are both 2 (CUDA Runtime API,
 /// cudaError; CUDA Driver API, CUresult).
@@ -104,6 +104,12 @@ struct Writer {
     snapshots_sent: u32,
     ooms_sent: u32,
     events: u64,
+    /// The writer's own live set for reachability scans (reach.rs); `None` when they are off.
+    reach: Option<reach::Table>,
+    /// What of the shim's own memory the scans leave out.
+    reach_own: reach::Own,
+    /// Whether the first event was received (the channel's buffer is located then).
+    seen_first: bool,
 }
 
 impl Writer {
@@ -120,6 +126,9 @@ impl Writer {
             snapshots_sent: 0,
             ooms_sent: 0,
             events: 0,
+            reach: config::reachability().then(reach::Table::default),
+            reach_own: reach::Own::default(),
+            seen_first: false,
         }
     }
 
@@ -167,8 +176,17 @@ impl Writer {
             if let Some(h) = python::heap::poll() {
                 self.push(&Event::HeapWalk(h));
             }
+            if let (Ok(m), false) = (&msg, self.seen_first) {
+                self.seen_first = true;
+                if self.reach.is_some() {
+                    // The first event sat in the channel buffer's first slot: find the buffer by it.
+                    let ts = msg_ts(m);
+                    self.reach_own.channel = reach::locate_channel(ts, std::mem::size_of::<Msg>(), CHANNEL_CAPACITY);
+                }
+            }
             match msg {
                 Ok(Msg::Exit { ts_ns, done }) => {
+                    self.reachability(wire::WalkReason::Exit, 0);
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
                     if self.flush() {
                         self.close_and_wait();
@@ -246,13 +264,32 @@ impl Writer {
             if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, self.snapshots_sent) {
                 self.push(&Event::HeapWalk(h));
             }
+            self.reachability(wire::WalkReason::Snapshot, self.snapshots_sent);
         }
+    }
+
+    /// Runs a reachability scan (reach.rs) for the report `reason`/`number` and sends its
+    /// result, if scans are on. The wire buffer is sent and zeroed first: it holds copies of
+    /// addresses.
+    fn reachability(&mut self, reason: wire::WalkReason, number: u32) {
+        if self.reach.is_none() || !self.flush() {
+            return;
+        }
+        let cap = self.buf.capacity();
+        self.buf.resize(cap, 0);
+        self.buf.clear();
+        let Some(table) = &self.reach else { return };
+        let r = reach::scan(table, self.reach_own, reason, number);
+        self.push(&Event::Reach(r));
     }
 
     fn handle(&mut self, msg: Msg) {
         self.events += 1;
         match msg {
             Msg::Alloc { seq, ts_ns, addr, size, kind, api, device, stream, tid, frames, py, ctx } => {
+                if let Some(t) = &mut self.reach {
+                    t.alloc(seq, addr, size, kind, api, device);
+                }
                 let stack = self.stack_id(frames, py);
                 self.push(&Event::Alloc(wire::Alloc {
                     seq,
@@ -269,6 +306,9 @@ impl Writer {
                 }));
             }
             Msg::Reset { seq, ts_ns, device, api, tid, ctx } => {
+                if let Some(t) = &mut self.reach {
+                    t.reset(device);
+                }
                 self.push(&Event::Reset(wire::Reset { seq, ts_ns, device, api, tid, ctx }));
             }
             Msg::ContextCreated { seq, ts_ns, ctx, device, api, tid } => {
@@ -304,6 +344,9 @@ impl Writer {
                 self.push(&Event::GraphMemTrim(wire::GraphMemTrim { seq, ts_ns, device, api, tid }));
             }
             Msg::Free { seq, ts_ns, addr, api, stream, tid, result } => {
+                if let (Some(t), 0) = (&mut self.reach, result) {
+                    t.free(seq, addr);
+                }
                 self.push(&Event::Free(wire::Free { seq, ts_ns, addr, api, stream, tid, result }));
             }
             Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem } => {
@@ -317,6 +360,7 @@ impl Writer {
                     if let Some(h) = python::heap::request(wire::WalkReason::Oom, self.ooms_sent) {
                         self.push(&Event::HeapWalk(h));
                     }
+                    self.reachability(wire::WalkReason::Oom, self.ooms_sent);
                 }
             }
             Msg::HeapWalk(h) => self.push(&Event::HeapWalk(h)),
@@ -474,6 +518,28 @@ impl Drop for Writer {
     /// Closes the socket if, and only if, it is still ours.
     fn drop(&mut self) {
         socket::close_if_ours(self.sock);
+    }
+}
+
+/// The monotonic timestamp an event carries (0 for one without).
+fn msg_ts(m: &Msg) -> u64 {
+    match m {
+        Msg::Alloc { ts_ns, .. }
+        | Msg::Free { ts_ns, .. }
+        | Msg::Failed { ts_ns, .. }
+        | Msg::Reset { ts_ns, .. }
+        | Msg::ContextCreated { ts_ns, .. }
+        | Msg::Map { ts_ns, .. }
+        | Msg::Unmap { ts_ns, .. }
+        | Msg::HandleRef { ts_ns, .. }
+        | Msg::GraphNode { ts_ns, .. }
+        | Msg::GraphExec { ts_ns, .. }
+        | Msg::GraphLaunch { ts_ns, .. }
+        | Msg::GraphExecDestroy { ts_ns, .. }
+        | Msg::GraphMemTrim { ts_ns, .. }
+        | Msg::Exit { ts_ns, .. }
+        | Msg::QuickExit { ts_ns } => *ts_ns,
+        Msg::HeapWalk(h) => h.ts_ns,
     }
 }
 

@@ -45,7 +45,8 @@ pub use encode::{encode, write_header};
 pub use event::{
     Alloc, Api, ContextCreated, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec, GraphExecDestroy,
     GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Kind, LineTableFormat, Map, MemInfo, Module,
-    PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, Unmap, WalkReason, WalkStatus, PY_NO_OFFSET,
+    PyCode, PyFrame, PyRuntime, PyStack, Reach, ReachClass, ReachEntry, ReachRegion, ReachStatus, Reset, Snapshot,
+    Stack, Unmap, WalkReason, WalkStatus, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
@@ -230,6 +231,36 @@ mod tests {
                 elapsed_ns: 0,
                 visited: 0,
                 result: String::new(),
+            }),
+            Event::Reach(Reach {
+                reason: WalkReason::Exit,
+                number: 0,
+                status: ReachStatus::Complete,
+                ts_ns: 32,
+                elapsed_ns: 1_000,
+                scanned_bytes: 1 << 30,
+                unreadable_bytes: 4096,
+                note: "a note".into(),
+                entries: vec![
+                    ReachEntry {
+                        addr: 0x7000_0000,
+                        class: ReachClass::Lost,
+                        refs: 0,
+                        interior: false,
+                        region: ReachRegion::None,
+                        tid: 0,
+                        from: 0,
+                    },
+                    ReachEntry {
+                        addr: 0x7100_0000,
+                        class: ReachClass::Reachable,
+                        refs: 3,
+                        interior: true,
+                        region: ReachRegion::Stack,
+                        tid: 42,
+                        from: 0x7ffd_0000_0010,
+                    },
+                ],
             }),
         ]
     }

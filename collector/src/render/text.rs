@@ -229,6 +229,9 @@ fn anomalies(r: &Report) -> Vec<String> {
 /// The collector's closing lines on stderr (each starting `gpushim: `): totals, up to three
 /// suspects or "no leak suspects", and where the report went.
 pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::Result<()> {
+    if let Some(l) = r.reachability.as_ref().and_then(crate::reach::lead_line) {
+        writeln!(out, "gpushim: pid {}: {l}", r.pid)?;
+    }
     let t = &r.totals;
     let mut parts = Vec::new();
     for (name, k) in r.kinds.iter() {
@@ -260,6 +263,12 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
     )?;
     for v in &r.vmm {
         writeln!(out, "gpushim: {}", vmm_line(v))?;
+    }
+    if let Some(x) = &r.reachability {
+        writeln!(out, "gpushim: {}", crate::reach::scan_line(x))?;
+        if let Some(n) = &x.note {
+            writeln!(out, "gpushim: reachability: {n}")?;
+        }
     }
     if r.suspects.is_empty() {
         writeln!(out, "gpushim: no leak suspects")?;

@@ -1,0 +1,360 @@
+//! Reachability: the shim's scan of the program's memory (a `Reach` event, shim/src/reach.rs)
+//! matched with the live set: which live allocations are definitely lost (no pointer to them is
+//! left in the program's memory), indirectly lost (pointed to only from host blocks that are
+//! themselves unreachable), or reachable, per site and in total.
+//!
+//! Allocations made by a framework's caching allocator (PyTorch's `CUDACachingAllocator`,
+//! CuPy's memory pool, XLA's BFC allocator, told by their site's frames) are summed in one line
+//! each, "reachable by the framework's allocator": the allocator keeps a pointer to every
+//! segment, and who holds a tensor is the heap walk's question (holders.rs).
+//!
+//! Sites with definitely-lost allocations become leak suspects ranked above the growth-only
+//! ones, with the reason "N of M allocations definitely lost (no pointer left)".
+
+use std::collections::{BTreeMap, HashMap};
+
+use gpushim_wire::{Reach, ReachClass, ReachRegion, ReachStatus};
+use serde::{Deserialize, Serialize};
+
+use crate::live::State;
+use crate::report::{Frame, Report, Suspect};
+use crate::symbolize::Symbolizer;
+use crate::words::fmt_bytes;
+
+/// How many of the most referenced reachable allocations are listed with where they are held.
+pub const MOST_REFERENCED: usize = 10;
+
+/// The scan's result for one report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reachability {
+    /// `complete`, `cut` (stopped at `GPUSHIM_REACHABILITY_MS`: nothing is called lost) or
+    /// `failed` (nothing classified).
+    pub status: String,
+    /// How long both passes took, milliseconds.
+    pub elapsed_ms: f64,
+    /// Bytes of the program's memory read, both passes together.
+    pub scanned_bytes: u64,
+    /// Bytes that could not be read (unmapped meanwhile) and were skipped.
+    pub unreadable_bytes: u64,
+    /// `scanned_bytes` per second of `elapsed_ms`.
+    pub bytes_per_s: f64,
+    /// What the shim said about the scan, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Live allocations no word refers to.
+    pub definitely_lost_count: u64,
+    /// Their bytes.
+    pub definitely_lost_bytes: u64,
+    /// Live allocations referred to only from unreachable host blocks.
+    pub indirectly_lost_count: u64,
+    /// Their bytes.
+    pub indirectly_lost_bytes: u64,
+    /// Live allocations a reachable word refers to (framework allocators' segments excluded).
+    pub reachable_count: u64,
+    /// Their bytes.
+    pub reachable_bytes: u64,
+    /// Of the reachable ones, those referred to only by interior pointers.
+    pub interior_count: u64,
+    /// Live allocations the scan did not decide: cut before a reference was found, or made
+    /// after the scan started, or not scanned (`cuMemCreate` handles).
+    pub unknown_count: u64,
+    /// Their bytes.
+    pub unknown_bytes: u64,
+    /// One line per framework allocator: its segments, reachable by the allocator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub framework_held: Vec<FrameworkHeld>,
+    /// The most referenced reachable allocations, most references first (at most
+    /// [`MOST_REFERENCED`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub most_referenced: Vec<Held>,
+}
+
+/// A framework's caching allocator and the live memory it holds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FrameworkHeld {
+    /// `PyTorch CUDACachingAllocator`, `CuPy memory pool` or `XLA BFC allocator`.
+    pub allocator: String,
+    /// Live allocations (segments).
+    pub count: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// A reachable allocation and where it is held.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Held {
+    /// The allocation's address, `0x…`.
+    pub address: String,
+    /// Its size, bytes.
+    pub size: u64,
+    /// Its site (see [`crate::report::Site::id`]).
+    pub site: u32,
+    /// Words referring to it.
+    pub refs: u32,
+    /// True if every reference points inside it rather than at its start.
+    pub interior: bool,
+    /// Where the first reference is: `data of MODULE (SYMBOL)`, `heap`, `stack of thread N`,
+    /// `anonymous memory`.
+    pub from: String,
+}
+
+/// A site's allocations by class.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteReach {
+    /// Live allocations of the site no word refers to.
+    pub definitely_lost_count: u64,
+    /// Their bytes.
+    pub definitely_lost_bytes: u64,
+    /// Live allocations referred to only from unreachable host blocks.
+    pub indirectly_lost_count: u64,
+    /// Their bytes.
+    pub indirectly_lost_bytes: u64,
+    /// Live allocations a reachable word refers to.
+    pub reachable_count: u64,
+    /// Of those, the ones referred to only by interior pointers.
+    pub interior_count: u64,
+    /// Live allocations classified (the M of "N of M").
+    pub scanned_count: u64,
+    /// The framework allocator that holds the site's memory, if any (then nothing else is
+    /// counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<String>,
+}
+
+/// The companion file of a snapshot or out-of-memory report (`…-snapshot-N.reach.json`): the
+/// scan's result and its per-site counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReachFile {
+    /// The scan's result.
+    pub reachability: Reachability,
+    /// Per site id.
+    pub sites: BTreeMap<u32, SiteReach>,
+}
+
+/// The framework allocator a site's frames belong to, if any.
+pub fn framework_of(frames: &[Frame]) -> Option<&'static str> {
+    for f in frames {
+        let s = f.function.as_str();
+        if s.contains("CUDACachingAllocator") || s.contains("c10::cuda::") && s.contains("Allocator") {
+            return Some("PyTorch CUDACachingAllocator");
+        }
+        if s.contains("BFCAllocator") {
+            return Some("XLA BFC allocator");
+        }
+        let file = f.file.as_deref().unwrap_or("");
+        if s.contains("cupy")
+            && (s.contains("memory") || s.contains("MemoryPool") || s.contains("SingleDeviceMemoryPool"))
+            || f.python && file.contains("cupy") && (file.contains("memory") || s.contains("MemoryPool"))
+            || f.module.contains("cupy") && f.module.contains("memory")
+        {
+            return Some("CuPy memory pool");
+        }
+    }
+    None
+}
+
+/// Matches `scan` with the live set of `state`: the whole result and per-site counts.
+/// `stacks` and `sym` give the frames that tell framework allocators.
+pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sym: &mut Symbolizer) -> ReachFile {
+    let by_addr: HashMap<u64, &gpushim_wire::ReachEntry> = scan.entries.iter().map(|e| (e.addr, e)).collect();
+    let mut r = Reachability {
+        status: match scan.status {
+            ReachStatus::Complete => "complete",
+            ReachStatus::Cut => "cut",
+            ReachStatus::Failed => "failed",
+        }
+        .into(),
+        elapsed_ms: scan.elapsed_ns as f64 / 1e6,
+        scanned_bytes: scan.scanned_bytes,
+        unreadable_bytes: scan.unreadable_bytes,
+        bytes_per_s: if scan.elapsed_ns > 0 { scan.scanned_bytes as f64 / (scan.elapsed_ns as f64 / 1e9) } else { 0.0 },
+        note: (!scan.note.is_empty()).then(|| scan.note.clone()),
+        ..Reachability::default()
+    };
+    let mut sites: BTreeMap<u32, SiteReach> = BTreeMap::new();
+    let mut frameworks: HashMap<u32, Option<&'static str>> = HashMap::new();
+    let mut fw: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+    let mut held: Vec<(u32, u64, u64, u32, bool, ReachRegion, u32, u64)> = Vec::new();
+    for (&(handle, addr), e) in state.live() {
+        let Some(x) = by_addr.get(&addr).filter(|_| !handle) else {
+            r.unknown_count += 1;
+            r.unknown_bytes += e.size;
+            continue;
+        };
+        let framework = *frameworks.entry(e.site).or_insert_with(|| {
+            let frames = stacks.get(&e.site).map(|a| sym.stack_of(e.site, a)).unwrap_or_default();
+            framework_of(&frames)
+        });
+        let s = sites.entry(e.site).or_default();
+        if let Some(name) = framework {
+            s.framework = Some(name.to_string());
+            let f = fw.entry(name).or_default();
+            f.0 += 1;
+            f.1 += e.size;
+            continue;
+        }
+        match x.class {
+            ReachClass::Lost => {
+                s.definitely_lost_count += 1;
+                s.definitely_lost_bytes += e.size;
+                r.definitely_lost_count += 1;
+                r.definitely_lost_bytes += e.size;
+            }
+            ReachClass::IndirectlyLost => {
+                s.indirectly_lost_count += 1;
+                s.indirectly_lost_bytes += e.size;
+                r.indirectly_lost_count += 1;
+                r.indirectly_lost_bytes += e.size;
+            }
+            ReachClass::Reachable => {
+                s.reachable_count += 1;
+                r.reachable_count += 1;
+                r.reachable_bytes += e.size;
+                if x.interior {
+                    s.interior_count += 1;
+                    r.interior_count += 1;
+                }
+                held.push((e.site, addr, e.size, x.refs, x.interior, x.region, x.tid, x.from));
+            }
+            ReachClass::Unknown => {
+                r.unknown_count += 1;
+                r.unknown_bytes += e.size;
+                continue;
+            }
+        }
+        s.scanned_count += 1;
+    }
+    r.framework_held = fw
+        .into_iter()
+        .map(|(name, (count, bytes))| FrameworkHeld { allocator: name.to_string(), count, bytes })
+        .collect();
+    held.sort_by(|a, b| b.3.cmp(&a.3).then(a.1.cmp(&b.1)));
+    r.most_referenced = held
+        .into_iter()
+        .take(MOST_REFERENCED)
+        .map(|(site, addr, size, refs, interior, region, tid, from)| Held {
+            address: format!("{addr:#x}"),
+            size,
+            site,
+            refs,
+            interior,
+            from: where_held(region, tid, from, sym),
+        })
+        .collect();
+    ReachFile { reachability: r, sites }
+}
+
+/// Words for where a reference was found.
+fn where_held(region: ReachRegion, tid: u32, from: u64, sym: &mut Symbolizer) -> String {
+    match region {
+        ReachRegion::Data => {
+            // The symbolizer looks up return addresses (one byte back): pass the byte after.
+            let f = sym.stack(&[from + 1]);
+            match f.first() {
+                Some(f) if f.function != "??" => format!("data of {} ({})", f.module_name(), f.function),
+                Some(f) if !f.module.is_empty() => format!("data of {}", f.module_name()),
+                _ => format!("data at {from:#x}"),
+            }
+        }
+        ReachRegion::Heap => "heap".into(),
+        ReachRegion::Stack => format!("stack of thread {tid}"),
+        ReachRegion::Anon => "anonymous memory".into(),
+        ReachRegion::None => String::new(),
+    }
+}
+
+/// Puts `file` into the final report: each site's counts, the whole result, and the suspects
+/// (sites with definitely-lost allocations first, their reason leading with
+/// "N of M allocations definitely lost (no pointer left)").
+pub fn apply(report: &mut Report, file: ReachFile, state: &State) {
+    for site in &mut report.sites {
+        if let Some(s) = file.sites.get(&site.id) {
+            site.reach = Some(s.clone());
+        }
+    }
+    for (&id, s) in &file.sites {
+        if s.definitely_lost_count == 0 {
+            continue;
+        }
+        let lost =
+            format!("{} of {} allocations definitely lost (no pointer left)", s.definitely_lost_count, s.scanned_count);
+        match report.suspects.iter_mut().find(|x| x.site == id) {
+            Some(x) => {
+                x.reason = format!("{lost}; {}", x.reason);
+                x.definitely_lost_count = s.definitely_lost_count;
+                x.definitely_lost_bytes = s.definitely_lost_bytes;
+            }
+            None => {
+                let g = state.sites.get(&id).map(|g| g.gauge).unwrap_or_default();
+                report.suspects.push(Suspect {
+                    site: id,
+                    score: 1.0,
+                    reason: format!("{lost}, {}", fmt_bytes(s.definitely_lost_bytes)),
+                    live_bytes: g.live_bytes,
+                    live_count: g.live_count,
+                    definitely_lost_count: s.definitely_lost_count,
+                    definitely_lost_bytes: s.definitely_lost_bytes,
+                    ..Suspect::default()
+                });
+            }
+        }
+    }
+    // Stable: growth-only suspects keep their order below the definitely-lost ones.
+    report.suspects.sort_by(|a, b| b.definitely_lost_bytes.cmp(&a.definitely_lost_bytes));
+    report.reachability = Some(file.reachability);
+}
+
+/// The summary's lead line when anything is definitely lost, e.g. `definitely lost: 4.0 MiB in
+/// 4 allocations (no pointer left in the program's memory)`.
+pub fn lead_line(r: &Reachability) -> Option<String> {
+    if r.definitely_lost_count == 0 {
+        return None;
+    }
+    Some(format!(
+        "definitely lost: {} in {} allocation{} (no pointer left in the program's memory)",
+        fmt_bytes(r.definitely_lost_bytes),
+        r.definitely_lost_count,
+        if r.definitely_lost_count == 1 { "" } else { "s" }
+    ))
+}
+
+/// One line about the scan for the summary: what it found, or that it was cut.
+pub fn scan_line(r: &Reachability) -> String {
+    let mut s = format!(
+        "reachability scan {}: {} lost, {} indirectly lost, {} reachable ({} read in {:.0} ms)",
+        r.status,
+        r.definitely_lost_count,
+        r.indirectly_lost_count,
+        r.reachable_count,
+        fmt_bytes(r.scanned_bytes),
+        r.elapsed_ms
+    );
+    for f in &r.framework_held {
+        s += &format!(
+            "; {} segments ({}) reachable by the framework's allocator ({})",
+            f.count,
+            fmt_bytes(f.bytes),
+            f.allocator
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(function: &str) -> Frame {
+        Frame { function: function.into(), ..Frame::default() }
+    }
+
+    #[test]
+    fn caching_allocators_are_told_by_their_frames() {
+        let torch =
+            [frame("cudaMalloc"), frame("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc")];
+        assert_eq!(framework_of(&torch), Some("PyTorch CUDACachingAllocator"));
+        assert_eq!(framework_of(&[frame("tsl::BFCAllocator::AllocateRaw")]), Some("XLA BFC allocator"));
+        assert_eq!(framework_of(&[frame("cupy.cuda.memory.SingleDeviceMemoryPool._malloc")]), Some("CuPy memory pool"));
+        assert_eq!(framework_of(&[frame("main"), frame("cudaMalloc")]), None);
+    }
+}
