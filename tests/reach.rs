@@ -142,3 +142,21 @@ fn reachability_scans_are_off_with_gpushim_reachability_0() {
     assert!(r.get("reachability").is_none(), "{d}");
     assert!(!d.stderr.contains("definitely lost"), "{d}");
 }
+
+#[test]
+fn an_out_of_memory_report_gets_its_scan_beside_it() {
+    let t = Target::new("reach", "oom").args(&["oom"]).env("STANDIN_DEVICE_VA", "1").env("STANDIN_DEVICE_BYTES", 65536);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    let pid = d.report_in(t.dir.path())["pid"].as_u64().unwrap();
+    let f = read_json(&t.dir.path().join(format!("gpushim-{pid}-oom-1.reach.json")), &d);
+    let s = &f["reachability"];
+    assert_eq!(s["status"], "complete", "{d}");
+    assert_eq!((n(s, "definitely_lost_count"), n(s, "reachable_count")), (1, 1), "{d}");
+    assert_eq!(n(s, "definitely_lost_bytes"), 8 * KIB, "{d}");
+    // Two call sites, one allocation each: the first one's is lost.
+    let sites = f["sites"].as_object().unwrap();
+    let lost: Vec<u64> = sites.values().map(|v| n(v, "definitely_lost_count")).collect();
+    assert_eq!(lost, [1, 0], "{d}");
+    assert!(d.stderr.contains("definitely lost: 8.0 KiB in 1 allocation"), "{d}");
+}

@@ -165,6 +165,20 @@ static NOINLINE int large_heap(void)
     return 0;
 }
 
+/* One allocation dropped, one kept, then one that fails with out of memory (run with
+ * STANDIN_DEVICE_BYTES=65536): the out-of-memory report's scan finds one lost. */
+static NOINLINE int out_of_memory(void)
+{
+    void *p;
+    if (cudaMalloc(&p, 8 * KiB) != cudaSuccess || cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+        return 1;
+    last_kept = p;
+    p = NULL;
+    clear_stack();
+    void *big;
+    return cudaMalloc(&big, 1u << 30) == cudaErrorMemoryAllocation ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -187,6 +201,8 @@ int main(int argc, char **argv)
         rc = xor_hidden();
     else if (strcmp(s, "device-only") == 0)
         rc = only_in_device_memory();
+    else if (strcmp(s, "oom") == 0)
+        rc = out_of_memory();
     else if (strcmp(s, "large-heap") == 0)
         rc = large_heap();
     else {
