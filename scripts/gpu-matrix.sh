@@ -46,7 +46,7 @@ selected() {
 # a selected case needs one.
 needs_nvcc() {
   [ ${#SELECTED[@]} -eq 0 ] && return 0
-  local c; for c in "${SELECTED[@]}"; do case $c in cxx_*|S7|fault_*) return 0 ;; esac; done; return 1
+  local c; for c in "${SELECTED[@]}"; do case $c in cxx_*|S7|fault_*|reach_lost|reach_kept|reach_cublas) return 0 ;; esac; done; return 1
 }
 if needs_nvcc; then
   nvcc -g -O1 -o "$WORK/bin/alloc_static" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpthread > "$WORK/nvcc.log" 2>&1
@@ -54,6 +54,7 @@ if needs_nvcc; then
   nvcc -g -O0 -x cu -o "$WORK/bin/s7_leak" "$ROOT/examples/leak.c" >> "$WORK/nvcc.log" 2>&1
   nvcc -g -O1 -o "$WORK/bin/faults" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
   nvcc -g -O1 --cudart shared -o "$WORK/bin/faults_shared" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
+  nvcc -g -O1 -o "$WORK/bin/reach" "$ROOT/scripts/gpu/reach.cu" -lcublas -lpthread >> "$WORK/nvcc.log" 2>&1
 fi
 
 # run_case NAME [VAR=VALUE...] -- COMMAND...
@@ -117,6 +118,12 @@ run_case fault_oom_device -- "$WORK/bin/faults" oom-device
 run_case fault_vmm -- "$WORK/bin/faults" vmm
 run_case fault_graph -- "$WORK/bin/faults" graph
 run_case fault_graph_shared -- "$WORK/bin/faults_shared" graph
+# Reachability (issue 17): definitely lost vs reachable (scripts/gpu/reach.cu, cases.py R_torch;
+# S7 above gets its class too).
+run_case reach_lost -- "$WORK/bin/reach" lost
+run_case reach_kept -- "$WORK/bin/reach" kept
+run_case reach_cublas -- "$WORK/bin/reach" cublas
+run_case reach_torch -- $PY R_torch $T
 
 python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"
 cp "$WORK/table.md" "$WORK/versions.txt" "$OUT/"

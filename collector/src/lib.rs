@@ -29,7 +29,8 @@
 //!   [`error`] import no other module of the crate but `report`; the accounting imports only
 //!   those and itself, in the order series, gauge, timeline, vmm, live, reorder, rank; [`holders`]
 //!   (who holds the memory: a heap walk attributed to the live set) builds on `live`, `report`
-//!   and `words`; [`symbolize`], [`render`], [`diff`] and [`collect`] build on those; [`cmd`] builds on everything, and
+//!   and `words`; [`symbolize`] builds on those; [`reach`] (definitely lost: the shim's reachability scan matched with the live
+//!   set) builds on `live`, `report`, `words` and `symbolize`; [`render`], [`diff`] and [`collect`] build on those; [`cmd`] builds on everything, and
 //!   nothing imports it.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

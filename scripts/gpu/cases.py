@@ -401,6 +401,19 @@ def h_train_control():
     snapshot_walked()
 
 
+def r_torch_segments(n=1000):
+    """Reachability (issue 17): 1,000 tensors of 3 MiB, each in a segment of its own, kept to the
+    end: the exit report must say in one line that the segments are reachable by PyTorch's
+    caching allocator, not list a thousand entries."""
+    import torch
+
+    keep = [torch.empty(3 * MIB, dtype=torch.uint8, device="cuda") for _ in range(n)]
+    torch_truth(torch)
+    truth["segments"] = len(torch.cuda.memory_snapshot())
+    truth["tensors"] = n
+    return keep
+
+
 CASES = {
     "torch_default": lambda: case_torch("default"),
     "torch_expandable": lambda: case_torch("expandable_segments"),
@@ -424,6 +437,7 @@ CASES = {
     "H_jax": h_jax_list,
     "H_torch_cached": h_torch_cached,
     "H_train": h_train_control,
+    "R_torch": r_torch_segments,
 }
 
 if __name__ == "__main__":
