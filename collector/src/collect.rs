@@ -119,7 +119,7 @@ impl Sink<'_> {
             WalkReason::Oom => format!("gpushim-{}-oom-{}.reach", self.hello.pid, r.number),
         };
         match write_json(&file, &self.out_dir, &stem, self.err) {
-            Ok(path) => {
+            Ok(path) if reach::worth_a_line(&file.reachability) => {
                 let lead = reach::lead_line(&file.reachability).map(|l| format!("{l}; ")).unwrap_or_default();
                 let _ = writeln!(
                     self.err,
@@ -128,6 +128,7 @@ impl Sink<'_> {
                     path.display()
                 );
             }
+            Ok(_) => {}
             Err(e) => {
                 let _ = writeln!(self.err, "gpushim: cannot write {stem}.json: {e:#}");
             }
@@ -378,7 +379,7 @@ pub fn collect(input: impl Read, opts: &Options, err: &mut dyn Write) -> Result<
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
     if let Some(f) = sink.exit_reach.take() {
-        reach::apply(&mut report, f, tracker.state());
+        reach::apply(&mut report, f);
     }
     if let Some(e) = &broken {
         let _ = writeln!(sink.err, "gpushim: event stream from pid {pid} broken: {e}; report holds what was received");

@@ -17,7 +17,7 @@ use gpushim_wire::{Reach, ReachClass, ReachRegion, ReachStatus};
 use serde::{Deserialize, Serialize};
 
 use crate::live::State;
-use crate::report::{Frame, FrameworkHeld, Held, Reachability, Report, SiteReach, Suspect};
+use crate::report::{Frame, FrameworkHeld, Held, Reachability, Report, SiteReach};
 use crate::symbolize::Symbolizer;
 use crate::words::fmt_bytes;
 
@@ -177,7 +177,7 @@ fn where_held(region: ReachRegion, tid: u32, from: u64, sym: &mut Symbolizer) ->
 /// Puts `file` into the final report: each site's counts, the whole result, and the suspects
 /// (sites with definitely-lost allocations first, their reason leading with
 /// "N of M allocations definitely lost (no pointer left)").
-pub fn apply(report: &mut Report, file: ReachFile, state: &State) {
+pub fn apply(report: &mut Report, file: ReachFile) {
     for site in &mut report.sites {
         if let Some(s) = file.sites.get(&site.id) {
             site.reach = Some(s.clone());
@@ -189,25 +189,13 @@ pub fn apply(report: &mut Report, file: ReachFile, state: &State) {
         }
         let lost =
             format!("{} of {} allocations definitely lost (no pointer left)", s.definitely_lost_count, s.scanned_count);
-        match report.suspects.iter_mut().find(|x| x.site == id) {
-            Some(x) => {
-                x.reason = format!("{lost}; {}", x.reason);
-                x.definitely_lost_count = s.definitely_lost_count;
-                x.definitely_lost_bytes = s.definitely_lost_bytes;
-            }
-            None => {
-                let g = state.sites.get(&id).map(|g| g.gauge).unwrap_or_default();
-                report.suspects.push(Suspect {
-                    site: id,
-                    score: 1.0,
-                    reason: format!("{lost}, {}", fmt_bytes(s.definitely_lost_bytes)),
-                    live_bytes: g.live_bytes,
-                    live_count: g.live_count,
-                    definitely_lost_count: s.definitely_lost_count,
-                    definitely_lost_bytes: s.definitely_lost_bytes,
-                    ..Suspect::default()
-                });
-            }
+        // Only the growth suspects are re-ranked: a site is not made a suspect by its lost
+        // allocations alone (the summary's lead line and its `reach` counts say them), so that
+        // the suspects' meaning (and `--fail-on-leak`) stays that of rank.rs.
+        if let Some(x) = report.suspects.iter_mut().find(|x| x.site == id) {
+            x.reason = format!("{lost}; {}", x.reason);
+            x.definitely_lost_count = s.definitely_lost_count;
+            x.definitely_lost_bytes = s.definitely_lost_bytes;
         }
     }
     // Stable: growth-only suspects keep their order below the definitely-lost ones.
@@ -227,6 +215,17 @@ pub fn lead_line(r: &Reachability) -> Option<String> {
         r.definitely_lost_count,
         if r.definitely_lost_count == 1 { "" } else { "s" }
     ))
+}
+
+/// Whether the scan is worth a line in the summary: it found something lost, framework
+/// allocators' segments, or did not complete (a clean scan of a program that frees everything
+/// adds no line).
+pub fn worth_a_line(r: &Reachability) -> bool {
+    r.status != "complete"
+        || r.definitely_lost_count > 0
+        || r.indirectly_lost_count > 0
+        || !r.framework_held.is_empty()
+        || r.note.is_some()
 }
 
 /// One line about the scan for the summary: what it found, or that it was cut.

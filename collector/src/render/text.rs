@@ -264,7 +264,7 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
     for v in &r.vmm {
         writeln!(out, "gpushim: {}", vmm_line(v))?;
     }
-    if let Some(x) = &r.reachability {
+    if let Some(x) = r.reachability.as_ref().filter(|x| crate::reach::worth_a_line(x)) {
         writeln!(out, "gpushim: {}", crate::reach::scan_line(x))?;
         if let Some(n) = &x.note {
             writeln!(out, "gpushim: reachability: {n}")?;
