@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 GIB=${1:-4}
 FILL=${2:-random}
 ALLOCS=${3:-1000}
-if command -v cargo > /dev/null; then cargo build --release --workspace -q; fi
+if [ -z "${NO_BUILD:-}" ] && command -v cargo > /dev/null; then cargo build --release --workspace -q; fi
 S=$(find target/release/build -maxdepth 3 -type d -path '*gpushim-tests-*/out/standins' 2>/dev/null | head -n 1)
 W=$(mktemp -d /tmp/gpushim-bench-reach.XXXXXX)
 trap 'rm -rf "$W"' EXIT
@@ -25,8 +25,8 @@ for run in $(seq "${RUNS:-3}"); do
 import glob, json, os, sys
 w, run, what = sys.argv[1:4]
 r = json.load(open([p for p in glob.glob(w + "/gpushim-*.json") if os.path.basename(p).count("-") == 1][0]))["reachability"]
-print(f"run {run}: {what}: read {r['scanned_bytes'] / 2**30:.2f} GiB in {r['elapsed_ms']:.0f} ms = "
-      f"{r['bytes_per_s'] / 1e9:.2f} GB/s; {r['status']}, {r['definitely_lost_count']} lost, "
-      f"{r['reachable_count']} reachable")
+print(f"run {run}: {what}: read {r['scanned_bytes'] / 2**30:.2f} GiB in {r['elapsed_ms']:.0f} ms "
+      f"({r['bytes_per_s'] / 1e9:.2f} GB/s), {r['cpu_ms']:.0f} ms of CPU ({r['bytes_per_cpu_s'] / 1e9:.2f} GB/s "
+      f"per core); {r['status']}, {r['definitely_lost_count']} lost, {r['reachable_count']} reachable")
 PY
 done

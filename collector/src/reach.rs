@@ -79,6 +79,8 @@ pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sy
         scanned_bytes: scan.scanned_bytes,
         unreadable_bytes: scan.unreadable_bytes,
         bytes_per_s: if scan.elapsed_ns > 0 { scan.scanned_bytes as f64 / (scan.elapsed_ns as f64 / 1e9) } else { 0.0 },
+        cpu_ms: scan.cpu_ns as f64 / 1e6,
+        bytes_per_cpu_s: if scan.cpu_ns > 0 { scan.scanned_bytes as f64 / (scan.cpu_ns as f64 / 1e9) } else { 0.0 },
         note: (!scan.note.is_empty()).then(|| scan.note.clone()),
         ..Reachability::default()
     };

@@ -715,6 +715,12 @@ pub struct Reachability {
     pub unreadable_bytes: u64,
     /// `scanned_bytes` per second of `elapsed_ms`.
     pub bytes_per_s: f64,
+    /// CPU time the scanning thread spent, milliseconds.
+    #[serde(default)]
+    pub cpu_ms: f64,
+    /// `scanned_bytes` per second of `cpu_ms`: the rate on one core.
+    #[serde(default)]
+    pub bytes_per_cpu_s: f64,
     /// What the shim said about the scan, if anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,

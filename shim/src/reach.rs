@@ -412,6 +412,12 @@ struct Scan {
     todo: Vec<u32>,
     /// The heap walk's window.
     win: Buf<u8>,
+    /// Where a heap walk that did not add up stopped, bytes from the heap's start.
+    walk_failed_at: u64,
+    /// Per page of the heap (`1 << page_shift` bytes), the index of the last block starting at
+    /// or before the page's start: a block is found in a few steps instead of a binary search.
+    pages: Vec<u32>,
+    page_shift: u32,
     hits: Vec<Hit>,
     regions: Vec<Region>,
     lo: u64,
@@ -428,6 +434,7 @@ struct Scan {
 /// Runs a scan for the report `reason`/`number` against `table`. Returns the event to send.
 pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32) -> wire::Reach {
     let t0 = sys::now_ns();
+    let cpu0 = thread_cpu_ns();
     let ms = config::reachability_ms();
     let deadline = t0.saturating_add(ms.saturating_mul(1_000_000));
     let mut r = wire::Reach {
@@ -436,6 +443,7 @@ pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32) -> wire::R
         status: ReachStatus::Failed,
         ts_ns: t0,
         elapsed_ns: 0,
+        cpu_ns: 0,
         scanned_bytes: 0,
         unreadable_bytes: 0,
         note: String::new(),
@@ -495,7 +503,16 @@ pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32) -> wire::R
     r.scanned_bytes = s.scanned;
     r.unreadable_bytes = s.unreadable;
     r.elapsed_ns = sys::now_ns().saturating_sub(t0);
+    r.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
     r
+}
+
+/// CPU time of the calling thread, ns (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl Scan {
@@ -645,6 +662,9 @@ impl Scan {
             skip: Buf::new(devmask.len + 32)?,
             chunks: Buf::new(4096)?,
             win: Buf::new(WINDOW)?,
+            walk_failed_at: 0,
+            pages: Vec::new(),
+            page_shift: 12,
             marks: Vec::new(),
             todo: Vec::new(),
             hits: Vec::new(),
@@ -661,11 +681,15 @@ impl Scan {
         if heap.1 > heap.0 {
             if scan.walk_heap(heap.0, heap.1) {
                 scan.heap = heap;
+                scan.index_pages(heap.0, heap.1);
             } else {
                 for g in scan.regions.iter_mut().filter(|g| g.role == Role::Heap) {
                     g.role = Role::Root(ReachRegion::Anon, 0);
                 }
-                note.push_str("the main heap's chunks did not add up; it was read whole as a root");
+                let at = scan.walk_failed_at;
+                note.push_str(&format!(
+                    "the main heap's chunks did not add up (at byte {at}); it was read whole as a root"
+                ));
             }
         }
         // Never read: device and managed memory, and the shim's own (every buffer of this scan
@@ -731,10 +755,18 @@ impl Scan {
             };
             let Some(sz) = word(p + 8, self) else { return false };
             let size = sz & !7;
-            if size < MIN_CHUNK || size % 16 != 0 || p + size > e {
+            if size == 16 {
+                // A fencepost (malloc.c sysmalloc): the brk heap could not grow in place and the
+                // main arena went on in memory from mmap, which is read whole as a root.
+                return true;
+            }
+            if size < MIN_CHUNK || size % 16 != 0 {
+                self.walk_failed_at = p - s;
                 return false;
             }
             let next = p + size;
+            // The top chunk (free) ends the heap; it may reach past the end the mapping had
+            // when it was listed, if the heap grew since.
             if next + MIN_CHUNK > e {
                 // The top chunk (free) ends the heap.
                 return true;
@@ -822,13 +854,21 @@ impl Scan {
             let want = ((b - a) as usize).min(self.rbuf.len) & !7;
             let n = read(a, &mut self.rbuf.as_mut_slice()[..want]) & !7;
             self.scanned += n as u64;
+            // The bounds in registers: the calls below take `self` mutably, so fields would be
+            // reloaded for every word.
+            let (lo, span) = (self.lo, self.hi.wrapping_sub(self.lo));
+            let (hlo, hspan) = match mode {
+                Mode::Indirect => (0, 0),
+                _ => (self.heap.0, self.heap.1.wrapping_sub(self.heap.0)),
+            };
+            let words = self.rbuf.ptr as *const u64;
             for i in 0..n / 8 {
-                // SAFETY: i * 8 + 8 <= n <= the buffer's length; unaligned read of plain bytes.
-                let w = unsafe { (self.rbuf.ptr.add(i * 8) as *const u64).read_unaligned() };
-                if w.wrapping_sub(self.lo) < self.hi.wrapping_sub(self.lo) {
+                // SAFETY: i * 8 + 8 <= n <= the buffer's length; the buffer is page-aligned.
+                let w = unsafe { words.add(i).read() };
+                if w.wrapping_sub(lo) < span {
                     self.device_word(w, a + 8 * i as u64, mode);
                 }
-                if w.wrapping_sub(self.heap.0) < self.heap.1.wrapping_sub(self.heap.0) {
+                if w.wrapping_sub(hlo) < hspan {
                     self.heap_word(w, mode);
                 }
             }
@@ -883,12 +923,39 @@ impl Scan {
             Mode::Indirect => return,
         };
         let c = self.chunks.as_slice();
-        let i = c.partition_point(|x| x.0 <= w);
-        if i == 0 || w >= c[i - 1].1 || self.marks[i - 1] != 0 {
+        // The last block starting at or before the start of w's page, then forward.
+        let Some(&first) = self.pages.get(((w - self.heap.0) >> self.page_shift) as usize) else { return };
+        let mut i = first as usize;
+        while i + 1 < c.len() && c[i + 1].0 <= w {
+            i += 1;
+        }
+        if i >= c.len() || w < c[i].0 || w >= c[i].1 || self.marks[i] != 0 {
             return;
         }
-        self.marks[i - 1] = mark;
-        self.todo.push((i - 1) as u32);
+        self.marks[i] = mark;
+        self.todo.push(i as u32);
+    }
+
+    /// Builds [`Scan::pages`] for the heap `[s, e)` from the walked blocks.
+    fn index_pages(&mut self, s: u64, e: u64) {
+        // 4 KiB pages, coarser for a heap past 64 GiB (at most 16 Mi entries).
+        let mut shift = 12;
+        while (e - s) >> shift > 1 << 24 {
+            shift += 1;
+        }
+        self.page_shift = shift;
+        let n = ((e - s) >> shift) as usize + 1;
+        let c = self.chunks.as_slice();
+        let mut pages = Vec::with_capacity(n);
+        let mut i = 0usize;
+        for k in 0..n {
+            let at = s + ((k as u64) << shift);
+            while i + 1 < c.len() && c[i + 1].0 <= at {
+                i += 1;
+            }
+            pages.push(i as u32);
+        }
+        self.pages = pages;
     }
 }
 

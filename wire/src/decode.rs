@@ -351,6 +351,7 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
             let status = ReachStatus::from_u8(r.u8()?)?;
             let ts_ns = r.u64()?;
             let elapsed_ns = r.u64()?;
+            let cpu_ns = r.u64()?;
             let scanned_bytes = r.u64()?;
             let unreadable_bytes = r.u64()?;
             let note = r.str()?;
@@ -376,6 +377,7 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
                 status,
                 ts_ns,
                 elapsed_ns,
+                cpu_ns,
                 scanned_bytes,
                 unreadable_bytes,
                 note,

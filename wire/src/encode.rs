@@ -260,6 +260,7 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u8(x.status as u8);
             w.u64(x.ts_ns);
             w.u64(x.elapsed_ns);
+            w.u64(x.cpu_ns);
             w.u64(x.scanned_bytes);
             w.u64(x.unreadable_bytes);
             w.str(&x.note);

@@ -796,6 +796,9 @@ pub struct Reach {
     pub ts_ns: u64,
     /// How long both passes took, ns.
     pub elapsed_ns: u64,
+    /// CPU time the scanning thread spent on both passes, ns (what the scan costs on one core,
+    /// whatever else the machine runs).
+    pub cpu_ns: u64,
     /// Bytes read by both passes together.
     pub scanned_bytes: u64,
     /// Mappings (or parts) that could not be read and were skipped, bytes.

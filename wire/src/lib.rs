@@ -238,6 +238,7 @@ mod tests {
                 status: ReachStatus::Complete,
                 ts_ns: 32,
                 elapsed_ns: 1_000,
+                cpu_ns: 900,
                 scanned_bytes: 1 << 30,
                 unreadable_bytes: 4096,
                 note: "a note".into(),
