@@ -87,7 +87,8 @@ pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sy
     let mut sites: BTreeMap<u32, SiteReach> = BTreeMap::new();
     let mut frameworks: HashMap<u32, Option<&'static str>> = HashMap::new();
     let mut fw: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
-    let mut held: Vec<(u32, u64, u64, u32, bool, ReachRegion, u32, u64)> = Vec::new();
+    // (site, size, the scan's entry) of each reachable allocation.
+    let mut held: Vec<(u32, u64, &gpushim_wire::ReachEntry)> = Vec::new();
     for (&(handle, addr), e) in state.live() {
         let Some(x) = by_addr.get(&addr).filter(|_| !handle) else {
             r.unknown_count += 1;
@@ -127,7 +128,7 @@ pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sy
                     s.interior_count += 1;
                     r.interior_count += 1;
                 }
-                held.push((e.site, addr, e.size, x.refs, x.interior, x.region, x.tid, x.from));
+                held.push((e.site, e.size, x));
             }
             ReachClass::Unknown => {
                 r.unknown_count += 1;
@@ -141,17 +142,17 @@ pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sy
         .into_iter()
         .map(|(name, (count, bytes))| FrameworkHeld { allocator: name.to_string(), count, bytes })
         .collect();
-    held.sort_by(|a, b| b.3.cmp(&a.3).then(a.1.cmp(&b.1)));
+    held.sort_by(|a, b| b.2.refs.cmp(&a.2.refs).then(a.2.addr.cmp(&b.2.addr)));
     r.most_referenced = held
         .into_iter()
         .take(MOST_REFERENCED)
-        .map(|(site, addr, size, refs, interior, region, tid, from)| Held {
-            address: format!("{addr:#x}"),
+        .map(|(site, size, x)| Held {
+            address: format!("{:#x}", x.addr),
             size,
             site,
-            refs,
-            interior,
-            from: where_held(region, tid, from, sym),
+            refs: x.refs,
+            interior: x.interior,
+            from: where_held(x.region, x.tid, x.from, sym),
         })
         .collect();
     ReachFile { reachability: r, sites }
@@ -201,7 +202,7 @@ pub fn apply(report: &mut Report, file: ReachFile) {
         }
     }
     // Stable: growth-only suspects keep their order below the definitely-lost ones.
-    report.suspects.sort_by(|a, b| b.definitely_lost_bytes.cmp(&a.definitely_lost_bytes));
+    report.suspects.sort_by_key(|s| std::cmp::Reverse(s.definitely_lost_bytes));
     report.reachability = Some(file.reachability);
 }
 
