@@ -256,9 +256,33 @@ pub fn scan_line(r: &Reachability) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Suspect;
 
     fn frame(function: &str) -> Frame {
         Frame { function: function.into(), ..Frame::default() }
+    }
+
+    #[test]
+    fn suspects_with_lost_allocations_rank_first_and_say_so() {
+        let mut report = crate::render::tests::sample();
+        let growth = |site: u32, score: f64| Suspect { site, score, reason: "+1 MiB".into(), ..Suspect::default() };
+        report.suspects = vec![growth(1, 0.9), growth(2, 0.5)];
+        let mut file = ReachFile::default();
+        let lost = SiteReach {
+            definitely_lost_count: 4,
+            definitely_lost_bytes: 4096,
+            scanned_count: 5,
+            ..SiteReach::default()
+        };
+        file.sites.insert(2, lost);
+        file.sites.insert(3, SiteReach { definitely_lost_count: 1, definitely_lost_bytes: 1, ..SiteReach::default() });
+        file.reachability.definitely_lost_count = 5;
+        apply(&mut report, file);
+        let got: Vec<(u32, &str)> = report.suspects.iter().map(|s| (s.site, s.reason.as_str())).collect();
+        // Site 3 is not a growth suspect: its lost allocation does not make it one.
+        assert_eq!(got, [(2, "4 of 5 allocations definitely lost (no pointer left); +1 MiB"), (1, "+1 MiB")]);
+        assert_eq!(report.suspects[0].definitely_lost_bytes, 4096);
+        assert_eq!(report.reachability.as_ref().map(|r| r.definitely_lost_count), Some(5));
     }
 
     #[test]
