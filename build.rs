@@ -13,6 +13,7 @@
 //! - `driver_dlsym`          tests/programs/driver_dlsym.c (dlopen + dlsym of libcuda)
 //! - `librtldnext.so`        tests/programs/rtldnext.c (a second RTLD_NEXT interposer)
 //! - `hostile`               tests/programs/hostile.c linked to libcudart.so.13
+//! - `reach`                 tests/programs/reach.c linked to libcudart.so.13 (reachability scans)
 //! - `libcudauser.so`        tests/programs/cudauser.c (links libcudart; dlopen'ed RTLD_LOCAL)
 //! - `libcudauser12.so`      the same, linked to libcudart.so.12
 //! - `libloaderspy.so`       tests/programs/loaderspy.c (reports dlopen inside dl_iterate_phdr)
@@ -123,6 +124,7 @@ fn main() {
         "tests/programs/driver_dlsym.c",
         "tests/programs/rtldnext.c",
         "tests/programs/hostile.c",
+        "tests/programs/reach.c",
         "tests/programs/cudauser.c",
         "tests/programs/loaderspy.c",
         "tests/programs/nocuda.c",
@@ -224,6 +226,13 @@ fn main() {
     a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-ldl", "-lpthread"]));
     a.extend(os(RUNPATH_ORIGIN));
     ctx.cc("hostile", &a);
+
+    let mut a = os(PROGRAM);
+    a.push(ctx.src("tests/programs/reach.c"));
+    a.push(ctx.lib_dir());
+    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-lpthread"]));
+    a.extend(os(RUNPATH_ORIGIN));
+    ctx.cc("reach", &a);
 
     for (user, runtime) in [("libcudauser.so", "libcudart.so.13"), ("libcudauser12.so", "libcudart.so.12")] {
         let mut a = os(LIBRARY);

@@ -46,7 +46,7 @@ selected() {
 # a selected case needs one.
 needs_nvcc() {
   [ ${#SELECTED[@]} -eq 0 ] && return 0
-  local c; for c in "${SELECTED[@]}"; do case $c in cxx_*|S7|fault_*) return 0 ;; esac; done; return 1
+  local c; for c in "${SELECTED[@]}"; do case $c in cxx_*|S7|fault_*|reach_lost|reach_kept|reach_cublas) return 0 ;; esac; done; return 1
 }
 if needs_nvcc; then
   nvcc -g -O1 -o "$WORK/bin/alloc_static" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpthread > "$WORK/nvcc.log" 2>&1
@@ -55,6 +55,7 @@ if needs_nvcc; then
   nvcc -g -O1 -o "$WORK/bin/faults" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
   nvcc -g -O1 --cudart shared -o "$WORK/bin/faults_shared" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
   nvcc -g -O1 -o "$WORK/bin/vendor_threads" "$ROOT/scripts/gpu/vendor_threads.cu" -lcublas -lpthread >> "$WORK/nvcc.log" 2>&1
+  nvcc -g -O1 -o "$WORK/bin/reach" "$ROOT/scripts/gpu/reach.cu" -lcublas -lpthread >> "$WORK/nvcc.log" 2>&1
 fi
 
 # run_case NAME [VAR=VALUE...] -- COMMAND...
@@ -164,6 +165,12 @@ run_job_case() {
 run_job_case job_ddp
 run_job_case job_gpu0_before_set_device
 run_job_case job_leak_one_rank PYTORCH_NO_CUDA_MEMORY_CACHING=1
+# Reachability (issue 17): definitely lost vs reachable (scripts/gpu/reach.cu, cases.py R_torch;
+# S7 above gets its class too).
+run_case reach_lost -- "$WORK/bin/reach" lost
+run_case reach_kept -- "$WORK/bin/reach" kept
+run_case reach_cublas -- "$WORK/bin/reach" cublas
+run_case reach_torch -- $PY R_torch $T
 
 python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"
 cp "$WORK/table.md" "$WORK/versions.txt" "$OUT/"

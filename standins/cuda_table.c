@@ -147,6 +147,20 @@ CUresult alloc_backed(uintptr_t *out, size_t size, int cls, int counts, int low3
             mem = NULL;
         }
 #endif
+    } else if (cls == CLASS_DEVICE && getenv("STANDIN_DEVICE_VA") != NULL) {
+        /* Device memory in mappings of its own, away from the host heap, as a GPU's virtual
+         * addresses are (the reachability tests: a stale heap address never looks like a
+         * device pointer). */
+        char *va = mmap(NULL, size + 2 * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (va == MAP_FAILED) {
+            mem = NULL;
+        } else {
+            /* A guard page on each side: no module's end address or neighbouring mapping
+             * touches the allocation. */
+            mem = va + 4096;
+            mprotect(mem, size, PROT_READ | PROT_WRITE);
+            low32 = 3;
+        }
     } else {
         mem = malloc(size);
     }
@@ -174,6 +188,8 @@ static void release_entry(struct entry *e)
     if (e->cls != CLASS_HANDLE) {
         if (e->mapped == 1)
             munmap((void *)e->key, e->size);
+        else if (e->mapped == 3)
+            munmap((char *)e->key - 4096, e->size + 2 * 4096);
         else if (e->mapped == 0)
             free((void *)e->key);
     }

@@ -19,7 +19,8 @@ struct entry {
     size_t size;
     int cls;          /* enum entry_class */
     int counts;       /* 1 if the bytes count against STANDIN_DEVICE_BYTES */
-    int mapped;       /* 1 if backed by mmap (cuMemAlloc v1), 2 if not backed (a graph
+    int mapped;       /* 1 if backed by mmap (cuMemAlloc v1), 3 if by mmap between guard pages
+                       * (STANDIN_DEVICE_VA), 2 if not backed (a graph
                          allocation's reserved address), else malloc */
     void *ctx;        /* the context it belongs to (cuda_contexts.c) */
     int device;       /* that context's device */

@@ -249,6 +249,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             python: sym.python().site_flag(s.id),
             thread_count: s.threads.len() as u64,
             threads: site_threads(s, ctx.thread_names, secs),
+            reach: None,
         })
         .map(|mut s: Site| {
             s.owner = owners::owner_of(&s.frames).name;
@@ -392,6 +393,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         physical_devices: Vec::new(),
         identity: None,
         holders: None,
+        reachability: None,
     }
 }
 

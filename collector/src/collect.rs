@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use gpushim_wire::{Decoder, Event, Failed, HeapWalk, Hello, MemInfo, WalkReason};
+use gpushim_wire::{Decoder, Event, Failed, HeapWalk, Hello, MemInfo, Reach, WalkReason};
 
 use crate::assemble::{self, Context};
 use crate::error::{coded, BROKEN_STREAM};
@@ -19,6 +19,7 @@ use crate::identity;
 use crate::live::{Op, State};
 use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
+use crate::reach::{self, ReachFile};
 use crate::render::text;
 use crate::reorder::{Observer, SnapshotPoint, Tracker};
 use crate::report::{Identity, PhysicalDevice, Reason, Report};
@@ -110,6 +111,8 @@ struct Sink<'a> {
     /// Interval reports written so far, and the paths of those kept (oldest first).
     intervals: u32,
     interval_files: std::collections::VecDeque<PathBuf>,
+    /// The reachability scan of the final report, classified when it arrived (before `Exit`).
+    exit_reach: Option<ReachFile>,
     err: &'a mut dyn Write,
 }
 
@@ -158,6 +161,36 @@ impl Sink<'_> {
                         writeln!(self.err, "gpushim: {}; holders written to {}", holders.walk.message, path.display());
                 }
             }
+            Err(e) => {
+                let _ = writeln!(self.err, "gpushim: cannot write {stem}.json: {e:#}");
+            }
+        }
+    }
+
+    /// A reachability scan: classified against the live set as it is now (the scan saw memory
+    /// then); written beside its snapshot or out-of-memory report at once
+    /// (`…-snapshot-N.reach.json`), kept for the end for the final report.
+    fn reach(&mut self, r: &Reach, state: &State) {
+        let file = reach::classify(r, state, &self.stacks, &mut self.sym);
+        let stem = match r.reason {
+            WalkReason::Exit => {
+                self.exit_reach = Some(file);
+                return;
+            }
+            WalkReason::Snapshot => format!("gpushim-{}-snapshot-{}.reach", self.hello.pid, r.number),
+            WalkReason::Oom => format!("gpushim-{}-oom-{}.reach", self.hello.pid, r.number),
+        };
+        match write_json(&file, &self.out_dir, &stem, self.err) {
+            Ok(path) if reach::worth_a_line(&file.reachability) => {
+                let lead = reach::lead_line(&file.reachability).map(|l| format!("{l}; ")).unwrap_or_default();
+                let _ = writeln!(
+                    self.err,
+                    "gpushim: {lead}{}; written to {}",
+                    reach::scan_line(&file.reachability),
+                    path.display()
+                );
+            }
+            Ok(_) => {}
             Err(e) => {
                 let _ = writeln!(self.err, "gpushim: cannot write {stem}.json: {e:#}");
             }
@@ -455,6 +488,7 @@ pub fn collect_with(
         ooms: Vec::new(),
         lost: 0,
         exit_holders: None,
+        exit_reach: None,
         walks: 0,
         labels: HashMap::new(),
         answers,
@@ -529,6 +563,7 @@ pub fn collect_with(
                 sink.physical.insert(d.ordinal, identity::physical_device(&d));
             }
             Event::Identity(i) => sink.identity = Some(identity::from_vars(&i.vars)),
+            Event::Reach(r) => sink.reach(&r, tracker.state()),
             Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
         }
         sink.lost = tracker.lost();
@@ -596,6 +631,9 @@ pub fn collect_with(
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
     sink.annotate(&mut report);
+    if let Some(f) = sink.exit_reach.take() {
+        reach::apply(&mut report, f);
+    }
     if let Some(e) = &broken {
         let _ = writeln!(sink.err, "gpushim: event stream from pid {pid} broken: {e}; report holds what was received");
     }

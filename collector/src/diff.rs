@@ -620,6 +620,7 @@ mod tests {
             physical_devices: Vec::new(),
             identity: None,
             holders: None,
+            reachability: None,
             oom: None,
         }
     }

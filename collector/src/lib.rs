@@ -34,9 +34,11 @@
 //!   (who holds the memory: a heap walk attributed to the live set) builds on `live`, `report`
 //!   and `words`; [`owners`] imports only `report`, [`nvml`] nothing of the crate, and
 //!   [`gpumem`] builds on `nvml`, `report` and `words`; [`identity`] (rank, job id, file names,
-//!   a rank's own GPU) builds on `report`; [`symbolize`], [`render`], [`diff`] and [`collect`]
-//!   build on those; [`job`] (the job view of several processes' reports) on `diff`, `identity`
-//!   and `words`; [`cmd`] builds on everything, and nothing imports it.
+//!   a rank's own GPU) builds on `report`; [`symbolize`] builds on those; [`reach`] (definitely
+//!   lost: the shim's reachability scan matched with the live set) builds on `live`, `report`,
+//!   `words` and `symbolize`; [`render`], [`diff`] and [`collect`] build on those; [`job`] (the
+//!   job view of several processes' reports) on `diff`, `identity` and `words`; [`cmd`] builds
+//!   on everything, and nothing imports it.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -61,6 +63,7 @@ pub mod owners;
 mod perf_tests;
 pub mod pyframes;
 pub mod rank;
+pub mod reach;
 pub mod render;
 pub mod reorder;
 pub mod report;

@@ -321,6 +321,8 @@ fn judge(site: &Track<'_>, run: u64, run_end: u64) -> Option<Suspect> {
         sites: vec![site.id],
         headline: String::new(),
         threads: 0,
+        definitely_lost_count: 0,
+        definitely_lost_bytes: 0,
     })
 }
 

@@ -136,6 +136,10 @@ pub struct Report {
     /// addresses (`--format torch-snapshot`) read it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allocations: Vec<LiveAllocation>,
+    /// The reachability scan of the program's memory (final report of a normal exit; absent
+    /// when there was none, e.g. `GPUSHIM_REACHABILITY=0` or a killed program).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachability: Option<Reachability>,
     /// Who holds the memory (CPython targets): the heap walk's companion file, merged in when
     /// the report is read or rendered; never written into the report itself.
     #[serde(skip)]
@@ -332,6 +336,9 @@ pub struct Site {
     /// `assemble::MAX_LISTED_THREADS`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub threads: Vec<SiteThread>,
+    /// The site's live allocations by reachability class, when the report has a scan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reach: Option<SiteReach>,
 }
 
 impl Site {
@@ -448,6 +455,12 @@ pub struct Suspect {
     /// Distinct threads that allocated at its sites (0 in older reports).
     #[serde(default)]
     pub threads: u64,
+    /// Live allocations of the site that the reachability scan found no pointer to.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub definitely_lost_count: u64,
+    /// Their bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub definitely_lost_bytes: u64,
 }
 
 /// Where the GPU memory of one device is.
@@ -862,6 +875,7 @@ mod tests {
             physical_devices: Vec::new(),
             identity: None,
             holders: None,
+            reachability: None,
             oom: None,
         }
     }
@@ -898,4 +912,107 @@ mod tests {
         let e = Report::read(Path::new("/nonexistent/gpushim-1.json")).unwrap_err();
         assert!(format!("{e:#}").contains("No such file"), "{e:#}");
     }
+}
+
+/// The scan's result for one report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reachability {
+    /// `complete`, `cut` (stopped at `GPUSHIM_REACHABILITY_MS`: nothing is called lost) or
+    /// `failed` (nothing classified).
+    pub status: String,
+    /// How long both passes took, milliseconds.
+    pub elapsed_ms: f64,
+    /// Bytes of the program's memory read, both passes together.
+    pub scanned_bytes: u64,
+    /// Bytes that could not be read (unmapped meanwhile) and were skipped.
+    pub unreadable_bytes: u64,
+    /// `scanned_bytes` per second of `elapsed_ms`.
+    pub bytes_per_s: f64,
+    /// CPU time the scanning thread spent, milliseconds.
+    #[serde(default)]
+    pub cpu_ms: f64,
+    /// `scanned_bytes` per second of `cpu_ms`: the rate on one core.
+    #[serde(default)]
+    pub bytes_per_cpu_s: f64,
+    /// What the shim said about the scan, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Live allocations no word refers to.
+    pub definitely_lost_count: u64,
+    /// Their bytes.
+    pub definitely_lost_bytes: u64,
+    /// Live allocations referred to only from unreachable host blocks.
+    pub indirectly_lost_count: u64,
+    /// Their bytes.
+    pub indirectly_lost_bytes: u64,
+    /// Live allocations a reachable word refers to (framework allocators' segments excluded).
+    pub reachable_count: u64,
+    /// Their bytes.
+    pub reachable_bytes: u64,
+    /// Of the reachable ones, those referred to only by interior pointers.
+    pub interior_count: u64,
+    /// Live allocations the scan did not decide: cut before a reference was found, or made
+    /// after the scan started, or not scanned (`cuMemCreate` handles).
+    pub unknown_count: u64,
+    /// Their bytes.
+    pub unknown_bytes: u64,
+    /// One line per framework allocator: its segments, reachable by the allocator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub framework_held: Vec<FrameworkHeld>,
+    /// The most referenced reachable allocations, most references first (at most
+    /// `crate::reach::MOST_REFERENCED`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub most_referenced: Vec<Held>,
+}
+
+/// A framework's caching allocator and the live memory it holds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FrameworkHeld {
+    /// `PyTorch CUDACachingAllocator`, `CuPy memory pool` or `XLA BFC allocator`.
+    pub allocator: String,
+    /// Live allocations (segments).
+    pub count: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// A reachable allocation and where it is held.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Held {
+    /// The allocation's address, `0x…`.
+    pub address: String,
+    /// Its size, bytes.
+    pub size: u64,
+    /// Its site (see [`crate::report::Site::id`]).
+    pub site: u32,
+    /// Words referring to it.
+    pub refs: u32,
+    /// True if every reference points inside it rather than at its start.
+    pub interior: bool,
+    /// Where the first reference is: `data of MODULE (SYMBOL)`, `heap`, `stack of thread N`,
+    /// `anonymous memory`.
+    pub from: String,
+}
+
+/// A site's allocations by class.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteReach {
+    /// Live allocations of the site no word refers to.
+    pub definitely_lost_count: u64,
+    /// Their bytes.
+    pub definitely_lost_bytes: u64,
+    /// Live allocations referred to only from unreachable host blocks.
+    pub indirectly_lost_count: u64,
+    /// Their bytes.
+    pub indirectly_lost_bytes: u64,
+    /// Live allocations a reachable word refers to.
+    pub reachable_count: u64,
+    /// Of those, the ones referred to only by interior pointers.
+    pub interior_count: u64,
+    /// Live allocations classified (the M of "N of M").
+    pub scanned_count: u64,
+    /// The framework allocator that holds the site's memory, if any (then nothing else is
+    /// counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<String>,
 }

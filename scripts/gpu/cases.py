@@ -637,6 +637,19 @@ def t13_autograd_cycle(steps=30):
     truth["leaf_line"] = line_of("# T13: the leaf's line")
 
 
+def r_torch_segments(n=1000):
+    """Reachability (issue 17): 1,000 tensors of 3 MiB, each in a segment of its own, kept to the
+    end: the exit report must say in one line that the segments are reachable by PyTorch's
+    caching allocator, not list a thousand entries."""
+    import torch
+
+    keep = [torch.empty(3 * MIB, dtype=torch.uint8, device="cuda") for _ in range(n)]
+    torch_truth(torch)
+    truth["segments"] = len(torch.cuda.memory_snapshot())
+    truth["tensors"] = n
+    return keep
+
+
 CASES = {
     "torch_default": lambda: case_torch("default"),
     "torch_expandable": lambda: case_torch("expandable_segments"),
@@ -670,6 +683,7 @@ CASES = {
     "T13_logits": t13_logits,
     "T13_logits_compiled": lambda: t13_logits(compiled=True),
     "T13_autograd_cycle": t13_autograd_cycle,
+    "R_torch": r_torch_segments,
 }
 
 if __name__ == "__main__":

@@ -25,10 +25,12 @@ def load(case):
     finals = [
         f
         for f in glob.glob(os.path.join(d, "gpushim-*.json"))
-        if "-snapshot-" not in f and "-oom-" not in f and not f.endswith(".holders.json")
+        if "-snapshot-" not in f and "-oom-" not in f and not f.endswith((".holders.json", ".reach.json"))
     ]
     snaps = sorted(
-        f for f in glob.glob(os.path.join(d, "gpushim-*-snapshot-*.json")) if not f.endswith(".holders.json")
+        f
+        for f in glob.glob(os.path.join(d, "gpushim-*-snapshot-*.json"))
+        if not f.endswith((".holders.json", ".reach.json"))
     )
     truth = {}
     if os.path.exists(os.path.join(d, "truth.json")):
@@ -551,6 +553,7 @@ def checks():
     issue13_rows()
     devices_per_thread_rows()
     job_rows()
+    reach_rows()
 
 
 def torch_snapshot_rows():
@@ -1153,6 +1156,89 @@ def job_rows():
             and leak >= truths[1]["kept_bytes"],
             f"rank 0 suspects: {len(reports[0]['suspects'])}",
         )
+
+
+def site_reach(r, function):
+    """The summed `reach` counts of the sites whose frames name `function`."""
+    out = {}
+    for s in r["sites"]:
+        if any(f.get("function", "").startswith(function) for f in s["frames"]):
+            for k, v in (s.get("reach") or {}).items():
+                if isinstance(v, int):
+                    out[k] = out.get(k, 0) + v
+    return out
+
+
+def reach_line(x):
+    return (
+        f"{x['status']}: {x['definitely_lost_count']} lost, {x['indirectly_lost_count']} indirectly lost, "
+        f"{x['reachable_count']} reachable, {x['unknown_count']} unknown; {x['scanned_bytes'] / MIB:.0f} MiB "
+        f"in {x['elapsed_ms']:.0f} ms"
+    )
+
+
+def reach_rows():
+    """Reachability (issue 17): scripts/gpu/reach.cu, S7, cases.py R_torch."""
+    for case, keep in (("reach_lost", False), ("reach_kept", True)):
+        t, r, _ = load(case)
+        if not r or "reachability" not in r:
+            missing(case)
+            continue
+        x, s = r["reachability"], site_reach(r, "vector_add_once")
+        got = (s.get("definitely_lost_count", 0), s.get("reachable_count", 0))
+        want = (0, 9) if keep else (9, 0)
+        row(
+            case,
+            "vectorAdd's 9 x 4 MiB: " + ("kept in a heap struct: reachable" if keep else "dropped: definitely lost"),
+            f"{want[0]} lost, {want[1]} reachable",
+            f"{got[0]} lost, {got[1]} reachable",
+            x["status"] == "complete" and got == want,
+            reach_line(x) + ("; from " + x["most_referenced"][0]["from"] if x.get("most_referenced") else ""),
+        )
+    t, r, _ = load("reach_cublas")
+    if r and "reachability" in r:
+        x, m = r["reachability"], site_reach(r, "cublas_thread")
+        row(
+            "reach_cublas",
+            "8 cuBLAS handles never destroyed: every allocation classified, the matrices (global) reachable",
+            "complete, 0 unknown, 24 matrices reachable",
+            f"{x['status']}, {x['unknown_count']} unknown, {m.get('reachable_count', 0)} matrices reachable",
+            x["status"] == "complete" and x["unknown_count"] == 0 and m.get("reachable_count", 0) == 24,
+            reach_line(x) + f"; suspect #1: {(r['suspects'] or [{}])[0].get('reason', 'none')}",
+        )
+    else:
+        missing("reach_cublas")
+    t, r, _ = load("S7")
+    if r and "reachability" in r:
+        x, s = r["reachability"], site_reach(r, "render")
+        lost = s.get("definitely_lost_count", 0)
+        frames = s.get("scanned_count", 0)
+        row(
+            "S7",
+            "render()'s scratch buffers: definitely lost (the pointer is a local that goes out of scope)",
+            ">= 299 of 300 lost",
+            f"{lost} of {frames} lost",
+            x["status"] == "complete" and lost >= 299,
+            reach_line(x) + f"; load_model: {site_reach(r, 'load_model')}",
+        )
+    t, r, _ = load("reach_torch")
+    if r and "reachability" in r:
+        x = r["reachability"]
+        fw = [f for f in x.get("framework_held", []) if f["allocator"] == "PyTorch CUDACachingAllocator"]
+        held = fw[0] if fw else {"count": 0, "bytes": 0}
+        row(
+            "reach_torch",
+            "1,000 segments: one line 'reachable by the framework's allocator', none listed as lost",
+            f"{t.get('segments')} segments, {mib(t.get('reserved'))}",
+            f"{held['count']} segments, {mib(held['bytes'])}; {x['definitely_lost_count']} lost",
+            x["status"] == "complete"
+            and held["count"] >= t.get("segments", 1)
+            and held["bytes"] >= t.get("reserved", 1)
+            and x["definitely_lost_count"] == 0,
+            reach_line(x),
+        )
+    else:
+        missing("reach_torch")
 
 
 def main(argv=None):

@@ -42,6 +42,12 @@ static HEAP_WALK_NATIVE: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_HEAP_WALK_MS`: the cap on one heap walk, milliseconds (default 2000), also the
 /// longest the shim waits for a walk to start.
 static HEAP_WALK_MS: AtomicU64 = AtomicU64::new(2000);
+/// `GPUSHIM_REACHABILITY` is not `0`: the shim scans the program's memory for references to
+/// live allocations at each snapshot, out-of-memory report and normal exit (reach.rs).
+static REACHABILITY: AtomicBool = AtomicBool::new(true);
+/// `GPUSHIM_REACHABILITY_MS`: the cap on one reachability scan (both passes), milliseconds
+/// (default 3000); 0 cuts every scan at once.
+static REACHABILITY_MS: AtomicU64 = AtomicU64::new(3000);
 /// Where reports go ([`Config::output_dir`]), kept for the line the exit path says when its
 /// wait times out.
 static OUTPUT_DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -107,6 +113,16 @@ pub fn heap_walk_native() -> bool {
 /// The cap on one heap walk, milliseconds (`GPUSHIM_HEAP_WALK_MS`, default 2000).
 pub fn heap_walk_ms() -> u64 {
     HEAP_WALK_MS.load(Relaxed)
+}
+
+/// Whether reachability scans are on (`GPUSHIM_REACHABILITY` is not `0`).
+pub fn reachability() -> bool {
+    REACHABILITY.load(Relaxed)
+}
+
+/// The cap on one reachability scan, milliseconds (`GPUSHIM_REACHABILITY_MS`, default 3000).
+pub fn reachability_ms() -> u64 {
+    REACHABILITY_MS.load(Relaxed)
 }
 
 fn env(name: &str) -> Option<String> {
@@ -266,6 +282,16 @@ impl Config {
                 _ => warnings.push(format!(
                     "GPUSHIM_HEAP_WALK_MS={v} is not a number of milliseconds above 0; using {}",
                     HEAP_WALK_MS.load(Relaxed)
+                )),
+            }
+        }
+        read_switch("GPUSHIM_REACHABILITY", &REACHABILITY, "reachability scans", &mut warnings);
+        if let Some(v) = env("GPUSHIM_REACHABILITY_MS") {
+            match v.parse::<u64>() {
+                Ok(ms) => REACHABILITY_MS.store(ms, Relaxed),
+                Err(_) => warnings.push(format!(
+                    "GPUSHIM_REACHABILITY_MS={v} is not a number of milliseconds; using {}",
+                    REACHABILITY_MS.load(Relaxed)
                 )),
             }
         }

@@ -36,6 +36,12 @@ extern "C" fn at_quick() {
 static DESTRUCTOR: extern "C" fn() = at_unload;
 
 extern "C" fn at_unload() {
+    // Where the program's frames end on this thread: the reachability scan of the exit
+    // (reach.rs) reads this thread's stack from here up, not the shim's frames below (the
+    // exit path's own channel, whose padding holds stale bytes).
+    let here = 0u8;
+    state::EXIT_SP.store(std::hint::black_box(&here) as *const u8 as u64, Release);
+    state::EXIT_TID.store(sys::gettid(), Release);
     finish();
 }
 
@@ -61,7 +67,9 @@ pub fn quick_finish() {
 }
 
 /// The exit path: asks the writer to send `Exit`, flush and close, and waits for it (bounded
-/// by `GPUSHIM_EXIT_TIMEOUT`), so that the collector's report is complete.
+/// by `GPUSHIM_EXIT_TIMEOUT`), so that the collector's report is complete. Never inlined: its
+/// frame must lie below the caller's (see `at_unload`).
+#[inline(never)]
 pub fn finish() {
     sys::guarded(|| {
         // Only in the process that started tracing: a child made by a raw fork system call

@@ -52,6 +52,7 @@ mod launch;
 mod loader;
 mod per_thread;
 mod python;
+mod reach;
 mod real;
 mod record;
 mod route;

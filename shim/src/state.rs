@@ -6,7 +6,7 @@
 //! `UNINIT` → (first event) `STARTING` → `ENABLED` → `FINISHED` (exit path ran) or `DISABLED`
 //! (the collector could not be started or went away). A forked child goes back to `UNINIT`.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 
 use crossbeam_channel::Sender;
 
@@ -31,6 +31,10 @@ pub static SEQ: AtomicU64 = AtomicU64::new(0);
 /// is not it.
 pub static TRACED_PID: AtomicI32 = AtomicI32::new(0);
 /// Set by the writer once a [`Msg::QuickExit`] is flushed.
+/// The exiting thread's stack pointer in the exit path, and its thread id (exit.rs): the
+/// reachability scan reads that thread's stack from there up only.
+pub static EXIT_SP: AtomicU64 = AtomicU64::new(0);
+pub static EXIT_TID: AtomicU32 = AtomicU32::new(0);
 pub static QUICK_EXIT_DONE: AtomicBool = AtomicBool::new(false);
 
 /// Snapshot requests received (by the signal handler) since tracing started in this process.

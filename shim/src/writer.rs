@@ -19,7 +19,7 @@ use crate::config::{self, Config};
 use crate::event::{ApiRequest, Msg, PyFrames, SnapshotReply};
 use crate::hash::FastHash;
 use crate::state::{DISABLED, FINISHED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
-use crate::{inflight, launch, loader, python, socket, sys};
+use crate::{inflight, launch, loader, python, reach, socket, sys};
 
 /// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY` are both 2 (CUDA Runtime API,
 /// cudaError; CUDA Driver API, CUresult).
@@ -119,6 +119,12 @@ struct Writer {
     /// bits of `devices_mask`, others in `devices_described`.
     devices_mask: u64,
     devices_described: HashSet<i32>,
+    /// The writer's own live set for reachability scans (reach.rs); `None` when they are off.
+    reach: Option<reach::Table>,
+    /// What of the shim's own memory the scans leave out.
+    reach_own: reach::Own,
+    /// Whether the first event was received (the channel's buffer is located then).
+    seen_first: bool,
 }
 
 impl Writer {
@@ -141,6 +147,9 @@ impl Writer {
             answer_buf: Vec::new(),
             devices_mask: 0,
             devices_described: HashSet::new(),
+            reach: config::reachability().then(reach::Table::default),
+            reach_own: reach::Own::default(),
+            seen_first: false,
         }
     }
 
@@ -216,8 +225,19 @@ impl Writer {
             if !self.answers.is_empty() {
                 self.read_answers();
             }
+            if let (Ok(m), false) = (&msg, self.seen_first) {
+                // The first event with a time word (a thread's name, sent before its first
+                // allocation, has none) sat in one of the channel buffer's first slots: find
+                // the buffer by it.
+                let ts = msg_ts(m);
+                self.seen_first = ts != 0;
+                if self.reach.is_some() && ts != 0 {
+                    self.reach_own.channel = reach::locate_channel(ts, std::mem::size_of::<Msg>(), CHANNEL_CAPACITY);
+                }
+            }
             match msg {
                 Ok(Msg::Exit { ts_ns, done }) => {
+                    self.reachability(wire::WalkReason::Exit, 0);
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
                     if self.flush() {
                         self.close_and_wait();
@@ -368,7 +388,23 @@ impl Writer {
             if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, self.snapshots_sent) {
                 self.push(&Event::HeapWalk(h));
             }
+            self.reachability(wire::WalkReason::Snapshot, self.snapshots_sent);
         }
+    }
+
+    /// Runs a reachability scan (reach.rs) for the report `reason`/`number` and sends its
+    /// result, if scans are on. The wire buffer is sent and zeroed first: it holds copies of
+    /// addresses.
+    fn reachability(&mut self, reason: wire::WalkReason, number: u32) {
+        if self.reach.is_none() || !self.flush() {
+            return;
+        }
+        let cap = self.buf.capacity();
+        self.buf.resize(cap, 0);
+        self.buf.clear();
+        let Some(table) = &self.reach else { return };
+        let r = reach::scan(table, self.reach_own, reason, number);
+        self.push(&Event::Reach(r));
     }
 
     fn handle(&mut self, msg: Msg) {
@@ -386,6 +422,9 @@ impl Writer {
                     }
                     id
                 };
+                if let Some(t) = &mut self.reach {
+                    t.alloc(seq, addr, size, kind, api, device);
+                }
                 self.push(&Event::Alloc(wire::Alloc {
                     seq,
                     ts_ns,
@@ -401,6 +440,9 @@ impl Writer {
                 }));
             }
             Msg::Reset { seq, ts_ns, device, api, tid, ctx } => {
+                if let Some(t) = &mut self.reach {
+                    t.reset(device);
+                }
                 self.push(&Event::Reset(wire::Reset { seq, ts_ns, device, api, tid, ctx }));
             }
             Msg::ContextCreated { seq, ts_ns, ctx, device, api, tid } => {
@@ -437,6 +479,9 @@ impl Writer {
             }
             Msg::Free { seq, stamp, addr, api, stream, tid, result } => {
                 let ts_ns = self.clock.ns_of(stamp);
+                if let (Some(t), 0) = (&mut self.reach, result) {
+                    t.free(seq, addr);
+                }
                 self.push(&Event::Free(wire::Free { seq, ts_ns, addr, api, stream, tid, result }));
             }
             Msg::Failed { seq, ts_ns, size, kind, api, device, tid, frames, py, result, mem } => {
@@ -450,6 +495,7 @@ impl Writer {
                     if let Some(h) = python::heap::request(wire::WalkReason::Oom, self.ooms_sent) {
                         self.push(&Event::HeapWalk(h));
                     }
+                    self.reachability(wire::WalkReason::Oom, self.ooms_sent);
                 }
             }
             Msg::HeapWalk(h) => self.push(&Event::HeapWalk(h)),
@@ -615,6 +661,31 @@ impl Drop for Writer {
     /// Closes the socket if, and only if, it is still ours.
     fn drop(&mut self) {
         socket::close_if_ours(self.sock);
+    }
+}
+
+/// The time word an event carries as it sits in the channel (0 for one without): for an
+/// allocation or a free its raw stamp (`clock.rs`: TSC ticks or monotonic ns), for the others
+/// monotonic ns. `reach::locate_channel` looks for this very word.
+fn msg_ts(m: &Msg) -> u64 {
+    match m {
+        Msg::Alloc { stamp, .. } | Msg::Free { stamp, .. } => *stamp,
+        Msg::Failed { ts_ns, .. }
+        | Msg::Reset { ts_ns, .. }
+        | Msg::ContextCreated { ts_ns, .. }
+        | Msg::Map { ts_ns, .. }
+        | Msg::Unmap { ts_ns, .. }
+        | Msg::HandleRef { ts_ns, .. }
+        | Msg::GraphNode { ts_ns, .. }
+        | Msg::GraphExec { ts_ns, .. }
+        | Msg::GraphLaunch { ts_ns, .. }
+        | Msg::GraphExecDestroy { ts_ns, .. }
+        | Msg::GraphMemTrim { ts_ns, .. }
+        | Msg::Exit { ts_ns, .. }
+        | Msg::QuickExit { ts_ns } => *ts_ns,
+        Msg::HeapWalk(h) => h.ts_ns,
+        Msg::ApiSnapshot(r) => r.ts_ns,
+        Msg::ThreadName { .. } => 0,
     }
 }
 

@@ -748,3 +748,46 @@ def test_fault_devices_per_thread_rows(tmp_path, capsys):
     compare.main(["compare.py", str(tmp_path)])
     rows = table_rows(capsys.readouterr().out)[1:]
     assert [(x[0], x[4]) for x in rows] == [("fault_devices_per_thread", "PASS")] * 2
+
+
+def reach_scan(lost=0, reachable=0, unknown=0, framework=()):
+    return {
+        "status": "complete",
+        "elapsed_ms": 12.0,
+        "scanned_bytes": 64 * MIB,
+        "definitely_lost_count": lost,
+        "indirectly_lost_count": 0,
+        "reachable_count": reachable,
+        "unknown_count": unknown,
+        "framework_held": list(framework),
+        "most_referenced": [{"from": "heap"}] if reachable else [],
+    }
+
+
+def write_reach_case(run, case, r, truth):
+    d = run / case
+    d.mkdir()
+    (d / "gpushim-1.json").write_text(json.dumps(r))
+    (d / "truth.json").write_text(json.dumps(truth))
+
+
+def test_reach_rows_check_lost_kept_and_the_torch_allocator_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "RUN", str(tmp_path))
+    vec = [frame("cudaMalloc", internal=True), frame("vector_add_once(Buffers*)", "/w/reach.cu", 50)]
+    lost = site(1, vec, alloc_count=9)
+    lost["reach"] = {"definitely_lost_count": 9, "reachable_count": 0, "scanned_count": 9}
+    r = report(sites=[lost])
+    r["reachability"] = reach_scan(lost=9)
+    write_reach_case(tmp_path, "reach_lost", r, {"allocations": 9})
+    kept = site(1, vec, alloc_count=9)
+    kept["reach"] = {"definitely_lost_count": 1, "reachable_count": 8, "scanned_count": 9}
+    r = report(sites=[kept])
+    r["reachability"] = reach_scan(lost=1, reachable=8)
+    write_reach_case(tmp_path, "reach_kept", r, {"allocations": 9})
+    r = report()
+    held = {"allocator": "PyTorch CUDACachingAllocator", "count": 1000, "bytes": 4000 * MIB}
+    r["reachability"] = reach_scan(framework=[held])
+    write_reach_case(tmp_path, "reach_torch", r, {"segments": 1000, "reserved": 4000 * MIB})
+    compare.reach_rows()
+    got = {row[0]: row[4] for row in compare.rows}
+    assert got == {"reach_lost": "PASS", "reach_kept": "FAIL", "reach_torch": "PASS"}

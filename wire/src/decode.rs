@@ -9,8 +9,9 @@ use std::io::{self, Read};
 use crate::{
     Alloc, Api, ApiSnapshot, ContextCreated, DeviceInfo, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
     GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind,
-    LineTableFormat, Map, MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName,
-    Unmap, WalkReason, WalkStatus, HEADER_LEN, MAGIC, MAX_FRAME, VERSION,
+    LineTableFormat, Map, MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reach, ReachClass, ReachEntry,
+    ReachRegion, ReachStatus, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus, HEADER_LEN, MAGIC,
+    MAX_FRAME, VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer
@@ -363,6 +364,45 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
                 vars.push((r.str()?, r.str()?));
             }
             Event::Identity(Identity { vars })
+        }
+        65 => {
+            let reason = WalkReason::from_u8(r.u8()?)?;
+            let number = r.u32()?;
+            let status = ReachStatus::from_u8(r.u8()?)?;
+            let ts_ns = r.u64()?;
+            let elapsed_ns = r.u64()?;
+            let cpu_ns = r.u64()?;
+            let scanned_bytes = r.u64()?;
+            let unreadable_bytes = r.u64()?;
+            let note = r.str()?;
+            let n = r.count(27)?;
+            let mut entries = Vec::with_capacity(n);
+            for _ in 0..n {
+                let addr = r.u64()?;
+                let class = ReachClass::from_u8(r.u8()?)?;
+                let refs = r.u32()?;
+                let interior = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    v => return Err(WireError::BadValue("reach interior flag", u64::from(v))),
+                };
+                let region = ReachRegion::from_u8(r.u8()?)?;
+                let tid = r.u32()?;
+                let from = r.u64()?;
+                entries.push(ReachEntry { addr, class, refs, interior, region, tid, from });
+            }
+            Event::Reach(Reach {
+                reason,
+                number,
+                status,
+                ts_ns,
+                elapsed_ns,
+                cpu_ns,
+                scanned_bytes,
+                unreadable_bytes,
+                note,
+                entries,
+            })
         }
         _ => return Ok(None),
     };

@@ -280,6 +280,28 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
                 w.str(v);
             }
         }
+        Event::Reach(x) => {
+            w.u8(65);
+            w.u8(x.reason as u8);
+            w.u32(x.number);
+            w.u8(x.status as u8);
+            w.u64(x.ts_ns);
+            w.u64(x.elapsed_ns);
+            w.u64(x.cpu_ns);
+            w.u64(x.scanned_bytes);
+            w.u64(x.unreadable_bytes);
+            w.str(&x.note);
+            w.u32(x.entries.len() as u32);
+            for e in &x.entries {
+                w.u64(e.addr);
+                w.u8(e.class as u8);
+                w.u32(e.refs);
+                w.u8(u8::from(e.interior));
+                w.u8(e.region as u8);
+                w.u32(e.tid);
+                w.u64(e.from);
+            }
+        }
     }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());

@@ -46,8 +46,8 @@ pub use encode::{encode, write_header};
 pub use event::{
     Alloc, Api, ApiSnapshot, ContextCreated, DeviceInfo, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
     GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind,
-    LineTableFormat, Map, MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reset, Snapshot, Stack, ThreadName,
-    Unmap, WalkReason, WalkStatus, PY_NO_OFFSET,
+    LineTableFormat, Map, MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reach, ReachClass, ReachEntry,
+    ReachRegion, ReachStatus, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
@@ -237,6 +237,37 @@ mod tests {
             Event::DeviceInfo(DeviceInfo { ordinal: 1, pci_bus_id: "0000:3b:00.0".into(), uuid: [7; 16] }),
             Event::Identity(Identity {
                 vars: vec![("RANK".into(), "3".into()), ("CUDA_VISIBLE_DEVICES".into(), "2,3".into())],
+            }),
+            Event::Reach(Reach {
+                reason: WalkReason::Exit,
+                number: 0,
+                status: ReachStatus::Complete,
+                ts_ns: 32,
+                elapsed_ns: 1_000,
+                cpu_ns: 900,
+                scanned_bytes: 1 << 30,
+                unreadable_bytes: 4096,
+                note: "a note".into(),
+                entries: vec![
+                    ReachEntry {
+                        addr: 0x7000_0000,
+                        class: ReachClass::Lost,
+                        refs: 0,
+                        interior: false,
+                        region: ReachRegion::None,
+                        tid: 0,
+                        from: 0,
+                    },
+                    ReachEntry {
+                        addr: 0x7100_0000,
+                        class: ReachClass::Reachable,
+                        refs: 3,
+                        interior: true,
+                        region: ReachRegion::Stack,
+                        tid: 42,
+                        from: 0x7ffd_0000_0010,
+                    },
+                ],
             }),
         ]
     }

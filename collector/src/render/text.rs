@@ -313,6 +313,9 @@ pub fn gpu_memory_lines(r: &Report) -> Vec<String> {
 /// The collector's closing lines on stderr (each starting `gpushim: `): totals, up to three
 /// suspects or "no leak suspects", and where the report went.
 pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::Result<()> {
+    if let Some(l) = r.reachability.as_ref().and_then(crate::reach::lead_line) {
+        writeln!(out, "gpushim: pid {}: {l}", r.pid)?;
+    }
     let t = &r.totals;
     let mut parts = Vec::new();
     for (name, k) in r.kinds.iter() {
@@ -344,6 +347,12 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
     )?;
     for v in &r.vmm {
         writeln!(out, "gpushim: {}", vmm_line(v))?;
+    }
+    if let Some(x) = r.reachability.as_ref().filter(|x| crate::reach::worth_a_line(x)) {
+        writeln!(out, "gpushim: {}", crate::reach::scan_line(x))?;
+        if let Some(n) = &x.note {
+            writeln!(out, "gpushim: reachability: {n}")?;
+        }
     }
     for l in gpu_memory_lines(r) {
         writeln!(out, "gpushim: {l}")?;

@@ -1,0 +1,220 @@
+/*
+ * Programs whose device pointers are kept, dropped or hidden, for the reachability scan
+ * (shim/src/reach.rs; tests/reach.rs).  Linked to the stand-in libcudart.so.13.
+ *
+ * Usage: reach <scenario>; each prints "ok" last on success and then exits normally, so that
+ * the final report carries a scan.
+ */
+#define _GNU_SOURCE
+#include "cudart_standin.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NOINLINE __attribute__((noinline))
+#define KiB ((size_t)1 << 10)
+
+/* Kept by the program: read by nobody, but they are the program's references. */
+void *volatile held[4];
+void *volatile last_kept;
+char *volatile interior_kept;
+volatile uintptr_t hidden;
+void *volatile device_holder;
+
+/* Clears the stack below the caller, where dead frames keep stale copies of pointers. */
+static NOINLINE void clear_stack(void)
+{
+    char pad[512 * 1024];
+    explicit_bzero(pad, sizeof pad); /* not removed as a dead store, unlike memset */
+    __asm__ volatile("" : : "r"(pad) : "memory");
+}
+
+/* 5 allocations through one pointer variable: the first 4 are lost, the last is kept. */
+static NOINLINE int overwrite_in_loop(void)
+{
+    void *p = NULL;
+    for (int i = 0; i < 5; i++)
+        if (cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+            return 1;
+    last_kept = p;
+    return 0;
+}
+
+/* 4 allocations kept in a global array: all reachable from the program's data. */
+static NOINLINE int global_array(void)
+{
+    for (int i = 0; i < 4; i++) {
+        void *p;
+        if (cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+            return 1;
+        held[i] = p;
+    }
+    return 0;
+}
+
+struct holder {
+    long tag;
+    void *dev;
+};
+
+/* The pointer lives only in a malloc'd struct whose own pointer is dropped (not freed). */
+static NOINLINE int heap_struct_dropped(void)
+{
+    struct holder *h = malloc(sizeof *h);
+    if (h == NULL)
+        return 1;
+    h->tag = 17;
+    if (cudaMalloc(&h->dev, 8 * KiB) != cudaSuccess)
+        return 1;
+    return 0;
+}
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int allocated;
+
+static NOINLINE void *thread_keeps_on_stack(void *arg)
+{
+    (void)arg;
+    void *volatile mine = NULL;
+    void *p;
+    if (cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+        return NULL;
+    mine = p;
+    p = NULL;
+    clear_stack();
+    pthread_mutex_lock(&mu);
+    allocated = 1;
+    pthread_cond_broadcast(&cv);
+    /* Waits for ever: the process exits while this thread sleeps here, `mine` on its stack. */
+    while (allocated)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    return (void *)mine;
+}
+
+/* The pointer lives only on another thread's stack, which sleeps on a condition. */
+static NOINLINE int other_thread_stack(void)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, thread_keeps_on_stack, NULL) != 0)
+        return 1;
+    pthread_mutex_lock(&mu);
+    while (!allocated)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+/* Only p + 4096 is kept. */
+static NOINLINE int interior_only(void)
+{
+    char *p;
+    if (cudaMalloc((void **)&p, 16 * KiB) != cudaSuccess)
+        return 1;
+    interior_kept = p + 4096;
+    return 0;
+}
+
+/* The pointer is kept XOR-ed with a constant: no word holds it (a documented limitation). */
+static NOINLINE int xor_hidden(void)
+{
+    void *p;
+    if (cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+        return 1;
+    hidden = (uintptr_t)p ^ 0x5555555555555555ull;
+    return 0;
+}
+
+/* The pointer is kept only in device memory (the stand-in backs device memory with host
+ * memory, so a store stands for a cudaMemcpy to the device): lost, a documented limitation. */
+static NOINLINE int only_in_device_memory(void)
+{
+    void *a, *b;
+    if (cudaMalloc(&a, 8 * KiB) != cudaSuccess || cudaMalloc(&b, 8 * KiB) != cudaSuccess)
+        return 1;
+    *(void **)a = b;
+    device_holder = a;
+    return 0;
+}
+
+/* 64 MiB of host heap full of small blocks, so that a scan takes a while, then 3 allocations
+ * kept and 3 dropped. */
+static NOINLINE int large_heap(void)
+{
+    size_t n = 64u * 1024 * 1024 / (64 * KiB);
+    void **blocks = malloc(n * sizeof *blocks);
+    if (blocks == NULL)
+        return 1;
+    for (size_t i = 0; i < n; i++) {
+        blocks[i] = malloc(64 * KiB - 64);
+        if (blocks[i] == NULL)
+            return 1;
+        memset(blocks[i], (int)(i & 0xff), 64 * KiB - 64);
+    }
+    held[3] = blocks;
+    for (int i = 0; i < 3; i++) {
+        void *p;
+        if (cudaMalloc(&p, 8 * KiB) != cudaSuccess || cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+            return 1;
+        held[i] = p;
+    }
+    return 0;
+}
+
+/* One allocation dropped, one kept, then one that fails with out of memory (run with
+ * STANDIN_DEVICE_BYTES=65536): the out-of-memory report's scan finds one lost. */
+static NOINLINE int out_of_memory(void)
+{
+    void *p;
+    if (cudaMalloc(&p, 8 * KiB) != cudaSuccess || cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+        return 1;
+    last_kept = p;
+    p = NULL;
+    clear_stack();
+    void *big;
+    return cudaMalloc(&big, 1u << 30) == cudaErrorMemoryAllocation ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: reach <scenario>\n");
+        return 2;
+    }
+    const char *s = argv[1];
+    int rc;
+    if (strcmp(s, "overwrite") == 0)
+        rc = overwrite_in_loop();
+    else if (strcmp(s, "global") == 0)
+        rc = global_array();
+    else if (strcmp(s, "heap-struct") == 0)
+        rc = heap_struct_dropped();
+    else if (strcmp(s, "thread-stack") == 0)
+        rc = other_thread_stack();
+    else if (strcmp(s, "interior") == 0)
+        rc = interior_only();
+    else if (strcmp(s, "xor") == 0)
+        rc = xor_hidden();
+    else if (strcmp(s, "device-only") == 0)
+        rc = only_in_device_memory();
+    else if (strcmp(s, "oom") == 0)
+        rc = out_of_memory();
+    else if (strcmp(s, "large-heap") == 0)
+        rc = large_heap();
+    else {
+        fprintf(stderr, "reach: unknown scenario %s\n", s);
+        return 2;
+    }
+    clear_stack();
+    if (rc != 0) {
+        fprintf(stderr, "reach %s failed\n", s);
+        return 1;
+    }
+    printf("ok\n");
+    fflush(stdout);
+    return 0;
+}

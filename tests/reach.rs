@@ -1,0 +1,168 @@
+//! The reachability scan (shim/src/reach.rs, collector/src/reach.rs): which live allocations no
+//! pointer in the program's memory refers to any more. Each scenario of tests/programs/reach.c
+//! runs to a normal exit under the shim; the final report's classes and counts are exact.
+//!
+//! The stand-in driver backs device memory with its own mappings here (`STANDIN_DEVICE_VA`), away
+//! from the host heap, as a GPU's virtual addresses are: with device memory inside the host heap
+//! every stale heap address would look like a device pointer.
+
+use serde_json::Value;
+
+use crate::util::*;
+
+const KIB: u64 = 1024;
+
+/// Runs `reach <scenario>` (with `env`) to its end and returns its final report and stderr.
+fn reach(scenario: &str, env: &[(&str, &str)]) -> (Value, Done) {
+    let mut t = Target::new("reach", scenario).args(&[scenario]).env("STANDIN_DEVICE_VA", "1");
+    for (k, v) in env {
+        t = t.env(k, v);
+    }
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout.last().map(String::as_str), Some("ok"), "{d}");
+    let r = d.report_in(t.dir.path());
+    (r, d)
+}
+
+fn scan(r: &Value) -> &Value {
+    &r["reachability"]
+}
+
+fn n(v: &Value, field: &str) -> u64 {
+    v[field].as_u64().unwrap_or_else(|| panic!("no {field} in {v}"))
+}
+
+/// (definitely lost, indirectly lost, reachable) of the whole scan.
+fn classes(r: &Value) -> (u64, u64, u64) {
+    let s = scan(r);
+    (n(s, "definitely_lost_count"), n(s, "indirectly_lost_count"), n(s, "reachable_count"))
+}
+
+#[test]
+fn a_pointer_overwritten_in_a_loop_leaves_all_but_the_last_definitely_lost() {
+    let (r, d) = reach("overwrite", &[]);
+    assert_eq!(scan(&r)["status"], "complete", "{d}");
+    assert_eq!(classes(&r), (4, 0, 1), "{d}");
+    assert_eq!(n(scan(&r), "definitely_lost_bytes"), 4 * 8 * KIB, "{d}");
+    let site = the_site(&r, "overwrite_in_loop", &d);
+    assert_eq!(n(&site["reach"], "definitely_lost_count"), 4, "{d}");
+    assert_eq!(n(&site["reach"], "definitely_lost_bytes"), 32 * KIB, "{d}");
+    assert_eq!(n(&site["reach"], "scanned_count"), 5, "{d}");
+    // When timing makes the site a growth suspect (rank.rs), its reason leads with the lost ones
+    // (the ranking itself: collector reach::tests).
+    if let Some(s) = r["suspects"].as_array().unwrap().iter().find(|s| s["site"] == site["id"]) {
+        let reason = s["reason"].as_str().unwrap();
+        assert!(reason.starts_with("4 of 5 allocations definitely lost (no pointer left); "), "{d}");
+        assert_eq!(n(s, "definitely_lost_bytes"), 32 * KIB, "{d}");
+    }
+    // The summary leads with the lost bytes.
+    let first = d.stderr.lines().find(|l| l.starts_with("gpushim: pid")).unwrap_or_default();
+    assert!(
+        first.ends_with("definitely lost: 32.0 KiB in 4 allocations (no pointer left in the program's memory)"),
+        "{d}"
+    );
+    // The last one is held by the program's global.
+    assert_eq!(r["reachability"]["most_referenced"][0]["from"], "data of reach (last_kept)", "{d}");
+}
+
+#[test]
+fn pointers_kept_in_a_global_array_are_reachable_from_its_data() {
+    let (r, d) = reach("global", &[]);
+    assert_eq!(classes(&r), (0, 0, 4), "{d}");
+    let held = scan(&r)["most_referenced"].as_array().unwrap();
+    assert_eq!(held.len(), 4, "{d}");
+    assert!(held.iter().all(|h| h["from"] == "data of reach (held)" && h["interior"] == false), "{d}");
+    assert!(r["suspects"].as_array().unwrap().iter().all(|s| s.get("definitely_lost_count").is_none()), "{d}");
+}
+
+#[test]
+fn a_pointer_only_in_a_dropped_heap_block_is_indirectly_lost() {
+    let (r, d) = reach("heap-struct", &[]);
+    assert_eq!(classes(&r), (0, 1, 0), "{d}");
+    assert_eq!(n(scan(&r), "indirectly_lost_bytes"), 8 * KIB, "{d}");
+}
+
+#[test]
+fn a_pointer_on_a_sleeping_threads_stack_is_reachable_from_that_stack() {
+    let (r, d) = reach("thread-stack", &[]);
+    assert_eq!(classes(&r), (0, 0, 1), "{d}");
+    let from = scan(&r)["most_referenced"][0]["from"].as_str().unwrap().to_string();
+    let pid = r["pid"].as_u64().unwrap();
+    assert!(from.starts_with("stack of thread ") && from != format!("stack of thread {pid}"), "{from}: {d}");
+}
+
+#[test]
+fn an_interior_pointer_keeps_an_allocation_reachable_and_is_reported_as_interior() {
+    let (r, d) = reach("interior", &[]);
+    assert_eq!(classes(&r), (0, 0, 1), "{d}");
+    assert_eq!(n(scan(&r), "interior_count"), 1, "{d}");
+    let h = &scan(&r)["most_referenced"][0];
+    assert_eq!(h["interior"], true, "{d}");
+    assert_eq!(h["size"], 16 * KIB, "{d}");
+    assert_eq!(h["from"], "data of reach (interior_kept)", "{d}");
+}
+
+#[test]
+fn a_xor_hidden_pointer_is_lost_a_documented_limitation() {
+    let (r, d) = reach("xor", &[]);
+    assert_eq!(classes(&r), (1, 0, 0), "{d}");
+}
+
+#[test]
+fn a_pointer_kept_only_in_device_memory_is_lost_a_documented_limitation() {
+    let (r, d) = reach("device-only", &[]);
+    assert_eq!(classes(&r), (1, 0, 1), "{d}");
+    assert_eq!(scan(&r)["most_referenced"][0]["from"], "data of reach (device_holder)", "{d}");
+}
+
+#[test]
+fn a_scan_cut_by_its_time_cap_says_so_and_calls_nothing_lost() {
+    let (r, d) = reach("large-heap", &[("GPUSHIM_REACHABILITY_MS", "0")]);
+    let s = scan(&r);
+    assert_eq!(s["status"], "cut", "{d}");
+    assert_eq!(classes(&r), (0, 0, 0), "{d}");
+    assert_eq!(n(s, "unknown_count"), 6, "{d}");
+    assert!(s["note"].as_str().unwrap().contains("cut at its cap of 0 ms (GPUSHIM_REACHABILITY_MS)"), "{d}");
+    assert!(d.stderr.contains("gpushim: reachability scan cut: 0 lost"), "{d}");
+}
+
+#[test]
+fn a_large_heap_is_scanned_whole_within_its_cap() {
+    // The tests' shim is an unoptimized build: a minute is ample for 64 MiB.
+    let (r, d) = reach("large-heap", &[("GPUSHIM_REACHABILITY_MS", "60000")]);
+    let s = scan(&r);
+    assert_eq!(s["status"], "complete", "{d}");
+    // 3 kept in the global array, 3 dropped.
+    assert_eq!(classes(&r), (3, 0, 3), "{d}");
+    assert!(n(s, "scanned_bytes") >= 64 * MIB, "{d}");
+}
+
+#[test]
+fn reachability_scans_are_off_with_gpushim_reachability_0() {
+    let (r, d) = reach("overwrite", &[("GPUSHIM_REACHABILITY", "0")]);
+    assert!(r.get("reachability").is_none(), "{d}");
+    assert!(!d.stderr.contains("definitely lost"), "{d}");
+    // A value that is not 0 or 1 is said, and scans stay on.
+    let (r, d) = reach("overwrite", &[("GPUSHIM_REACHABILITY", "2")]);
+    assert!(d.stderr.contains("GPUSHIM_REACHABILITY=2 is not 0 or 1; reachability scans stay on"), "{d}");
+    assert_eq!(scan(&r)["status"], "complete", "{d}");
+}
+
+#[test]
+fn an_out_of_memory_report_gets_its_scan_beside_it() {
+    let t = Target::new("reach", "oom").args(&["oom"]).env("STANDIN_DEVICE_VA", "1").env("STANDIN_DEVICE_BYTES", 65536);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    let pid = d.report_in(t.dir.path())["pid"].as_u64().unwrap();
+    let f = read_json(&t.dir.path().join(format!("gpushim-{pid}-oom-1.reach.json")), &d);
+    let s = &f["reachability"];
+    assert_eq!(s["status"], "complete", "{d}");
+    assert_eq!((n(s, "definitely_lost_count"), n(s, "reachable_count")), (1, 1), "{d}");
+    assert_eq!(n(s, "definitely_lost_bytes"), 8 * KIB, "{d}");
+    // Two call sites, one allocation each: the first one's is lost.
+    let sites = f["sites"].as_object().unwrap();
+    let lost: Vec<u64> = sites.values().map(|v| n(v, "definitely_lost_count")).collect();
+    assert_eq!(lost, [1, 0], "{d}");
+    assert!(d.stderr.contains("definitely lost: 8.0 KiB in 1 allocation"), "{d}");
+}
