@@ -19,7 +19,7 @@ use crate::identity;
 use crate::live::{Op, State};
 use crate::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::output;
-use crate::reach::{self, ReachFile};
+use crate::reach;
 use crate::render::text;
 use crate::reorder::{Observer, SnapshotPoint, Tracker};
 use crate::report::{Identity, PhysicalDevice, Reason, Report};
@@ -111,8 +111,9 @@ struct Sink<'a> {
     /// Interval reports written so far, and the paths of those kept (oldest first).
     intervals: u32,
     interval_files: std::collections::VecDeque<PathBuf>,
-    /// The reachability scan of the final report, classified when it arrived (before `Exit`).
-    exit_reach: Option<ReachFile>,
+    /// The reachability scan of the final report (it arrives before `Exit`), classified with
+    /// the final report once the stream is read.
+    exit_reach: Option<Reach>,
     err: &'a mut dyn Write,
 }
 
@@ -171,15 +172,19 @@ impl Sink<'_> {
     /// then); written beside its snapshot or out-of-memory report at once
     /// (`…-snapshot-N.reach.json`), kept for the end for the final report.
     fn reach(&mut self, r: &Reach, state: &State) {
-        let file = reach::classify(r, state, &self.stacks, &mut self.sym);
-        let stem = match r.reason {
-            WalkReason::Exit => {
-                self.exit_reach = Some(file);
-                return;
-            }
-            WalkReason::Snapshot => format!("gpushim-{}-snapshot-{}.reach", self.hello.pid, r.number),
-            WalkReason::Oom => format!("gpushim-{}-oom-{}.reach", self.hello.pid, r.number),
+        if r.reason == WalkReason::Exit {
+            // Classified with the final report, once the stream is read: classifying names
+            // frames, which reads the program's files, and the program's exit must not wait
+            // for that.
+            self.exit_reach = Some(r.clone());
+            return;
+        }
+        let stem = if r.reason == WalkReason::Oom {
+            format!("{}-oom-{}.reach", self.stem(), r.number)
+        } else {
+            format!("{}.reach", self.snapshot_stem(r.number))
         };
+        let file = reach::classify(r, state, &self.stacks, &mut self.sym);
         match write_json(&file, &self.out_dir, &stem, self.err) {
             Ok(path) if reach::worth_a_line(&file.reachability) => {
                 let lead = reach::lead_line(&file.reachability).map(|l| format!("{l}; ")).unwrap_or_default();
@@ -631,7 +636,8 @@ pub fn collect_with(
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
     sink.annotate(&mut report);
-    if let Some(f) = sink.exit_reach.take() {
+    if let Some(r) = sink.exit_reach.take() {
+        let f = reach::classify(&r, tracker.state(), &sink.stacks, &mut sink.sym);
         reach::apply(&mut report, f);
     }
     if let Some(e) = &broken {

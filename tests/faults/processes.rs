@@ -16,7 +16,8 @@ fn fork_exec_of_non_cuda_tools_leaves_them_untouched() {
     assert_eq!(d.stdout, plain, "no writer thread in the children, same output{d}");
     let pid = d.pid();
     assert!(d.stderr.lines().all(|l| l.starts_with("gpushim: ")), "{d}");
-    assert_eq!(d.stderr.lines().filter(|l| l.starts_with("gpushim: pid ")).count(), 1, "only the parent's summary{d}");
+    let summaries = d.stderr.lines().filter(|l| l.starts_with("gpushim: pid ") && l.contains(" (exit): ")).count();
+    assert_eq!(summaries, 1, "only the parent's summary{d}");
     assert_eq!(names_in(t.dir.path()), [format!("gpushim-{pid}.json")], "only the parent's report{d}");
     let r = d.report_in(t.dir.path());
     assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
