@@ -3,7 +3,8 @@
 # stand-ins): builds the manylinux_2_28 wheel (scripts/build-wheel.sh), installs it into a fresh
 # virtual environment, and there, with no cargo on PATH and nothing of the checkout but the
 # stand-ins, runs the bundled leaky example (examples/leak.c) under it:
-# - `gpushim run -- leak_example 200` must name render (examples/leak.c) as suspect #1;
+# - `gpushim run -- leak_example 200` must name render (examples/leak.c) as suspect #1, and
+#   `gpushim run -- python leak.py 200` render (examples/leak.py), held by its global 'history';
 # - `LD_PRELOAD=$(gpushim preload-path) leak_example` (no `gpushim run`, no GPUSHIM_COLLECTOR:
 #   the library finds the collector in the environment's bin/) must write a report;
 # - `python -m gpushim` must be the same executable (version, exit status);
@@ -62,6 +63,18 @@ grep -E '^gpushim: suspect #1 site [0-9]+: .* at render \(examples/leak\.c:[0-9]
 report=$(ls "$work"/out/gpushim-*.json)
 "${user_env[@]}" gpushim report "$report" | grep -q 'render' || die "gpushim report $report names no render"
 ok "gpushim run -- leak_example 200: suspect #1 at render (examples/leak.c)"
+
+# gpushim run on the bundled Python example (examples/leak.py: buffers kept in a global list).
+mkdir -p "$work/py-out"
+cp examples/leak.py "$work/leak.py"
+rc=0
+(cd "$work/py-out" && "${user_env[@]}" gpushim run -- python "$work/leak.py" 200) 2>"$work/py.err" || rc=$?
+cat "$work/py.err" >&2
+[ "$rc" -eq 0 ] || die "gpushim run -- python leak.py exited $rc"
+grep -E '^gpushim: suspect #1 site [0-9]+: .* at render \(.*leak\.py:[0-9]+\)' "$work/py.err" >/dev/null ||
+  die "no suspect #1 at render (leak.py) in gpushim run's summary"
+grep -q "leak.py global 'history'" "$work"/py-out/gpushim-*.holders.json || die "the heap walk names no 'history'"
+ok "gpushim run -- python leak.py 200: suspect #1 at render (leak.py), held by global 'history'"
 
 # LD_PRELOAD by hand: the library, in site-packages/gpushim/, starts bin/gpushim.
 lib=$("${user_env[@]}" gpushim preload-path)

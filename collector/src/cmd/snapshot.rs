@@ -293,7 +293,8 @@ fn ignores(status: &str, sig: libc::c_int) -> bool {
 }
 
 /// Names of the snapshot files of `pid` in `dir` (`gpushim-PID-snapshot-N.json`, or
-/// `gpushim-rankR-PID-snapshot-N.json` for a process with a rank: `crate::identity`).
+/// `gpushim-rankR-PID-snapshot-N.json` for a process with a rank: `crate::identity`), not
+/// their companion files (heap walk, reachability scan).
 fn snapshot_names(dir: &Path, pid: i32) -> io::Result<HashSet<OsString>> {
     let tail = format!("{pid}-snapshot-");
     let mut names = HashSet::new();
@@ -305,7 +306,9 @@ fn snapshot_names(dir: &Path, pid: i32) -> io::Result<HashSet<OsString>> {
             Some(r) => r.trim_start_matches(|c: char| c.is_ascii_digit()).strip_prefix('-').unwrap_or(""),
             None => rest,
         };
-        if rest.starts_with(&tail) && s.ends_with(".json") {
+        // Not the companion files written beside a snapshot (`….holders.json`, `….reach.json`).
+        let companion = rest.strip_prefix(&tail).is_some_and(|r| r.contains(".holders") || r.contains(".reach"));
+        if rest.starts_with(&tail) && s.ends_with(".json") && !companion {
             names.insert(name);
         }
     }
@@ -328,6 +331,9 @@ mod tests {
             "gpushim-rank00003-55-snapshot-4.json",
             "gpushim-5.json",
             ".gpushim-5-snapshot-3.json.tmp-1",
+            "gpushim-5-snapshot-1.holders.json",
+            "gpushim-5-snapshot-1.reach.json",
+            "gpushim-5-snapshot-2.1.holders.1.json",
         ] {
             fs::write(d.0.join(n), b"{}").unwrap();
         }
