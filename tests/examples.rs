@@ -26,6 +26,11 @@ fn c_example_render_leak_is_the_top_suspect() {
     assert_eq!(total(&r, "live_bytes"), 232 * MIB, "{run}");
     // The summary on stderr names the leak's function.
     assert!(run.stderr.lines().any(|l| l.contains("suspect #1") && l.contains("render")), "{run}");
+    // Each scratch buffer's pointer is a local of render(): at exit no pointer to any is left,
+    // and the shim's own copies (its event channel) are not taken for references.
+    assert_eq!(render["reach"]["definitely_lost_count"].as_u64(), Some(200), "{run}");
+    assert_eq!(r["reachability"]["status"], "complete", "{run}");
+    assert!(r["reachability"].get("note").is_none_or(|n| n.is_null()), "{run}");
 }
 
 #[test]

@@ -37,6 +37,7 @@
 //!   atomics), `event` (the hot path's event), `loader` (the dynamic loader), `hash`, `sys`.
 #![allow(clippy::missing_safety_doc)] // each export has its `# Safety` section in exports/
 
+mod alloc_watch;
 mod api;
 mod clock;
 mod config;
@@ -61,3 +62,7 @@ mod state;
 mod sys;
 mod unwind;
 mod writer;
+
+/// The system allocator, watched once (`alloc_watch`): where the event channel's buffer lies.
+#[global_allocator]
+static ALLOCATOR: alloc_watch::Watching = alloc_watch::Watching;

@@ -23,7 +23,7 @@
 //!   device memory is not host memory, although the stand-ins back it with host memory);
 //! - the shim's own memory: its module's data and bss, the writer thread's stack, the event
 //!   channel's buffer (found at the writer's first event by the timestamp of that event, see
-//!   [`locate_channel`]), the writer's wire buffer (zeroed before a scan) and the scan's own
+//!   `alloc_watch::watch`), the writer's wire buffer (zeroed before a scan) and the scan's own
 //!   buffers;
 //! - the stacks of threads blocked in a system call below their stack pointer
 //!   (`/proc/self/task/N/syscall` gives it; 128 bytes of red zone are kept): dead frames hold
@@ -318,39 +318,6 @@ fn own_stack() -> Option<(u64, u64)> {
     }
 }
 
-/// Finds the event channel's buffer: the writer calls this on its first event (which sat in
-/// the buffer's first slot), with that event's time word `ts` (as stored in it, never 0), the size
-/// of one event `msg_bytes` and the channel's capacity `cap`. The buffer (about 2 MiB) is one
-/// block `malloc` got from `mmap`: an anonymous mapping of its size whose first page holds
-/// `ts`. `None` if not found (e.g. a program that raised `M_MMAP_THRESHOLD`): recent
-/// allocations may then look reachable, and the scan's note says so.
-pub fn locate_channel(ts: u64, msg_bytes: usize, cap: usize) -> Option<(u64, u64)> {
-    if ts == 0 {
-        return None;
-    }
-    let lo = (cap * msg_bytes) as u64;
-    let hi = (cap * (msg_bytes + 16)) as u64 + 2 * PAGE;
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let mut page = vec![0u8; PAGE as usize];
-    for line in maps.lines() {
-        let Some((s, e, rw, path)) = parse_maps_line(line) else { continue };
-        if !rw || !path.is_empty() || e - s < lo || e - s > hi {
-            continue;
-        }
-        let n = read(s, &mut page);
-        let found = page[..n].chunks_exact(8).any(|w| u64::from_ne_bytes(w.try_into().unwrap_or([0; 8])) == ts);
-        // The copy holds the first event's address: leave none behind in freed memory.
-        for b in page.iter_mut() {
-            // SAFETY: a valid byte of our own vector (volatile: see Scan::new).
-            unsafe { std::ptr::write_volatile(b, 0) };
-        }
-        if found {
-            return Some((s, e));
-        }
-    }
-    None
-}
-
 /// glibc's `tcache_key` (2.34 and later): the word a block freed into a thread's cache holds
 /// right after its link (`tcache_entry.key`, malloc.c), the same random value in every thread.
 /// Such a block is free although its chunk looks in use; its stale contents must not count.
@@ -383,7 +350,7 @@ fn own_arena(heap: (u64, u64)) -> Option<u64> {
 /// What the shim itself holds that a scan must not read.
 #[derive(Clone, Copy, Default)]
 pub struct Own {
-    /// The event channel's buffer ([`locate_channel`]), if found.
+    /// The event channel's buffer (`alloc_watch::watch`), if found.
     pub channel: Option<(u64, u64)>,
 }
 

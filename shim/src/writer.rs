@@ -19,7 +19,7 @@ use crate::config::{self, Config};
 use crate::event::{ApiRequest, Msg, PyFrames, SnapshotReply};
 use crate::hash::FastHash;
 use crate::state::{DISABLED, FINISHED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
-use crate::{inflight, launch, loader, python, reach, socket, sys};
+use crate::{alloc_watch, inflight, launch, loader, python, reach, socket, sys};
 
 /// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY` are both 2 (CUDA Runtime API,
 /// cudaError; CUDA Driver API, CUresult).
@@ -63,7 +63,10 @@ pub fn start() -> Option<Sender<Msg>> {
     if !w.begin(&cfg) {
         return None;
     }
-    let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+    // The channel's buffer, one block of about 1.7 MiB, holds copies of allocations' addresses:
+    // the reachability scans leave it out.
+    let ((tx, rx), channel) = alloc_watch::watch(|| crossbeam_channel::bounded(CHANNEL_CAPACITY));
+    w.reach_own.channel = channel;
     let (armed_tx, armed_rx) = crossbeam_channel::bounded::<()>(1);
     let spawned = sys::with_async_signals_blocked(|| {
         std::thread::Builder::new().name("gpushim-writer".into()).spawn(move || {
@@ -123,8 +126,6 @@ struct Writer {
     reach: Option<reach::Table>,
     /// What of the shim's own memory the scans leave out.
     reach_own: reach::Own,
-    /// Whether the first event was received (the channel's buffer is located then).
-    seen_first: bool,
 }
 
 impl Writer {
@@ -149,7 +150,6 @@ impl Writer {
             devices_described: HashSet::new(),
             reach: config::reachability().then(reach::Table::default),
             reach_own: reach::Own::default(),
-            seen_first: false,
         }
     }
 
@@ -224,16 +224,6 @@ impl Writer {
             }
             if !self.answers.is_empty() {
                 self.read_answers();
-            }
-            if let (Ok(m), false) = (&msg, self.seen_first) {
-                // The first event with a time word (a thread's name, sent before its first
-                // allocation, has none) sat in one of the channel buffer's first slots: find
-                // the buffer by it.
-                let ts = msg_ts(m);
-                self.seen_first = ts != 0;
-                if self.reach.is_some() && ts != 0 {
-                    self.reach_own.channel = reach::locate_channel(ts, std::mem::size_of::<Msg>(), CHANNEL_CAPACITY);
-                }
             }
             match msg {
                 Ok(Msg::Exit { ts_ns, done }) => {
@@ -661,31 +651,6 @@ impl Drop for Writer {
     /// Closes the socket if, and only if, it is still ours.
     fn drop(&mut self) {
         socket::close_if_ours(self.sock);
-    }
-}
-
-/// The time word an event carries as it sits in the channel (0 for one without): for an
-/// allocation or a free its raw stamp (`clock.rs`: TSC ticks or monotonic ns), for the others
-/// monotonic ns. `reach::locate_channel` looks for this very word.
-fn msg_ts(m: &Msg) -> u64 {
-    match m {
-        Msg::Alloc { stamp, .. } | Msg::Free { stamp, .. } => *stamp,
-        Msg::Failed { ts_ns, .. }
-        | Msg::Reset { ts_ns, .. }
-        | Msg::ContextCreated { ts_ns, .. }
-        | Msg::Map { ts_ns, .. }
-        | Msg::Unmap { ts_ns, .. }
-        | Msg::HandleRef { ts_ns, .. }
-        | Msg::GraphNode { ts_ns, .. }
-        | Msg::GraphExec { ts_ns, .. }
-        | Msg::GraphLaunch { ts_ns, .. }
-        | Msg::GraphExecDestroy { ts_ns, .. }
-        | Msg::GraphMemTrim { ts_ns, .. }
-        | Msg::Exit { ts_ns, .. }
-        | Msg::QuickExit { ts_ns } => *ts_ns,
-        Msg::HeapWalk(h) => h.ts_ns,
-        Msg::ApiSnapshot(r) => r.ts_ns,
-        Msg::ThreadName { .. } => 0,
     }
 }
 
