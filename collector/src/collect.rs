@@ -301,7 +301,7 @@ impl Sink<'_> {
                     let _ = writeln!(self.err, "gpushim: snapshot {} written to {}", p.number, path.display());
                 }
                 if self.html {
-                    write_html(&report, &path, self.err);
+                    write_html(&report, path, self.err);
                 }
                 self.snapshots.push(path.clone());
             }

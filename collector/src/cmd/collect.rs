@@ -111,6 +111,12 @@ fn confirm_to_shim() {
     unsafe { libc::shutdown(io::stdin().as_fd().as_raw_fd(), libc::SHUT_RDWR) };
 }
 
+/// A writable copy of standard input: the socket from the shim.
+fn stdin_copy() -> Option<File> {
+    use std::os::fd::AsFd;
+    io::stdin().as_fd().try_clone_to_owned().ok().map(File::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,10 +142,4 @@ mod tests {
              gpushim: GPUSHIM_REPORT_KEEP=0 is not a number of reports of 1 or more; keeping 3\n"
         );
     }
-}
-
-/// A writable copy of standard input: the socket from the shim.
-fn stdin_copy() -> Option<File> {
-    use std::os::fd::AsFd;
-    io::stdin().as_fd().try_clone_to_owned().ok().map(File::from)
 }
