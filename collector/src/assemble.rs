@@ -288,6 +288,14 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             crate::words::fmt_bytes(r.bytes)
         ));
     }
+    if let (count @ 1.., bytes) = state.teardown_freed() {
+        notes.push(format!(
+            "{} ({}) {} freed only by the interpreter's teardown, after the exit heap walk; they count as live here",
+            crate::words::count(count, "allocation"),
+            crate::words::fmt_bytes(bytes),
+            if count == 1 { "was" } else { "were" }
+        ));
+    }
     graph_notes(state, &mut notes);
     notes.extend(sym.problems().iter().cloned());
     let allocations = live_allocations(state, &secs, &mut notes);
@@ -372,6 +380,10 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             })
             .collect(),
         timeline,
+        interpreter_teardown: match state.teardown_freed() {
+            (0, _) => None,
+            (count, bytes) => Some(crate::report::InterpreterTeardown { count, bytes }),
+        },
         context_teardowns: state
             .resets
             .iter()

@@ -521,7 +521,13 @@ pub fn collect_with(
             Event::PyRuntime(p) => sink.sym.python_mut().set_runtime(p.version),
             Event::PyCode(c) => sink.sym.python_mut().add_code(c),
             Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
-            Event::HeapWalk(h) => sink.heap_walk(&h, tracker.state()),
+            Event::HeapWalk(h) => {
+                sink.heap_walk(&h, tracker.state());
+                if h.reason == WalkReason::Exit {
+                    // What is freed from the walk's start on, the interpreter's teardown freed.
+                    tracker.state_mut().teardown_from_ns = Some(h.ts_ns);
+                }
+            }
             Event::ThreadName(t) => {
                 sink.thread_names.entry(t.tid).or_insert(t.name);
             }

@@ -342,6 +342,15 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         fmt_bytes(t.live_bytes),
         fmt_bytes(t.peak_live_bytes),
     )?;
+    if let Some(t) = &r.interpreter_teardown {
+        writeln!(
+            out,
+            "gpushim: {} ({}) {} freed only by the interpreter's teardown, after the exit heap walk",
+            crate::words::count(t.count, "allocation"),
+            fmt_bytes(t.bytes),
+            if t.count == 1 { "was" } else { "were" }
+        )?;
+    }
     for v in &r.vmm {
         writeln!(out, "gpushim: {}", vmm_line(v))?;
     }
