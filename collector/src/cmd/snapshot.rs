@@ -305,7 +305,9 @@ fn snapshot_names(dir: &Path, pid: i32) -> io::Result<HashSet<OsString>> {
             Some(r) => r.trim_start_matches(|c: char| c.is_ascii_digit()).strip_prefix('-').unwrap_or(""),
             None => rest,
         };
-        if rest.starts_with(&tail) && s.ends_with(".json") {
+        // A snapshot's heap walk is written beside it as `….holders.json`, after it: that
+        // file is not the report (and sorts before it).
+        if rest.starts_with(&tail) && s.ends_with(".json") && !s.ends_with(".holders.json") {
             names.insert(name);
         }
     }
@@ -318,10 +320,11 @@ mod tests {
     use crate::output::tests::TempDir;
 
     #[test]
-    fn finds_only_this_pids_snapshots() {
+    fn finds_only_this_pids_snapshot_reports_not_their_holders_files() {
         let d = TempDir::new("snap");
         for n in [
             "gpushim-5-snapshot-1.json",
+            "gpushim-5-snapshot-1.holders.json",
             "gpushim-5-snapshot-2.1.json",
             "gpushim-55-snapshot-1.json",
             "gpushim-rank00003-5-snapshot-4.json",
