@@ -195,7 +195,7 @@ fn pytest_plugin_fails_the_test_over_its_limit() {
     assert!(run.stdout.lines().any(|l| l.starts_with("FAILED ") && l.contains("test_leaks.py::test_leaks")), "{run}");
     let leak_line = line_in(PYTEST_FILE, "# @leak");
     let msg = format!(
-        "gpushim: the test left 32.0 MiB (33554432 bytes, 1 allocations) of CUDA memory live, more than its limit \
+        "gpushim: the test left 32.0 MiB (33554432 bytes, 1 allocation) of CUDA memory live, more than its limit \
          of 16.0 MiB, most at {}:{leak_line} (test_leaks)",
         file.display()
     );

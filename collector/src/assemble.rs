@@ -269,7 +269,10 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         })
         .collect();
     if missing_stacks > 0 {
-        notes.push(format!("{missing_stacks} sites name a stack the stream never described; they show no frames"));
+        notes.push(format!(
+            "{} a stack the stream never described; they show no frames",
+            if missing_stacks == 1 { "1 site names".to_string() } else { format!("{missing_stacks} sites name") }
+        ));
     }
     if state.totals.failed_count > failures.len() as u64 {
         notes.push(format!("{} failed allocations; the first {MAX_FAILURES} are listed", state.totals.failed_count));

@@ -116,7 +116,7 @@ class _Plugin:
             if grown > limit:
                 at = f", most at {where}" if where else ""
                 pytest.fail(
-                    f"gpushim: the test left {fmt_bytes(grown)} ({grown} bytes, {count} allocations) of CUDA "
+                    f"gpushim: the test left {fmt_bytes(grown)} ({grown} bytes, {count} allocation{'' if count == 1 else 's'}) of CUDA "
                     f"memory live, more than its limit of {fmt_bytes(limit)}{at}",
                     pytrace=False,
                 )
