@@ -354,8 +354,12 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
     for v in &r.vmm {
         writeln!(out, "gpushim: {}", vmm_line(v))?;
     }
-    for l in gpu_memory_lines(r) {
-        writeln!(out, "gpushim: {l}")?;
+    // Without an NVIDIA driver (the stand-ins) the table says nothing the first line does not.
+    let no_driver = format!("unknown: {}", crate::nvml::NO_NVML);
+    if !r.gpu_memory.iter().all(|g| g.driver_note.starts_with(&no_driver)) || !r.findings.is_empty() {
+        for l in gpu_memory_lines(r) {
+            writeln!(out, "gpushim: {l}")?;
+        }
     }
     if r.suspects.is_empty() {
         writeln!(out, "gpushim: no leak suspects")?;
