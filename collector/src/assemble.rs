@@ -158,12 +158,26 @@ fn by_cause(
     }
     let mut suppressed: Vec<Suppressed> = Vec::new();
     for (name, x) in hidden {
+        // A union of the sites of one line hides all of them.
+        let ids = std::iter::once(x.site).chain(x.line_sites.iter().copied());
         match suppressed.iter_mut().find(|s| s.suppression == name) {
             Some(s) => {
-                s.sites.push(x.site);
+                for id in ids {
+                    if !s.sites.contains(&id) {
+                        s.sites.push(id);
+                    }
+                }
                 s.live_bytes = s.live_bytes.saturating_add(x.live_bytes);
             }
-            None => suppressed.push(Suppressed { suppression: name, sites: vec![x.site], live_bytes: x.live_bytes }),
+            None => {
+                let mut sites: Vec<u32> = Vec::new();
+                for id in ids {
+                    if !sites.contains(&id) {
+                        sites.push(id);
+                    }
+                }
+                suppressed.push(Suppressed { suppression: name, sites, live_bytes: x.live_bytes })
+            }
         }
     }
     (out, suppressed)

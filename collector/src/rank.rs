@@ -359,7 +359,16 @@ pub fn group(suspects: Vec<Suspect>, key_of: impl Fn(u32) -> Option<String>) -> 
         .map(|mut members| {
             members.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(a.site.cmp(&b.site)));
             let mut head = members[0].clone();
-            head.sites = members.iter().map(|m| m.site).collect();
+            // A member that is the union of the sites of one line stands for all of them
+            // (its own site, the largest, first).
+            head.sites = Vec::new();
+            for m in &members {
+                for id in std::iter::once(m.site).chain(m.line_sites.iter().copied()) {
+                    if !head.sites.contains(&id) {
+                        head.sites.push(id);
+                    }
+                }
+            }
             if members.len() > 1 {
                 head.live_bytes = members.iter().map(|m| m.live_bytes).fold(0, u64::saturating_add);
                 head.live_count = members.iter().map(|m| m.live_count).sum();
