@@ -23,8 +23,9 @@ target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_direc
 version=$(cargo metadata --format-version 1 --no-deps |
   grep -o '"name":"gpushim-collector","version":"[^"]*"' | sed 's/.*"version":"\([^"]*\)"/\1/')
 [ -n "$target" ] && [ -n "$version" ] || die "cargo metadata named no target directory or version"
-standins=$(find "$target"/debug/build "$target"/release/build -maxdepth 3 -type d \
-  -path '*gpushim-tests-*/out/standins' 2>/dev/null | head -n 1)
+# (find fails when one of the two directories is missing: only its output matters)
+standins=$({ find "$target"/debug/build "$target"/release/build -maxdepth 3 -type d \
+  -path '*gpushim-tests-*/out/standins' 2>/dev/null || true; } | head -n 1)
 [ -x "$standins/leak_example" ] || die "no stand-ins built: run 'cargo build' first"
 
 work=$target/wheel-check
@@ -84,6 +85,12 @@ case $lib in
 esac
 (cd "$work/preload" && "${user_env[@]}" LD_PRELOAD="$lib" "$work/leak_example" 20) 2>"$work/preload.err" ||
   die "leak_example under LD_PRELOAD=\$(gpushim preload-path) failed: $(cat "$work/preload.err")"
+# The program may exit before its collector has written the report (the collector confirms
+# that it read the whole stream, then writes): wait for the file, at most 30 s.
+for _ in $(seq 300); do
+  ls "$work"/preload/gpushim-*.json >/dev/null 2>&1 && break
+  sleep 0.1
+done
 ls "$work"/preload/gpushim-*.json >/dev/null 2>&1 ||
   die "LD_PRELOAD=\$(gpushim preload-path): no report ($(cat "$work/preload.err"))"
 ok "LD_PRELOAD=\$(gpushim preload-path): the library started the venv's collector and wrote a report"

@@ -1,7 +1,8 @@
 /*
  * NVML stand-in (libnvidia-ml.so.1) for the collector's tests: one GPU, whose compute
  * processes are read, at each query, from the file named by GPUSHIM_STANDIN_NVML: one line
- * "<pid> <used bytes>" per process.  Each query appends one line to "<file>.queries", so a
+ * "<pid> <used bytes>" per process (without that variable, nvmlInit_v2 fails as with no
+ * driver).  Each query appends one line to "<file>.queries", so a
  * test program can wait until the collector has sampled.  Only the four entry points the
  * collector uses (collector/src/nvml.rs), with NVML's signatures (nvml.h).
  */
@@ -25,7 +26,14 @@ typedef struct {
 typedef void *nvmlDevice_t;
 static int the_device;
 
-EXPORT int nvmlInit_v2(void) { return NVML_SUCCESS; }
+#define NVML_ERROR_DRIVER_NOT_LOADED 9
+
+/* Without GPUSHIM_STANDIN_NVML the stand-in is a machine with the library but no NVIDIA
+ * driver (the demo on the stand-ins): nvmlInit_v2 fails as NVML's does then. */
+EXPORT int nvmlInit_v2(void)
+{
+    return getenv("GPUSHIM_STANDIN_NVML") ? NVML_SUCCESS : NVML_ERROR_DRIVER_NOT_LOADED;
+}
 
 EXPORT int nvmlDeviceGetCount_v2(unsigned int *count)
 {

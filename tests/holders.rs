@@ -294,3 +294,44 @@ fn heap_walk_runs_no_trace_function_of_the_program() {
         assert_eq!(h["walk"]["status"], "complete", "{run}\n{h:#}");
     }
 }
+
+/// A leak held in a global list whose objects free their memory in `__del__`: the exit heap
+/// walk runs from `atexit`, then the interpreter's teardown frees everything. The final report
+/// still counts the memory live at the walk's start (30 allocations, 1920 KiB), ranks the site
+/// as a suspect, says what the teardown freed, and `--fail-on-leak` fails with 3.
+#[test]
+fn frees_by_the_interpreters_teardown_leave_the_leak_in_the_final_report() {
+    let dir = TempDir::new("teardown");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/teardown.py");
+    let out = std::process::Command::new(collector())
+        .args(["run", "--fail-on-leak", "--output", dir.path().to_str().unwrap(), "--"])
+        .arg(python3())
+        .arg(&script)
+        .arg(standin("libcudart.so.13"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("done"), "{err}");
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("gpushim: leak check failed: 1 leak suspect ("), "{err}");
+    assert!(err.contains(": 30 allocations live, 1.9 MiB"), "{err}");
+    assert!(
+        err.contains(
+            "gpushim: 30 allocations (1.9 MiB) were freed only by the interpreter's teardown, after the exit heap walk"
+        ),
+        "{err}"
+    );
+    let name = names_in(dir.path())
+        .into_iter()
+        .find(|n| n.starts_with("gpushim-") && n.ends_with(".json") && !n.contains(".holders"))
+        .unwrap_or_else(|| panic!("no report in {}", dir.path().display()));
+    let r: Value = serde_json::from_slice(&std::fs::read(dir.path().join(name)).unwrap()).unwrap();
+    assert_eq!((total(&r, "live_count"), total(&r, "live_bytes")), (30, 30 * 64 * KIB), "{r:#}");
+    let s = &r["suspects"][0];
+    assert_eq!(s["live_bytes"], 30 * 64 * KIB, "{r:#}");
+    assert!(s["reason"].as_str().unwrap().contains("until the interpreter's teardown freed them"), "{r:#}");
+    assert_eq!(r["interpreter_teardown"]["count"], 30, "{r:#}");
+    assert_eq!(r["interpreter_teardown"]["bytes"], 30 * 64 * KIB, "{r:#}");
+}

@@ -195,7 +195,7 @@ fn pytest_plugin_fails_the_test_over_its_limit() {
     assert!(run.stdout.lines().any(|l| l.starts_with("FAILED ") && l.contains("test_leaks.py::test_leaks")), "{run}");
     let leak_line = line_in(PYTEST_FILE, "# @leak");
     let msg = format!(
-        "gpushim: the test left 32.0 MiB (33554432 bytes, 1 allocations) of CUDA memory live, more than its limit \
+        "gpushim: the test left 32.0 MiB (33554432 bytes, 1 allocation) of CUDA memory live, more than its limit \
          of 16.0 MiB, most at {}:{leak_line} (test_leaks)",
         file.display()
     );
@@ -209,6 +209,44 @@ fn pytest_plugin_fails_the_test_over_its_limit() {
         rows[1].contains(" 1048576 ") && rows[1].contains("::test_small_leak ") && rows[1].contains(&small),
         "{run}"
     );
+}
+
+/// `gpushim run -- python -m pytest` without `-s`: pytest has fd 2 redirected to its capture
+/// file when the first allocation starts the collector, yet the exit summary reaches the
+/// terminal: `run` hands its own stderr to the collector (`GPUSHIM_RUN_STDERR`).
+#[test]
+fn gpushim_run_of_pytest_prints_the_exit_summary_on_its_stderr() {
+    let py = venv_python();
+    assert_imports(&py, "pytest");
+    let dir = TempDir::new("run-pytest");
+    let file = dir.path().join("test_leaky.py");
+    std::fs::write(
+        &file,
+        "import ctypes, os\n\ncudart = ctypes.CDLL(os.environ['CUDART'])\nkept = []\n\n\n\
+         def test_leaky():\n    p = ctypes.c_void_p()\n    \
+         assert cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(3 << 20)) == 0\n    kept.append(p)\n",
+    )
+    .unwrap();
+    let out = Command::new(collector())
+        .args(["run", "--output", dir.path().to_str().unwrap(), "--"])
+        .arg(&py)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:gpushim"])
+        .arg(&file)
+        .current_dir(dir.path())
+        .env("CUDART", standin("libcudart.so.13"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stdout}{err}");
+    assert!(stdout.contains("1 passed"), "{stdout}{err}");
+    assert!(
+        err.lines().any(|l| l.starts_with("gpushim: pid ") && l.contains(" (exit): 1 allocation live, 3.0 MiB")),
+        "{stdout}{err}"
+    );
+    assert!(err.lines().any(|l| l.starts_with("gpushim: report written to ")), "{stdout}{err}");
 }
 
 /// Without the shim the plugin measures nothing and says why; every test passes.

@@ -16,6 +16,10 @@
     while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
     return (n < 0 ? "-" : "") + (i === 0 ? v : v.toFixed(1)) + " " + units[i];
   }
+  // n and a noun, with an "s" unless n is 1.
+  function count(n, noun) {
+    return n + " " + noun + (n === 1 ? "" : "s");
+  }
   function el(tag, attrs, ...children) {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -74,7 +78,7 @@
     (R.start_unix_ns ? " \u00b7 started " + new Date(R.start_unix_ns / 1e6).toISOString() : "")));
   const cards = el("div", { class: "cards", id: "totals" });
   const card = (label, value, sub) => cards.append(el("div", { class: "card" }, el("b", {}, value), el("span", {}, label + (sub ? " \u00b7 " + sub : ""))));
-  card("live", bytes(R.totals.live_bytes), R.totals.live_count + " allocations");
+  card("live", bytes(R.totals.live_bytes), count(R.totals.live_count, "allocation"));
   card("peak", bytes(R.totals.peak_live_bytes));
   for (const [k, t] of Object.entries(R.kinds)) {
     if (t.peak_live_bytes) card(k.replace("_", " ") + " live", bytes(t.live_bytes), "peak " + bytes(t.peak_live_bytes));
@@ -223,7 +227,7 @@
   R.suspects.forEach((sp, k) => {
     const s = sitesById.get(sp.site);
     const box = el("div", { class: "suspect" });
-    box.append(el("div", {}, el("b", {}, "#" + (k + 1) + " " + (s ? s.label : "site " + sp.site)), " \u2014 " + bytes(sp.live_bytes) + " live in " + sp.live_count + " allocations, score " + sp.score));
+    box.append(el("div", {}, el("b", {}, "#" + (k + 1) + " " + (s ? s.label : "site " + sp.site)), " \u2014 " + bytes(sp.live_bytes) + " live in " + count(sp.live_count, "allocation") + ", score " + sp.score));
     box.append(el("div", { class: "reason" }, sp.reason));
     if (s) box.append(stackList(s.frames));
     const h = holdersBySite.get(sp.site);

@@ -158,14 +158,26 @@ fn by_cause(
     }
     let mut suppressed: Vec<Suppressed> = Vec::new();
     for (name, x) in hidden {
-        // A suspect found over the sites of one line hides all of them.
-        let members = if x.line_sites.is_empty() { vec![x.site] } else { x.line_sites.clone() };
+        // A union of the sites of one line hides all of them.
+        let ids = std::iter::once(x.site).chain(x.line_sites.iter().copied());
         match suppressed.iter_mut().find(|s| s.suppression == name) {
             Some(s) => {
-                s.sites.extend(members);
+                for id in ids {
+                    if !s.sites.contains(&id) {
+                        s.sites.push(id);
+                    }
+                }
                 s.live_bytes = s.live_bytes.saturating_add(x.live_bytes);
             }
-            None => suppressed.push(Suppressed { suppression: name, sites: members, live_bytes: x.live_bytes }),
+            None => {
+                let mut sites: Vec<u32> = Vec::new();
+                for id in ids {
+                    if !sites.contains(&id) {
+                        sites.push(id);
+                    }
+                }
+                suppressed.push(Suppressed { suppression: name, sites, live_bytes: x.live_bytes })
+            }
         }
     }
     (out, suppressed)
@@ -272,7 +284,10 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         })
         .collect();
     if missing_stacks > 0 {
-        notes.push(format!("{missing_stacks} sites name a stack the stream never described; they show no frames"));
+        notes.push(format!(
+            "{} a stack the stream never described; they show no frames",
+            if missing_stacks == 1 { "1 site names".to_string() } else { format!("{missing_stacks} sites name") }
+        ));
     }
     if state.totals.failed_count > failures.len() as u64 {
         notes.push(format!("{} failed allocations; the first {MAX_FAILURES} are listed", state.totals.failed_count));
@@ -289,6 +304,14 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             r.count,
             if r.count == 1 { "" } else { "s" },
             crate::words::fmt_bytes(r.bytes)
+        ));
+    }
+    if let (count @ 1.., bytes) = state.teardown_freed() {
+        notes.push(format!(
+            "{} ({}) {} freed only by the interpreter's teardown, after the exit heap walk; they count as live here",
+            crate::words::count(count, "allocation"),
+            crate::words::fmt_bytes(bytes),
+            if count == 1 { "was" } else { "were" }
         ));
     }
     graph_notes(state, &mut notes);
@@ -375,6 +398,10 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             })
             .collect(),
         timeline,
+        interpreter_teardown: match state.teardown_freed() {
+            (0, _) => None,
+            (count, bytes) => Some(crate::report::InterpreterTeardown { count, bytes }),
+        },
         context_teardowns: state
             .resets
             .iter()

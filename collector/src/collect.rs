@@ -310,7 +310,10 @@ impl Sink<'_> {
             ));
         }
         if p.missing > 0 {
-            notes.push(format!("{} events before this snapshot's boundary never arrived", p.missing));
+            notes.push(format!(
+                "{} before this snapshot's boundary never arrived",
+                crate::words::count(p.missing, "event")
+            ));
         }
         self.driver = self.sampler.as_ref().map(crate::nvml::Sampler::view_now);
         let ctx = Context {
@@ -560,7 +563,13 @@ pub fn collect_with(
             Event::PyRuntime(p) => sink.sym.python_mut().set_runtime(p.version),
             Event::PyCode(c) => sink.sym.python_mut().add_code(c),
             Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
-            Event::HeapWalk(h) => sink.heap_walk(&h, tracker.state()),
+            Event::HeapWalk(h) => {
+                sink.heap_walk(&h, tracker.state());
+                if h.reason == WalkReason::Exit {
+                    // What is freed from the walk's start on, the interpreter's teardown freed.
+                    tracker.state_mut().teardown_from_ns = Some(h.ts_ns);
+                }
+            }
             Event::ThreadName(t) => {
                 sink.thread_names.entry(t.tid).or_insert(t.name);
             }
@@ -594,7 +603,7 @@ pub fn collect_with(
         notes.push(format!("event stream broken: {e}; the report holds what was received before"));
     }
     if lost > 0 {
-        notes.push(format!("{lost} events never arrived (gaps in the sequence numbers)"));
+        notes.push(format!("{} never arrived (gaps in the sequence numbers)", crate::words::count(lost, "event")));
     }
     if sink.oom_count > MAX_OOM_REPORTS {
         notes.push(format!(
@@ -605,8 +614,8 @@ pub fn collect_with(
     }
     if tracker.duplicates() > 0 {
         notes.push(format!(
-            "{} events repeated a sequence number, or came after it was given up as lost; they were ignored",
-            tracker.duplicates()
+            "{} repeated a sequence number, or came after it was given up as lost; they were ignored",
+            crate::words::count(tracker.duplicates(), "event")
         ));
     }
     if (sink.sym.python_mut().has_runtime() || sink.walks > 0) && sink.exit_holders.is_none() {

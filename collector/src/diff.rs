@@ -613,6 +613,7 @@ mod tests {
             mem_info: vec![],
             timeline: Default::default(),
             context_teardowns: Vec::new(),
+            interpreter_teardown: None,
             gpu_memory: vec![],
             findings: vec![],
             notes: vec![],

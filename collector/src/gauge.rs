@@ -89,6 +89,9 @@ pub struct SiteStats {
     pub swept_count: u64,
     /// See `swept_count`.
     pub swept_bytes: u64,
+    /// Allocations made here that were live when the exit heap walk started and that only the
+    /// interpreter's teardown freed (kept counted as live: see `State::teardown`).
+    pub torn_count: u64,
     /// The threads that allocated here, by kernel thread id: at most [`MAX_SITE_THREADS`].
     pub threads: TidMap<ThreadUse>,
     /// Allocations made here by threads beyond the first [`MAX_SITE_THREADS`].
@@ -177,6 +180,7 @@ mod tests {
             series: SiteSeries::default(),
             swept_count: 0,
             swept_bytes: 0,
+            torn_count: 0,
             threads: Default::default(),
             other_thread_allocs: 0,
         };

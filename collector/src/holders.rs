@@ -130,7 +130,9 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
     let status = status_name(h.status);
     let message = match h.status {
         WalkStatus::Complete => format!("walked {} Python objects", h.visited),
-        WalkStatus::Cut => format!("walk cut after {} objects (GPUSHIM_HEAP_WALK_MS)", h.visited),
+        WalkStatus::Cut => {
+            format!("walk cut after {} (GPUSHIM_HEAP_WALK_MS)", crate::words::count(h.visited, "object"))
+        }
         WalkStatus::Blocked => format!(
             "no walk: the main thread ran no Python code for {} (blocked in native code?)",
             crate::words::fmt_seconds(h.elapsed_ns as f64 / 1e9)
@@ -320,20 +322,20 @@ pub fn group_totals(h: &Holders) -> BTreeMap<String, (String, u64, u64)> {
 pub fn site_lines(s: &SiteHolders, max: usize) -> Vec<String> {
     let first = if s.in_use_from == "torch" {
         format!(
-            "PyTorch's allocator: {} of {} live in use, {} cached ({} in {} objects)",
+            "PyTorch's allocator: {} of {} live in use, {} cached ({} in {})",
             fmt_bytes(s.in_use_bytes),
             fmt_bytes(s.live_bytes),
             fmt_bytes(s.cached_bytes),
             fmt_bytes(s.object_bytes),
-            s.objects
+            crate::words::count(s.objects, "object")
         )
     } else {
         format!(
-            "Python objects hold {} of {} live ({} in {} objects; {} not held by any object: cached or unreferenced)",
+            "Python objects hold {} of {} live ({} in {}; {} not held by any object: cached or unreferenced)",
             fmt_bytes(s.in_use_bytes),
             fmt_bytes(s.live_bytes),
             fmt_bytes(s.object_bytes),
-            s.objects,
+            crate::words::count(s.objects, "object"),
             fmt_bytes(s.cached_bytes)
         )
     };
@@ -404,6 +406,20 @@ mod tests {
         );
         assert_eq!((h.unattributed.objects, h.unattributed.object_bytes), (1, 64));
         assert_eq!(h.sites.iter().map(|s| s.site).collect::<Vec<_>>(), [Some(1), Some(2)]);
+    }
+
+    /// One object is "1 object", not "1 objects", in a site's first line.
+    #[test]
+    fn one_object_is_counted_in_the_singular() {
+        let s = state(&[(0x10000, 16384, 1)]);
+        let r = r#"{"objects":[{"ptr":65536,"nbytes":4096,"desc":"Buf(1024,) <f4","holder":0}],
+            "holders":[{"how":"path","path":["m global 'x'"]}],"found":1}"#;
+        let h = attribute(&walk(r), &s, 42);
+        assert_eq!(
+            site_lines(h.site(1).unwrap(), 3)[0],
+            "Python objects hold 4.0 KiB of 16.0 KiB live (4.0 KiB in 1 object; 12.0 KiB not held by any object: \
+             cached or unreferenced)"
+        );
     }
 
     /// Tensors held from native code by the autograd graph of a tensor reachable from a root:

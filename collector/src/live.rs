@@ -203,6 +203,15 @@ pub struct State {
     /// (a leak that only a `cudaDeviceReset` ended is still a leak, as compute-sanitizer's
     /// leak check reports it then).
     pub swept: Vec<Entry>,
+    /// Start of the exit heap walk (monotonic ns), once it is known: a CPython program's
+    /// `atexit` phase began then, and what is freed from then on is freed by the interpreter's
+    /// teardown (`__del__` of objects in globals), not by the program's own work.
+    pub teardown_from_ns: Option<u64>,
+    /// Allocations live when the exit heap walk started that a free at or after
+    /// [`State::teardown_from_ns`] released, with their keys: they stay in every gauge and in
+    /// [`State::live`], so the final report's live set is the one at the walk's start (a leak
+    /// held in globals is still a leak though teardown frees it).
+    pub teardown: Vec<((bool, u64), Entry)>,
     /// Contexts the program created and has not destroyed, with their device. An allocation
     /// whose context is not among them is in a primary context.
     created: IntMap<u64, i32>,
@@ -287,8 +296,27 @@ pub struct ContextReset {
 impl State {
     /// The live allocations, in no particular order. The key is (is a `cuMemCreate` handle,
     /// address or handle).
+    /// Allocations only the interpreter's teardown freed ([`State::teardown`]) are among them.
     pub fn live(&self) -> impl Iterator<Item = (&(bool, u64), &Entry)> {
-        self.live.iter()
+        self.live.iter().chain(self.teardown.iter().map(|(k, e)| (k, e)))
+    }
+
+    /// Allocations only the interpreter's teardown freed, and their bytes.
+    pub fn teardown_freed(&self) -> (u64, u64) {
+        self.teardown.iter().fold((0, 0), |(c, b), (_, e)| (c + 1, b.saturating_add(e.size)))
+    }
+
+    /// Keeps `e`, freed at `ts_ns`, counted as live if the interpreter's teardown freed it (see
+    /// [`State::teardown`]); returns whether it did.
+    fn kept_for_teardown(&mut self, key: (bool, u64), e: Entry, ts_ns: u64) -> bool {
+        if self.teardown_from_ns.is_none_or(|t| ts_ns < t) {
+            return false;
+        }
+        if let Some(site) = self.sites.get_mut(&e.site) {
+            site.torn_count += 1;
+        }
+        self.teardown.push((key, e));
+        true
     }
 
     /// Applies one event. Call in sequence order.
@@ -414,6 +442,7 @@ impl State {
             series: SiteSeries::default(),
             swept_count: 0,
             swept_bytes: 0,
+            torn_count: 0,
             threads: Default::default(),
             other_thread_allocs: 0,
         });
@@ -467,6 +496,9 @@ impl State {
             }
             std::collections::hash_map::Entry::Occupied(o) => o.remove(),
         };
+        if self.kept_for_teardown(key, e, f.ts_ns) {
+            return;
+        }
         self.count_free(&e);
         self.release(&e, f.ts_ns);
     }
@@ -488,6 +520,9 @@ impl State {
     /// went).
     fn free_handle(&mut self, handle: u64, ts_ns: u64) {
         if let Some(e) = self.live.remove(&(true, handle)) {
+            if self.kept_for_teardown((true, handle), e, ts_ns) {
+                return;
+            }
             self.count_free(&e);
             self.release(&e, ts_ns);
         }

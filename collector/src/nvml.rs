@@ -67,10 +67,18 @@ fn sym(lib: *mut c_void, name: &str) -> Option<*mut c_void> {
     (!p.is_null()).then_some(p)
 }
 
+/// How the driver's view is said to be unknown when there is no NVIDIA driver to ask: NVML
+/// cannot be loaded, `nvmlInit_v2` fails (`NVML_ERROR_DRIVER_NOT_LOADED` and the like), or it
+/// lists no GPU (NVML API Reference, "Initialization and Cleanup", "Device Queries"). The
+/// stderr summary leaves the GPU memory lines out then (`render::text::summary`).
+pub const NO_NVML: &str = "no NVML (no NVIDIA driver)";
+
 impl Nvml {
-    /// Loads and initializes NVML from `path`, or says why not.
-    fn load(path: &str) -> Result<Nvml, String> {
-        let c = CString::new(path).map_err(|_| format!("bad library name {path:?}"))?;
+    /// Loads and initializes NVML from `path`, or says why not: `Err((true, why))` when there
+    /// is no driver to ask (see [`NO_NVML`]), `Err((false, why))` for an NVML without the entry
+    /// points used here.
+    fn load(path: &str) -> Result<Nvml, (bool, String)> {
+        let c = CString::new(path).map_err(|_| (false, format!("bad library name {path:?}")))?;
         // SAFETY: dlopen with a NUL-terminated name; the handle is kept for the process's life.
         let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if lib.is_null() {
@@ -82,9 +90,9 @@ impl Nvml {
                 // SAFETY: a valid C string from dlerror, copied before any other dl call.
                 unsafe { std::ffi::CStr::from_ptr(why as *const c_char) }.to_string_lossy().into_owned()
             };
-            return Err(format!("{path} could not be loaded ({why})"));
+            return Err((true, format!("{path} could not be loaded ({why})")));
         }
-        let need = |n: &str| sym(lib, n).ok_or_else(|| format!("{path} has no {n}"));
+        let need = |n: &str| sym(lib, n).ok_or_else(|| (false, format!("{path} has no {n}")));
         let init = need("nvmlInit_v2")?;
         let count = need("nvmlDeviceGetCount_v2")?;
         let handle = need("nvmlDeviceGetHandleByIndex_v2")?;
@@ -101,7 +109,12 @@ impl Nvml {
         // SAFETY: nvmlInit_v2 takes no argument.
         let rc = unsafe { init() };
         if rc != SUCCESS {
-            return Err(format!("nvmlInit_v2 failed ({rc})"));
+            return Err((true, format!("nvmlInit_v2 failed ({rc})")));
+        }
+        let mut n: c_uint = 0;
+        // SAFETY: `n` is a valid out-pointer.
+        if unsafe { count(&mut n) } == SUCCESS && n == 0 {
+            return Err((true, "NVML lists no GPU".to_string()));
         }
         Ok(Nvml { count, handle, procs })
     }
@@ -221,7 +234,8 @@ impl Sampler {
         } else {
             match Nvml::load(&env("GPUSHIM_NVML_LIB").unwrap_or_else(|| "libnvidia-ml.so.1".into())) {
                 Ok(n) => (Some(n), None),
-                Err(e) => (None, Some(format!("NVML is not available: {e}"))),
+                Err((true, e)) => (None, Some(format!("{NO_NVML}: {e}"))),
+                Err((false, e)) => (None, Some(format!("NVML is not available: {e}"))),
             }
         };
         let interval =
@@ -295,7 +309,7 @@ mod tests {
 
     #[test]
     fn a_missing_library_is_said_not_fatal() {
-        let e = Nvml::load("/nonexistent/libnvidia-ml.so.1").err().unwrap();
-        assert!(e.starts_with("/nonexistent/libnvidia-ml.so.1 could not be loaded"), "{e}");
+        let (no_driver, e) = Nvml::load("/nonexistent/libnvidia-ml.so.1").err().unwrap();
+        assert!(no_driver && e.starts_with("/nonexistent/libnvidia-ml.so.1 could not be loaded"), "{e}");
     }
 }

@@ -101,6 +101,8 @@ struct Track<'a> {
     alloc_count: u64,
     free_count: u64,
     swept_count: u64,
+    /// Allocations only the interpreter's teardown freed (counted as live in `gauge`).
+    torn_count: u64,
     first_alloc_ns: u64,
     last_alloc_ns: u64,
     /// One site's live bytes over time ...
@@ -173,6 +175,7 @@ fn track<'a>(sites: &[&'a SiteStats], live: &[(u64, u64)], pool: bool) -> Track<
         alloc_count: sites.iter().map(|s| s.alloc_count).fold(0, u64::saturating_add),
         free_count: sites.iter().map(|s| s.free_count).fold(0, u64::saturating_add),
         swept_count: sites.iter().map(|s| s.swept_count).fold(0, u64::saturating_add),
+        torn_count: sites.iter().map(|s| s.torn_count).fold(0, u64::saturating_add),
         first_alloc_ns: sites.iter().map(|s| s.first_alloc_ns).min().unwrap_or(0),
         last_alloc_ns: sites.iter().map(|s| s.last_alloc_ns).max().unwrap_or(0),
         series: if let [one] = sites { Some(&one.series) } else { None },
@@ -291,7 +294,13 @@ fn judge(site: &Track<'_>, run: u64, run_end: u64) -> Option<Suspect> {
     let slope = site.grown as f64 / secs;
     // Growth per cadence is growth per distinct allocation time; the cadence is shown rounded.
     let period = cadence / 1e9;
-    let until = if site.swept_count > 0 { " until a context teardown freed them" } else { "" };
+    let until = if site.swept_count > 0 {
+        " until a context teardown freed them"
+    } else if site.torn_count > 0 {
+        " until the interpreter's teardown freed them"
+    } else {
+        ""
+    };
     let across = if site.members.is_empty() {
         String::new()
     } else {

@@ -87,6 +87,12 @@ impl Tracker {
         &self.state
     }
 
+    /// The state, to set what the stream tells outside the sequence (the start of the
+    /// interpreter's teardown, [`State::teardown_from_ns`]).
+    pub fn state_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+
     /// The sequence number to be applied next.
     #[cfg(test)]
     pub fn next_seq(&self) -> u64 {

@@ -114,6 +114,11 @@ pub struct Report {
     /// Contexts torn down, in order, with the live memory they freed; absent when none was.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context_teardowns: Vec<TeardownRecord>,
+    /// Allocations live when a CPython program's exit heap walk started that only the
+    /// interpreter's teardown freed afterwards (`__del__` of objects in globals); they are
+    /// counted as live in this report. Absent when there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interpreter_teardown: Option<InterpreterTeardown>,
     /// Where the GPU memory is, per device ordinal (ascending): live bytes per owner, and the
     /// driver's view of the process's device memory with the untraced remainder.
     #[serde(default)]
@@ -614,6 +619,16 @@ pub struct TeardownRecord {
     pub bytes: u64,
 }
 
+/// What the interpreter's teardown freed of the live set at the exit heap walk's start
+/// ([`Report::interpreter_teardown`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InterpreterTeardown {
+    /// Allocations.
+    pub count: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
 /// Most live allocations a report lists in [`Report::allocations`] (the largest; a note says
 /// when more were live).
 pub const MAX_ALLOCATIONS: usize = 10_000;
@@ -861,6 +876,7 @@ mod tests {
                 devices: vec![0],
                 points: vec![TimelinePoint { t_s: 0.5, kinds: [1, 0, 0], devices: vec![1] }],
             },
+            interpreter_teardown: None,
             context_teardowns: vec![TeardownRecord {
                 api: "cudaDeviceReset".into(),
                 device: 0,

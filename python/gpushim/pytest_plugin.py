@@ -115,8 +115,9 @@ class _Plugin:
             limit = parse_size(marker.args[0])
             if grown > limit:
                 at = f", most at {where}" if where else ""
+                allocations = "1 allocation" if count == 1 else f"{count} allocations"
                 pytest.fail(
-                    f"gpushim: the test left {fmt_bytes(grown)} ({grown} bytes, {count} allocations) of CUDA "
+                    f"gpushim: the test left {fmt_bytes(grown)} ({grown} bytes, {allocations}) of CUDA "
                     f"memory live, more than its limit of {fmt_bytes(limit)}{at}",
                     pytrace=False,
                 )

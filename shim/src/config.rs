@@ -33,6 +33,11 @@ static EXIT_TIMEOUT_S: AtomicU64 = AtomicU64::new(60);
 /// The descriptor `gpushim run` passed (`GPUSHIM_RUN_FD`), or -1: kept open in the collector,
 /// close-on-exec in the program.
 static RUN_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+/// The copy of `gpushim run`'s own stderr it passed (`GPUSHIM_RUN_STDERR`), or -1, and its
+/// identity (device, inode): the collector's stderr, so that its lines reach the terminal of
+/// `run` even when the program has redirected its fd 2 (pytest's capture).
+static RUN_STDERR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+static RUN_STDERR_ID: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 /// `GPUSHIM_HEAP_WALK` is not `0`: a CPython program's heap is walked for the objects that own
 /// GPU memory at each snapshot, out-of-memory report and normal exit.
 static HEAP_WALK: AtomicBool = AtomicBool::new(true);
@@ -152,6 +157,38 @@ pub fn take_run_fd() {
     // SAFETY: setting a flag on the descriptor `gpushim run` made for us (identity checked).
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     RUN_FD.store(fd, Relaxed);
+}
+
+/// `GPUSHIM_RUN_STDERR` (`fd:dev:inode`, set by `gpushim run`), read once by the library's
+/// constructor: if that descriptor is open and is that file, it is remembered for the
+/// collector's stderr ([`run_stderr`]). It is left open across `exec` (it is a copy of a
+/// stderr that the program's children hold anyway), so the collectors of the whole process
+/// tree find it; a number that names anything else is left alone.
+pub fn take_run_stderr() {
+    let Some(v) = env("GPUSHIM_RUN_STDERR") else { return };
+    let mut parts = v.split(':').map(|p| p.parse::<u64>().ok());
+    let (Some(Some(fd)), Some(Some(dev)), Some(Some(ino))) = (parts.next(), parts.next(), parts.next()) else {
+        return;
+    };
+    let Ok(fd) = i32::try_from(fd) else { return };
+    if fd < 3 || sys::fd_identity(fd) != Some((dev, ino)) {
+        return;
+    }
+    RUN_STDERR_ID[0].store(dev, Relaxed);
+    RUN_STDERR_ID[1].store(ino, Relaxed);
+    RUN_STDERR.store(fd, Relaxed);
+}
+
+/// The descriptor of [`take_run_stderr`] if it still names the same file (the program may
+/// have closed it or put another file at its number since), else -1.
+pub fn run_stderr() -> i32 {
+    let fd = RUN_STDERR.load(Relaxed);
+    let id = (RUN_STDERR_ID[0].load(Relaxed), RUN_STDERR_ID[1].load(Relaxed));
+    if fd >= 3 && sys::fd_identity(fd) == Some(id) {
+        fd
+    } else {
+        -1
+    }
 }
 
 /// The descriptor of [`take_run_fd`], or -1.

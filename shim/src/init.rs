@@ -39,6 +39,7 @@ extern "C" fn constructor() {
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
         exit::register_quick_exit();
         config::take_run_fd();
+        config::take_run_stderr();
         if let Some(sig) = config::snapshot_signal() {
             install(sig);
         }

@@ -8,7 +8,8 @@
 //!   waits only for children with one, wait(2) `__WCLONE`) never sees it; the shim reaps it
 //!   with `__WALL`;
 //! - the collector starts with only its socket as standard input, `/dev/null` as stdout and
-//!   the program's stderr (for its one-line summary): every other descriptor is closed before
+//!   the program's stderr (for its one-line summary; under `gpushim run`, run's own stderr,
+//!   `GPUSHIM_RUN_STDERR`): every other descriptor is closed before
 //!   `exec` (a program that closes its pipe's write end, or its stdout, to give a reader EOF
 //!   must not find a copy kept open in the collector);
 //! - the collector gets an empty signal mask and its own process group.
@@ -28,6 +29,9 @@ struct Exec {
     path: CString,
     argv: Vec<*const c_char>,
     envp: Vec<*const c_char>,
+    /// `gpushim run`'s stderr ([`config::run_stderr`]) for the collector's, or -1: the
+    /// program's own.
+    stderr: RawFd,
     /// Owners of the strings `argv` and `envp` point to.
     _strings: Vec<CString>,
 }
@@ -63,7 +67,7 @@ impl Exec {
         argv.push(std::ptr::null());
         let mut envp: Vec<*const c_char> = strings[ARGS..].iter().map(|s| s.as_ptr()).collect();
         envp.push(std::ptr::null());
-        Some(Exec { path, argv, envp, _strings: strings })
+        Some(Exec { path, argv, envp, stderr: config::run_stderr(), _strings: strings })
     }
 }
 
@@ -260,6 +264,11 @@ unsafe fn collector_child(exec: &Exec, theirs: RawFd, err_w: RawFd) -> ! {
             libc::dup2(null, 1); // dup2 clears close-on-exec on the copy
         } else {
             libc::fcntl(1, libc::F_SETFD, 0);
+        }
+        if exec.stderr >= 0 {
+            // `gpushim run`'s own stderr rather than the program's fd 2, which pytest and the
+            // like point at a capture file (dup2 clears close-on-exec on the copy).
+            libc::dup2(exec.stderr, 2);
         }
         let run_fd = config::run_fd();
         if run_fd >= 0 {

@@ -24,12 +24,17 @@
 //! sends the report's path ([`tell_run_the_report`]): so `run` waits for the reports of the whole
 //! process tree (forked workers, ranks of a launcher) and, when there are several, prints one
 //! job summary (`crate::job`).
+//!
+//! The collectors write their lines (the exit summary) on `run`'s own stderr, not on the
+//! program's fd 2, which the program may have pointed elsewhere by its first allocation
+//! (pytest captures it): the program inherits a copy of `run`'s stderr, named in
+//! `GPUSHIM_RUN_STDERR` (`fd:dev:inode`), and the shim makes it the collector's stderr.
 
 use std::env;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -156,6 +161,17 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     let id = std::fs::metadata(format!("/proc/self/fd/{write_fd}")).context("cannot inspect the pipe")?;
     cmd.env("GPUSHIM_RUN_FD", format!("{write_fd}:{}:{}", id.dev(), id.ino()));
     cmd.env(NOTIFY_VAR, format!("/proc/{}/fd/{}:{}:{}", std::process::id(), done_read.as_raw_fd(), id.dev(), id.ino()));
+    // A copy of our stderr for the collectors (`GPUSHIM_RUN_STDERR`): the program may point its
+    // own fd 2 elsewhere before its first allocation starts one (pytest captures it), and the
+    // exit summary is for whoever runs us. Without a stderr, or without a copy, they use the
+    // program's.
+    let err_copy = io::stderr().as_fd().try_clone_to_owned().ok().filter(|f| f.as_raw_fd() >= 3);
+    let err_fd = err_copy.as_ref().map_or(-1, |f| f.as_raw_fd());
+    if let Some(f) = &err_copy {
+        if let Ok(m) = std::fs::metadata(format!("/proc/self/fd/{}", f.as_raw_fd())) {
+            cmd.env("GPUSHIM_RUN_STDERR", format!("{}:{}:{}", f.as_raw_fd(), m.dev(), m.ino()));
+        }
+    }
     let saved = ignore(&[libc::SIGINT, libc::SIGQUIT]);
     // Until the handlers that pass signals on are in place, the signals wait (the program may
     // run, and be sent signals through us, before `spawn` returns here). The program gets
@@ -172,11 +188,16 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
             if libc::fcntl(write_fd, libc::F_SETFD, 0) == -1 {
                 return Err(io::Error::last_os_error());
             }
+            // The same for the copy of our stderr (a failure leaves the collector the program's).
+            if err_fd >= 0 {
+                libc::fcntl(err_fd, libc::F_SETFD, 0);
+            }
             Ok(())
         });
     }
     let spawned = cmd.spawn();
     drop(done_write);
+    drop(err_copy);
     if let Ok(child) = &spawned {
         forward(child.id() as i32, &passed_on);
     }

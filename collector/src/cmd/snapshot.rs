@@ -321,10 +321,11 @@ mod tests {
     use crate::output::tests::TempDir;
 
     #[test]
-    fn finds_only_this_pids_snapshots() {
+    fn finds_only_this_pids_snapshot_reports_not_their_holders_files() {
         let d = TempDir::new("snap");
         for n in [
             "gpushim-5-snapshot-1.json",
+            "gpushim-5-snapshot-1.holders.json",
             "gpushim-5-snapshot-2.1.json",
             "gpushim-55-snapshot-1.json",
             "gpushim-rank00003-5-snapshot-4.json",

@@ -35,10 +35,10 @@ impl Render for Svg {
         let mut opts = Options::default();
         opts.title = title(r);
         opts.subtitle = Some(format!(
-            "{}: {} live in {} allocations; width is live bytes",
+            "{}: {} live in {}; width is live bytes",
             shell_words(&r.command),
             fmt_bytes(r.totals.live_bytes),
-            r.totals.live_count
+            crate::words::count(r.totals.live_count, "allocation")
         ));
         opts.count_name = "bytes".to_string();
         opts.name_type = "Function:".to_string();

@@ -111,10 +111,8 @@ impl Render for Text {
                         .collect();
                     writeln!(out, "      {} sites: {}", s.sites.len(), list.join(", "))?;
                 }
-                if let Some(h) = r.holders.as_ref().and_then(|h| h.site(s.site)) {
-                    for l in crate::holders::site_lines(h, 5) {
-                        writeln!(out, "      {l}")?;
-                    }
+                for l in suspect_holder_lines(r, s, 5) {
+                    writeln!(out, "      {l}")?;
                 }
             }
         }
@@ -233,6 +231,33 @@ fn suppressed_line(r: &Report) -> String {
     format!("{} suppressed: {}", count(n as u64, "suspect site"), parts.join(", "))
 }
 
+/// Who holds a suspect's memory (the heap walk's lines, at most `max` holders per site): its
+/// site's, or for the union of the sites of one line (`line_sites`) every member's that the
+/// walk found objects in, each headed by its site.
+fn suspect_holder_lines(r: &Report, s: &crate::report::Suspect, max: usize) -> Vec<String> {
+    let Some(h) = r.holders.as_ref() else { return Vec::new() };
+    let members: Vec<&crate::report::SiteHolders> = if s.line_sites.is_empty() {
+        h.site(s.site).into_iter().collect()
+    } else {
+        // The holders file lists sites by live bytes, most first: the same order here.
+        h.sites.iter().filter(|x| x.site.is_some_and(|id| s.line_sites.contains(&id))).collect()
+    };
+    if let [one] = members.as_slice() {
+        if one.site == Some(s.site) {
+            return crate::holders::site_lines(one, max);
+        }
+    }
+    let mut out = Vec::new();
+    for m in members {
+        let mut lines = crate::holders::site_lines(m, max);
+        if let Some(first) = lines.first_mut() {
+            *first = format!("site {}: {first}", m.site.map_or_else(String::new, site_id_name));
+        }
+        out.append(&mut lines);
+    }
+    out
+}
+
 /// Writes up to `opts.depth` frames, one per line, internal ones only with `all_frames`.
 fn write_frames(out: &mut dyn Write, frames: &[Frame], opts: TextOptions, indent: &str) -> io::Result<()> {
     let shown: Vec<&Frame> = frames.iter().filter(|f| opts.all_frames || !f.internal).collect();
@@ -345,6 +370,15 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         fmt_bytes(t.live_bytes),
         fmt_bytes(t.peak_live_bytes),
     )?;
+    if let Some(t) = &r.interpreter_teardown {
+        writeln!(
+            out,
+            "gpushim: {} ({}) {} freed only by the interpreter's teardown, after the exit heap walk",
+            crate::words::count(t.count, "allocation"),
+            fmt_bytes(t.bytes),
+            if t.count == 1 { "was" } else { "were" }
+        )?;
+    }
     for v in &r.vmm {
         writeln!(out, "gpushim: {}", vmm_line(v))?;
     }
@@ -354,8 +388,12 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
             writeln!(out, "gpushim: reachability: {n}")?;
         }
     }
-    for l in gpu_memory_lines(r) {
-        writeln!(out, "gpushim: {l}")?;
+    // Without an NVIDIA driver (the stand-ins) the table says nothing the first line does not.
+    let no_driver = format!("unknown: {}", crate::nvml::NO_NVML);
+    if !r.gpu_memory.iter().all(|g| g.driver_note.starts_with(&no_driver)) || !r.findings.is_empty() {
+        for l in gpu_memory_lines(r) {
+            writeln!(out, "gpushim: {l}")?;
+        }
     }
     if r.suspects.is_empty() {
         writeln!(out, "gpushim: no leak suspects")?;
@@ -370,10 +408,8 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
             at += &format!("; {} sites: {}", s.sites.len(), ids.join(", "));
         }
         writeln!(out, "gpushim: suspect #{} site {}: {}{at}", i + 1, site_id_name(s.site), s.reason)?;
-        if let Some(h) = r.holders.as_ref().and_then(|h| h.site(s.site)) {
-            for l in crate::holders::site_lines(h, 3) {
-                writeln!(out, "gpushim:     {l}")?;
-            }
+        for l in suspect_holder_lines(r, s, 3) {
+            writeln!(out, "gpushim:     {l}")?;
         }
     }
     if r.suspects.len() > 3 {
@@ -510,5 +546,55 @@ pub(crate) mod tests {
             "{t}"
         );
         assert!(t.starts_with("pid 1234 (oom): "), "{t}");
+    }
+
+    /// A suspect that is the union of the sites of one line (1 and 5) lists the holders of
+    /// each member site, headed by its site, in the text report and the stderr summary.
+    #[test]
+    fn a_union_suspect_lists_the_holders_of_every_member_site() {
+        use crate::report::{HolderLine, Holders, SiteHolders};
+        let mut r = sample();
+        r.suspects[0].line_sites = vec![1, 5];
+        let member = |site: u32, live: u64, path: &str, objects: u64| SiteHolders {
+            site: Some(site),
+            live_bytes: live,
+            objects,
+            object_bytes: live,
+            in_use_bytes: live,
+            in_use_from: "objects".into(),
+            holders: vec![HolderLine {
+                how: "path".into(),
+                path: vec![path.into()],
+                objects,
+                bytes: live,
+                text: format!("{path} \u{2192} {objects} objects"),
+                ..HolderLine::default()
+            }],
+            ..SiteHolders::default()
+        };
+        r.holders = Some(Holders {
+            schema: crate::report::HOLDERS_SCHEMA.into(),
+            pid: 1234,
+            reason: "exit".into(),
+            number: None,
+            walk: Default::default(),
+            sites: vec![
+                member(1, 3 << 20, "train.py global 'history'", 3),
+                member(5, 1 << 20, "train.py global 'cache'", 2),
+            ],
+            unattributed: SiteHolders::default(),
+        });
+        let mut out = Vec::new();
+        Text(TextOptions::default()).render(&r, &mut out).unwrap();
+        let t = String::from_utf8(out).unwrap();
+        assert!(t.contains("      site 1: Python objects hold 3.0 MiB of 3.0 MiB live (3.0 MiB in 3 objects; "), "{t}");
+        assert!(t.contains("      held by: train.py global 'history' \u{2192} 3 objects\n"), "{t}");
+        assert!(t.contains("      site 5: Python objects hold 1.0 MiB of 1.0 MiB live (1.0 MiB in 2 objects; "), "{t}");
+        assert!(t.contains("      held by: train.py global 'cache' \u{2192} 2 objects\n"), "{t}");
+        let mut err = Vec::new();
+        summary(&r, std::path::Path::new("/o/gpushim-1234.json"), &mut err).unwrap();
+        let e = String::from_utf8(err).unwrap();
+        assert!(e.contains("gpushim:     held by: train.py global 'history' \u{2192} 3 objects\n"), "{e}");
+        assert!(e.contains("gpushim:     held by: train.py global 'cache' \u{2192} 2 objects\n"), "{e}");
     }
 }

@@ -97,6 +97,18 @@ fn frame(f: &Frame) -> TorchFrame {
     TorchFrame { filename, line: f.line.map_or(0, u64::from), name: f.function.clone() }
 }
 
+/// The frames PyTorch's viewer shows of a stack (innermost first): the user's, leaving the
+/// internal ones (runtime, vendor and framework frames, `libffi.so.8 ??`) out as the text report
+/// does; all of them when none is the user's (nothing would be left to say where it came from).
+fn frames(stack: &[Frame]) -> Vec<TorchFrame> {
+    let user: Vec<TorchFrame> = stack.iter().filter(|f| !f.internal).map(frame).collect();
+    if user.is_empty() {
+        stack.iter().map(frame).collect()
+    } else {
+        user
+    }
+}
+
 /// The blocks of segment `a`: the heap walk's objects that start inside it, in address order
 /// (an object overlapping the previous one is left out), with the gaps as `unknown` blocks.
 fn blocks(a: &LiveAllocation, start: u64, objects: &[(u64, u64)], frames: &[TorchFrame]) -> Vec<Block> {
@@ -143,8 +155,7 @@ fn snapshot(r: &Report) -> Snapshot {
         .flat_map(|s| s.top_objects.iter().map(|o| (hex(&o.address), o.bytes)))
         .collect();
     objects.sort_unstable();
-    let frames_of: BTreeMap<u32, Vec<TorchFrame>> =
-        r.sites.iter().map(|s| (s.id, s.frames.iter().map(frame).collect())).collect();
+    let frames_of: BTreeMap<u32, Vec<TorchFrame>> = r.sites.iter().map(|s| (s.id, frames(&s.frames))).collect();
     let time_us = |t_s: f64| r.start_unix_ns / 1000 + (t_s * 1e6).max(0.0) as u64;
     let mut segments = Vec::new();
     let mut traces: Vec<Vec<TraceEntry>> = vec![Vec::new()];
@@ -206,7 +217,7 @@ fn snapshot(r: &Report) -> Snapshot {
                 size: f.size,
                 stream: 0,
                 time_us: time_us(f.ts_s),
-                frames: f.frames.iter().map(frame).collect(),
+                frames: frames(&f.frames),
                 device_free: Some(free),
             },
         ));
@@ -297,9 +308,11 @@ mod tests {
         assert_eq!(blocks.len(), 1);
         assert_eq!(key(&blocks[0], "state"), &Value::String("unknown".into()));
         assert_eq!(int(key(&blocks[0], "size")), 20 << 20);
+        // The user's frames only: the internal `cudaMalloc` frame is left out.
         let frames = list(key(&segs[1], "frames"));
-        assert_eq!(key(&frames[1], "name"), &Value::String("render_frame".into()));
-        assert_eq!(key(&frames[1], "filename"), &Value::String("/w/app".into()));
+        let names: Vec<&Value> = frames.iter().map(|f| key(f, "name")).collect();
+        assert_eq!(names, [&Value::String("render_frame".into()), &Value::String("main".into())]);
+        assert_eq!(key(&frames[0], "filename"), &Value::String("/w/app".into()));
         let traces = list(key(&v, "device_traces"));
         assert_eq!(traces.len(), 2);
         let t0 = list(&traces[0]);
