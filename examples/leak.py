@@ -21,7 +21,7 @@ MIB = 1 << 20
 
 def runtime():
     """The CUDA runtime: GPUSHIM_EXAMPLE_CUDART, else the first libcudart the loader finds."""
-    names = [os.environ.get("GPUSHIM_EXAMPLE_CUDART", "")] + ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
+    names = [os.environ.get("GPUSHIM_EXAMPLE_CUDART", ""), "libcudart.so.13", "libcudart.so.12", "libcudart.so"]
     for name in filter(None, names):
         try:
             return ctypes.CDLL(name)
@@ -35,15 +35,17 @@ rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
 rt.cudaFree.argtypes = [ctypes.c_void_p]
 
 
+def check(status, what):
+    if status != 0:
+        raise MemoryError(f"{what} failed with CUDA error {status}")
+
+
 class DeviceBuffer:
     """Device memory with the CUDA Array Interface (version 3), freed when the object goes."""
 
-    def __init__(self, nbytes):
-        p = ctypes.c_void_p()
-        if rt.cudaMalloc(ctypes.byref(p), nbytes) != 0:
-            raise MemoryError(f"cudaMalloc of {nbytes} bytes failed")
-        self.ptr = p.value
-        self.__cuda_array_interface__ = {"data": (p.value, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+    def __init__(self, ptr, nbytes):
+        self.ptr = ptr
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
 
     def __del__(self):
         rt.cudaFree(self.ptr)
@@ -53,13 +55,16 @@ history = []
 
 
 def load_model():
-    return DeviceBuffer(32 * MIB)
+    p = ctypes.c_void_p()
+    check(rt.cudaMalloc(ctypes.byref(p), 32 * MIB), "cudaMalloc(model)")
+    return DeviceBuffer(p.value, 32 * MIB)
 
 
 def render(frame):
-    scratch = DeviceBuffer(MIB)
+    p = ctypes.c_void_p()
+    check(rt.cudaMalloc(ctypes.byref(p), MIB), "cudaMalloc(scratch)")
     # Bug: the scratch buffer is kept "for debugging" and never dropped.
-    history.append(scratch)
+    history.append(DeviceBuffer(p.value, MIB))
 
 
 def shade(frame):
