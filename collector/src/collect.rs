@@ -102,8 +102,13 @@ struct Sink<'a> {
     sampler: Option<crate::nvml::Sampler>,
     /// The driver's view as of the latest report.
     driver: Option<crate::nvml::DriverView>,
-    /// Start of the exit heap walk: when the program's own work ended (monotonic ns).
+    /// When the program's own work ended (monotonic ns): the start of the exit heap walk, or
+    /// of an earlier pause of the tool's own (a snapshot's heap walk or reachability scan) after
+    /// which the program allocated and freed nothing more. The growth tests end there: seconds
+    /// spent walking or scanning a large heap must not read as a leak that stopped.
     work_end: Option<u64>,
+    /// The start of the first such pause since the program's last allocation or free.
+    pause_start: Option<u64>,
     /// The process's place in its job (the stream's `Identity` event), if any.
     identity: Option<Identity>,
     /// The machine's GPU behind each device ordinal (`DeviceInfo` events), by ordinal.
@@ -144,10 +149,13 @@ impl Sink<'_> {
     /// the final report.
     fn heap_walk(&mut self, h: &HeapWalk, state: &State) {
         self.walks += 1;
+        if h.reason != WalkReason::Exit {
+            self.pause_start.get_or_insert(h.ts_ns);
+        }
         let holders = holders::attribute(h, state, self.hello.pid);
         let stem = match h.reason {
             WalkReason::Exit => {
-                self.work_end = Some(h.ts_ns);
+                self.work_end = Some(self.pause_start.map_or(h.ts_ns, |p| p.min(h.ts_ns)));
                 self.exit_holders = Some(holders);
                 return;
             }
@@ -172,6 +180,7 @@ impl Sink<'_> {
     /// then); written beside its snapshot or out-of-memory report at once
     /// (`…-snapshot-N.reach.json`), kept for the end for the final report.
     fn reach(&mut self, r: &Reach, state: &State) {
+        self.pause_start.get_or_insert(r.ts_ns);
         if r.reason == WalkReason::Exit {
             // Classified with the final report, once the stream is read: classifying names
             // frames, which reads the program's files, and the program's exit must not wait
@@ -503,6 +512,7 @@ pub fn collect_with(
         sampler: None,
         driver: None,
         work_end: None,
+        pause_start: None,
         identity: None,
         physical: BTreeMap::new(),
         intervals: 0,
@@ -528,6 +538,12 @@ pub fn collect_with(
             Event::Failed(f) => Some(f.ts_ns),
             _ => None,
         };
+        // The program allocated or freed after a pause of the tool's: its work went on.
+        if let (Some(t), Some(p)) = (ts, sink.pause_start) {
+            if t > p {
+                sink.pause_start = None;
+            }
+        }
         match ev {
             Event::Alloc(a) => tracker.push(Op::Alloc(a), &mut sink),
             Event::Free(f) => tracker.push(Op::Free(f), &mut sink),
@@ -640,7 +656,7 @@ pub fn collect_with(
         mem_info: &sink.mem_info,
         stacks: &sink.stacks,
         driver: sink.driver.as_ref(),
-        work_end_ns: sink.work_end,
+        work_end_ns: sink.work_end.or(sink.pause_start),
         thread_names: &sink.thread_names,
     };
     let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);

@@ -97,11 +97,12 @@ fn frame(f: &Frame) -> TorchFrame {
     TorchFrame { filename, line: f.line.map_or(0, u64::from), name: f.function.clone() }
 }
 
-/// The frames PyTorch's viewer shows of a stack (innermost first): the user's, leaving the
-/// internal ones (runtime, vendor and framework frames, `libffi.so.8 ??`) out as the text report
-/// does; all of them when none is the user's (nothing would be left to say where it came from).
+/// The frames PyTorch's viewer shows of a stack (innermost first): the user's and the
+/// frameworks' and libraries' (PyTorch's own snapshot has its C++ frames, and they tell
+/// PyTorch's segments from others), leaving out the runtime's (the CUDA runtime and driver,
+/// libc, CPython's C frames, `libffi.so.8 ??`); all of them when nothing else is left.
 fn frames(stack: &[Frame]) -> Vec<TorchFrame> {
-    let user: Vec<TorchFrame> = stack.iter().filter(|f| !f.internal).map(frame).collect();
+    let user: Vec<TorchFrame> = stack.iter().filter(|f| f.class != crate::frames::Class::Runtime).map(frame).collect();
     if user.is_empty() {
         stack.iter().map(frame).collect()
     } else {
@@ -308,7 +309,7 @@ mod tests {
         assert_eq!(blocks.len(), 1);
         assert_eq!(key(&blocks[0], "state"), &Value::String("unknown".into()));
         assert_eq!(int(key(&blocks[0], "size")), 20 << 20);
-        // The user's frames only: the internal `cudaMalloc` frame is left out.
+        // The runtime's `cudaMalloc` frame is left out.
         let frames = list(key(&segs[1], "frames"));
         let names: Vec<&Value> = frames.iter().map(|f| key(f, "name")).collect();
         assert_eq!(names, [&Value::String("render_frame".into()), &Value::String("main".into())]);
