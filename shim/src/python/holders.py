@@ -82,7 +82,8 @@ MAX_OBJECTS = 20000
 #: Longest path rendered, in steps.
 MAX_STEPS = 24
 #: How often the deadline is looked at, in objects visited (a power of two, minus one); the
-#: breadth-first walk takes its queue in chunks that end there.
+#: breadth-first walk takes its queue in chunks that end there. The first chunk is always
+#: walked (a cap already spent on the roots still gives a walk that says something).
 CHECK_EVERY = 1023
 
 _CAI = "__cuda_array_interface__"
@@ -556,7 +557,7 @@ class Walk:
         i, n = 0, len(queue)
         while i < n:
             # The deadline is looked at where the Python loop looks at it.
-            if i & CHECK_EVERY == 0 and deadline is not None and _clock() > deadline:
+            if i and i & CHECK_EVERY == 0 and deadline is not None and _clock() > deadline:
                 self.cut = True
                 break
             j = min((i | CHECK_EVERY) + 1, n)
@@ -605,7 +606,7 @@ class Walk:
         atoms, frame, _id, _type, module = _ATOMS, _FrameType, id, type, _MODULE_NOT_PLAIN
         add, push, push_parent = index.add, queue.append, parent.append
         while i < n:
-            if i & CHECK_EVERY == 0 and self.deadline is not None and _clock() > self.deadline:
+            if i and i & CHECK_EVERY == 0 and self.deadline is not None and _clock() > self.deadline:
                 self.cut = True
                 break
             # A chunk ends where the deadline is next looked at.
