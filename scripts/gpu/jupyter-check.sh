@@ -23,6 +23,10 @@ OUT=${OUT:-$WORK}
 mkdir -p "$OUT"
 
 python3 -m venv --system-site-packages "$WORK/venv"
+# The base Python's module directories that a venv leaves out (its user site, other paths): on
+# the GPU machine torch is installed there.
+sp=$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+python3 -c 'import os, sys; print("\n".join(p for p in sys.path[1:] if os.path.isdir(p)))' >"$sp/_base_python.pth"
 "$WORK/venv/bin/python" -m pip install --quiet --no-index --find-links "$WHEELHOUSE" ipykernel jupyter_client
 "$GPUSHIM" kernel install --name gpushim-check --prefix "$WORK/prefix" --python "$WORK/venv/bin/python"
 

@@ -32,6 +32,10 @@ if ! "$PYTHON" -m venv --system-site-packages "$OUT/venv" >"$OUT/venv.log" 2>&1;
     fail "venv: $(tail -1 "$OUT/venv.log")"
   pip=("$PYTHON" -m pip --python "$OUT/venv/bin/python")
 fi
+# The base Python's module directories that a venv leaves out (its user site, other paths): on
+# the GPU machine torch is installed there (the run of 2026-12-01 02:05 found no torch without).
+sp=$("$OUT/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+"$PYTHON" -c 'import os, sys; print("\n".join(p for p in sys.path[1:] if os.path.isdir(p)))' >"$sp/_base_python.pth"
 "${pip[@]}" install --no-index --no-deps --disable-pip-version-check "$wheel" >"$OUT/pip.log" 2>&1 ||
   fail "pip install: $(tail -1 "$OUT/pip.log")"
 "$OUT/venv/bin/python" -c 'import torch; assert torch.cuda.is_available()' 2>"$OUT/torch.log" ||
@@ -46,9 +50,12 @@ cat >"$OUT/run/leak.py" <<'PY'
 import torch
 
 held = []
-for _ in range(40):
+for step in range(40):
     held.append(torch.empty(4 << 20, dtype=torch.uint8, device="cuda"))  # LEAK
-torch.cuda.synchronize()
+    # The step's own work, as in a training loop, with no memory of its own (a kernel that spins
+    # about 10 ms): allocations spread over the run are not a warm-up burst.
+    torch.cuda._sleep(20_000_000)
+    torch.cuda.synchronize()
 print("held", sum(t.numel() for t in held))
 PY
 leak_line=$(grep -n '# LEAK' "$OUT/run/leak.py" | cut -d: -f1)
