@@ -29,6 +29,7 @@ static MEM_GET_INFO: AtomicUsize = AtomicUsize::new(0);
 static DEVICE_GET: AtomicUsize = AtomicUsize::new(0);
 static DEVICE_GET_PCI_BUS_ID: AtomicUsize = AtomicUsize::new(0);
 static DEVICE_GET_UUID: AtomicUsize = AtomicUsize::new(0);
+static DEVICE_GET_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Real `cuArrayGetMemoryRequirements` and `cuMipmappedArrayGetMemoryRequirements`, for the
 /// footprint of CUDA arrays.
 static ARRAY_REQUIREMENTS: AtomicUsize = AtomicUsize::new(0);
@@ -175,6 +176,25 @@ pub fn current_device() -> i32 {
         dev
     } else {
         -1
+    }
+}
+
+/// How many devices the driver shows this process (`cuDeviceGetCount`, CUDA Driver API,
+/// "Device Management"; no current context needed), 0 if it cannot say. Called by the writer
+/// thread, after the program's first allocation (the driver is initialized by then).
+pub fn device_count() -> i32 {
+    let f = driver_helper(&DEVICE_GET_COUNT, c"cuDeviceGetCount");
+    if f == 0 {
+        return 0;
+    }
+    // SAFETY: f is the driver's `CUresult cuDeviceGetCount(int *count)`.
+    let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute(f) };
+    let mut n: c_int = 0;
+    // SAFETY: `n` is a valid out-pointer.
+    if unsafe { f(&mut n) } == 0 {
+        n.max(0)
+    } else {
+        0
     }
 }
 

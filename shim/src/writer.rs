@@ -122,6 +122,8 @@ struct Writer {
     /// bits of `devices_mask`, others in `devices_described`.
     devices_mask: u64,
     devices_described: HashSet<i32>,
+    /// Every device the driver shows was described (at the first allocation).
+    devices_listed: bool,
     /// The writer's own live set for reachability scans (reach.rs); `None` when they are off.
     reach: Option<reach::Table>,
     /// What of the shim's own memory the scans leave out.
@@ -148,6 +150,7 @@ impl Writer {
             answer_buf: Vec::new(),
             devices_mask: 0,
             devices_described: HashSet::new(),
+            devices_listed: false,
             reach: config::reachability().then(reach::Table::default),
             reach_own: reach::Own::default(),
         }
@@ -171,6 +174,20 @@ impl Writer {
     /// Sends `DeviceInfo` for `ordinal` the first time it is named (asked of the driver here,
     /// on the writer thread: off the program's path).
     fn describe_device(&mut self, ordinal: i32) {
+        // Every device the driver shows, once, at the first allocation: an allocation's device
+        // may be known only to the collector (from its context), as on the H200 for memory
+        // made after `cudaSetDevice(1)` on another thread (2026-12-01: GPU 1 went undescribed).
+        if !self.devices_listed {
+            self.devices_listed = true;
+            for o in 0..crate::real::device_count().min(64) {
+                self.describe_one(o);
+            }
+        }
+        self.describe_one(ordinal);
+    }
+
+    /// Sends the `DeviceInfo` of `ordinal` unless it was sent (or asked for) before.
+    fn describe_one(&mut self, ordinal: i32) {
         // Ordinals below 64 in a bit mask: this runs for every allocation.
         let new = match u32::try_from(ordinal) {
             Ok(o) if o < 64 => {
