@@ -139,21 +139,27 @@ fn env_path(name: &str) -> Option<PathBuf> {
     std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
+/// The descriptor that variable `name` (`fd:dev:inode`, set by `gpushim run`) names, with its
+/// identity, if it is open, above 2 and still that file (device and inode, `fstat`); `None`
+/// for a malformed value or a number that names anything else (a child that inherited the
+/// variable, not the descriptor).
+fn inherited_fd(name: &str) -> Option<(i32, (u64, u64))> {
+    let v = env(name)?;
+    let mut parts = v.split(':').map(|p| p.parse::<u64>().ok());
+    let (Some(Some(fd)), Some(Some(dev)), Some(Some(ino))) = (parts.next(), parts.next(), parts.next()) else {
+        return None;
+    };
+    let fd = i32::try_from(fd).ok()?;
+    (fd >= 3 && sys::fd_identity(fd) == Some((dev, ino))).then_some((fd, (dev, ino)))
+}
+
 /// `GPUSHIM_RUN_FD` (`fd:dev:inode`, set by `gpushim run`), read once by the library's
 /// constructor: if that descriptor is open and is that pipe, it is marked close-on-exec (the
 /// programs this one runs must not hold it, or `gpushim run` would wait for them) and remembered
 /// for the collector. A number that names anything else (a child that inherited the variable,
 /// not the descriptor) is left alone.
 pub fn take_run_fd() {
-    let Some(v) = env("GPUSHIM_RUN_FD") else { return };
-    let mut parts = v.split(':').map(|p| p.parse::<u64>().ok());
-    let (Some(Some(fd)), Some(Some(dev)), Some(Some(ino))) = (parts.next(), parts.next(), parts.next()) else {
-        return;
-    };
-    let Ok(fd) = i32::try_from(fd) else { return };
-    if fd < 3 || sys::fd_identity(fd) != Some((dev, ino)) {
-        return;
-    }
+    let Some((fd, _)) = inherited_fd("GPUSHIM_RUN_FD") else { return };
     // SAFETY: setting a flag on the descriptor `gpushim run` made for us (identity checked).
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     RUN_FD.store(fd, Relaxed);
@@ -165,15 +171,7 @@ pub fn take_run_fd() {
 /// stderr that the program's children hold anyway), so the collectors of the whole process
 /// tree find it; a number that names anything else is left alone.
 pub fn take_run_stderr() {
-    let Some(v) = env("GPUSHIM_RUN_STDERR") else { return };
-    let mut parts = v.split(':').map(|p| p.parse::<u64>().ok());
-    let (Some(Some(fd)), Some(Some(dev)), Some(Some(ino))) = (parts.next(), parts.next(), parts.next()) else {
-        return;
-    };
-    let Ok(fd) = i32::try_from(fd) else { return };
-    if fd < 3 || sys::fd_identity(fd) != Some((dev, ino)) {
-        return;
-    }
+    let Some((fd, (dev, ino))) = inherited_fd("GPUSHIM_RUN_STDERR") else { return };
     RUN_STDERR_ID[0].store(dev, Relaxed);
     RUN_STDERR_ID[1].store(ino, Relaxed);
     RUN_STDERR.store(fd, Relaxed);
