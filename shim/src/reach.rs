@@ -39,7 +39,9 @@
 //!
 //! **The main heap.** glibc's main arena (the `[heap]` mapping) is walked chunk by chunk
 //! (`malloc.c`'s boundary tags: size with flags in the word before a block, in use if the next
-//! chunk's `PREV_INUSE` bit is set). Its blocks are not roots: a block is scanned only when a
+//! chunk's `PREV_INUSE` bit is set; blocks freed into a thread's cache or the main arena's
+//! fastbins keep that bit and are told apart by `tcache_key` and the arena's fastbin lists).
+//! Its blocks are not roots: a block is scanned only when a
 //! root (or a scanned block) holds an address inside it, as LeakSanitizer does. An allocation
 //! referred to only from blocks nothing reaches is "indirectly lost". A heap whose walk does not
 //! add up is read whole as a root instead (the scan's note says so). Other threads' arenas and
@@ -318,6 +320,28 @@ fn own_stack() -> Option<(u64, u64)> {
     }
 }
 
+/// Fastbins in glibc's `struct malloc_state` (`NFASTBINS` on 64-bit, malloc.c).
+const NFASTBINS: usize = 10;
+/// Bin heads (`fd`, `bk` pairs) in `struct malloc_state` (`NBINS` 128, bin 0 unused).
+const NBINS: usize = 127;
+/// Byte offsets in glibc's `struct malloc_state` on 64-bit (malloc.c, 2.26 and later: `mutex`,
+/// `flags` and `have_fastchunks` are 4 bytes each, then `fastbinsY[10]`, `top`,
+/// `last_remainder`, `bins[254]`).
+const ARENA_FASTBINS: usize = 16;
+const ARENA_TOP: usize = ARENA_FASTBINS + 8 * NFASTBINS;
+const ARENA_BINS: usize = ARENA_TOP + 16;
+const ARENA_SIZE: usize = ARENA_BINS + 16 * NBINS;
+
+/// Whether glibc stores a free list's links mangled with their own address (`PROTECT_PTR`,
+/// "safe-linking", glibc 2.32 and later: the stored value is `(&link >> 12) ^ next`).
+fn safe_linking() -> bool {
+    // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
+    let v = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+    let mut parts = v.to_str().unwrap_or("").split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (2, 32)
+}
+
 /// glibc's `tcache_key` (2.34 and later): the word a block freed into a thread's cache holds
 /// right after its link (`tcache_entry.key`, malloc.c), the same random value in every thread.
 /// Such a block is free although its chunk looks in use; its stale contents must not count.
@@ -381,6 +405,8 @@ struct Scan {
     win: Buf<u8>,
     /// Where a heap walk that did not add up stopped, bytes from the heap's start.
     walk_failed_at: u64,
+    /// The main heap's top chunk (free), found by the walk; 0 before it.
+    top: u64,
     /// Per page of the heap (`1 << page_shift` bytes), the index of the last block starting at
     /// or before the page's start: a block is found in a few steps instead of a binary search.
     pages: Vec<u32>,
@@ -541,6 +567,7 @@ impl Scan {
         }
         let mut regions = Vec::new();
         let mut heap = (0u64, 0u64);
+        let mut libc_data: Vec<(u64, u64)> = Vec::new();
         for line in maps.lines() {
             let Some((s, e, rw, path)) = parse_maps_line(line) else { continue };
             if !rw
@@ -550,6 +577,9 @@ impl Scan {
                 || (path.starts_with("/dev/") && !path.starts_with("/dev/shm/"))
             {
                 continue;
+            }
+            if path.ends_with("/libc.so.6") {
+                libc_data.push((s, e));
             }
             if path == "[heap]" {
                 heap = (s, e);
@@ -630,6 +660,7 @@ impl Scan {
             chunks: Buf::new(4096)?,
             win: Buf::new(WINDOW)?,
             walk_failed_at: 0,
+            top: 0,
             pages: Vec::new(),
             page_shift: 12,
             marks: Vec::new(),
@@ -648,6 +679,14 @@ impl Scan {
         if heap.1 > heap.0 {
             if scan.walk_heap(heap.0, heap.1) {
                 scan.heap = heap;
+                if !scan.drop_fastbin_blocks(heap, &libc_data) {
+                    if !note.is_empty() {
+                        note.push_str("; ");
+                    }
+                    note.push_str(
+                        "glibc's main arena was not found: blocks freed into its fastbins were read as in use",
+                    );
+                }
                 scan.index_pages(heap.0, heap.1);
             } else {
                 for g in scan.regions.iter_mut().filter(|g| g.role == Role::Heap) {
@@ -736,6 +775,7 @@ impl Scan {
             // when it was listed, if the heap grew since.
             if next + MIN_CHUNK > e {
                 // The top chunk (free) ends the heap.
+                self.top = p;
                 return true;
             }
             let Some(nsz) = word(next + 8, self) else { return false };
@@ -748,6 +788,81 @@ impl Scan {
             }
             p = next;
         }
+    }
+
+    /// Leaves out of [`Scan::chunks`] the blocks freed into the main arena's fastbins: their
+    /// chunks look in use (a fastbin chunk keeps the next chunk's `PREV_INUSE` bit, malloc.c),
+    /// and their stale words would count as references from memory nothing reaches. The lists
+    /// start in glibc's `main_arena` (not exported), found in libc's writable data as the one
+    /// `struct malloc_state` whose `top` is the walk's top chunk and whose 127 bin heads each
+    /// point at themselves (an empty bin) or into the heap. False if it was not found (then
+    /// nothing is left out).
+    fn drop_fastbin_blocks(&mut self, heap: (u64, u64), libc_data: &[(u64, u64)]) -> bool {
+        if self.top == 0 {
+            return false;
+        }
+        let in_heap = |w: u64| w >= heap.0 && w < heap.1;
+        let mut found: Option<[u64; NFASTBINS]> = None;
+        for &(s, e) in libc_data {
+            let len = ((e - s) as usize).min(self.win.cap);
+            let got = read(s, &mut self.win.as_mut_slice()[..len]);
+            let data = &self.win.as_slice()[..got & !7];
+            let word = |o: usize| u64::from_ne_bytes(data[o..o + 8].try_into().unwrap_or([0; 8]));
+            let mut o = ARENA_TOP;
+            while o + ARENA_SIZE - ARENA_TOP <= data.len() {
+                if word(o) == self.top {
+                    let base = o - ARENA_TOP;
+                    let mut empty = 0;
+                    let bins_ok = (0..NBINS).all(|i| {
+                        let at = base + ARENA_BINS + 16 * i;
+                        let (fd, bk) = (word(at), word(at + 8));
+                        let own = s + at as u64 - 16;
+                        if fd == own && bk == own {
+                            empty += 1;
+                            true
+                        } else {
+                            in_heap(fd) && in_heap(bk)
+                        }
+                    });
+                    let heads: [u64; NFASTBINS] = std::array::from_fn(|i| word(base + ARENA_FASTBINS + 8 * i));
+                    let heads_ok = heads.iter().all(|&h| h == 0 || (in_heap(h) && h % 16 == 0));
+                    if bins_ok && empty > 0 && heads_ok {
+                        if found.is_some() {
+                            return false; // two candidates: trust neither
+                        }
+                        found = Some(heads);
+                    }
+                }
+                o += 8;
+            }
+        }
+        let Some(heads) = found else { return false };
+        let mangled = safe_linking();
+        let mut free: Vec<u64> = Vec::new();
+        for head in heads {
+            let mut p = head;
+            let mut steps = 0;
+            while p != 0 && in_heap(p) && p % 16 == 0 && steps < 1 << 20 {
+                free.push(p + 16);
+                let Some(fd) = read_word(p + 16) else { break };
+                p = if mangled { fd ^ ((p + 16) >> 12) } else { fd };
+                steps += 1;
+            }
+        }
+        if free.is_empty() {
+            return true;
+        }
+        free.sort_unstable();
+        let mut kept = 0;
+        for i in 0..self.chunks.len {
+            let c = self.chunks.as_slice()[i];
+            if free.binary_search(&c.0).is_err() {
+                self.chunks.as_mut_slice()[kept] = c;
+                kept += 1;
+            }
+        }
+        self.chunks.len = kept;
+        true
     }
 
     /// One pass over everything: CUDA libraries' data first (marking their heap blocks), then

@@ -165,6 +165,33 @@ static NOINLINE int large_heap(void)
     return 0;
 }
 
+/* 12 device pointers copied into small heap blocks (40 bytes, at their third word) that are
+ * then freed: glibc keeps the first 7 freed blocks of a size in the thread's cache and puts the
+ * rest in the main arena's fastbins (malloc.c), both with their stale contents after the first
+ * words and with chunks that still look in use.  The blocks are free, so nothing refers to the
+ * allocations: all 12 are definitely lost. */
+static NOINLINE int freed_small_blocks(void)
+{
+    enum { N = 12 };
+    void *volatile blocks[N];
+    for (int i = 0; i < N; i++)
+        if ((blocks[i] = malloc(40)) == NULL)
+            return 1;
+    for (int i = 0; i < N; i++) {
+        void *p;
+        if (cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+            return 1;
+        ((void *volatile *)blocks[i])[2] = p;
+    }
+    /* stdout's buffer is made now: a request of 1 KiB or more after the frees would merge
+     * the fastbins' blocks into free chunks (malloc_consolidate). */
+    printf("freeing\n");
+    fflush(stdout);
+    for (int i = 0; i < N; i++)
+        free(blocks[i]);
+    return 0;
+}
+
 /* One allocation dropped, one kept, then one that fails with out of memory (run with
  * STANDIN_DEVICE_BYTES=65536): the out-of-memory report's scan finds one lost. */
 static NOINLINE int out_of_memory(void)
@@ -205,6 +232,8 @@ int main(int argc, char **argv)
         rc = out_of_memory();
     else if (strcmp(s, "large-heap") == 0)
         rc = large_heap();
+    else if (strcmp(s, "freed-small-blocks") == 0)
+        rc = freed_small_blocks();
     else {
         fprintf(stderr, "reach: unknown scenario %s\n", s);
         return 2;
