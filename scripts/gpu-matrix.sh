@@ -54,7 +54,7 @@ if needs_nvcc; then
   nvcc -g -O0 -x cu -o "$WORK/bin/s7_leak" "$ROOT/examples/leak.c" >> "$WORK/nvcc.log" 2>&1
   nvcc -g -O1 -o "$WORK/bin/faults" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
   nvcc -g -O1 --cudart shared -o "$WORK/bin/faults_shared" "$ROOT/scripts/gpu/faults.cu" -lcuda -lpthread >> "$WORK/nvcc.log" 2>&1
-  nvcc -g -O1 -o "$WORK/bin/vendor_threads" "$ROOT/scripts/gpu/vendor_threads.cu" -lcublas -lpthread >> "$WORK/nvcc.log" 2>&1
+  nvcc -g -O1 -o "$WORK/bin/vendor_threads" "$ROOT/scripts/gpu/vendor_threads.cu" -lcublas -lpthread -ldl >> "$WORK/nvcc.log" 2>&1
   nvcc -g -O1 -o "$WORK/bin/reach" "$ROOT/scripts/gpu/reach.cu" -lcublas -lpthread >> "$WORK/nvcc.log" 2>&1
 fi
 
@@ -135,6 +135,9 @@ run_case fault_pool_paths_nocache GPUSHIM_UNWIND_CACHE=0 -- "$WORK/bin/faults" p
 run_case fault_graph_shared -- "$WORK/bin/faults_shared" graph
 # Issue 13: whose code a stack is, one suspect per cause, threads.
 run_case fault_cublas_threads -- "$WORK/bin/vendor_threads" cublas-per-thread 100
+# NCCL from PyTorch's nvidia-nccl wheel (the GPU machine has no system NCCL).
+NCCL_LIB=${NCCL_LIB:-$(python3 -c 'import glob, nvidia; print((sorted(f for p in nvidia.__path__ for f in glob.glob(p + "/nccl/lib/libnccl.so*")) or [""])[0])' 2>/dev/null || true)}
+run_case fault_nccl_cycles NCCL_LIB="$NCCL_LIB" -- "$WORK/bin/vendor_threads" nccl-per-cycle 20
 run_case fault_logits -- $PY T13_logits $T
 run_case fault_logits_compiled -- $PY T13_logits_compiled $T
 run_case fault_autograd_cycle -- $PY T13_autograd_cycle $T

@@ -121,8 +121,10 @@ fn site_threads(
 
 /// The suspects by cause: each suspect site's headline (`frames::headline`), the sites a
 /// suppression hides taken out (grouped the same way, by suppression), the others grouped
-/// (`rank::group`) by headline key and kind, each group with its headline and its number of
-/// distinct threads.
+/// (`rank::group`) by headline key, each group with its headline, its number of distinct
+/// threads, and its live bytes per kind in its reason when it holds more than one kind (a NCCL
+/// communicator's device buffers and pinned host buffers are one cause: one suspect, measured
+/// on the H200, docs/gpu-matrix.md `fault_nccl_cycles`).
 fn by_cause(
     suspects: Vec<Suspect>,
     state: &State,
@@ -138,7 +140,7 @@ fn by_cause(
             Some((x.site, (headline(&site.frames, name)?, site.kind.clone())))
         })
         .collect();
-    let key = |id: u32| heads.get(&id).map(|(h, kind)| format!("{} [{kind}]", h.key));
+    let key = |id: u32| heads.get(&id).map(|(h, _)| h.key.clone());
     let supp = Suppressions::global();
     notes.extend(supp.problems.iter().cloned());
     let mut hidden: Vec<(String, Suspect)> = Vec::new();
@@ -155,6 +157,21 @@ fn by_cause(
         let tids: HashSet<u32> =
             x.sites.iter().filter_map(|id| state.sites.get(id)).flat_map(|s| s.threads.keys().copied()).collect();
         x.threads = tids.len() as u64;
+        let mut by_kind: Vec<(String, u64)> = Vec::new();
+        for site in x.sites.iter().filter_map(|id| site_of.get(id)) {
+            match by_kind.iter_mut().find(|(k, _)| *k == site.kind) {
+                Some(k) => k.1 = k.1.saturating_add(site.live_bytes),
+                None => by_kind.push((site.kind.clone(), site.live_bytes)),
+            }
+        }
+        if by_kind.len() > 1 {
+            by_kind.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let parts: Vec<String> = by_kind
+                .iter()
+                .map(|(k, b)| format!("{} {}", k.replace('_', " "), crate::words::fmt_bytes(*b)))
+                .collect();
+            x.reason = format!("{}; by kind: {}", x.reason, parts.join(", "));
+        }
     }
     let mut suppressed: Vec<Suppressed> = Vec::new();
     for (name, x) in hidden {
@@ -320,7 +337,8 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
 
     let timeline = state.timeline.to_report(start, end, &state.kinds, &state.devices);
     let ordinals: Vec<i32> = state.devices.keys().copied().collect();
-    let (gpu_memory, findings) = gpumem::table(&by_owner, &ordinals, ctx.driver, &timeline, start);
+    let (gpu_memory, findings) =
+        gpumem::table(&by_owner, &ordinals, ctx.driver, &timeline, start, state.teardown_from_ns);
     let t = &state.totals;
     let k = &state.kinds;
     Report {

@@ -32,14 +32,19 @@ fn traced_at(tl: &Timeline, ordinal: i32, t_s: f64) -> u64 {
 
 /// Builds the per-device table. `owners` maps `(ordinal, owner)` to live `(bytes, count)`;
 /// `driver` is what NVML said (None: not sampled, e.g. a stream read from a file); `start_ns`
-/// is the report's first event (monotonic ns). Returns the table and the findings.
+/// is the report's first event (monotonic ns). Samples at or after `until_ns` (monotonic ns)
+/// are left out: from the exit heap walk on, the interpreter's teardown frees what the report
+/// still counts as live (collect.rs), so the driver's count and the traced bytes no longer
+/// describe the same moment. Returns the table and the findings.
 pub fn table(
     owners: &BTreeMap<(i32, String), (u64, u64)>,
     ordinals: &[i32],
     driver: Option<&DriverView>,
     timeline: &Timeline,
     start_ns: u64,
+    until_ns: Option<u64>,
 ) -> (Vec<GpuMemory>, Vec<String>) {
+    let before_end = |ts_ns: u64| until_ns.is_none_or(|u| ts_ns < u);
     let mut out: BTreeMap<i32, GpuMemory> = BTreeMap::new();
     for &o in ordinals.iter().filter(|&&o| o >= 0) {
         out.insert(o, GpuMemory { ordinal: o, ..GpuMemory::default() });
@@ -77,13 +82,19 @@ pub fn table(
                     let series: Vec<(u64, u64)> = v
                         .samples
                         .iter()
+                        .filter(|s| before_end(s.ts_ns))
                         .filter_map(|s| {
                             let b = s.gpus.iter().find(|&&(i, _)| i == idx)?.1;
                             let t_s = s.ts_ns.saturating_sub(start_ns) as f64 / 1e9;
                             Some((s.ts_ns, b.saturating_sub(traced_at(timeline, o, t_s))))
                         })
                         .collect();
-                    let last = v.samples.iter().rev().find_map(|s| s.gpus.iter().find(|&&(i, _)| i == idx));
+                    let last = v
+                        .samples
+                        .iter()
+                        .rev()
+                        .filter(|s| before_end(s.ts_ns))
+                        .find_map(|s| s.gpus.iter().find(|&&(i, _)| i == idx));
                     g.driver_samples = series.len() as u64;
                     g.driver_bytes = last.map(|&(_, b)| b);
                     g.untraced_bytes = series.last().map(|&(_, u)| u);
@@ -136,7 +147,7 @@ mod tests {
         };
         let s = |t: u64, b: u64| Sample { ts_ns: 1_000_000_000 + t, gpus: vec![(3, b)] };
         let v = DriverView { samples: vec![s(500_000_000, 504 * MIB), s(2_000_000_000, 684 * MIB)], unavailable: None };
-        let (t, f) = table(&owners, &[0], Some(&v), &tl, 1_000_000_000);
+        let (t, f) = table(&owners, &[0], Some(&v), &tl, 1_000_000_000, None);
         assert_eq!(t.len(), 1);
         let g = &t[0];
         assert_eq!(g.owners[0].owner, "PyTorch caching allocator");
@@ -149,8 +160,25 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert!(f[0].starts_with("GPU 0: untraced device memory grew by 80.0 MiB over the run (500.0 MiB to 580.0 MiB, about 53.3 MiB per second)"), "{}", f[0]);
 
+        // The JAX case on the H200: after the exit heap walk the interpreter's teardown
+        // freed the pool (the driver's count fell to the context alone) while the report
+        // still counts it live; that sample is left out.
+        let late = DriverView {
+            samples: vec![s(500_000_000, 504 * MIB), s(2_000_000_000, 684 * MIB), s(2_500_000_000, 500 * MIB)],
+            unavailable: None,
+        };
+        let (t, f) = table(&owners, &[0], Some(&late), &tl, 1_000_000_000, Some(3_400_000_000));
+        assert_eq!(
+            (t[0].driver_bytes, t[0].untraced_bytes, t[0].driver_samples),
+            (Some(684 * MIB), Some(580 * MIB), 2)
+        );
+        assert_eq!(f.len(), 1, "{f:?}");
+        let (t, f) = table(&owners, &[0], Some(&late), &tl, 1_000_000_000, None);
+        assert_eq!(t[0].untraced_bytes, Some(396 * MIB));
+        assert!(f.is_empty(), "{f:?}");
+
         let none = DriverView { samples: vec![], unavailable: Some("NVML is not available: x".into()) };
-        let (t, f) = table(&owners, &[0], Some(&none), &tl, 0);
+        let (t, f) = table(&owners, &[0], Some(&none), &tl, 0, None);
         assert_eq!(t[0].driver_bytes, None);
         assert_eq!(t[0].driver_note, "unknown: NVML is not available: x");
         assert!(f.is_empty());

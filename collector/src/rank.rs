@@ -335,12 +335,12 @@ fn judge(site: &Track<'_>, run: u64, run_end: u64) -> Option<Suspect> {
     })
 }
 
-/// Groups suspects by cause: suspects whose sites have the same `key_of` (their headline frame
-/// and kind; `None`: a group of its own) become one, headed by its largest site (most live
-/// bytes, then lowest id), with every member in `sites` (largest first), the members' live
-/// bytes and allocations summed, the highest score, and the largest site's other measures.
-/// The reason of a group of several says so: `3 sites, 30 live (30.0 MiB) in all; the largest:
-/// …`. The groups are ordered as [`suspects`] orders suspects.
+/// Groups suspects by cause: suspects whose sites have the same `key_of` (their headline frame;
+/// `None`: a group of its own) become one, headed by its largest site (most live bytes, then
+/// lowest id), with every member in `sites` (largest first), the members' live bytes and
+/// allocations summed, the highest score, and the largest site's other measures. The reason of
+/// a group of several says so, counting every site (a member may be the union of the sites of
+/// one line): `3 sites, 30 live (30.0 MiB) in all; the largest: …`. The groups are ordered as [`suspects`] orders suspects.
 pub fn group(suspects: Vec<Suspect>, key_of: impl Fn(u32) -> Option<String>) -> Vec<Suspect> {
     let mut groups: Vec<Vec<Suspect>> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -376,7 +376,7 @@ pub fn group(suspects: Vec<Suspect>, key_of: impl Fn(u32) -> Option<String>) -> 
                 head.score = members.iter().map(|m| m.score).fold(0.0, f64::max);
                 head.reason = format!(
                     "{} sites, {} live ({}) in all; the largest: {}",
-                    members.len(),
+                    head.sites.len(),
                     head.live_count,
                     fmt_bytes(head.live_bytes),
                     members[0].reason

@@ -1010,6 +1010,22 @@ def issue13_rows():
         )
     else:
         missing("fault_cublas_threads")
+    t, r, _ = load("fault_nccl_cycles")
+    if r and "comm_line" in t:
+        want = f"make_comm ({t['file']}:{t['comm_line']}) via ncclCommInitAll"
+        heads = headlines(r)
+        s = r["suspects"][0] if r["suspects"] else {}
+        row(
+            "fault_nccl_cycles",
+            "one suspect at the user's line via ncclCommInitAll, its sites under it",
+            f"1: {want}",
+            f"{len(heads)}: {'; '.join(heads)}",
+            len(heads) == 1 and heads[0].startswith("make_comm (") and heads[0].endswith(want.split(" (", 1)[1]),
+            f"{len(s.get('sites', []))} sites; {mib(s.get('live_bytes'))} live; threads {s.get('threads')}; "
+            f"cudaMemGetInfo grew {mib(t['used_after'] - t['used_before'])} over {t['cycles']} communicators",
+        )
+    else:
+        missing("fault_nccl_cycles")
     for case in ("fault_logits", "fault_logits_compiled"):
         t, r, _ = load(case)
         if r and "model_line" in t:

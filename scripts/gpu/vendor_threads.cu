@@ -6,9 +6,13 @@
 // `worker_gemm (vendor_threads.cu:LINE) via cublasCreate_v2`, from N threads. truth.json holds
 // N, LINE, and the device memory used before and after (cudaMemGetInfo, CUDA Runtime API
 // "Memory Management").
-// Build: nvcc -g -O1 -o vendor_threads vendor_threads.cu -lcublas -lpthread
+// `vendor_threads nccl-per-cycle [N]` (case fault_nccl_cycles): N communicators (20 by default)
+// made one per cycle in make_comm and never destroyed; one suspect headed
+// `make_comm (vendor_threads.cu:LINE) via ncclCommInitAll` is expected.
+// Build: nvcc -g -O1 -o vendor_threads vendor_threads.cu -lcublas -lpthread -ldl
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,9 +55,62 @@ static size_t used_bytes(void) {
     return total_b - free_b;
 }
 
+// ---- nccl-per-cycle: a communicator made per cycle and never destroyed (issue 13, gap 1).
+// NCCL is opened with dlopen (NCCL_LIB: the path of libnccl.so.2, from PyTorch's nvidia-nccl
+// wheel on the GPU machine; no nccl.h needed): ncclResult_t ncclCommInitAll(ncclComm_t *comm,
+// int ndev, const int *devlist) (NCCL API, "Communicator Creation and Management"); 0 is
+// ncclSuccess.
+typedef int (*comm_init_all_fn)(void **comm, int ndev, const int *devlist);
+static comm_init_all_fn comm_init_all;
+static int comm_line;
+static void *comms[1024];
+
+__attribute__((noinline)) static void make_comm(int i) {
+    int dev = 0;
+    comm_line = __LINE__ + 1;
+    int rc = comm_init_all(&comms[i], 1, &dev);
+    if (rc != 0) {
+        fprintf(stderr, "ncclCommInitAll: result %d\n", rc);
+        exit(1);
+    }
+    // Never ncclCommDestroy(comms[i]): the leak.
+}
+
+static int nccl_per_cycle(int n) {
+    const char *lib = getenv("NCCL_LIB");
+    void *h = dlopen(lib ? lib : "libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+    if (!h || !(comm_init_all = (comm_init_all_fn)dlsym(h, "ncclCommInitAll"))) {
+        fprintf(stderr, "no NCCL: %s\n", dlerror());
+        return 3;
+    }
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaFree(0));
+    if (n > 1024) {
+        n = 1024;
+    }
+    size_t before = used_bytes();
+    for (int i = 0; i < n; i++) {
+        make_comm(i);
+        CHECK(cudaDeviceSynchronize());
+    }
+    size_t after = used_bytes();
+    FILE *f = fopen("truth.json", "w");
+    if (!f) {
+        return 1;
+    }
+    fprintf(f, "{\"cycles\": %d, \"file\": \"vendor_threads.cu\", \"comm_line\": %d, \"used_before\": %zu, \"used_after\": %zu}\n",
+            n, comm_line, before, after);
+    fclose(f);
+    printf("ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "nccl-per-cycle") == 0) {
+        return nccl_per_cycle(argc > 2 ? atoi(argv[2]) : 20);
+    }
     if (argc < 2 || strcmp(argv[1], "cublas-per-thread") != 0) {
-        fprintf(stderr, "usage: vendor_threads cublas-per-thread [N]\n");
+        fprintf(stderr, "usage: vendor_threads cublas-per-thread [N] | nccl-per-cycle [N]\n");
         return 2;
     }
     int n = argc > 2 ? atoi(argv[2]) : 100;

@@ -13,7 +13,7 @@ fn handle_line() -> usize {
 #[test]
 fn a_handle_per_thread_through_a_vendor_library_is_one_suspect_at_the_users_line() {
     // 100 threads each create a cuBLAS handle (three 1 MiB allocations on three stacks inside
-    // libcublas.so.13) and never destroy it. Before frame classes every suspect said
+    // libcublas.so.13, two of device memory and one of pinned host memory) and never destroy it. Before frame classes every suspect said
     // `at libcublas.so.13+0x…` (the library counted as the user's code), and there were three.
     let t = Target::new("threads", "cublas-per-thread").args(&["cublas-per-thread", "100"]);
     let d = run_bounded(&t);
@@ -30,6 +30,8 @@ fn a_handle_per_thread_through_a_vendor_library_is_one_suspect_at_the_users_line
     assert_eq!(s["live_bytes"], 300 * MIB, "{d}");
     assert_eq!(s["live_count"], 300, "{d}");
     assert_eq!(s["threads"], 100, "{d}");
+    // Two of the three stacks allocate device memory, the third pinned host memory: one cause.
+    assert!(s["reason"].as_str().unwrap().ends_with("; by kind: device 200.0 MiB, pinned host 100.0 MiB"), "{d}");
     let mut members: Vec<u64> = s["sites"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     assert_eq!(members[0], s["site"].as_u64().unwrap(), "the group's site is its first member{d}");
     members.sort_unstable();

@@ -1,7 +1,8 @@
 /* A stand-in for a vendor library: built as libcublas.so.13 in the stand-ins' directory, so that
  * its frames are classified as cuBLAS's. Its one entry point, cublasCreate_v2, allocates device
- * memory through three internal paths (three distinct stacks under one call of the user's, as
- * the real cuBLAS 13 does on the H200: docs/gpu-matrix.md) and keeps it: a handle never
+ * and pinned host memory through three internal paths (three distinct stacks under one call of
+ * the user's, as the real cuBLAS 13 does on the H200: docs/gpu-matrix.md; the third is pinned host
+ * memory, as NCCL's communicators keep beside their device buffers) and keeps them: a handle never
  * destroyed leaks it. */
 #include <stddef.h>
 
@@ -22,9 +23,11 @@ __attribute__((noinline)) static void *stream_state_alloc(void) {
     return p;
 }
 
+/* Pinned host memory, as NCCL keeps beside a communicator's device buffers: one cause of two
+ * kinds, one suspect. */
 __attribute__((noinline)) static void *heuristics_cache_alloc(void) {
     void *p = NULL;
-    cudaMalloc(&p, 1 << 20);
+    cudaHostAlloc(&p, 1 << 20, 0);
     return p;
 }
 
