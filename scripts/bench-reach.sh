@@ -18,6 +18,8 @@ cc -O2 -o "$W/reach" scripts/bench/reach.c -L"$S" -l:libcudart.so.13 -Wl,-rpath,
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(date -u +%F)"
 for run in $(seq "${RUNS:-3}"); do
   rm -f "$W"/gpushim-*.json
+  # The stand-in driver first: on a GPU machine the real libcuda.so.1 would otherwise be found.
+  LD_LIBRARY_PATH="$PWD/$S${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   STANDIN_DEVICE_VA=1 GPUSHIM_OUTPUT="$W" GPUSHIM_COLLECTOR="$PWD/target/release/gpushim" \
     GPUSHIM_REACHABILITY_MS=600000 LD_PRELOAD="$PWD/target/release/libgpushim.so" \
     "$W/reach" "$GIB" "$FILL" "$ALLOCS" > "$W/out" 2> "$W/err" || { cat "$W/err"; exit 1; }
