@@ -114,20 +114,24 @@ pub(crate) fn other_pythons() -> Vec<PathBuf> {
 /// Builds the native-thread helper library into `dir`.
 fn native_helper(dir: &Path) -> PathBuf {
     let src = dir.join("native_thread.c");
-    let lib = dir.join("libnative_thread.so");
     std::fs::write(&src, NATIVE_THREAD_C).unwrap();
+    build_helper(&src, &dir.join("libnative_thread.so"))
+}
+
+/// Builds the C file `src` into the shared library `lib`, linked to the runtime stand-in.
+fn build_helper(src: &Path, lib: &Path) -> PathBuf {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
         .args(["-shared", "-fPIC", "-g", "-O0", "-o"])
-        .arg(&lib)
-        .arg(&src)
+        .arg(lib)
+        .arg(src)
         .arg(format!("-L{}", standins().display()))
         .args(["-l:libcudart.so.13", "-lpthread"])
         .arg(format!("-Wl,-rpath,{}", standins().display()))
         .status()
         .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
     assert!(status.success(), "{cc} failed to build {}", src.display());
-    lib
+    lib.to_path_buf()
 }
 
 /// `python` running the script under the shim (the script and its native helper written to the
@@ -391,4 +395,109 @@ fn python_frame_caches_leave_sites_unchanged_across_fork() {
     assert_eq!(bytes(child, "path_a:"), 150 * 4096, "{child:#?}");
     assert_eq!(bytes(child, "path_b:"), 150 * 8192, "{child:#?}");
     assert_eq!(bytes(child, "fresh:"), 12288, "{child:#?}");
+}
+
+/// A stand-in for PyTorch's backward pass: the autograd engine's thread (named as PyTorch names
+/// it) allocates while the Python thread that started the pass waits in native code.
+const ENGINE_C: &str = r#"
+#include <pthread.h>
+#include <stddef.h>
+int cudaMalloc(void **p, size_t n);
+__attribute__((noinline)) static void *engine_thread_main(void *arg) {
+    void *p = NULL;
+    pthread_setname_np(pthread_self(), "pt_autograd_0");
+    return (void *)(size_t)(cudaMalloc(&p, (size_t)arg) != 0 || p == NULL);
+}
+int run_backward(size_t n) {
+    pthread_t t;
+    void *failed = (void *)1;
+    if (pthread_create(&t, NULL, engine_thread_main, (void *)n) != 0) return 1;
+    pthread_join(t, &failed);
+    return failed != NULL;
+}
+"#;
+
+/// The stand-in's Python side, as torch/autograd/graph.py and torch/_tensor.py call it.
+const ENGINE_PY: &str = r#"import ctypes
+import sys
+
+engine = ctypes.CDLL(sys.argv[2])
+
+
+def _engine_run_backward(n):
+    if engine.run_backward(ctypes.c_size_t(n)) != 0:  # @engine
+        raise SystemExit("the engine thread's allocation failed")
+
+
+def backward(n):
+    _engine_run_backward(n)  # @run
+"#;
+
+const BACKWARD_SCRIPT: &str = r#"import ctypes
+import sys
+import time
+
+sys.path.insert(0, sys.argv[3])
+import fakeautograd  # noqa: E402
+
+ctypes.CDLL(sys.argv[1])
+for _ in range(30):
+    fakeautograd.backward(1 << 20)  # @backward
+    time.sleep(0.01)  # a training step's pace: the growth is spread over the run
+print("backward done")
+"#;
+
+#[test]
+fn an_autograd_engine_threads_allocation_gets_the_python_line_that_started_the_backward() {
+    // Every interpreter this machine has: the thread list and the other thread's frames are
+    // read with each version's layout.
+    for python in std::iter::once(python3()).chain(other_pythons()) {
+        backward_on_an_engine_thread(&python);
+    }
+}
+
+fn backward_on_an_engine_thread(python: &Path) {
+    let t = Target::new(python, "py-autograd");
+    let dir = t.dir.path().to_path_buf();
+    let pkg = dir.join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(pkg.join("fakeautograd.py"), ENGINE_PY).unwrap();
+    let script = dir.join("train.py");
+    std::fs::write(&script, BACKWARD_SCRIPT).unwrap();
+    let src = dir.join("engine.c");
+    std::fs::write(&src, ENGINE_C).unwrap();
+    let lib = build_helper(&src, &dir.join("libfakeengine.so"));
+    let cudart = standin("libcudart.so.13");
+    let run = t
+        .args(&[script.to_str().unwrap(), cudart.to_str().unwrap(), lib.to_str().unwrap(), pkg.to_str().unwrap()])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        // The stand-ins are the framework's code, as torch's files and libtorch are.
+        .env("GPUSHIM_INTERNAL_MODULES", "*/pkg/*,libfakeengine.so")
+        .run();
+    run.success();
+    assert!(run.stdout.contains("backward done"), "{run}");
+    let r = run.report();
+    let at = |text: &str, tag: &str| 1 + text.lines().position(|l| l.ends_with(tag)).unwrap() as u64;
+    let line = at(BACKWARD_SCRIPT, "# @backward");
+    let site = site_with(&r, 30 << 20, &run);
+    let which = python.display();
+    // The engine's native frames, then the waiting thread's Python frames.
+    assert!(site_has(site, "engine_thread_main"), "{site:#}");
+    assert_eq!(
+        python_frames(site),
+        vec![
+            format!("_engine_run_backward:{}", at(ENGINE_PY, "# @engine")),
+            format!("backward:{}", at(ENGINE_PY, "# @run")),
+            format!("<module>:{line}")
+        ],
+        "{which}{run}\n{site:#}"
+    );
+    assert_eq!(site["python"], true, "{which}{run}");
+    let s = r["suspects"].as_array().unwrap().iter().find(|s| s["site"] == site["id"]).cloned();
+    // A suspect (30 steps, each keeping 1 MiB), headed by the line that started the backward
+    // pass, with the thread named; the headline gives a file's last two path components.
+    let s = s.unwrap_or_else(|| panic!("no suspect at the site{which}{run}"));
+    let dir_name = dir.file_name().unwrap().to_string_lossy();
+    let want = format!("<module> ({dir_name}/train.py:{line}) via backward (autograd thread)");
+    assert_eq!(s["headline"], want, "{which}{run}");
 }

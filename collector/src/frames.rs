@@ -368,6 +368,9 @@ pub struct Headline {
 ///   vendor frame inner to it with a known, public name (not starting with `_`), as in
 ///   `worker_gemm (file.cu:7) via cublasCreate_v2`; no entry point when the user's code called
 ///   the CUDA runtime or driver directly;
+/// - on a PyTorch autograd engine thread whose allocation came with the Python frames of the
+///   thread that started the backward pass: `train (train.py:42) via Tensor.backward (autograd
+///   thread)`;
 /// - with no user frame, on a PyTorch autograd engine thread (`torch::autograd::Engine::
 ///   thread_main`, `evaluate_function`, or a thread named `pt_autograd_*`), the graph node that
 ///   allocated: `MulBackward0 (autograd thread)`;
@@ -382,21 +385,26 @@ pub fn headline(frames: &[Frame], thread_name: Option<&str>) -> Option<Headline>
             && f.function != "??"
             && (!last.starts_with('_') || (last.starts_with("__") && last.ends_with("__")))
     };
-    if let Some(i) = frames.iter().position(|f| f.class == Class::User) {
-        let user = &frames[i];
-        let label = crate::words::frame_label(user);
-        let text = match frames[..i].iter().rev().find(public) {
-            Some(entry) => format!("{label} via {}", clean(&short_function(entry))),
-            None => label.clone(),
-        };
-        return Some(Headline { text, key: format!("user {}", user.match_key()) });
-    }
     let autograd = thread_name.is_some_and(|n| n.starts_with("pt_autograd"))
         || frames.iter().any(|f| {
             f.function.starts_with("torch::autograd::Engine::thread_main")
                 || f.function.starts_with("torch::autograd::Engine::evaluate_function")
                 || f.function.starts_with("torch::autograd::Engine::thread_init")
         });
+    if let Some(i) = frames.iter().position(|f| f.class == Class::User) {
+        let user = &frames[i];
+        let label = crate::words::frame_label(user);
+        let mut text = match frames[..i].iter().rev().find(public) {
+            Some(entry) => format!("{label} via {}", clean(&short_function(entry))),
+            None => label.clone(),
+        };
+        // On an engine thread the Python frames are those of the thread that started the
+        // backward pass (the shim's python/borrow.rs): the user's line that called it.
+        if autograd {
+            text.push_str(" (autograd thread)");
+        }
+        return Some(Headline { text, key: format!("user {}", user.match_key()) });
+    }
     if autograd {
         let node = frames.iter().find_map(|f| backward_node(&short_function(f)));
         let text = format!("{} (autograd thread)", node.unwrap_or_else(|| "backward".to_string()));
@@ -620,6 +628,19 @@ mod tests {
         let h = headline(&frames, Some("pt_autograd_0")).unwrap();
         assert_eq!(h.text, "MulBackward0 (autograd thread)");
         assert_eq!(h.key, "autograd thread");
+        // With the Python frames of the thread that started the backward pass after the
+        // engine's frames (the shim's python/borrow.rs): the user's line heads, and the thread
+        // is named.
+        let mut borrowed = frames.clone();
+        borrowed.extend([
+            py("/v/site-packages/torch/autograd/graph.py", "_engine_run_backward", 841),
+            py("/v/site-packages/torch/autograd/__init__.py", "backward", 356),
+            py("/v/site-packages/torch/_tensor.py", "Tensor.backward", 648),
+            py("/home/u/train.py", "step", 21),
+        ]);
+        let h = headline(&borrowed, Some("pt_autograd_0")).unwrap();
+        assert_eq!(h.text, "step (u/train.py:21) via Tensor.backward (autograd thread)");
+        assert_eq!(h.key, headline(&borrowed[6..], None).unwrap().key, "the line's key, as on the main thread");
         // Another node on the same thread is the same cause.
         let mut other = frames.clone();
         other[2] = native(&format!("{lib}/libtorch_cpu.so"), "torch::autograd::generated::PowBackward1::apply(x)");

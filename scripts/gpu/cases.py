@@ -629,18 +629,21 @@ def t13_autograd_cycle(steps=30):
     """backward(create_graph=True) on a loss of a leaf: the leaf's .grad has a graph that refers
     back to the leaf, a reference cycle through C++ that Python's collector cannot break, so each
     step's 16 MiB leaf and its 16 MiB gradient (computed on the autograd engine's thread) stay.
-    The report must show one suspect at the leaf's line, and name the autograd thread."""
+    The report must show one suspect at a user's line: the backward call's, which the engine
+    thread's allocations get from the thread waiting in backward (named "autograd thread"), or
+    the leaf's."""
     import torch
 
     for _ in range(steps):
         w = torch.randn(2048, 2048, device="cuda", requires_grad=True)  # T13: the leaf's line
         loss = (w * w).sum()
-        loss.backward(create_graph=True)  # BUG: w.grad's graph keeps w, and w keeps w.grad
+        loss.backward(create_graph=True)  # BUG: w.grad's graph keeps w, and w keeps w.grad; T13: backward
         del w, loss
     torch.cuda.synchronize()
     torch_truth(torch)
     truth["steps"] = steps
     truth["leaf_line"] = line_of("# T13: the leaf's line")
+    truth["backward_line"] = line_of("T13: backward")
 
 
 def r_torch_segments(n=1000):

@@ -1048,12 +1048,18 @@ def issue13_rows():
     if r and "leaf_line" in t:
         heads = headlines(r)
         autograd = [h for h in heads if "(autograd thread)" in h]
+        # The leak's memory is allocated on the autograd engine's thread (the gradient) and at
+        # the leaf's line: one suspect at a user's line (the backward call's, where the engine
+        # thread's allocations are, or the leaf's), the engine thread named when it is there.
+        one = heads[0] if len(heads) == 1 else ""
+        at_backward = f"cases.py:{t.get('backward_line')})" in one and one.endswith("(autograd thread)")
+        at_leaf = f"cases.py:{t['leaf_line']})" in one
         row(
             "fault_autograd_cycle",
-            "one suspect at the leaf's line",
-            f"1: cases.py:{t['leaf_line']}",
+            "one suspect at the user's line (backward or leaf), the autograd thread named",
+            f"1: cases.py:{t.get('backward_line')} (autograd thread) or cases.py:{t['leaf_line']}",
             f"{len(heads)}: {'; '.join(heads)}",
-            len(heads) == 1 and f"cases.py:{t['leaf_line']})" in heads[0],
+            at_backward or at_leaf,
             "autograd thread named: " + ("; ".join(autograd) if autograd else "no autograd-thread suspect"),
         )
     else:

@@ -612,7 +612,9 @@ pub struct PyFrame {
 pub const PY_NO_OFFSET: u32 = u32::MAX;
 
 /// The Python frames of the thread that made the allocations of stack `id`, innermost first,
-/// sent right after that [`Stack`].
+/// sent right after that [`Stack`]; on a PyTorch autograd engine thread, which runs no Python of
+/// its own, those of the thread that waits for its backward pass (the shim's
+/// `python/borrow.rs`), outer to every native frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PyStack {
     /// The stack id (of a [`Stack`] already sent).

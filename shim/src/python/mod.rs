@@ -29,6 +29,7 @@
 //! on stderr and in the report's notes.
 
 mod bfs;
+mod borrow;
 mod cache;
 mod detect;
 pub mod heap;
@@ -107,16 +108,18 @@ fn capture_into_slow(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<u
     // SAFETY: `get_tstate` is the interpreter's `PyGILState_GetThisThreadState`, which takes no
     // lock, allocates nothing and may be called without the GIL (it reads a TSS key).
     let ts = unsafe { (l.get_tstate)() } as usize;
-    if ts == 0 {
-        return None;
-    }
     let mut raw = [Raw::default(); MAX_PY_FRAMES];
-    // SAFETY: `ts` is this thread's live thread state and `l` matches the running interpreter
-    // (version and self-check at start-up); every further pointer is checked by `walk`.
-    let n = unsafe { walk::walk(l, ts, &mut raw) }?;
-    if n == 0 {
-        return None;
-    }
+    let n = if ts == 0 {
+        0
+    } else {
+        // SAFETY: `ts` is this thread's live thread state and `l` matches the running
+        // interpreter (version and self-check at start-up); every further pointer is checked
+        // by `walk`.
+        unsafe { walk::walk(l, ts, &mut raw) }?
+    };
+    // A PyTorch autograd engine thread runs no Python: the frames of the thread waiting for
+    // its backward pass stand for them (borrow.rs).
+    let n = if n == 0 { borrow::backward_frames(l, &mut raw)? } else { n };
     cache::intern_into(l, &raw[..n], out, memo)
 }
 
@@ -144,6 +147,7 @@ pub fn absent() -> bool {
 /// Ids restart from 0; the child's writer sends every code it uses anew.
 pub fn reset_after_fork() {
     cache::reset();
+    borrow::reset_after_fork();
     heap::reset_after_fork();
 }
 
@@ -165,6 +169,7 @@ pub fn init(enabled: bool) {
                 let _ = EVAL_RANGE.set(r);
             }
             let _ = LAYOUT.set(l);
+            borrow::init();
             MODE.store(READY, Release);
         }
         Ok(None) => MODE.store(ABSENT, Release),
