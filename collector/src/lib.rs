@@ -55,6 +55,7 @@ pub mod identity;
 pub mod job;
 mod json;
 pub mod live;
+pub mod metrics;
 pub mod nvml;
 mod oom;
 mod output;
