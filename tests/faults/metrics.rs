@@ -40,6 +40,19 @@ fn http_get(addr: &str, path: &str, accept: &str) -> std::io::Result<(String, St
     Ok((head.to_string(), body.to_string()))
 }
 
+/// `s` percent-encoded for a URL's query (every byte but letters, digits and `-._~`).
+fn percent(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
 /// The value of the sample line of `text` that starts with `series` (name and labels as
 /// written), if any.
 fn sample(text: &str, series: &str) -> Option<f64> {
@@ -304,6 +317,34 @@ fn a_real_prometheus_finds_every_rank_through_the_sd_files_and_scrapes_them() {
     );
     for s in &result {
         assert_eq!(s["metric"]["job"], "gpushim", "{s}");
+    }
+    // Every query of the example dashboard runs (its variables at "All"); the first panel's
+    // gives each rank's bytes on its own GPU.
+    let dash: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/grafana/gpushim.json")).unwrap(),
+    )
+    .unwrap();
+    for (n, panel) in dash["panels"].as_array().unwrap().iter().enumerate() {
+        for t in panel["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap().replace("$job_id", ".*").replace("$rank", ".*");
+            let (_, body) = http_get(&web, &format!("/api/v1/query?query={}", percent(&expr)), "*/*").unwrap();
+            let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{expr}: {e}: {body}"));
+            assert_eq!(v["status"], "success", "{expr}: {v}");
+            if n == 0 {
+                let mut got: Vec<(String, String, u64)> = v["data"]["result"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| {
+                        let value: f64 = s["value"][1].as_str().unwrap().parse().unwrap();
+                        let m = &s["metric"];
+                        (m["rank"].as_str().unwrap().into(), m["ordinal"].as_str().unwrap().into(), value as u64)
+                    })
+                    .collect();
+                got.sort();
+                assert_eq!(got, [("0".into(), "0".into(), live_of(0)), ("1".into(), "1".into(), live_of(1))], "{v}");
+            }
+        }
     }
     for live in ranks {
         let d = live.finish();
