@@ -638,10 +638,11 @@ pub fn collect_with(
     sink.lost = tracker.lost();
     tracker.finish(&mut sink);
     let lost = tracker.lost();
+    stream_read();
+    // After the program's exit is released: a last ranking and labels take their time.
     if let Some(m) = metrics.as_mut() {
         m.finish(tracker.state(), &mut metrics_sources!(sink));
     }
-    stream_read();
 
     let pid = sink.hello.pid;
     let mut notes = std::mem::take(&mut sink.notes);
