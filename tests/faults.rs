@@ -12,6 +12,7 @@ mod frame_classes; // vendor frames, one suspect per cause, threads per site, su
 mod hostile_input; // damaged and random wire streams, malformed and extreme report JSON
 mod hostile_programs; // fork handlers, pipes, sigwait, coroutines, cleanup frees, local runtimes, blocked frees
 mod jobs; // ranks of a launcher, forked workers: identity, file names, the run summary, the job view
+mod metrics; // GPUSHIM_METRICS: /metrics while the program runs, ports, the SD files, a real Prometheus
 mod output; // an unwritable output directory, a file-size limit, files and symlinks in the report's way
 mod processes; // fork/exec, reaping, fork at start, dlclose/reload, odd arguments, cancel, descriptors, quick exits
 mod threads_and_signals; // 64 threads, SIGUSR1 bursts, SIGINT to the process group

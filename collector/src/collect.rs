@@ -39,6 +39,8 @@ pub struct Options {
     pub sample_driver: bool,
     /// Rolling reports of a long run (`GPUSHIM_REPORT_INTERVAL`), if asked for.
     pub interval: Option<Intervals>,
+    /// Serve Prometheus metrics while the stream is read (`GPUSHIM_METRICS`, [`crate::metrics`]).
+    pub metrics: Option<crate::metrics::Config>,
 }
 
 /// Rolling reports: `gpushim-<pid>-interval-<n>.json` (the stem of `crate::identity`), the
@@ -429,6 +431,20 @@ fn write_json<T: serde::Serialize>(doc: &T, dir: &Path, stem: &str, err: &mut dy
     Ok(w.path)
 }
 
+/// The collector's state that metrics read besides the live set ([`crate::metrics::Sources`]),
+/// borrowed field by field from a `Sink`.
+macro_rules! metrics_sources {
+    ($sink:expr) => {
+        crate::metrics::Sources {
+            sym: &mut $sink.sym,
+            stacks: &$sink.stacks,
+            physical: &$sink.physical,
+            identity: $sink.identity.as_ref(),
+            lost: $sink.lost,
+        }
+    };
+}
+
 /// Reads a whole event stream from `input`, writes snapshots and the final report, and prints
 /// the closing summary on `err`.
 ///
@@ -523,6 +539,7 @@ pub fn collect_with(
         sink.sampler = Some(crate::nvml::Sampler::start(sink.hello.pid));
     }
     let mut tracker = Tracker::new();
+    let mut metrics = opts.metrics.clone().map(crate::metrics::Publisher::new);
     let mut exit_ts: Option<u64> = None;
     // The target time at which the next interval report is due (set at the first timed event).
     let mut interval_due: Option<u64> = None;
@@ -597,6 +614,16 @@ pub fn collect_with(
             Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
         }
         sink.lost = tracker.lost();
+        if let Some(m) = metrics.as_mut() {
+            if !m.started() {
+                // After the Hello and, when the launcher set one, the Identity event.
+                let stem = sink.stem();
+                m.start(sink.hello.pid, sink.identity.as_ref(), &sink.out_dir, &stem, sink.err);
+            }
+            let mut src = metrics_sources!(sink);
+            m.after_event(ts, tracker.state(), &mut src);
+            m.caught_up(!dec.get_ref().buffer().is_empty(), tracker.state(), &mut src);
+        }
         if let (Some(iv), Some(ts)) = (opts.interval, ts) {
             match interval_due {
                 None => interval_due = Some(ts.saturating_add(iv.every_ns)),
@@ -612,6 +639,10 @@ pub fn collect_with(
     tracker.finish(&mut sink);
     let lost = tracker.lost();
     stream_read();
+    // After the program's exit is released: a last ranking and labels take their time.
+    if let Some(m) = metrics.as_mut() {
+        m.finish(tracker.state(), &mut metrics_sources!(sink));
+    }
 
     let pid = sink.hello.pid;
     let mut notes = std::mem::take(&mut sink.notes);

@@ -36,7 +36,9 @@
 //!   [`gpumem`] builds on `nvml`, `report` and `words`; [`identity`] (rank, job id, file names,
 //!   a rank's own GPU) builds on `report`; [`symbolize`] builds on those; [`reach`] (definitely
 //!   lost: the shim's reachability scan matched with the live set) builds on `live`, `report`,
-//!   `words` and `symbolize`; [`render`], [`diff`] and [`collect`] build on those; [`job`] (the
+//!   `words` and `symbolize`; [`metrics`] (Prometheus: a copy of the live set's numbers served on a
+//!   thread of its own) builds on `live`, `rank`, `frames`, `symbolize`, `identity` and `words`;
+//!   [`render`], [`diff`] and [`collect`] build on those; [`job`] (the
 //!   job view of several processes' reports) on `diff`, `identity` and `words`; [`cmd`] builds
 //!   on everything, and nothing imports it.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -55,6 +57,7 @@ pub mod identity;
 pub mod job;
 mod json;
 pub mod live;
+pub mod metrics;
 pub mod nvml;
 mod oom;
 mod output;

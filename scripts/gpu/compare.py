@@ -25,7 +25,7 @@ def load(case):
     finals = [
         f
         for f in glob.glob(os.path.join(d, "gpushim-*.json"))
-        if "-snapshot-" not in f and "-oom-" not in f and not f.endswith((".holders.json", ".reach.json"))
+        if "-snapshot-" not in f and "-oom-" not in f and not f.endswith((".holders.json", ".reach.json", ".sd.json"))
     ]
     snaps = sorted(
         f
@@ -546,6 +546,7 @@ def checks():
     else:
         missing("S8")
     fault_rows()
+    metrics_rows()
     pool_paths_rows()
     graph_rows()
     torch_snapshot_rows()
@@ -827,6 +828,54 @@ def fault_rows():
             and runtime == (names == "runtime"),
             f"cuMemGetInfo delta {mib(t['used_delta'])}; requirements {reqs}; apis {array_apis}",
         )
+
+
+def prometheus_samples(text):
+    """`{(name, labels): value}` of a Prometheus text exposition (labels as a frozenset of pairs)."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-z_:][a-z0-9_:]*)(?:\{(.*)\})? (\S+)$", line)
+        if m:
+            labels = frozenset(re.findall(r'([a-z_]+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def metrics_rows():
+    """fault_metrics (faults.cu metrics, issue 14): the collector's /metrics scraped by the program
+    itself with 104 MiB live, against the truth and the final report."""
+    case = "fault_metrics"
+    t, r, _ = load(case)
+    path = os.path.join(RUN, case, "metrics.txt")
+    if not (r and t and os.path.exists(path)):
+        return missing(case)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        m = prometheus_samples(f.read())
+
+    def one(name):
+        vals = [v for (n, _), v in m.items() if n == name]
+        return vals[0] if len(vals) == 1 else None
+
+    gpu = [dict(lab) for (n, lab) in m if n == "gpushim_gpu_live_bytes"]
+    sites = sorted(((v, dict(lab)) for (n, lab), v in m.items() if n == "gpushim_site_live_bytes"), key=lambda x: -x[0])
+    uuid0 = next((p["uuid"] for p in r.get("physical_devices", []) if p["ordinal"] == 0), None)
+    live, allocs = one("gpushim_process_live_bytes"), one("gpushim_allocations_total")
+    ats = [lab.get("at", "").split(" (")[0] for _, lab in sites[:2]]
+    row(
+        case,
+        "/metrics during the run: live == truth == report; allocations == report; GPU 0's UUID; top sites",
+        f"{mib(t['kept'])}, {r['totals']['alloc_count']} allocations, metrics_weights then metrics_leak",
+        f"{mib(live)}, {allocs} allocations, {ats}",
+        t.get("scraped") is True
+        and live == t["kept"] == r["totals"]["live_bytes"]
+        and allocs == r["totals"]["alloc_count"]
+        and one("gpushim_frees_total") == r["totals"]["free_count"]
+        and len(gpu) == 1
+        and gpu[0].get("gpu") == uuid0
+        and ats == ["metrics_weights", "metrics_leak"]
+        and [v for v, _ in sites[:2]] == [64 * MIB, 40 * MIB],
+        f"gpu labels {gpu}; suspects {one('gpushim_suspects')}",
+    )
 
 
 def pool_path_sites(r):

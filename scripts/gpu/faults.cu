@@ -38,9 +38,18 @@
 //                 path b, the 8 KiB made every 2000th iteration (10 x 8 KiB), so 160 KiB live at
 //                 exit at two sites of 10,000 allocations each. Run with the per-thread caches on
 //                 and off (GPUSHIM_UNWIND_CACHE=0): the two reports must have the same sites.
+//   metrics       (issue 14, GPUSHIM_METRICS=127.0.0.1:0) 64 MiB at metrics_weights, 10 x 4 MiB at
+//                 metrics_leak 5 ms apart, 10 x 1 MiB allocated and freed: 104 MiB live. Then
+//                 it scrapes its own collector's /metrics (the address from the SD file
+//                 gpushim-*.sd.json in the working directory) until gpushim_process_live_bytes
+//                 shows 104 MiB (at most 60 s), writes the scrape to metrics.txt and its truth.
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <glob.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -633,6 +642,119 @@ static int pool_paths()
     return 0;
 }
 
+// ---- metrics
+__attribute__((noinline)) static void *metrics_weights()
+{
+    void *p = nullptr;
+    CHECK(cudaMalloc(&p, 64 * MiB));
+    return p;
+}
+__attribute__((noinline)) static void *metrics_leak()
+{
+    void *p = nullptr;
+    CHECK(cudaMalloc(&p, 4 * MiB));
+    return p;
+}
+
+// GET /metrics from the address in the first gpushim-*.sd.json of the working directory; the
+// body in `out` (up to `cap` bytes). False when there is no file yet or the request fails.
+static bool scrape_own_metrics(char *out, size_t cap)
+{
+    glob_t g;
+    if (glob("gpushim-*.sd.json", 0, nullptr, &g) != 0)
+        return false;
+    FILE *f = fopen(g.gl_pathv[0], "r");
+    globfree(&g);
+    if (!f)
+        return false;
+    char text[4096] = {0};
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    const char *t = strstr(text, "\"targets\"");
+    const char *q = t ? strchr(t, '"' ) : nullptr;  // the key's opening quote
+    q = q ? strchr(q + 1, '"') : nullptr;           // its closing quote
+    q = q ? strchr(q + 1, '"') : nullptr;           // the address's opening quote
+    if (!q)
+        return false;
+    char addr[128] = {0};
+    if (sscanf(q + 1, "%127[^\"]", addr) != 1)
+        return false;
+    char *colon = strrchr(addr, ':');
+    if (!colon)
+        return false;
+    *colon = 0;
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)atoi(colon + 1));
+    if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+        return false;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return false;
+    bool ok = connect(fd, (sockaddr *)&sa, sizeof sa) == 0;
+    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    ok = ok && write(fd, req, sizeof req - 1) == (ssize_t)(sizeof req - 1);
+    size_t got = 0;
+    while (ok && got < cap - 1) {
+        ssize_t r = read(fd, out + got, cap - 1 - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    out[got] = 0;
+    return ok && got > 0;
+}
+
+// The value of the first sample line of `name` (followed by `{` or a space): the text after the
+// line's last space; -1 when there is none.
+static double metric_value(const char *text, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *l = text; *l;) {
+        const char *end = strchr(l, '\n');
+        size_t n = end ? (size_t)(end - l) : strlen(l);
+        if (n > len && strncmp(l, name, len) == 0 && (l[len] == '{' || l[len] == ' ')) {
+            const char *sp = l + n;
+            while (sp > l && sp[-1] != ' ')
+                sp--;
+            return atof(sp);
+        }
+        if (!end)
+            break;
+        l = end + 1;
+    }
+    return -1;
+}
+
+static int metrics()
+{
+    (void)metrics_weights();
+    for (int i = 0; i < 10; i++) {
+        void *scratch = nullptr;
+        CHECK(cudaMalloc(&scratch, 1 * MiB));
+        CHECK(cudaFree(scratch));
+        (void)metrics_leak();
+        usleep(5000);
+    }
+    const size_t kept = 104 * MiB;
+    static char body[1 << 20];
+    bool seen = false;
+    for (int i = 0; i < 3000 && !seen; i++) {  // 60 s at most, polling every 20 ms
+        seen = scrape_own_metrics(body, sizeof body) && metric_value(body, "gpushim_process_live_bytes") == (double)kept;
+        if (!seen)
+            usleep(20000);
+    }
+    FILE *m = fopen("metrics.txt", "w");
+    fputs(body, m);
+    fclose(m);
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f, "{\"kept\": %zu, \"allocations\": 21, \"frees\": 10, \"scraped\": %s}\n", kept, seen ? "true" : "false");
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -662,6 +784,8 @@ int main(int argc, char **argv)
         return devices_per_thread();
     if (!strcmp(c, "pool-paths"))
         return pool_paths();
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph|devices-per-thread|pool-paths\n");
+    if (!strcmp(c, "metrics"))
+        return metrics();
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph|devices-per-thread|pool-paths|metrics\n");
     return 2;
 }

@@ -1094,6 +1094,50 @@ static int scenario_fork_workers(void)
     return 0;
 }
 
+/* metrics: what tests/faults/metrics.rs scrapes from the collector's /metrics. On device
+ * LOCAL_RANK's primary context (0 without it) it keeps LOCAL_RANK + 1 MiB at metrics_weights and
+ * d * 64 KiB at metrics_nest for each depth d of 1..8 (eight sites: one stack per depth of the
+ * recursion), then leaks 256 KiB at metrics_step ten times 2 ms apart, freeing a 64 KiB scratch
+ * buffer before each, and asks once for 1 TiB, which fails (out of memory). It prints "ready"
+ * and exits when its standard input ends. */
+static NOINLINE void metrics_weights(int local) { (void)rank_alloc((size_t)(local + 1) * MiB); }
+static NOINLINE void metrics_step(void) { (void)rank_alloc(256 * KiB); }
+
+static NOINLINE int metrics_nest(int depth, int units)
+{
+    volatile int here = depth;
+    if (depth > 1) {
+        int r = metrics_nest(depth - 1, units);
+        return r + here;
+    }
+    (void)rank_alloc((size_t)units * 64 * KiB);
+    return here;
+}
+
+static int scenario_metrics(void)
+{
+    int local = env_int("LOCAL_RANK", 0);
+    rank_use_device(local);
+    metrics_weights(local);
+    for (int d = 1; d <= 8; d++)
+        (void)metrics_nest(d, d);
+    for (int i = 0; i < 10; i++) {
+        usleep(2000);
+        rank_scratch();
+        metrics_step();
+    }
+    CUresult (*mem_alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))driver_fn("cuMemAlloc_v2");
+    CUdeviceptr huge = 0;
+    if (mem_alloc(&huge, (size_t)1 << 40) == CUDA_SUCCESS)
+        return 1;
+    printf("ready\n");
+    fflush(stdout);
+    char b[64];
+    while (read(0, b, sizeof b) > 0) {
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -1106,6 +1150,8 @@ int main(int argc, char **argv)
         rc = scenario_atfork_lock();
     else if (strcmp(s, "rank") == 0)
         rc = scenario_rank();
+    else if (strcmp(s, "metrics") == 0)
+        rc = scenario_metrics();
     else if (strcmp(s, "devices-per-thread") == 0)
         rc = scenario_devices_per_thread();
     else if (strcmp(s, "fork-workers") == 0)

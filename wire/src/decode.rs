@@ -435,6 +435,12 @@ impl<Rd: Read> Decoder<Rd> {
         Ok(Decoder { inner, buf: Vec::new() })
     }
 
+    /// The reader events are decoded from (the collector looks at a `BufReader`'s buffer to
+    /// tell whether it has read everything received so far).
+    pub fn get_ref(&self) -> &Rd {
+        &self.inner
+    }
+
     /// The next event, `Ok(None)` at a clean end of stream (between frames). Frames with
     /// unknown tags are skipped.
     ///

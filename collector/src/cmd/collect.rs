@@ -29,7 +29,13 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
         std::env::var("GPUSHIM_REPORT_KEEP").ok().as_deref(),
         &mut err,
     );
-    let opts = collect::Options { output_dir: output, html, sample_driver: live, interval };
+    let metrics = crate::metrics::config(
+        std::env::var("GPUSHIM_METRICS").ok().as_deref(),
+        std::env::var("GPUSHIM_METRICS_TOP").ok().as_deref(),
+        &mut err,
+    )
+    .map(|m| crate::metrics::Config { input_fd: live.then_some(0), ..m });
+    let opts = collect::Options { output_dir: output, html, sample_driver: live, interval, metrics };
     signals::ignore_file_size_signal();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {
         Some(path) => {
