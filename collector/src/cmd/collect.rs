@@ -29,7 +29,14 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
         std::env::var("GPUSHIM_REPORT_KEEP").ok().as_deref(),
         &mut err,
     );
-    let opts = collect::Options { output_dir: output, html, sample_driver: live, interval };
+    let opts = collect::Options {
+        output_dir: output,
+        html,
+        sample_driver: live,
+        interval,
+        reorder_bytes: env_count("GPUSHIM_REORDER_MIB", &mut err).map(|m| m.saturating_mul(1 << 20)),
+        max_stacks: env_count("GPUSHIM_MAX_STACKS", &mut err),
+    };
     signals::ignore_file_size_signal();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {
         Some(path) => {
@@ -93,6 +100,24 @@ fn intervals(every: Option<&str>, keep: Option<&str>, err: &mut dyn Write) -> Op
         }
     };
     Some(collect::Intervals { every_ns: (secs * 1e9) as u64, keep })
+}
+
+/// A bound set in the environment (`GPUSHIM_REORDER_MIB`, `GPUSHIM_MAX_STACKS`): a whole
+/// number of at least 1, or `None` (the default) when unset; a bad value is said in one line
+/// on `err` and the default is used.
+fn env_count(name: &str, err: &mut dyn Write) -> Option<usize> {
+    count_setting(name, std::env::var(name).ok().as_deref(), err)
+}
+
+fn count_setting(name: &str, value: Option<&str>, err: &mut dyn Write) -> Option<usize> {
+    let v = value.filter(|v| !v.is_empty())?;
+    match v.trim().replace('_', "").parse::<usize>() {
+        Ok(n) if n >= 1 => Some(n),
+        _ => {
+            let _ = writeln!(err, "gpushim: {name}={v} is not a whole number of at least 1; using the default");
+            None
+        }
+    }
 }
 
 /// Tells the shim, through the socket that is our stdin, that the whole stream was read: one
