@@ -443,10 +443,14 @@ impl State {
                     if let Some(n) = newer {
                         self.live.insert(key, n);
                     }
-                } else if self.live.get(&key).is_some_and(|e| e.seq > a.seq) {
+                } else if let Some(newer) = self.live.get(&key).map(|e| e.seq).filter(|&s| s > a.seq) {
                     self.totals.alloc_count += 1;
                     self.totals.alloc_bytes = self.totals.alloc_bytes.saturating_add(a.size);
                     self.totals.replaced_count += 1;
+                    // Its free may still come late (after the newer one was freed too).
+                    if self.replaced_keys.len() < MAX_EARLY_FREES {
+                        self.replaced_keys.insert(key, newer);
+                    }
                 } else {
                     self.apply(op);
                 }
