@@ -20,7 +20,7 @@ def one(program: str, n: str, env: dict) -> tuple[float, float | None]:
     out = tempfile.mkdtemp(prefix="gpushim-exit.")
     try:
         env = dict(env, GPUSHIM_OUTPUT=out)
-        p = subprocess.Popen([program, n], env=env, stdout=subprocess.PIPE)
+        p = subprocess.Popen([program, n], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert p.stdout is not None
         line = p.stdout.readline()
         p.wait()
