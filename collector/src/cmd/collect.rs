@@ -167,4 +167,20 @@ mod tests {
              gpushim: GPUSHIM_REPORT_KEEP=0 is not a number of reports of 1 or more; keeping 3\n"
         );
     }
+
+    #[test]
+    fn bounds_from_the_environment_and_their_bad_values() {
+        let mut err = Vec::new();
+        assert_eq!(count_setting("GPUSHIM_MAX_STACKS", None, &mut err), None);
+        assert_eq!(count_setting("GPUSHIM_MAX_STACKS", Some("5000"), &mut err), Some(5000));
+        assert_eq!(count_setting("GPUSHIM_MAX_STACKS", Some("100_000"), &mut err), Some(100_000));
+        assert!(err.is_empty());
+        assert_eq!(count_setting("GPUSHIM_REORDER_MIB", Some("0"), &mut err), None);
+        assert_eq!(count_setting("GPUSHIM_REORDER_MIB", Some("lots"), &mut err), None);
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "gpushim: GPUSHIM_REORDER_MIB=0 is not a whole number of at least 1; using the default\n\
+             gpushim: GPUSHIM_REORDER_MIB=lots is not a whole number of at least 1; using the default\n"
+        );
+    }
 }
