@@ -702,13 +702,13 @@ def exit_time_rows():
         median <= 50,
         "runs " + ", ".join(f"{m:.1f}" for m in t["exit_ms"]),
     )
-    pairs = t["pairs"]
+    pairs, tot = t["pairs"], r["totals"]
     row(
         "fault_exit_time",
         "a child's report counts its pairs",
         f"{pairs} allocations, {pairs} frees, 0 live",
-        f"{r['totals']['alloc_count']} allocations, {r['totals']['free_count']} frees, {r['totals']['live_count']} live",
-        r["totals"]["alloc_count"] == pairs and r["totals"]["free_count"] == pairs and r["totals"]["live_count"] == 0,
+        f"{tot['alloc_count']} allocations, {tot['free_count']} frees, {tot['live_count']} live",
+        tot["alloc_count"] == pairs and tot["free_count"] == pairs and tot["live_count"] == 0,
     )
 
 
