@@ -70,8 +70,30 @@ if [ "$mode" = both ]; then
     measure "collect --input FILE" "$gpushim" collect --input "$stream" --output "$work/out"
     read -r rate rss < "$work/last.txt"
 fi
+# rss_samples: while the piped collector runs, prints its resident memory and how much of the
+# stream it has read every BENCH_RSS_EVERY seconds (default 10), so that a flat RSS over the
+# run shows (the peak alone does not).
+rss_samples() {
+    local every=${BENCH_RSS_EVERY:-10} start pid="" t
+    start=$(date +%s)
+    while [ -z "$pid" ] && [ ! -s "$work/last.txt" ]; do
+        sleep 0.2
+        [ -s "$work/sh.pid" ] && pid=$(pgrep -P "$(cat "$work/sh.pid")" -x gpushim | head -n 1 || true)
+    done
+    while [ -n "$pid" ] && [ -r "/proc/$pid/status" ]; do
+        t=$(($(date +%s) - start))
+        awk -v t="$t" -v io="$(awk '/^rchar/ {print $2}' "/proc/$pid/io" 2>/dev/null)" \
+            '/^VmRSS/ {printf "  sample t=%ds read=%d MiB rss=%d MiB\n", t, io / 1048576, $2 / 1024}' \
+            "/proc/$pid/status" 2>/dev/null || true
+        sleep "$every"
+    done
+}
+rm -f "$work/last.txt" "$work/sh.pid"
+rss_samples &
+sampler=$!
 measure "gen_stream | collect --input -" sh -c \
-    "'$gen' --events $events --stacks $stacks --live $live | '$gpushim' collect --input - --output '$work/out'"
+    "echo \$\$ > '$work/sh.pid'; '$gen' --events $events --stacks $stacks --live $live | '$gpushim' collect --input - --output '$work/out'"
+wait "$sampler" 2>/dev/null || true
 if [ "$mode" = pipe ]; then
     read -r rate rss < "$work/last.txt"
     min_events_per_s=0

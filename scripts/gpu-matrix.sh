@@ -144,6 +144,7 @@ run_case fault_logits -- $PY T13_logits $T
 run_case fault_logits_compiled -- $PY T13_logits_compiled $T
 run_case fault_autograd_cycle -- $PY T13_autograd_cycle $T
 run_case fault_devices_per_thread -- "$WORK/bin/faults" devices-per-thread
+run_case fault_exit_time -- "$WORK/bin/faults" exit-time 1000000
 # Whole jobs (issue 14): two ranks started by torchrun under `gpushim run`, then the job view.
 # They need two GPUs; on one, each writes {"gpus": N} and compare.py says "not run".
 # run_job_case NAME [VAR=VALUE...]

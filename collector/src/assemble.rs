@@ -369,6 +369,9 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             replaced_count: t.replaced_count,
             lost_events: ctx.lost_events,
             unknown_unmap_count: state.vmm.unknown_unmap_count,
+            reorder_overflow: t.reorder_overflow,
+            late_events: t.late_count,
+            evicted_stacks: t.evicted_stacks,
         },
         kinds: Kinds {
             device: kind_totals(&k[Kind::Device as usize]),

@@ -41,7 +41,20 @@ pub struct Options {
     pub interval: Option<Intervals>,
     /// Serve Prometheus metrics while the stream is read (`GPUSHIM_METRICS`, [`crate::metrics`]).
     pub metrics: Option<crate::metrics::Config>,
+    /// The reorder buffer's bound, bytes (`GPUSHIM_REORDER_MIB`; `None`:
+    /// [`crate::reorder::DEFAULT_REORDER_BYTES`]).
+    pub reorder_bytes: Option<usize>,
+    /// The most sites (distinct stacks) kept (`GPUSHIM_MAX_STACKS`; `None`:
+    /// [`crate::live::DEFAULT_MAX_STACKS`]); see [`State::set_max_stacks`](crate::live::State::set_max_stacks).
+    pub max_stacks: Option<usize>,
 }
+
+/// At most this many thread names are kept (a long-running service may start threads without
+/// end); the threads of later `ThreadName` events are reported by id only.
+pub const MAX_THREAD_NAMES: usize = 10_000;
+
+/// At most this many notes of the stream are kept; later ones are counted in one more note.
+pub const MAX_NOTES: usize = 1000;
 
 /// Rolling reports: `gpushim-<pid>-interval-<n>.json` (the stem of `crate::identity`), the
 /// live set as applied so far, written at the first event whose time (the target's monotonic
@@ -538,8 +551,10 @@ pub fn collect_with(
     if opts.sample_driver {
         sink.sampler = Some(crate::nvml::Sampler::start(sink.hello.pid));
     }
-    let mut tracker = Tracker::new();
     let mut metrics = opts.metrics.clone().map(crate::metrics::Publisher::new);
+    let mut tracker = Tracker::with_bound(opts.reorder_bytes.unwrap_or(crate::reorder::DEFAULT_REORDER_BYTES));
+    tracker.state_mut().set_max_stacks(opts.max_stacks.unwrap_or(0));
+    let mut dropped_notes = 0u64;
     let mut exit_ts: Option<u64> = None;
     // The target time at which the next interval report is due (set at the first timed event).
     let mut interval_due: Option<u64> = None;
@@ -592,7 +607,8 @@ pub fn collect_with(
                 sink.mem_log.push(m.clone());
                 sink.mem_info.insert(m.device, m);
             }
-            Event::Note(n) => sink.notes.push(n),
+            Event::Note(n) if sink.notes.len() < MAX_NOTES => sink.notes.push(n),
+            Event::Note(_) => dropped_notes += 1,
             Event::PyRuntime(p) => sink.sym.python_mut().set_runtime(p.version),
             Event::PyCode(c) => sink.sym.python_mut().add_code(c),
             Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
@@ -604,7 +620,9 @@ pub fn collect_with(
                 }
             }
             Event::ThreadName(t) => {
-                sink.thread_names.entry(t.tid).or_insert(t.name);
+                if sink.thread_names.len() < MAX_THREAD_NAMES {
+                    sink.thread_names.entry(t.tid).or_insert(t.name);
+                }
             }
             Event::DeviceInfo(d) => {
                 sink.physical.insert(d.ordinal, identity::physical_device(&d));
@@ -623,6 +641,13 @@ pub fn collect_with(
             let mut src = metrics_sources!(sink);
             m.after_event(ts, tracker.state(), &mut src);
             m.caught_up(!dec.get_ref().buffer().is_empty(), tracker.state(), &mut src);
+        }
+        if tracker.state().has_evicted() {
+            // Sites forgotten to stay within the bound: their stacks go with them.
+            for id in tracker.state_mut().take_evicted() {
+                sink.stacks.remove(&id);
+                sink.sym.forget_stack(id);
+            }
         }
         if let (Some(iv), Some(ts)) = (opts.interval, ts) {
             match interval_due {
@@ -646,6 +671,9 @@ pub fn collect_with(
 
     let pid = sink.hello.pid;
     let mut notes = std::mem::take(&mut sink.notes);
+    if dropped_notes > 0 {
+        notes.push(format!("{dropped_notes} more notes of the stream were not kept (at most {MAX_NOTES})"));
+    }
     if let Some(e) = &broken {
         notes.push(format!("event stream broken: {e}; the report holds what was received before"));
     }
@@ -1080,5 +1108,56 @@ mod tests {
         assert_eq!(output_dir_of(&h), Path::new("/w/out"));
         h.output_dir.clear();
         assert_eq!(output_dir_of(&h), Path::new("/w"));
+    }
+
+    /// A long run's bounds as the report shows them: 300 stacks (a Stack event each), each
+    /// allocated and freed once except stack 0's leak, with at most 100 sites kept: 184 sites
+    /// evicted and counted, their stacks gone from the stack table, the leak's site kept with
+    /// its frames, totals exact; 1,010 notes keep 1,000 and say so; 10,010 thread names keep
+    /// 10,000.
+    #[test]
+    fn a_long_runs_stacks_notes_and_thread_names_stay_bounded() {
+        use gpushim_wire::ThreadName;
+        let d = TempDir::new("bounds");
+        let here = crate::symbolize::tests::module_holding(events as *const () as usize as u64);
+        let ret = events as *const () as usize as u64 + 1;
+        let mut ev = vec![hello(&d.0), Event::Module(here)];
+        let mut seq = 0;
+        for i in 0..300u32 {
+            ev.push(Event::Stack(Stack { id: i, frames: vec![ret, u64::from(i)] }));
+            let addr = 0x7000_0000 + u64::from(i) * 0x1000;
+            ev.push(alloc(seq, (seq + 1) * MS, addr, 4096, i));
+            seq += 1;
+            if i > 0 {
+                ev.push(free(seq, (seq + 1) * MS, addr));
+                seq += 1;
+            }
+        }
+        for i in 0..1010 {
+            ev.push(Event::Note(format!("note {i}")));
+        }
+        for tid in 0..10_010 {
+            ev.push(Event::ThreadName(ThreadName { tid, name: format!("t{tid}") }));
+        }
+        ev.push(Event::Exit(Exit { ts_ns: (seq + 2) * MS }));
+        let opts = Options { max_stacks: Some(100), ..Options::default() };
+        let mut err = Vec::new();
+        let out = collect(&stream_of(&ev)[..], &opts, &mut err).unwrap();
+        let r = Report::read(&out.report.unwrap()).unwrap();
+        // Past 100 sites, down to 90 (11 at a time, since 10 is the bound's tenth): at 101,
+        // 112, ..., 299 sites made: 19 times.
+        assert_eq!(r.totals.evicted_stacks, 19 * 11);
+        assert_eq!(r.sites.len(), 300 - 19 * 11);
+        assert_eq!((r.totals.alloc_count, r.totals.free_count, r.totals.live_count), (300, 299, 1));
+        let leak = r.sites.iter().find(|s| s.id == 0).unwrap();
+        assert!(leak.frames[0].function.ends_with("collect::tests::events"), "{:?}", leak.frames);
+        assert_eq!(r.notes.iter().filter(|n| n.starts_with("note ")).count(), MAX_NOTES);
+        assert!(
+            r.notes.contains(&"10 more notes of the stream were not kept (at most 1000)".to_string()),
+            "{:?}",
+            r.notes
+        );
+        let text = std::fs::read_to_string(d.0.join("gpushim-4242.json")).unwrap();
+        assert!(text.contains("\"evicted_stacks\": 209"), "{}", &text[..2000]);
     }
 }

@@ -55,6 +55,14 @@ pub struct Totals {
     pub failed_free_count: u64,
     /// Allocations that returned an address that was still live: a free was missed.
     pub replaced_count: u64,
+    /// Sequence numbers given up on because the reorder buffer was full (the events after
+    /// them were applied without waiting longer; see [`crate::reorder::Tracker`]).
+    pub reorder_overflow: u64,
+    /// Events of those numbers that arrived afterwards and were applied then, out of order.
+    pub late_count: u64,
+    /// Sites (distinct stacks) forgotten because more than the bound were kept, none of them
+    /// with a live allocation (see [`crate::live::State::set_max_stacks`]).
+    pub evicted_stacks: u64,
 }
 
 /// A site's live bytes over time (bytes, at monotonic ns), at most [`SERIES_MAX`] points,

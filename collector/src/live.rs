@@ -19,6 +19,16 @@ use crate::vmm::{Released, Vmm};
 /// At most this many failed allocations are kept individually; the rest are only counted.
 pub const MAX_FAILURES: usize = 1000;
 
+/// At most this many sites (distinct stacks) are kept when `GPUSHIM_MAX_STACKS` is not set
+/// (see [`State::set_max_stacks`]). A site takes up to about 4.5 KiB (its 256-point series,
+/// 4 KiB, and its counters), so 100,000 sites stay under about 450 MiB in the worst case and
+/// under a few MiB for sites that allocated a few times.
+pub const DEFAULT_MAX_STACKS: usize = 100_000;
+
+/// At most this many frees of addresses that were not live are remembered while events given
+/// up on by the reorder buffer may still come (see [`State::apply_late`]).
+pub const MAX_EARLY_FREES: usize = 65_536;
+
 /// A hasher for the collector's integer keys (addresses, handles, stack ids): one multiply
 /// per word and a folded multiply at the end. The keys come from the traced program, not from
 /// an adversary, so SipHash's flood resistance is not needed, and it was a tenth of the time
@@ -226,6 +236,22 @@ pub struct State {
     graph_execs: IntMap<u64, ExecTable>,
     /// Counters of graph memory, for the report.
     pub graphs: GraphStats,
+    /// The most sites kept (0: [`DEFAULT_MAX_STACKS`]); see [`State::set_max_stacks`].
+    max_stacks: usize,
+    /// Sites evicted since the caller last took them ([`State::take_evicted`]).
+    evicted: Vec<u32>,
+    /// The number of sites above which the next eviction is tried: the bound, or more when
+    /// the last try found too few sites without live allocations (so that a program with more
+    /// live stacks than the bound does not pay a scan per new site).
+    evict_at: usize,
+    /// Whether events given up on by the reorder buffer may still arrive: frees of addresses
+    /// that are not live are remembered in `early_frees` then.
+    late_expected: bool,
+    /// Frees of keys that were not live, applied while `late_expected`: key → sequence number.
+    early_frees: IntMap<(bool, u64), u64>,
+    /// Live allocations replaced by a later one at the same key, while `late_expected`: key →
+    /// the replacing allocation's sequence number.
+    replaced_keys: IntMap<(bool, u64), u64>,
 }
 
 /// A graph allocation node, as the live set needs it when a launch makes its memory live.
@@ -317,6 +343,120 @@ impl State {
         }
         self.teardown.push((key, e));
         true
+    }
+
+    /// Keeps at most `n` sites (at least 1; 0 sets [`DEFAULT_MAX_STACKS`]). Beyond it, sites
+    /// with no live allocation are evicted, least recently used first, down to nine tenths of
+    /// `n`: their counters and series go, and [`Totals::evicted_stacks`] counts them. A site
+    /// with a live allocation, one whose allocations a context teardown or the interpreter's
+    /// teardown freed (kept for the leak ranking), and one of a listed failed allocation are
+    /// never evicted. The process's totals, kinds, devices and live set stay exact.
+    pub fn set_max_stacks(&mut self, n: usize) {
+        self.max_stacks = n;
+    }
+
+    /// The sites evicted since the last call, so that the caller drops their frames too.
+    pub fn take_evicted(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.evicted)
+    }
+
+    /// Whether sites were evicted since the last [`State::take_evicted`].
+    pub fn has_evicted(&self) -> bool {
+        !self.evicted.is_empty()
+    }
+
+    /// Evicts sites as [`State::set_max_stacks`] says.
+    fn max_stacks(&self) -> usize {
+        if self.max_stacks == 0 {
+            DEFAULT_MAX_STACKS
+        } else {
+            self.max_stacks
+        }
+    }
+
+    fn evict_sites(&mut self) {
+        let limit = self.max_stacks();
+        let target = (limit - limit / 10).max(1);
+        let keep: std::collections::HashSet<u32> = self.failures.iter().map(|f| f.site).collect();
+        let mut idle: Vec<(u64, u32)> = self
+            .sites
+            .values()
+            .filter(|s| s.gauge.live_count == 0 && s.swept_count == 0 && s.torn_count == 0 && !keep.contains(&s.id))
+            .map(|s| (s.last_alloc_ns.max(s.series.points().last().map_or(0, |p| p.0)), s.id))
+            .collect();
+        let n = (self.sites.len().saturating_sub(target)).min(idle.len());
+        if n > 0 && n < idle.len() {
+            idle.select_nth_unstable(n);
+        }
+        for &(_, id) in &idle[..n] {
+            self.sites.remove(&id);
+            self.evicted.push(id);
+        }
+        self.totals.evicted_stacks += n as u64;
+        self.evict_at = limit.max(self.sites.len() + limit / 10);
+    }
+
+    /// Tells whether events given up on by the reorder buffer may still arrive (so that frees
+    /// of addresses not live are remembered for [`State::apply_late`]).
+    pub fn set_late_events_expected(&mut self, on: bool) {
+        self.late_expected = on;
+        if !on {
+            self.early_frees = IntMap::default();
+            self.replaced_keys = IntMap::default();
+        }
+    }
+
+    /// Applies an event that arrived after the reorder buffer gave up on its sequence number
+    /// and applied later ones: as [`State::apply`], except where a later event on the same
+    /// address was applied before it:
+    /// - a free whose address a later allocation took (counted as replaced then): it freed the
+    ///   replaced allocation, so it counts as a free instead of that replacement;
+    /// - an allocation whose free was applied before it (counted as a free of an unknown
+    ///   address then): it is counted as allocated and freed instead;
+    /// - an allocation at an address a later allocation holds: counted as allocated and
+    ///   replaced.
+    pub fn apply_late(&mut self, op: &Op) {
+        match op {
+            Op::Free(f) if f.result == 0 => {
+                let key = (f.api.is_handle(), f.addr);
+                let replaced_after = self.replaced_keys.get(&key).is_some_and(|&s| s > f.seq);
+                if replaced_after || self.live.get(&key).is_some_and(|e| e.seq > f.seq) {
+                    self.replaced_keys.remove(&key);
+                    self.totals.replaced_count = self.totals.replaced_count.saturating_sub(1);
+                    self.totals.free_count += 1;
+                } else {
+                    self.apply(op);
+                }
+            }
+            Op::Alloc(a) => {
+                let key = (a.api.is_handle(), a.addr);
+                let freed_after = self.early_frees.get(&key).is_some_and(|&s| s > a.seq);
+                if freed_after {
+                    self.early_frees.remove(&key);
+                    self.totals.unknown_free_count = self.totals.unknown_free_count.saturating_sub(1);
+                    let newer = self.live.remove(&key);
+                    self.apply(op);
+                    if let Some(e) = self.live.remove(&key) {
+                        self.count_free(&e);
+                        self.release(&e, a.ts_ns);
+                    }
+                    if let Some(n) = newer {
+                        self.live.insert(key, n);
+                    }
+                } else if let Some(newer) = self.live.get(&key).map(|e| e.seq).filter(|&s| s > a.seq) {
+                    self.totals.alloc_count += 1;
+                    self.totals.alloc_bytes = self.totals.alloc_bytes.saturating_add(a.size);
+                    self.totals.replaced_count += 1;
+                    // Its free may still come late (after the newer one was freed too).
+                    if self.replaced_keys.len() < MAX_EARLY_FREES {
+                        self.replaced_keys.insert(key, newer);
+                    }
+                } else {
+                    self.apply(op);
+                }
+            }
+            _ => self.apply(op),
+        }
     }
 
     /// Applies one event. Call in sequence order.
@@ -418,7 +558,12 @@ impl State {
                     self.pending_frees.insert(seq, None);
                     self.count_free(&old);
                 }
-                None => self.totals.replaced_count += 1,
+                None => {
+                    self.totals.replaced_count += 1;
+                    if self.late_expected && self.replaced_keys.len() < MAX_EARLY_FREES {
+                        self.replaced_keys.insert(key, e.seq);
+                    }
+                }
             }
             self.release(&old, e.ts_ns);
         }
@@ -459,6 +604,9 @@ impl State {
             site.thread_alloc(tid, e.size, e.ts_ns);
         }
         self.timeline.record(e.ts_ns, &self.kinds, &self.devices);
+        if self.sites.len() > self.evict_at.max(self.max_stacks()) {
+            self.evict_sites();
+        }
     }
 
     fn free(&mut self, f: &Free) {
@@ -488,6 +636,9 @@ impl State {
         let e = match self.live.entry(key) {
             std::collections::hash_map::Entry::Vacant(_) => {
                 self.totals.unknown_free_count += 1;
+                if self.late_expected && self.early_frees.len() < MAX_EARLY_FREES {
+                    self.early_frees.insert(key, f.seq);
+                }
                 return;
             }
             std::collections::hash_map::Entry::Occupied(_) if f.result != 0 => {
@@ -1229,5 +1380,51 @@ pub(crate) mod tests {
         // A launch of an executable graph never seen instantiated changes nothing.
         let s = apply_all(&[launch(0, 0xe9)]);
         assert_eq!((s.totals.gauge.live_bytes, s.graphs.unknown_launches), (0, 1));
+    }
+
+    /// 1,000 sites with a bound of 100: the ten sites whose allocation stays live are kept;
+    /// the others are evicted, least recently used first, down to 90 each time the bound is
+    /// passed (11 at a time, 82 times); the totals stay exact.
+    #[test]
+    fn sites_past_the_bound_without_live_allocations_are_evicted_and_counted() {
+        let mut s = State::default();
+        s.set_max_stacks(100);
+        let mut seq = 0;
+        for i in 0..1000u64 {
+            s.apply(&alloc(seq, seq, 0x1000 + i * 0x100, 10, Kind::Device, 0, i as u32));
+            seq += 1;
+            if i >= 10 {
+                s.apply(&free(seq, seq, 0x1000 + i * 0x100, 0));
+                seq += 1;
+            }
+            assert!(s.sites.len() <= 101, "{} sites after {i}", s.sites.len());
+        }
+        assert_eq!(s.totals.evicted_stacks, 902);
+        assert_eq!(s.sites.len(), 98);
+        assert_eq!(s.take_evicted().len(), 902);
+        assert!(!s.has_evicted());
+        assert!((0..10).all(|i| s.sites[&i].gauge.live_count == 1));
+        // The most recent ones are kept.
+        assert!((912..1000).all(|i| s.sites.contains_key(&i)));
+        let t = &s.totals;
+        assert_eq!((t.alloc_count, t.free_count, t.gauge.live_count, t.gauge.live_bytes), (1000, 990, 10, 100));
+        // Without a bound all 1,000 stay.
+        let mut all = State::default();
+        all.set_max_stacks(usize::MAX);
+        for i in 0..1000u64 {
+            all.apply(&alloc(i, i, 0x1000 + i * 0x100, 10, Kind::Device, 0, i as u32));
+        }
+        assert_eq!((all.sites.len(), all.totals.evicted_stacks), (1000, 0));
+    }
+
+    /// More live stacks than the bound: none can go, and no scan runs at every new site.
+    #[test]
+    fn stacks_of_live_allocations_are_never_evicted() {
+        let mut s = State::default();
+        s.set_max_stacks(10);
+        for i in 0..50u64 {
+            s.apply(&alloc(i, i, 0x1000 + i * 0x100, 10, Kind::Device, 0, i as u32));
+        }
+        assert_eq!((s.sites.len(), s.totals.evicted_stacks), (50, 0));
     }
 }

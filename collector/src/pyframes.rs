@@ -83,6 +83,11 @@ impl Python {
         self.stacks.insert(s.id, s.frames);
     }
 
+    /// Forgets the Python frames of stack `id` (the collector evicted it).
+    pub fn forget_stack(&mut self, id: u32) {
+        self.stacks.remove(&id);
+    }
+
     /// For a site's `python` field: `None` if the target runs no Python whose frames are
     /// recorded, else whether stack `id` has Python frames.
     pub fn site_flag(&self, id: u32) -> Option<bool> {

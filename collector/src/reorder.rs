@@ -4,23 +4,28 @@
 //! arrive, applies them to a [`State`] strictly in `seq` order, and calls back when a snapshot
 //! boundary is reached, so that a snapshot holds exactly the events with `seq < boundary`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use gpushim_wire::Failed;
 
 use crate::live::{Op, State};
 
-/// If more than this many events wait for a missing sequence number, the number is given up
-/// as lost and application resumes at the lowest waiting one. Bounds the reorder buffer's
-/// memory (an event is under 100 bytes: at most about 400 MiB) when the shim drops events.
+/// The reorder buffer's bound when `GPUSHIM_REORDER_MIB` is not set: 64 MiB, bytes.
 ///
-/// While the stream lasts the shim drops no numbered event, but one can be very late: a free
-/// takes its number before the real call, which may wait on the device or a driver lock, and
-/// any thread may be preempted between taking a number and queueing its event. With 64
-/// threads allocating on 2 cores, events arrived up to 700,000 places late (measured with the
-/// stand-ins; `faults::threads_and_signals::sixty_four_threads_give_exact_totals_without_deadlock`), past the
-/// earlier bound of 2^18, which turned late events into "lost" ones and wrong totals.
-pub const MAX_PENDING: usize = 1 << 22;
+/// The buffer is a window of slots, one per sequence number from the next one to apply on
+/// (`size_of::<Option<Op>>()` bytes each, 72 on x86-64: about 930,000 slots). While the stream
+/// lasts the shim drops no numbered event, but one can be very late: a free takes its number
+/// before the real call, which may wait on the device or a driver lock, and any thread may be
+/// preempted between taking a number and queueing its event. With 64 threads allocating on 2
+/// cores, events arrived up to 700,000 places late (measured with the stand-ins;
+/// `faults::threads_and_signals::sixty_four_threads_give_exact_totals_without_deadlock`), past
+/// an earlier bound of 2^18 events, which turned late events into "lost" ones and wrong totals.
+/// (The buffer before issue 14 was a map capped at 2^22 events: about 400 MiB.)
+pub const DEFAULT_REORDER_BYTES: usize = 64 << 20;
+
+/// At most this many ranges of sequence numbers given up on because the buffer was full are
+/// remembered (an event of a range forgotten counts as a duplicate when it arrives).
+pub const MAX_OVERFLOW_RANGES: usize = 4096;
 
 /// The result code of an out-of-memory failure (`CUDA_ERROR_OUT_OF_MEMORY` in the driver API,
 /// `cudaErrorMemoryAllocation` in the runtime API: both are 2).
@@ -63,12 +68,28 @@ impl<F: FnMut(&SnapshotPoint, &State)> Observer for F {
     }
 }
 
-/// Puts events back in sequence order and applies them to a [`State`].
-#[derive(Debug, Default)]
+/// Puts events back in sequence order and applies them to a [`State`], in bounded memory.
+///
+/// Events wait in a window of slots, slot `i` for sequence number `next_seq + i`. An event
+/// that would need a slot past the bound (`bytes / size_of::<Option<Op>>()` slots) makes the
+/// tracker release the oldest in order: the waiting events below it are applied in sequence
+/// order, skipping the numbers that have not arrived. Those numbers are counted
+/// (`reorder_overflow` in the report's totals) and remembered; if one of their events arrives
+/// later it is applied then, out of order ([`State::apply_late`]), and no longer counted as
+/// lost. So a live allocation's accounting is never dropped: a late free still frees it.
+#[derive(Debug)]
 pub struct Tracker {
     state: State,
     next_seq: u64,
-    pending: BTreeMap<u64, Op>,
+    /// Slot `i` holds the event numbered `next_seq + i` once it has arrived.
+    pending: VecDeque<Option<Op>>,
+    /// Events held in `pending`.
+    waiting: usize,
+    /// The most slots `pending` may hold.
+    max_slots: usize,
+    /// Sequence numbers given up on because the buffer was full, not arrived yet: start → end
+    /// (exclusive).
+    overflowed: BTreeMap<u64, u64>,
     /// Waiting snapshot requests, sorted by (boundary, number).
     snapshots: Vec<SnapshotPoint>,
     requested: u32,
@@ -76,10 +97,34 @@ pub struct Tracker {
     duplicates: u64,
 }
 
+impl Default for Tracker {
+    fn default() -> Self {
+        Tracker::with_bound(DEFAULT_REORDER_BYTES)
+    }
+}
+
 impl Tracker {
-    /// An empty tracker expecting sequence number 0 first.
+    /// An empty tracker expecting sequence number 0 first, its buffer bounded to
+    /// [`DEFAULT_REORDER_BYTES`].
     pub fn new() -> Tracker {
         Tracker::default()
+    }
+
+    /// An empty tracker whose buffer holds at most `bytes` bytes of waiting events (at least
+    /// one slot).
+    pub fn with_bound(bytes: usize) -> Tracker {
+        Tracker {
+            state: State::default(),
+            next_seq: 0,
+            pending: VecDeque::new(),
+            waiting: 0,
+            max_slots: (bytes / std::mem::size_of::<Option<Op>>()).max(1),
+            overflowed: BTreeMap::new(),
+            snapshots: Vec::new(),
+            requested: 0,
+            lost: 0,
+            duplicates: 0,
+        }
     }
 
     /// The state as of every event applied so far.
@@ -104,7 +149,8 @@ impl Tracker {
         self.requested
     }
 
-    /// Sequence numbers skipped because they never arrived.
+    /// Sequence numbers skipped because they never arrived (as of now: a number given up on
+    /// when the buffer was full stops counting if its event comes later).
     pub fn lost(&self) -> u64 {
         self.lost
     }
@@ -118,7 +164,18 @@ impl Tracker {
     /// Events received but not yet applied (waiting for an earlier sequence number).
     #[cfg(test)]
     pub fn pending(&self) -> usize {
-        self.pending.len()
+        self.waiting
+    }
+
+    /// Bytes the buffer's slots take now (its allocated capacity).
+    pub fn buffer_bytes(&self) -> usize {
+        self.pending.capacity() * std::mem::size_of::<Option<Op>>()
+    }
+
+    /// The waiting event numbered `seq`, if it is in the window.
+    fn slot(&self, seq: u64) -> Option<&Op> {
+        let i = usize::try_from(seq.checked_sub(self.next_seq)?).ok()?;
+        self.pending.get(i)?.as_ref()
     }
 
     /// Takes one event; applies it and every waiting event that follows it in sequence, and
@@ -138,30 +195,62 @@ impl Tracker {
             }
             // The free's call returned before its in-progress mark was applied: the Free
             // (or Unmap) replaces the mark.
-            Op::Free(_) | Op::Unmap(_) if matches!(self.pending.get(&seq), Some(Op::FreePending(_))) => {
-                self.pending.insert(seq, op);
+            Op::Free(_) | Op::Unmap(_) if matches!(self.slot(seq), Some(Op::FreePending(_))) => {
+                let i = (seq - self.next_seq) as usize;
+                self.pending[i] = Some(op);
                 return;
             }
             // A free in progress whose Free came first (the writer saw the call still running
-            // after it had sent the Free): nothing to do.
-            Op::FreePending(_) if seq < self.next_seq || self.pending.contains_key(&seq) => return,
+            // after it had sent the Free), or one given up on when the buffer was full (its Free
+            // is applied late when it comes): nothing to do.
+            Op::FreePending(_) if seq < self.next_seq || self.slot(seq).is_some() => return,
             _ => {}
         }
-        if seq < self.next_seq || self.pending.contains_key(&seq) {
+        if seq < self.next_seq {
+            if self.take_overflowed(seq) {
+                self.lost = self.lost.saturating_sub(1);
+                self.state.totals.late_count += 1;
+                self.state.apply_late(&op);
+                if self.overflowed.is_empty() {
+                    self.state.set_late_events_expected(false);
+                }
+            } else {
+                self.duplicates += 1;
+            }
+            return;
+        }
+        if self.slot(seq).is_some() {
             self.duplicates += 1;
             return;
         }
         // No waiting snapshot has a boundary <= next_seq (they are emitted as soon as it is
-        // reached), so the next event in order can be applied without going through the map.
+        // reached), so the next event in order can be applied without waiting.
         if seq == self.next_seq {
+            self.pending.pop_front();
             self.apply(&op, obs);
         } else {
-            self.pending.insert(seq, op);
+            let mut i = seq - self.next_seq;
+            if i >= self.max_slots as u64 {
+                self.overflow(seq - (self.max_slots as u64 - 1), obs);
+                i = seq - self.next_seq;
+            }
+            let i = i as usize;
+            if self.pending.len() <= i {
+                self.grow(i + 1);
+            }
+            self.pending[i] = Some(op);
+            self.waiting += 1;
         }
         self.drain(obs);
-        if self.pending.len() > MAX_PENDING {
-            self.skip_gap(obs);
+    }
+
+    /// Makes the window `len` slots long (at most `max_slots`), allocating no more than that.
+    fn grow(&mut self, len: usize) {
+        if len > self.pending.capacity() {
+            let want = (self.pending.capacity() * 2).clamp(len, self.max_slots.max(len));
+            self.pending.reserve_exact(want - self.pending.len());
         }
+        self.pending.resize(len, None);
     }
 
     /// Applies the next event in order and tells `obs` of an out-of-memory failure.
@@ -195,9 +284,10 @@ impl Tracker {
     /// At the end of the stream: applies every waiting event in sequence order, skipping
     /// numbers that never came, then emits the snapshots still waiting.
     pub fn finish(&mut self, obs: &mut dyn Observer) {
-        while !self.pending.is_empty() {
+        while self.waiting > 0 {
             self.skip_gap(obs);
         }
+        self.pending = VecDeque::new();
         for mut s in std::mem::take(&mut self.snapshots) {
             s.missing = s.missing.saturating_add(s.boundary.saturating_sub(self.next_seq));
             obs.snapshot(&s, &self.state);
@@ -207,9 +297,10 @@ impl Tracker {
     fn drain(&mut self, obs: &mut dyn Observer) {
         loop {
             self.emit_ready(obs);
-            match self.pending.first_entry() {
-                Some(e) if *e.key() == self.next_seq => {
-                    let op = e.remove();
+            match self.pending.front() {
+                Some(Some(_)) => {
+                    let op = self.pending.pop_front().flatten().expect("checked above");
+                    self.waiting -= 1;
                     self.apply(&op, obs);
                 }
                 _ => break,
@@ -219,16 +310,75 @@ impl Tracker {
 
     /// Gives up on the sequence numbers before the lowest waiting event.
     fn skip_gap(&mut self, obs: &mut dyn Observer) {
-        let Some(&first) = self.pending.keys().next() else {
-            return;
-        };
-        let gap = first - self.next_seq;
+        let gap = self.pending.iter().take_while(|s| s.is_none()).count();
+        let from = self.next_seq;
+        let first = from.saturating_add(gap as u64);
         for s in &mut self.snapshots {
-            s.missing = s.missing.saturating_add(s.boundary.min(first).saturating_sub(self.next_seq));
+            s.missing = s.missing.saturating_add(s.boundary.min(first).saturating_sub(from));
         }
-        self.lost = self.lost.saturating_add(gap);
+        self.pending.drain(..gap);
+        self.lost = self.lost.saturating_add(gap as u64);
         self.next_seq = first;
         self.drain(obs);
+    }
+
+    /// The buffer is full: releases the oldest waiting events in order, giving up on the
+    /// numbers missing among them, until the next number to apply is at least `to`. The numbers
+    /// given up on are counted in [`crate::gauge::Totals::reorder_overflow`] and remembered, so
+    /// that their events are applied if they come later.
+    fn overflow(&mut self, to: u64, obs: &mut dyn Observer) {
+        while self.next_seq < to {
+            if self.waiting == 0 {
+                // Nothing waits: the whole window up to `to` is missing.
+                let n = to - self.next_seq;
+                self.remember_overflowed(self.next_seq, n);
+                for s in &mut self.snapshots {
+                    s.missing = s.missing.saturating_add(s.boundary.min(to).saturating_sub(self.next_seq));
+                }
+                self.lost = self.lost.saturating_add(n);
+                self.pending.clear();
+                self.next_seq = to;
+                self.drain(obs);
+                break;
+            }
+            // Remembered before the events after the gap are applied, so that the live set
+            // notes what a late event would change (frees of addresses not live, replacements).
+            let gap = self.pending.iter().take_while(|s| s.is_none()).count() as u64;
+            self.remember_overflowed(self.next_seq, gap);
+            self.skip_gap(obs);
+        }
+    }
+
+    /// Counts and remembers `n` numbers from `from` given up on because the buffer was full.
+    fn remember_overflowed(&mut self, from: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.state.totals.reorder_overflow = self.state.totals.reorder_overflow.saturating_add(n);
+        self.overflowed.insert(from, from.saturating_add(n));
+        if self.overflowed.len() > MAX_OVERFLOW_RANGES {
+            self.overflowed.pop_first();
+        }
+        self.state.set_late_events_expected(true);
+    }
+
+    /// Whether `seq` was given up on when the buffer was full (and has not arrived since);
+    /// forgets it if so.
+    fn take_overflowed(&mut self, seq: u64) -> bool {
+        let Some((&start, &end)) = self.overflowed.range(..=seq).next_back() else {
+            return false;
+        };
+        if seq >= end {
+            return false;
+        }
+        self.overflowed.remove(&start);
+        if start < seq {
+            self.overflowed.insert(start, seq);
+        }
+        if seq + 1 < end {
+            self.overflowed.insert(seq + 1, end);
+        }
+        true
     }
 
     fn emit_ready(&mut self, obs: &mut dyn Observer) {
@@ -502,5 +652,91 @@ mod tests {
         assert_eq!((counts(t.state()), t.state().vmm.devices[&0].mapped_bytes), ((0, 1, 1, 0, 0, 0), 0));
         t.push(unmap, &mut none);
         assert_eq!((t.duplicates(), t.state().totals.free_count), (1, 1));
+    }
+
+    /// The same address allocated and freed 100 times (a caching allocator's pattern), with a
+    /// window of 8 slots: the free numbered 1 and the allocation numbered 4 come after
+    /// everything else. The buffer gives up on them when full (counted), keeps within its 8
+    /// slots, and applies them when they come: the totals are exact, nothing is lost.
+    #[test]
+    fn a_full_buffer_releases_the_oldest_and_applies_late_events_when_they_come() {
+        let slot = std::mem::size_of::<Option<Op>>();
+        let mut ops = Vec::new();
+        for i in 0..100u64 {
+            ops.push(alloc(2 * i, 10 * i, 0xa000, 64, Kind::Device, 0, 1));
+            ops.push(free(2 * i + 1, 10 * i + 5, 0xa000, 0));
+        }
+        let mut t = Tracker::with_bound(8 * slot);
+        let mut none = |_: &SnapshotPoint, _: &State| {};
+        let mut most = 0;
+        for op in ops.iter().filter(|o| o.seq() != 1 && o.seq() != 4) {
+            t.push(op.clone(), &mut none);
+            most = most.max(t.buffer_bytes());
+        }
+        assert!(most <= 8 * slot, "{most} bytes");
+        assert_eq!(t.pending(), 0);
+        assert_eq!((t.state().totals.reorder_overflow, t.lost()), (2, 2));
+        t.push(ops[1].clone(), &mut none);
+        t.push(ops[4].clone(), &mut none);
+        t.finish(&mut none);
+        let tot = &t.state().totals;
+        assert_eq!((tot.alloc_count, tot.free_count, tot.gauge.live_bytes, tot.gauge.live_count), (100, 100, 0, 0));
+        assert_eq!((tot.replaced_count, tot.unknown_free_count), (0, 0));
+        assert_eq!((tot.reorder_overflow, tot.late_count), (2, 2));
+        assert_eq!((t.lost(), t.duplicates()), (0, 0));
+        // Without a bound on the window all 197 events after the missing one waited.
+        let mut big = Tracker::new();
+        for op in ops.iter().filter(|o| o.seq() != 1) {
+            big.push(op.clone(), &mut none);
+        }
+        assert_eq!(big.pending(), 198);
+        assert_eq!(big.state().totals.reorder_overflow, 0);
+    }
+
+    /// An event far past the window (a corrupt sequence number) does not allocate a window to
+    /// it: the numbers before it are given up on, counted, and the buffer stays within bound.
+    #[test]
+    fn a_far_sequence_number_does_not_grow_the_buffer() {
+        let slot = std::mem::size_of::<Option<Op>>();
+        let mut t = Tracker::with_bound(4 * slot);
+        let mut none = |_: &SnapshotPoint, _: &State| {};
+        t.push(alloc(0, 0, 0x100, 1, Kind::Device, 0, 1), &mut none);
+        t.push(alloc(1 << 40, 1, 0x200, 1, Kind::Device, 0, 1), &mut none);
+        assert!(t.buffer_bytes() <= 4 * slot);
+        // It waits at the window's far end for the three numbers before it.
+        assert_eq!((t.state().totals.alloc_count, t.pending()), (1, 1));
+        assert_eq!(t.state().totals.reorder_overflow, (1 << 40) - 4);
+        t.finish(&mut none);
+        assert_eq!((t.lost(), t.state().totals.alloc_count), ((1 << 40) - 1, 2));
+    }
+
+    /// An allocation and its free both given up on, the address taken and freed again before
+    /// they come (a caching allocator under 64 threads): counted as allocated and freed once.
+    #[test]
+    fn a_late_allocation_and_its_late_free_around_a_reuse_count_once() {
+        let slot = std::mem::size_of::<Option<Op>>();
+        let a = 0xa000;
+        // 0: alloc A (late), 1: free A (late), 2: alloc A, 3..: other addresses, then free A.
+        let mut ops =
+            vec![alloc(0, 0, a, 8, Kind::Device, 0, 1), free(1, 1, a, 0), alloc(2, 2, a, 16, Kind::Device, 0, 1)];
+        for i in 3..20u64 {
+            ops.push(alloc(i, i, 0x10_0000 + i * 0x100, 1, Kind::Device, 0, 2));
+        }
+        ops.push(free(20, 20, a, 0));
+        let mut t = Tracker::with_bound(4 * slot);
+        let mut none = |_: &SnapshotPoint, _: &State| {};
+        for op in &ops[2..20] {
+            t.push(op.clone(), &mut none);
+        }
+        // The late allocation comes while the address is live again; the late free after
+        // that allocation was freed too.
+        t.push(ops[0].clone(), &mut none);
+        t.push(ops[20].clone(), &mut none);
+        t.push(ops[1].clone(), &mut none);
+        t.finish(&mut none);
+        let tot = &t.state().totals;
+        assert_eq!((tot.alloc_count, tot.free_count, tot.gauge.live_count), (19, 2, 17));
+        assert_eq!((tot.replaced_count, tot.unknown_free_count, tot.late_count), (0, 0, 2));
+        assert_eq!(t.lost(), 0);
     }
 }

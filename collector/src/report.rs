@@ -219,6 +219,18 @@ pub struct Totals {
     /// Successful `cuMemUnmap` calls of a range that held no known mapping.
     #[serde(default)]
     pub unknown_unmap_count: u64,
+    /// Sequence numbers the collector stopped waiting for because its reorder buffer was full
+    /// (`GPUSHIM_REORDER_MIB`); absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reorder_overflow: u64,
+    /// Events of those numbers that arrived afterwards and were applied then, out of order;
+    /// absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub late_events: u64,
+    /// Sites (distinct stacks) with no live allocation that the collector forgot to stay
+    /// within `GPUSHIM_MAX_STACKS`; their counts are still in every total; absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub evicted_stacks: u64,
 }
 
 /// Live bytes and count with their peak.

@@ -35,6 +35,10 @@ fn is_shim(path: &str) -> bool {
     SHIM_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+/// At most about this many return addresses are kept symbolized (a cached address takes about
+/// 200 bytes with its names: about 40 MiB).
+pub const MAX_CACHED_ADDRESSES: usize = 200_000;
+
 /// Symbolizes stacks of one target process, caching per address.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
@@ -102,9 +106,25 @@ impl Symbolizer {
         frames
     }
 
+    /// Forgets what is kept for stack `id` (its Python frames): the collector evicted it.
+    pub fn forget_stack(&mut self, id: u32) {
+        self.python.forget_stack(id);
+    }
+
+    /// Addresses in the per-address cache.
+    #[cfg(test)]
+    pub(crate) fn cached(&self) -> usize {
+        self.cache.len()
+    }
+
     /// The frames of a stack of return addresses (innermost first): inlined calls expanded,
-    /// the shim's own frames dropped.
+    /// the shim's own frames dropped. The per-address cache is emptied first when it holds
+    /// more than [`MAX_CACHED_ADDRESSES`] (a long run's reports name ever new stacks): those
+    /// addresses are looked up again when needed, the modules stay parsed.
     pub fn stack(&mut self, addrs: &[u64]) -> Vec<Frame> {
+        if self.cache.len() > MAX_CACHED_ADDRESSES {
+            self.cache = HashMap::new();
+        }
         let mut todo: HashMap<usize, Vec<u64>> = HashMap::new();
         for &a in addrs {
             if self.cache.contains_key(&a) {
@@ -225,6 +245,22 @@ pub fn hex(v: u64) -> String {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    /// Stacks of ever new addresses: the per-address cache is emptied once it holds more than
+    /// its bound, so it never holds more than the bound plus one stack's addresses.
+    #[test]
+    fn the_address_cache_stays_within_its_bound() {
+        let mut s = Symbolizer::new();
+        let mut most = 0;
+        for k in 0..(MAX_CACHED_ADDRESSES / 1000 + 5) as u64 {
+            let addrs: Vec<u64> = (0..1000).map(|i| 0x10_0000 + (k * 1000 + i) * 16).collect();
+            assert_eq!(s.stack(&addrs).len(), 1000);
+            most = most.max(s.cached());
+        }
+        assert!(most <= MAX_CACHED_ADDRESSES + 1000, "{most}");
+        assert!(most > MAX_CACHED_ADDRESSES, "{most}");
+        assert!(s.cached() < 10_000, "emptied once past the bound: {}", s.cached());
+    }
+
     use super::*;
     use std::ffi::CStr;
 

@@ -55,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -755,6 +756,70 @@ static int metrics()
     return 0;
 }
 
+// ---- exit-time (issue 14: the program's exit is released within 50 ms, whatever the run's
+// length). The parent, which makes no CUDA call, runs itself 5 times as "exit-time-child N"
+// (traced like any program: LD_PRELOAD is inherited, each child has its own collector); a child
+// makes N cudaMalloc + cudaFree pairs of 4 KiB on device 0, then writes CLOCK_MONOTONIC (ns) on
+// the pipe its parent gave it as its last act and returns from main. The parent takes the same
+// clock when waitpid returns: the difference is what the exit cost. truth.json: the pairs and
+// each run's exit time in ms.
+static int exit_time_child(long n, int fd)
+{
+    for (long i = 0; i < n; i++) {
+        void *p = nullptr;
+        CHECK(cudaMalloc(&p, 4096));
+        CHECK(cudaFree(p));
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long stamp = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    if (write(fd, &stamp, sizeof stamp) != (ssize_t)sizeof stamp)
+        return 1;
+    return 0;
+}
+
+static int exit_time(const char *self, long n)
+{
+    const int runs = 5;
+    double ms[runs];
+    for (int r = 0; r < runs; r++) {
+        int fds[2];
+        if (pipe(fds) != 0)
+            return 1;
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            char nbuf[32], fdbuf[16];
+            snprintf(nbuf, sizeof nbuf, "%ld", n);
+            snprintf(fdbuf, sizeof fdbuf, "%d", fds[1]);
+            execl(self, self, "exit-time-child", nbuf, fdbuf, (char *)nullptr);
+            _exit(127);
+        }
+        close(fds[1]);
+        long long stamp = 0;
+        ssize_t got = read(fds[0], &stamp, sizeof stamp);
+        close(fds[0]);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long long end = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+        if (got != (ssize_t)sizeof stamp || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "exit-time: run %d failed (status %d)\n", r, status);
+            return 1;
+        }
+        ms[r] = (end - stamp) / 1e6;
+        printf("exit-time: run %d: %ld pairs, exit %.1f ms\n", r, n, ms[r]);
+    }
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f, "{\"pairs\": %ld, \"runs\": %d, \"exit_ms\": [", n, runs);
+    for (int r = 0; r < runs; r++)
+        fprintf(f, "%s%.3f", r ? ", " : "", ms[r]);
+    fprintf(f, "]}\n");
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -786,6 +851,10 @@ int main(int argc, char **argv)
         return pool_paths();
     if (!strcmp(c, "metrics"))
         return metrics();
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph|devices-per-thread|pool-paths|metrics\n");
+    if (!strcmp(c, "exit-time"))
+        return exit_time(argv[0], argc > 2 ? atol(argv[2]) : 1000000);
+    if (!strcmp(c, "exit-time-child") && argc > 3)
+        return exit_time_child(atol(argv[2]), atoi(argv[3]));
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph|devices-per-thread|pool-paths|metrics|exit-time [N]\n");
     return 2;
 }

@@ -35,7 +35,15 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
         &mut err,
     )
     .map(|m| crate::metrics::Config { input_fd: live.then_some(0), ..m });
-    let opts = collect::Options { output_dir: output, html, sample_driver: live, interval, metrics };
+    let opts = collect::Options {
+        output_dir: output,
+        html,
+        sample_driver: live,
+        interval,
+        metrics,
+        reorder_bytes: env_count("GPUSHIM_REORDER_MIB", &mut err).map(|m| m.saturating_mul(1 << 20)),
+        max_stacks: env_count("GPUSHIM_MAX_STACKS", &mut err),
+    };
     signals::ignore_file_size_signal();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {
         Some(path) => {
@@ -101,6 +109,24 @@ fn intervals(every: Option<&str>, keep: Option<&str>, err: &mut dyn Write) -> Op
     Some(collect::Intervals { every_ns: (secs * 1e9) as u64, keep })
 }
 
+/// A bound set in the environment (`GPUSHIM_REORDER_MIB`, `GPUSHIM_MAX_STACKS`): a whole
+/// number of at least 1, or `None` (the default) when unset; a bad value is said in one line
+/// on `err` and the default is used.
+fn env_count(name: &str, err: &mut dyn Write) -> Option<usize> {
+    count_setting(name, std::env::var(name).ok().as_deref(), err)
+}
+
+fn count_setting(name: &str, value: Option<&str>, err: &mut dyn Write) -> Option<usize> {
+    let v = value.filter(|v| !v.is_empty())?;
+    match v.trim().replace('_', "").parse::<usize>() {
+        Ok(n) if n >= 1 => Some(n),
+        _ => {
+            let _ = writeln!(err, "gpushim: {name}={v} is not a whole number of at least 1; using the default");
+            None
+        }
+    }
+}
+
 /// Tells the shim, through the socket that is our stdin, that the whole stream was read: one
 /// byte, then both directions of the socket are shut down, so that the shim, which waits for
 /// the end of the socket, lets the program exit now while the report is finished (the
@@ -146,6 +172,22 @@ mod tests {
             String::from_utf8(err).unwrap(),
             "gpushim: GPUSHIM_REPORT_INTERVAL=soon is not a number of seconds above 0; no interval reports\n\
              gpushim: GPUSHIM_REPORT_KEEP=0 is not a number of reports of 1 or more; keeping 3\n"
+        );
+    }
+
+    #[test]
+    fn bounds_from_the_environment_and_their_bad_values() {
+        let mut err = Vec::new();
+        assert_eq!(count_setting("GPUSHIM_MAX_STACKS", None, &mut err), None);
+        assert_eq!(count_setting("GPUSHIM_MAX_STACKS", Some("5000"), &mut err), Some(5000));
+        assert_eq!(count_setting("GPUSHIM_MAX_STACKS", Some("100_000"), &mut err), Some(100_000));
+        assert!(err.is_empty());
+        assert_eq!(count_setting("GPUSHIM_REORDER_MIB", Some("0"), &mut err), None);
+        assert_eq!(count_setting("GPUSHIM_REORDER_MIB", Some("lots"), &mut err), None);
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "gpushim: GPUSHIM_REORDER_MIB=0 is not a whole number of at least 1; using the default\n\
+             gpushim: GPUSHIM_REORDER_MIB=lots is not a whole number of at least 1; using the default\n"
         );
     }
 }
