@@ -133,6 +133,9 @@ run_case fault_graph -- "$WORK/bin/faults" graph
 run_case fault_pool_paths -- "$WORK/bin/faults" pool-paths
 run_case fault_pool_paths_nocache GPUSHIM_UNWIND_CACHE=0 -- "$WORK/bin/faults" pool-paths
 run_case fault_graph_shared -- "$WORK/bin/faults_shared" graph
+# Issue 18: no capture-state query outside captures; captures begun every way still make graph nodes.
+run_case fault_capture_paths -- "$WORK/bin/faults" capture-paths
+run_case fault_capture_paths_shared -- "$WORK/bin/faults_shared" capture-paths
 # Issue 13: whose code a stack is, one suspect per cause, threads.
 run_case fault_cublas_threads -- "$WORK/bin/vendor_threads" cublas-per-thread 100
 run_case fault_logits -- $PY T13_logits $T
