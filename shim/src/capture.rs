@@ -23,10 +23,11 @@
 //! end succeeded or said the capture was invalidated (both end the capture: CUDA Driver API,
 //! `cuStreamEndCapture`, "If the capture was invalidated ... a NULL graph will be returned"),
 //! or when a failed begin leaves the stream not capturing; when the slots are full, captures are
-//! counted as in progress for the rest of the process.
+//! counted as in progress for the rest of the process. A driver that offers a way to begin a
+//! capture that the shim does not wrap (`UNWRAPPED_BEGINS`) keeps every call asking.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 
 /// Capture origins the table can hold; more at once make [`ACTIVE`] stay above 0 for good.
 const SLOTS_N: usize = 64;
@@ -34,8 +35,16 @@ const SLOTS_N: usize = 64;
 const EMPTY: AtomicU64 = AtomicU64::new(0);
 /// The key ([`key`]) of each capture origin in progress; 0 for a free slot.
 static SLOTS: [AtomicU64; SLOTS_N] = [EMPTY; SLOTS_N];
-/// Occupied slots plus begins that found no free slot (never taken back).
-static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// Occupied slots, plus begins that found no free slot (never taken back), plus 1 until the
+/// driver is checked for begin functions the shim does not wrap ([`any`]), for good if it has one.
+static ACTIVE: AtomicUsize = AtomicUsize::new(1);
+/// Whether the driver was checked ([`still_any`]).
+static CHECKED: AtomicBool = AtomicBool::new(false);
+/// Functions that begin a capture and that the shim does not wrap: a driver that has any of them
+/// (CUDA 13.3's `cuStreamBeginRecaptureToGraph`, the CUDA-in-graphics `cuStreamBeginCaptureToCig`)
+/// keeps every stream-ordered call asking `cuStreamIsCapturing`, as before.
+const UNWRAPPED_BEGINS: [&std::ffi::CStr; 3] =
+    [c"cuStreamBeginRecaptureToGraph", c"cuStreamBeginRecaptureToGraph_ptsz", c"cuStreamBeginCaptureToCig"];
 
 /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` (`cuda.h`): the end of an invalidated capture, which
 /// ends it.
@@ -45,6 +54,17 @@ const INVALIDATED: c_int = 901;
 /// began has ended (one load).
 #[inline]
 pub fn any() -> bool {
+    ACTIVE.load(Acquire) != 0 && still_any()
+}
+
+/// [`any`] once the count is not 0: the first call checks the loaded driver for begin functions
+/// the shim does not wrap (called after a stream-ordered call returned, so the driver is loaded;
+/// without a driver, nothing can capture) and drops the count's initial 1 if it has none.
+#[inline(never)]
+fn still_any() -> bool {
+    if !CHECKED.swap(true, AcqRel) && !UNWRAPPED_BEGINS.iter().any(|n| crate::real::driver_has(n)) {
+        ACTIVE.fetch_sub(1, SeqCst);
+    }
     ACTIVE.load(Acquire) != 0
 }
 

@@ -119,6 +119,11 @@ fn lookup_in_cuda_libraries(name: &CStr, driver: bool) -> usize {
     found
 }
 
+/// Whether a loaded CUDA driver library exports `name`.
+pub fn driver_has(name: &CStr) -> bool {
+    lookup_in_cuda_libraries(name, true) != 0
+}
+
 /// Records the exported address of every driver variant from the driver library that holds
 /// `driver_fn` (the real `cuGetProcAddress`), once.
 pub fn learn_driver(driver_fn: usize) {
