@@ -135,6 +135,9 @@ run_case fault_pool_paths_nocache GPUSHIM_UNWIND_CACHE=0 -- "$WORK/bin/faults" p
 run_case fault_graph_shared -- "$WORK/bin/faults_shared" graph
 # Issue 14: Prometheus metrics, scraped by the program itself from its collector (a free port).
 run_case fault_metrics GPUSHIM_METRICS=127.0.0.1:0 -- "$WORK/bin/faults" metrics
+# Issue 18: no capture-state query outside captures; captures begun every way still make graph nodes.
+run_case fault_capture_paths -- "$WORK/bin/faults" capture-paths
+run_case fault_capture_paths_shared -- "$WORK/bin/faults_shared" capture-paths
 # Issue 13: whose code a stack is, one suspect per cause, threads.
 run_case fault_cublas_threads -- "$WORK/bin/vendor_threads" cublas-per-thread 100
 # NCCL from PyTorch's nvidia-nccl wheel (the GPU machine has no system NCCL).

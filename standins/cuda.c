@@ -9,6 +9,7 @@
  * - STANDIN_DEVICE_BYTES (default 80 GiB) bounds live device+managed bytes;
  *   an allocation beyond it returns CUDA_ERROR_OUT_OF_MEMORY.
  * - standin_calls(name) reports how often each exported function was entered.
+ * - cuDeviceGetCount says STANDIN_DEVICES (1 to 16, default 1).
  * - Virtual memory management (cuMemCreate, cuMemMap, ...) lives in cuda_vmm.c: memory is
  *   freed once every reference is released and every mapping unmapped.
  * - Streams are opaque: the handles 0x5000 + N stand for a stream of device N (N < 16), for
@@ -84,6 +85,12 @@ API unsigned long standin_calls(const char *function_name)
 {
     if (function_name == NULL)
         return 0;
+    if (strcmp(function_name, "cuStreamIsCapturing") == 0)
+        return atomic_load_explicit(&standin_is_capturing_calls, memory_order_relaxed);
+    if (strcmp(function_name, "cuStreamGetDevice") == 0)
+        return atomic_load_explicit(&standin_stream_device_calls, memory_order_relaxed);
+    if (strcmp(function_name, "cuCtxGetDevice") == 0)
+        return atomic_load_explicit(&standin_ctx_device_calls, memory_order_relaxed);
     for (int i = 0; i < FN_COUNT; i++)
         if (strcmp(fn_names[i], function_name) == 0)
             return atomic_load_explicit(&fn_calls[i], memory_order_relaxed);
@@ -116,7 +123,10 @@ static CUresult impl_cuDeviceGetCount(int *count)
     COUNT(cuDeviceGetCount);
     if (count == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    *count = 1;
+    /* STANDIN_DEVICES (1 to 16, default 1): how many devices the process sees. */
+    const char *env = getenv("STANDIN_DEVICES");
+    int n = env != NULL ? atoi(env) : 1;
+    *count = n >= 1 && n <= 16 ? n : 1;
     return CUDA_SUCCESS;
 }
 
@@ -388,8 +398,11 @@ static const struct proc procs[] = {
     {"cuGraphLaunch", FP(impl_cuGraphLaunch), NULL, 0, FP(impl_cuGraphLaunch_ptsz)},
     {"cuGraphExecDestroy", FP(impl_cuGraphExecDestroy), NULL, 0, NULL},
     {"cuDeviceGraphMemTrim", FP(impl_cuDeviceGraphMemTrim), NULL, 0, NULL},
-    {"cuStreamBeginCapture", FP(impl_cuStreamBeginCapture_v2), NULL, 10010, NULL},
-    {"cuStreamEndCapture", FP(impl_cuStreamEndCapture), NULL, 0, NULL},
+    {"cuStreamBeginCapture", FP(impl_cuStreamBeginCapture_v2), FP(impl_cuStreamBeginCapture_v1), 10010,
+     FP(impl_cuStreamBeginCapture_v2_ptsz)},
+    {"cuStreamBeginCaptureToGraph", FP(impl_cuStreamBeginCaptureToGraph), NULL, 0,
+     FP(impl_cuStreamBeginCaptureToGraph_ptsz)},
+    {"cuStreamEndCapture", FP(impl_cuStreamEndCapture), NULL, 0, FP(impl_cuStreamEndCapture_ptsz)},
     {"cuStreamIsCapturing", FP(impl_cuStreamIsCapturing), NULL, 0, NULL},
     {"cuGetProcAddress", FP(impl_cuGetProcAddress_v2), FP(impl_cuGetProcAddress_v1), 12000, NULL},
 };

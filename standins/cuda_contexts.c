@@ -180,8 +180,11 @@ CUresult impl_cuCtxDestroy_v2(void *ctx)
     return CUDA_SUCCESS;
 }
 
+atomic_ulong standin_stream_device_calls, standin_ctx_device_calls;
+
 CUresult impl_cuCtxGetDevice(int *device)
 {
+    atomic_fetch_add_explicit(&standin_ctx_device_calls, 1, memory_order_relaxed);
     if (device == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *device = current()->device;
@@ -228,6 +231,7 @@ API CUresult cuCtxPopCurrent_v2(void **pctx)
 
 API CUresult cuStreamGetDevice(CUstream stream, int *device)
 {
+    atomic_fetch_add_explicit(&standin_stream_device_calls, 1, memory_order_relaxed);
     if (device == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (graph_capture_unsupported(stream))

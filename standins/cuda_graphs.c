@@ -17,6 +17,7 @@
 #include "cuda_table.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,11 @@ static struct {
     CUstream stream;
     struct graph *graph;
     int invalidated; /* a call the capture does not support was made on the stream */
+    int borrowed;    /* the program's graph (cuStreamBeginCaptureToGraph): not freed here */
 } captures[MAX_CAPTURES];
+
+/* Calls of cuStreamIsCapturing, for standin_calls. */
+atomic_ulong standin_is_capturing_calls;
 
 static struct graph *capturing_locked(CUstream s)
 {
@@ -286,27 +291,65 @@ CUresult impl_cuGraphExecDestroy(CUgraphExec he)
 
 CUresult impl_cuDeviceGraphMemTrim(int device) { return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
-CUresult impl_cuStreamBeginCapture_v2(CUstream s, int mode)
+/* Starts capturing `s` into `into` (the program's graph) or, if NULL, a new graph. */
+static CUresult begin_capture(CUstream s, struct graph *into)
 {
-    (void)mode;
     if ((uintptr_t)s <= 1)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot capture */
-    struct graph *g = calloc(1, sizeof *g);
+    struct graph *g = into != NULL ? into : calloc(1, sizeof *g);
     if (g == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&graph_lock);
+    if (capturing_locked(s) != NULL) {
+        pthread_mutex_unlock(&graph_lock);
+        if (into == NULL)
+            free(g);
+        return CUDA_ERROR_ILLEGAL_STATE; /* already capturing */
+    }
     for (int i = 0; i < MAX_CAPTURES; i++) {
         if (captures[i].graph == NULL) {
             captures[i].stream = s;
             captures[i].graph = g;
             captures[i].invalidated = 0;
+            captures[i].borrowed = into != NULL;
             pthread_mutex_unlock(&graph_lock);
             return CUDA_SUCCESS;
         }
     }
     pthread_mutex_unlock(&graph_lock);
-    free(g);
+    if (into == NULL)
+        free(g);
     return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult impl_cuStreamBeginCapture_v2(CUstream s, int mode)
+{
+    (void)mode;
+    return begin_capture(s, NULL);
+}
+
+/* The per-thread-default-stream ABI: handle 0 is CU_STREAM_PER_THREAD (2). */
+#define PER_THREAD(s) ((s) == NULL ? (CUstream)(uintptr_t)2 : (s))
+
+CUresult impl_cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) { return impl_cuStreamBeginCapture_v2(PER_THREAD(s), mode); }
+CUresult impl_cuStreamBeginCapture_v1(CUstream s) { return impl_cuStreamBeginCapture_v2(s, 0); }
+CUresult impl_cuStreamBeginCapture_v1_ptsz(CUstream s) { return impl_cuStreamBeginCapture_v2(PER_THREAD(s), 0); }
+
+/* cuStreamBeginCaptureToGraph(CUstream, CUgraph, const CUgraphNode *deps, const CUgraphEdgeData
+ * *edgeData, size_t numDeps, CUstreamCaptureMode): dependencies are not modelled. */
+CUresult impl_cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps, const void *data, size_t n,
+                                          int mode)
+{
+    (void)deps, (void)data, (void)n, (void)mode;
+    if (g == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return begin_capture(s, g);
+}
+
+CUresult impl_cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps, const void *data,
+                                               size_t n, int mode)
+{
+    return impl_cuStreamBeginCaptureToGraph(PER_THREAD(s), g, deps, data, n, mode);
 }
 
 CUresult impl_cuStreamEndCapture(CUstream s, CUgraph *out)
@@ -318,7 +361,7 @@ CUresult impl_cuStreamEndCapture(CUstream s, CUgraph *out)
         if (captures[i].graph != NULL && captures[i].stream == s) {
             int invalidated = captures[i].invalidated;
             *out = invalidated ? NULL : captures[i].graph;
-            if (invalidated)
+            if (invalidated && !captures[i].borrowed)
                 free(captures[i].graph);
             captures[i].graph = NULL;
             pthread_mutex_unlock(&graph_lock);
@@ -328,6 +371,8 @@ CUresult impl_cuStreamEndCapture(CUstream s, CUgraph *out)
     pthread_mutex_unlock(&graph_lock);
     return CUDA_ERROR_INVALID_VALUE;
 }
+
+CUresult impl_cuStreamEndCapture_ptsz(CUstream s, CUgraph *out) { return impl_cuStreamEndCapture(PER_THREAD(s), out); }
 
 /* A call the driver does not support on a capturing stream (measured on the H200 with CUDA 13.0:
  * cuStreamGetDevice returns 900, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture's end
@@ -348,6 +393,7 @@ int graph_capture_unsupported(CUstream s)
 
 CUresult impl_cuStreamIsCapturing(CUstream s, int *status)
 {
+    atomic_fetch_add_explicit(&standin_is_capturing_calls, 1, memory_order_relaxed);
     if (status == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&graph_lock);
@@ -384,4 +430,17 @@ API CUresult cuGraphExecDestroy(CUgraphExec e) { return impl_cuGraphExecDestroy(
 API CUresult cuDeviceGraphMemTrim(int device) { return impl_cuDeviceGraphMemTrim(device); }
 API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) { return impl_cuStreamBeginCapture_v2(s, mode); }
 API CUresult cuStreamEndCapture(CUstream s, CUgraph *g) { return impl_cuStreamEndCapture(s, g); }
+API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) { return impl_cuStreamEndCapture_ptsz(s, g); }
+API CUresult cuStreamBeginCapture(CUstream s) { return impl_cuStreamBeginCapture_v1(s); }
+API CUresult cuStreamBeginCapture_ptsz(CUstream s) { return impl_cuStreamBeginCapture_v1_ptsz(s); }
+API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) { return impl_cuStreamBeginCapture_v2_ptsz(s, mode); }
+API CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *d, const void *e, size_t n, int mode)
+{
+    return impl_cuStreamBeginCaptureToGraph(s, g, d, e, n, mode);
+}
+API CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *d, const void *e, size_t n,
+                                              int mode)
+{
+    return impl_cuStreamBeginCaptureToGraph_ptsz(s, g, d, e, n, mode);
+}
 API CUresult cuStreamIsCapturing(CUstream s, int *status) { return impl_cuStreamIsCapturing(s, status); }

@@ -87,6 +87,16 @@ CUresult impl_cuGraphExecDestroy(CUgraphExec e);
 CUresult impl_cuDeviceGraphMemTrim(int device);
 CUresult impl_cuStreamBeginCapture_v2(CUstream s, int mode);
 CUresult impl_cuStreamEndCapture(CUstream s, CUgraph *g);
+CUresult impl_cuStreamEndCapture_ptsz(CUstream s, CUgraph *g);
+CUresult impl_cuStreamBeginCapture_v2_ptsz(CUstream s, int mode);
+CUresult impl_cuStreamBeginCapture_v1(CUstream s);
+CUresult impl_cuStreamBeginCapture_v1_ptsz(CUstream s);
+CUresult impl_cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps, const void *data, size_t n,
+                                          int mode);
+CUresult impl_cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps, const void *data,
+                                               size_t n, int mode);
+/* Calls of cuStreamIsCapturing, cuStreamGetDevice and cuCtxGetDevice, for standin_calls. */
+extern atomic_ulong standin_is_capturing_calls, standin_stream_device_calls, standin_ctx_device_calls;
 CUresult impl_cuStreamIsCapturing(CUstream s, int *status);
 
 /* The array functions (cuda_arrays.c), for cuGetProcAddress's table in cuda.c. */

@@ -548,6 +548,7 @@ def checks():
     fault_rows()
     metrics_rows()
     pool_paths_rows()
+    capture_paths_rows()
     graph_rows()
     torch_snapshot_rows()
     owner_rows()
@@ -1059,6 +1060,32 @@ def graph_rows():
             and unlaunched.startswith(want_note),
             f"used at capture {mib(t['used_at_capture'])}; trim {mib(t['used_before_trim'])} -> "
             f"{mib(t['used_after_trim'])}",
+        )
+
+
+def capture_paths_rows():
+    """fault_capture_paths(_shared) (faults.cu capture-paths, issue 18): allocations captured on a
+    stream that joined a capture by an event, into the program's graph, and on the per-thread
+    stream are graph nodes, never live, while pool hits outside captures are counted exactly."""
+    for case in ("fault_capture_paths", "fault_capture_paths_shared"):
+        t, r, _ = load(case)
+        if not (r and "live" in t):
+            missing(case)
+            continue
+        tot = r["totals"]
+        unlaunched = next((n for n in r["notes"] if "that no launch reached" in n), "")
+        want = f"{t['unlaunched'] / MIB:.1f} MiB in {t['nodes']} graph allocation nodes that no launch reached"
+        row(
+            case,
+            "captured (joined stream, to-graph, per-thread stream): not live; pool hits counted",
+            f"{mib(t['live'])} live; {t['allocs']} allocs, {t['frees']} frees; {want.split(' that ')[0]}",
+            f"{mib(kind(r, 'device'))} live; {tot['alloc_count']} allocs, {tot['free_count']} frees; "
+            + (unlaunched.split(" that ")[0] if unlaunched else "no unlaunched note"),
+            kind(r, "device") == t["live"]
+            and tot["alloc_count"] == t["allocs"]
+            and tot["free_count"] == t["frees"]
+            and tot["unknown_free_count"] == 0
+            and unlaunched.startswith(want),
         )
 
 

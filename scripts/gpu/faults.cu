@@ -820,6 +820,67 @@ static int exit_time(const char *self, long n)
     return 0;
 }
 
+// ---- capture-paths (issue 18): stream-ordered calls ask no capture state while no capture is in
+// progress; every way a capture begins must still make its allocations graph nodes. Three captures,
+// each of a cudaMallocAsync whose graph is destroyed unlaunched: (1) on a stream that joined the
+// capture of another by waiting on its event (it never began a capture itself); (2) through
+// cudaStreamBeginCaptureToGraph into the program's graph; (3) on the per-thread default stream.
+// Pool hits before, between and after; 1 MiB kept. Live: 1 MiB; unlaunched: 4 + 8 + 2 MiB in 3 nodes.
+__attribute__((noinline)) static void capture_pool_pairs(cudaStream_t s, int n)
+{
+    for (int i = 0; i < n; i++) {
+        void *p = nullptr;
+        CHECK(cudaMallocAsync(&p, 4096, s));
+        CHECK(cudaFreeAsync(p, s));
+    }
+}
+
+static int capture_paths()
+{
+    cudaStream_t s1, s2;
+    CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    cudaEvent_t fork_ev, join_ev;
+    CHECK(cudaEventCreateWithFlags(&fork_ev, cudaEventDisableTiming));
+    CHECK(cudaEventCreateWithFlags(&join_ev, cudaEventDisableTiming));
+    capture_pool_pairs(s1, 1000);
+    // 1. s2 joins s1's capture through an event (CUDA Programming Guide, "Cross-stream
+    // Dependencies and Events").
+    CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+    CHECK(cudaEventRecord(fork_ev, s1));
+    CHECK(cudaStreamWaitEvent(s2, fork_ev, 0));
+    (void)captured_alloc(4 * MiB, s2);
+    CHECK(cudaEventRecord(join_ev, s2));
+    CHECK(cudaStreamWaitEvent(s1, join_ev, 0));
+    cudaGraph_t g1;
+    CHECK(cudaStreamEndCapture(s1, &g1));
+    CHECK(cudaGraphDestroy(g1));
+    capture_pool_pairs(s2, 1000);
+    // 2. Into the program's own graph.
+    cudaGraph_t g2;
+    CHECK(cudaGraphCreate(&g2, 0));
+    CHECK(cudaStreamBeginCaptureToGraph(s1, g2, nullptr, nullptr, 0, cudaStreamCaptureModeGlobal));
+    (void)captured_alloc(8 * MiB, s1);
+    cudaGraph_t same;
+    CHECK(cudaStreamEndCapture(s1, &same));
+    CHECK(cudaGraphDestroy(g2));
+    // 3. The per-thread default stream.
+    CHECK(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
+    (void)captured_alloc(2 * MiB, cudaStreamPerThread);
+    cudaGraph_t g3;
+    CHECK(cudaStreamEndCapture(cudaStreamPerThread, &g3));
+    CHECK(cudaGraphDestroy(g3));
+    capture_pool_pairs(s1, 1000);
+    void *kept = nullptr;
+    CHECK(cudaMallocAsync(&kept, 1 * MiB, s1));
+    CHECK(cudaDeviceSynchronize());
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f, "{\"live\": %zu, \"unlaunched\": %zu, \"nodes\": 3, \"allocs\": %d, \"frees\": %d}\n", 1 * MiB,
+            14 * MiB, 3001, 3000);
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -855,6 +916,8 @@ int main(int argc, char **argv)
         return exit_time(argv[0], argc > 2 ? atol(argv[2]) : 1000000);
     if (!strcmp(c, "exit-time-child") && argc > 3)
         return exit_time_child(atol(argv[2]), atoi(argv[3]));
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph|devices-per-thread|pool-paths|metrics|exit-time [N]\n");
+    if (!strcmp(c, "capture-paths"))
+        return capture_paths();
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph|devices-per-thread|pool-paths|metrics|exit-time [N]|capture-paths\n");
     return 2;
 }

@@ -39,6 +39,7 @@
 
 mod alloc_watch;
 mod api;
+mod capture;
 mod clock;
 mod config;
 mod event;

@@ -14,7 +14,7 @@
 use crate::hook::{Hook, N};
 use crate::loader::{self, dlsym, empty_dl_info, for_each_module, is_own, noload_handle};
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::Relaxed};
 
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: AtomicUsize = AtomicUsize::new(0);
@@ -117,6 +117,11 @@ fn lookup_in_cuda_libraries(name: &CStr, driver: bool) -> usize {
         }
     });
     found
+}
+
+/// Whether a loaded CUDA driver library exports `name`.
+pub fn driver_has(name: &CStr) -> bool {
+    lookup_in_cuda_libraries(name, true) != 0
 }
 
 /// Records the exported address of every driver variant from the driver library that holds
@@ -300,13 +305,52 @@ pub fn current_context() -> Option<usize> {
     (unsafe { f(&mut ctx) } == 0 && !ctx.is_null()).then_some(ctx as usize)
 }
 
+/// How many devices the driver shows, once known ([`one_device`]); 0 until then.
+static DEVICES: AtomicI32 = AtomicI32::new(0);
+
+/// Whether the process sees exactly one device, whose ordinal is then 0 for every stream and
+/// context. `cuDeviceGetCount` (CUDA Driver API, "Device Management": no context needed, no
+/// stream touched) is asked once, at the first call after a successful allocation (the driver
+/// is initialized by then) while no stream capture is in progress; the count cannot change in
+/// a process (`CUDA_VISIBLE_DEVICES` is read once, at `cuInit`). False until known.
+pub fn one_device() -> bool {
+    match DEVICES.load(Relaxed) {
+        1 => true,
+        0 if !crate::capture::any() => {
+            let n = device_count();
+            if n > 0 {
+                DEVICES.store(n, Relaxed);
+            }
+            n == 1
+        }
+        _ => false,
+    }
+}
+
+/// The ordinal a successful allocation's `device` stands for: `device` itself, or for
+/// [`DEV_CURRENT`] the current device, 0 without asking when the process sees one device.
+/// `ok` is false for a failed call (which may have had no context: then asked).
+pub fn device_of(device: i32, ok: bool) -> i32 {
+    if device != DEV_CURRENT {
+        device
+    } else if ok && one_device() {
+        0
+    } else {
+        current_device()
+    }
+}
+
 /// The device of a stream-ordered allocation: the device of `stream` (`cuStreamGetDevice`,
 /// CUDA 12.8 and later), which need not be the calling thread's current one; for the legacy and
 /// per-thread default streams (handles 0, 1 and 2, `cuda.h`), or without that function,
-/// `DEV_CURRENT` (the current device).
+/// `DEV_CURRENT` (the current device). 0 without asking when the process sees one device: every
+/// stream is then device 0's.
 pub fn stream_device(stream: *mut c_void) -> i32 {
     if (stream as usize) <= 2 {
         return DEV_CURRENT;
+    }
+    if one_device() {
+        return 0;
     }
     let f = driver_helper(&STREAM_GET_DEVICE, c"cuStreamGetDevice");
     if f == 0 {
@@ -482,11 +526,18 @@ pub fn per_thread(stream: *mut c_void) -> *mut c_void {
 /// Whether `stream` is capturing into a graph (`cuStreamIsCapturing` says
 /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`, 1): a stream-ordered allocation or free on it then adds a
 /// node to the graph being captured instead of allocating or freeing (CUDA Programming Guide,
-/// "Graph Memory Nodes", stream capture). The legacy default stream (handles 0 and 1,
-/// `cuda.h`) cannot capture and is not asked: asking about it while another stream captures
-/// is an error (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`). The runtime's `cudaStream_t` and the
-/// driver's `CUstream` are the same handle. False without the function.
+/// "Graph Memory Nodes", stream capture). Not asked while no capture is in progress in the
+/// process (`capture.rs`: no stream captures then; one load instead of a driver call).
+#[inline]
 pub fn capturing(stream: *mut c_void) -> bool {
+    crate::capture::any() && capturing_now(stream)
+}
+
+/// [`capturing`], asked of the driver whatever the captures seen. The legacy default stream
+/// (handles 0 and 1, `cuda.h`) cannot capture and is not asked: asking about it while another
+/// stream captures is an error (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`). The runtime's
+/// `cudaStream_t` and the driver's `CUstream` are the same handle. False without the function.
+pub fn capturing_now(stream: *mut c_void) -> bool {
     if (stream as usize) <= 1 {
         return false;
     }

@@ -233,7 +233,7 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
             return;
         }
         let Some(tx) = sender() else { return };
-        let mut device = if device == DEV_CURRENT { real::current_device() } else { device };
+        let mut device = real::device_of(device, result == 0);
         if result == 0 && matches!(api, Api::CudaMallocFromPoolAsync | Api::CuMemAllocFromPoolAsync) {
             // A pool's memory is on the pool's location, which may be another device than
             // the stream's (`cuMemPoolCreate`'s `location`); the pointer tells it.
@@ -346,7 +346,7 @@ pub fn graph_node(api: Api, kind: Kind, addr: u64, size: u64, device: i32, graph
             return;
         }
         let Some(tx) = sender() else { return };
-        let device = if device == DEV_CURRENT { real::current_device() } else { device };
+        let device = real::device_of(device, true);
         let frames = capture();
         let py = python::capture();
         let ts_ns = sys::now_ns();

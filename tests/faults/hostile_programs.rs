@@ -522,6 +522,36 @@ fn a_captured_allocation_of_a_graph_destroyed_unlaunched_is_never_live() {
 }
 
 #[test]
+fn stream_captures_begun_every_way_make_graph_nodes_and_no_capture_means_no_capture_query() {
+    // The shim asked the driver a stream's capture state twice and its device once per pool-hit
+    // pair (100 to 300 ns each on a real driver): now neither while no capture is in progress,
+    // nor the device when the process sees one GPU. Captures begun through the runtime, the
+    // per-thread stream's driver ABI, cuStreamBeginCaptureToGraph and CUDA 10.0's ABI
+    // (cuGetProcAddress) still make graph nodes, never live allocations.
+    let (t, d) = hostile("capture-queries");
+    let counts = |when: &str| {
+        let line = d.stdout.iter().find(|l| l.starts_with(when)).unwrap_or_else(|| panic!("{d}"));
+        line.split(' ').skip(1).map(|kv| kv.split('=').nth(1).unwrap().parse::<u64>().unwrap()).collect::<Vec<_>>()
+    };
+    let before = counts("before ");
+    assert_eq!(before, vec![0, 0, 0], "no capture query, no device query outside captures{d}");
+    let captured = counts("captured ");
+    assert!(captured[0] >= 4, "each captured allocation asked{d}");
+    assert_eq!(counts("after "), captured, "none after the captures ended{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(total(&r, "live_bytes"), MIB, "{d}");
+    assert_eq!(total(&r, "alloc_count"), 201, "{d}");
+    assert_eq!(total(&r, "free_count"), 200, "{d}");
+    let notes = notes(&r);
+    assert!(
+        notes.contains(
+            &"15.0 MiB in 4 graph allocation nodes that no launch reached: never allocated, not counted as live"
+        ),
+        "{notes:?}"
+    );
+}
+
+#[test]
 fn a_captured_allocation_is_live_from_launch_and_auto_free_frees_it_at_each_relaunch() {
     let (t, d) = hostile("graph-capture-launch");
     let r = d.report_in(t.dir.path());

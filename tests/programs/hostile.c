@@ -470,6 +470,10 @@ static int scenario_small_stack(void)
 /* device-reset: 64 MiB and 1 MiB of pinned memory, cudaDeviceReset (the context and its device
  * memory go), 1 MiB, then the driver's cuCtxDestroy of the current context (through dlsym), and
  * 2 MiB.  Live at exit: 2 MiB of device memory and the 1 MiB pinned. */
+/* The stand-in driver shows 4 devices to this process (STANDIN_DEVICES), as a machine with
+ * several GPUs does: the scenarios that use devices 1 to 3 call it before any CUDA call. */
+static void four_devices(void) { setenv("STANDIN_DEVICES", "4", 1); }
+
 static int scenario_device_reset(void)
 {
     (void)kept_alloc(64 * MiB);
@@ -492,6 +496,7 @@ static int scenario_device_reset(void)
  * through the runtime, 4 MiB on GPU 1 through the driver, 1 MiB on GPU 0. */
 static int scenario_stream_device(void)
 {
+    four_devices();
     cudaStream_t on_gpu1 = (cudaStream_t)(uintptr_t)0x5001;
     void *p = NULL;
     check("cudaMallocAsync", cudaMallocAsync(&p, 8 * MiB, on_gpu1));
@@ -597,6 +602,7 @@ static int scenario_ctx_device_memory(void)
  * 10 MiB on GPU 1, nothing on GPU 0. */
 static int scenario_pool_device(void)
 {
+    four_devices();
     CUresult (*pool_create)(CUmemoryPool *, const CUmemPoolProps *) =
         (CUresult(*)(CUmemoryPool *, const CUmemPoolProps *))driver_fn("cuMemPoolCreate");
     CUresult (*alloc_from)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
@@ -621,6 +627,7 @@ static int scenario_pool_device(void)
  * 1 has 32 MiB free of 64 (device 0 has 16). */
 static int scenario_oom_device(void)
 {
+    four_devices();
     cudaStream_t on_gpu1 = (cudaStream_t)(uintptr_t)0x5001;
     void *p = NULL;
     check("cudaMalloc", cudaMalloc(&p, 48 * MiB));
@@ -874,6 +881,79 @@ static int scenario_graph_capture_unlaunched(void)
     return 0;
 }
 
+/* capture-queries: 100 pool-hit pairs on a stream of device 0 before any capture; then four
+ * captures of a cudaMallocAsync/cuMemAllocAsync, each begun and ended another way (the runtime,
+ * whose driver table comes from cuGetProcAddress; the driver's _v2_ptsz on the per-thread
+ * stream by dlsym; cuStreamBeginCaptureToGraph and CUDA 10.0's cuStreamBeginCapture through
+ * cuGetProcAddress); each graph destroyed unlaunched; then 100 pairs more and 1 MiB kept.
+ * Prints how often the stand-in driver was asked a stream's capture state and device before,
+ * during and after the captures. Live: 1 MiB. */
+NOINLINE static void pool_pairs(int n)
+{
+    for (int i = 0; i < n; i++) {
+        void *p = NULL;
+        check("cudaMallocAsync", cudaMallocAsync(&p, 4096, CAPTURE_STREAM));
+        check("cudaFreeAsync", cudaFreeAsync(p, CAPTURE_STREAM));
+    }
+}
+
+NOINLINE static void capture_query_counts(const char *when)
+{
+    unsigned long (*calls)(const char *) = (unsigned long (*)(const char *))driver_fn("standin_calls");
+    printf("%s is_capturing=%lu stream_device=%lu ctx_device=%lu\n", when, calls("cuStreamIsCapturing"),
+           calls("cuStreamGetDevice"), calls("cuCtxGetDevice"));
+}
+
+static int scenario_capture_queries(void)
+{
+    typedef CUresult (*Begin2)(CUstream, int);
+    typedef CUresult (*Begin1)(CUstream);
+    typedef CUresult (*BeginToGraph)(CUstream, CUgraph, const void *, const void *, size_t, int);
+    typedef CUresult (*End)(CUstream, CUgraph *);
+    typedef CUresult (*AllocAsync)(CUdeviceptr *, size_t, CUstream);
+    PFN_cuGetProcAddress_v1 gpa = (PFN_cuGetProcAddress_v1)driver_fn("cuGetProcAddress");
+    PFN_cuGraphCreate graph_create = (PFN_cuGraphCreate)driver_fn("cuGraphCreate");
+    PFN_cuGraphDestroy graph_destroy = (PFN_cuGraphDestroy)driver_fn("cuGraphDestroy");
+    AllocAsync alloc_async = (AllocAsync)driver_fn("cuMemAllocAsync");
+    pool_pairs(100);
+    capture_query_counts("before");
+    /* 1. The runtime. */
+    check("cudaStreamBeginCapture", cudaStreamBeginCapture(CAPTURE_STREAM, cudaStreamCaptureModeGlobal));
+    (void)captured_alloc(1 * MiB);
+    cudaGraph_t g = NULL;
+    check("cudaStreamEndCapture", cudaStreamEndCapture(CAPTURE_STREAM, &g));
+    check("cudaGraphDestroy", cudaGraphDestroy(g));
+    /* 2. The per-thread default stream, by dlsym. */
+    check_cu("cuStreamBeginCapture_v2_ptsz", ((Begin2)driver_fn("cuStreamBeginCapture_v2_ptsz"))(NULL, 0));
+    CUdeviceptr d = 0;
+    check_cu("cuMemAllocAsync_ptsz", ((AllocAsync)driver_fn("cuMemAllocAsync_ptsz"))(&d, 2 * MiB, NULL));
+    CUgraph cg = NULL;
+    check_cu("cuStreamEndCapture_ptsz", ((End)driver_fn("cuStreamEndCapture_ptsz"))(NULL, &cg));
+    check_cu("cuGraphDestroy", graph_destroy(cg));
+    /* 3. Into the program's graph, through cuGetProcAddress. */
+    void *f = NULL;
+    check_cu("cuGetProcAddress", gpa("cuStreamBeginCaptureToGraph", &f, 12030, 0));
+    check_cu("cuGraphCreate", graph_create(&cg, 0));
+    check_cu("cuStreamBeginCaptureToGraph", ((BeginToGraph)f)((CUstream)CAPTURE_STREAM, cg, NULL, NULL, 0, 0));
+    check_cu("cuMemAllocAsync", alloc_async(&d, 4 * MiB, (CUstream)CAPTURE_STREAM));
+    check_cu("cuGetProcAddress", gpa("cuStreamEndCapture", &f, 12030, 0));
+    CUgraph same = NULL;
+    check_cu("cuStreamEndCapture", ((End)f)((CUstream)CAPTURE_STREAM, &same));
+    check_cu("cuGraphDestroy", graph_destroy(cg));
+    /* 4. CUDA 10.0's ABI, through cuGetProcAddress. */
+    check_cu("cuGetProcAddress", gpa("cuStreamBeginCapture", &f, 10000, 0));
+    check_cu("cuStreamBeginCapture", ((Begin1)f)((CUstream)CAPTURE_STREAM));
+    check_cu("cuMemAllocAsync", alloc_async(&d, 8 * MiB, (CUstream)CAPTURE_STREAM));
+    check_cu("cuStreamEndCapture", ((End)driver_fn("cuStreamEndCapture"))((CUstream)CAPTURE_STREAM, &cg));
+    check_cu("cuGraphDestroy", graph_destroy(cg));
+    capture_query_counts("captured");
+    pool_pairs(100);
+    capture_query_counts("after");
+    void *kept = NULL;
+    check("cudaMallocAsync", cudaMallocAsync(&kept, 1 * MiB, CAPTURE_STREAM));
+    return 0;
+}
+
 /* graph-capture-launch: a 4 MiB cudaMallocAsync captured into a graph instantiated with
  * auto-free-on-launch, launched three times (each relaunch frees the previous launch's).
  * Live: 4 MiB at captured_alloc. */
@@ -1016,6 +1096,7 @@ static int env_int(const char *name, int otherwise)
 
 static int scenario_rank(void)
 {
+    four_devices();
     int rank = env_int("RANK", -1), local = env_int("LOCAL_RANK", 0);
     if (env_int("STRAY_RANK", -2) == rank) {
         rank_use_device(0);
@@ -1047,6 +1128,7 @@ static void *device_thread(void *arg)
 
 static int scenario_devices_per_thread(void)
 {
+    four_devices();
     CUresult (*retain)(void **, int) = (CUresult(*)(void **, int))driver_fn("cuDevicePrimaryCtxRetain");
     CUresult (*push)(void *) = (CUresult(*)(void *))driver_fn("cuCtxPushCurrent_v2");
     CUresult (*pop)(void **) = (CUresult(*)(void **))driver_fn("cuCtxPopCurrent_v2");
@@ -1204,6 +1286,8 @@ int main(int argc, char **argv)
         rc = scenario_graph_leak();
     else if (strcmp(s, "graph-capture-unlaunched") == 0)
         rc = scenario_graph_capture_unlaunched();
+    else if (strcmp(s, "capture-queries") == 0)
+        rc = scenario_capture_queries();
     else if (strcmp(s, "graph-capture-launch") == 0)
         rc = scenario_graph_capture_launch();
     else if (strcmp(s, "graph-alloc-free") == 0)
