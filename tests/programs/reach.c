@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #define NOINLINE __attribute__((noinline))
 #define KiB ((size_t)1 << 10)
@@ -75,6 +78,24 @@ static NOINLINE int heap_struct_dropped(void)
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static int allocated;
+static volatile pid_t sleeper;
+
+/* True once thread `tid` sleeps in the kernel (state S in /proc/self/task/TID/stat): a thread
+ * about to call futex in pthread_cond_wait still runs, and its stack would be read as anonymous
+ * memory rather than as a blocked thread's stack. */
+static int sleeping(pid_t tid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    return close != NULL && close[1] == ' ' && close[2] == 'S';
+}
 
 static NOINLINE void *thread_keeps_on_stack(void *arg)
 {
@@ -86,6 +107,7 @@ static NOINLINE void *thread_keeps_on_stack(void *arg)
     mine = p;
     p = NULL;
     clear_stack();
+    sleeper = (pid_t)syscall(SYS_gettid);
     pthread_mutex_lock(&mu);
     allocated = 1;
     pthread_cond_broadcast(&cv);
@@ -106,6 +128,11 @@ static NOINLINE int other_thread_stack(void)
     while (!allocated)
         pthread_cond_wait(&cv, &mu);
     pthread_mutex_unlock(&mu);
+    /* Wait (at most about 10 s) until it sleeps in pthread_cond_wait. */
+    for (int i = 0; i < 10000 && !sleeping(sleeper); i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
     return 0;
 }
 
