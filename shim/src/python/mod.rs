@@ -31,6 +31,7 @@
 mod bfs;
 mod cache;
 mod detect;
+mod fast;
 pub mod heap;
 mod layout;
 mod walk;
@@ -91,8 +92,8 @@ pub fn ready() -> bool {
 }
 
 /// [`capture`] into `out`, without a heap allocation: the number of frames written, or `None`.
-/// `memo`: use this thread's memo of code ids (`cache::MEMO`, `GPUSHIM_UNWIND_CACHE`). Only
-/// inside the hooks' guard.
+/// `memo`: use this thread's memos of its previous capture (`fast`, `cache::MEMO`;
+/// `GPUSHIM_UNWIND_CACHE`). Only inside the hooks' guard.
 #[inline]
 pub fn capture_into(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<usize> {
     if MODE.load(Relaxed) != READY {
@@ -110,6 +111,14 @@ fn capture_into_slow(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<u
     if ts == 0 {
         return None;
     }
+    if memo {
+        // SAFETY: as below; inside the hooks' guard (`memo`). Every pointer is checked as `walk`
+        // checks it.
+        if let fast::Outcome::Done(n) = unsafe { fast::capture(l, ts, out) } {
+            return n;
+        }
+        fast::changed();
+    }
     let mut raw = [Raw::default(); MAX_PY_FRAMES];
     // SAFETY: `ts` is this thread's live thread state and `l` matches the running interpreter
     // (version and self-check at start-up); every further pointer is checked by `walk`.
@@ -118,6 +127,14 @@ fn capture_into_slow(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<u
         return None;
     }
     cache::intern_into(l, &raw[..n], out, memo)
+}
+
+/// A number that changes whenever the calling thread's Python frames may differ from those its
+/// previous capture inside the hooks gave: while it stays the same, every such capture gave the
+/// same frames (`fast`; 0 when nothing was captured). `last_stack` compares it before comparing
+/// the frames.
+pub fn capture_gen() -> u64 {
+    fast::gen()
 }
 
 /// `PY_VERSION_HEX` of the interpreter whose frames are captured, if any.
@@ -144,6 +161,7 @@ pub fn absent() -> bool {
 /// Ids restart from 0; the child's writer sends every code it uses anew.
 pub fn reset_after_fork() {
     cache::reset();
+    fast::reset();
     heap::reset_after_fork();
 }
 
