@@ -93,9 +93,8 @@ struct Memo {
     check: [[usize; 4]; MAX_LINKS],
     out: [PyFrame; MAX_LINKS],
     has: [bool; MAX_LINKS],
-    /// Bit `d`: the remembered link at depth `d` from the outermost gives a frame whose code
-    /// object is not the one of the next outer link that gives a frame (the first of a run of
-    /// frames of one code object: only those are checked).
+    /// Bit `j`: the remembered link `j` gives a frame whose code object is not the one of the
+    /// next outer link (the first of a run of frames of one code object: only those are checked).
     starts: u128,
     /// Changed by every capture whose frames may differ from the previous one's (`gen`).
     gen: u64,
@@ -148,14 +147,10 @@ const PY311: u8 = 1;
 /// 3.12 and 3.13 (`owner`, shim frames).
 const PY312: u8 = 2;
 
-/// The bits below bit `k` (`k` ≤ 128).
+/// The bits below bit `k`.
 #[inline]
 fn low_bits(k: usize) -> u128 {
-    if k >= 128 {
-        u128::MAX
-    } else {
-        (1u128 << k) - 1
-    }
+    1u128.checked_shl(k as u32).map_or(u128::MAX, |b| b - 1)
 }
 
 /// The bytes of `links`, for a `memcmp`.
@@ -256,27 +251,33 @@ unsafe fn capture_with<const M: u8>(
             k
         };
         // Their code objects must still be the ones their ids were made for: checked once per
-        // run of frames of one code object (`starts`; the frames of one capture are all alive,
+        // run of frames of one code object (`start`; the frames of one capture are all alive,
         // each holding its code object, so one address is one object within a capture).
-        let mut starts = m.starts & low_bits(k);
-        while starts != 0 {
-            let d = starts.trailing_zeros() as usize;
-            starts &= starts - 1;
-            let p = old - 1 - d;
-            let code = prev[p].code;
-            if !has_type(code, l.code_type) {
-                return Outcome::Done(None);
-            }
-            if check_of(l, code) != m.check[p] {
-                k = d;
-                break;
+        let bits = m.starts & low_bits(old) & !low_bits(old - k);
+        // The outermost first, one 64-bit half at a time.
+        'check: for (half, base) in [((bits >> 64) as u64, 64usize), (bits as u64, 0)] {
+            let mut half = half;
+            while half != 0 {
+                let q = 63 - half.leading_zeros() as usize;
+                half ^= 1 << q;
+                let p = base + q;
+                let code = prev[p].code;
+                // `code` is the value found plausible when it was remembered: its type first.
+                if rd::<usize>(code + OB_TYPE) != l.code_type {
+                    return Outcome::Done(None);
+                }
+                let (now, then) = (check_of(l, code), &m.check[p]);
+                if (now[0] ^ then[0]) | (now[1] ^ then[1]) | (now[2] ^ then[2]) | (now[3] ^ then[3]) != 0 {
+                    k = old - 1 - p;
+                    break 'check;
+                }
             }
         }
-        m.starts &= low_bits(k);
 
         // 3. The memo is empty until this capture succeeds. What the matched links gave moves
         // to their depth in this capture; the links inside them are worked out in full.
         m.n = 0;
+        m.starts = (m.starts.checked_shr((old - k) as u32).unwrap_or(0) & low_bits(k)) << (n - k);
         if k > 0 && n != old {
             m.check.copy_within(old - k..old, n - k);
             m.out.copy_within(old - k..old, n - k);
@@ -325,11 +326,10 @@ unsafe fn capture_with<const M: u8>(
             let Some((id, check)) = ids.get_or_insert_with(|| Interner::new(l, true)).id(i, c.code) else {
                 return Outcome::Done(None);
             };
-            let depth = n - 1 - j;
-            // The next outer link that gives a frame (a shim frame between breaks the run, which
-            // only costs one more check).
-            if depth == 0 || cur[j + 1].code != c.code {
-                m.starts |= 1 << depth;
+            // A shim frame outside breaks the run (its code is 0), which only costs one more
+            // check.
+            if j + 1 == n || cur[j + 1].code != c.code {
+                m.starts |= 1 << j;
             }
             i += 1;
             m.check[j] = check;
@@ -389,7 +389,6 @@ pub(crate) fn reset() {
         // SAFETY: the child's only thread, outside any capture.
         if let Some(m) = unsafe { m.existing() } {
             m.n = 0;
-            m.starts = 0;
             m.gen += 1;
         }
     });
