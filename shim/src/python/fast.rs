@@ -277,7 +277,9 @@ unsafe fn capture_with<const M: u8>(
         // 3. The memo is empty until this capture succeeds. What the matched links gave moves
         // to their depth in this capture; the links inside them are worked out in full.
         m.n = 0;
-        m.starts = (m.starts.checked_shr((old - k) as u32).unwrap_or(0) & low_bits(k)) << (n - k);
+        m.starts = (m.starts.checked_shr((old - k) as u32).unwrap_or(0) & low_bits(k))
+            .checked_shl((n - k) as u32)
+            .unwrap_or(0);
         if k > 0 && n != old {
             m.check.copy_within(old - k..old, n - k);
             m.out.copy_within(old - k..old, n - k);
