@@ -57,19 +57,24 @@ PYN=$(( N / 2 ))
 pyrun() { # label, env...
   local label=$1; shift
   env "$@" GPUSHIM_OUTPUT="$W" GPUSHIM_COLLECTOR="$PWD/target/release/gpushim" \
-    python3 scripts/bench/python_frames.py "$S/libcudart.so.13" "$PYN" 50 2> "$W/$label.err" | tail -n 1
+    python3 scripts/bench/python_frames.py "$S/libcudart.so.13" "$PYN" 50 "${KIND:-recursive}" 2> "$W/$label.err" | tail -n 1
 }
-qb=(); qf=(); qn=()
+qb=(); qf=(); qn=(); df=(); dn=()
 for r in $(seq 1 "$R"); do
   x=$(pyrun py_none); qb+=("${x%% *}")
   x=$(pyrun py_off "$SHIM" GPUSHIM_PYTHON=0); qf+=("${x%% *}")
   x=$(pyrun py_on "$SHIM"); qn+=("${x%% *}")
+  # The same depth with 47 distinct functions (one code object per frame) instead of recursion.
+  x=$(KIND=distinct pyrun pyd_off "$SHIM" GPUSHIM_PYTHON=0); df+=("${x%% *}")
+  x=$(KIND=distinct pyrun pyd_on "$SHIM"); dn+=("${x%% *}")
 done
-QB=$(med "${qb[@]}"); QF=$(med "${qf[@]}"); QN=$(med "${qn[@]}")
+QB=$(med "${qb[@]}"); QF=$(med "${qf[@]}"); QN=$(med "${qn[@]}"); DF=$(med "${df[@]}"); DN=$(med "${dn[@]}")
 echo
 echo "Python frames: $PYN x (cudaMalloc 4 KiB + cudaFree) through ctypes from 50 Python frames, $(python3 -c 'import sys; print(sys.version.split()[0])'); median of $R interleaved runs' medians, ns per pair"
 printf '%-34s %10s   %s\n' run median_ns runs
 printf '%-34s %10s   %s\n' "without shim" "$QB" "${qb[*]}"
 printf '%-34s %10s   %s\n' "shim, GPUSHIM_PYTHON=0" "$QF" "${qf[*]}"
 printf '%-34s %10s   %s\n' "shim, Python frames" "$QN" "${qn[*]}"
-echo "Python frames add $(( QN - QF )) ns per allocation at 50 frames"
+printf '%-34s %10s   %s\n' "distinct functions, PYTHON=0" "$DF" "${df[*]}"
+printf '%-34s %10s   %s\n' "distinct functions, Python frames" "$DN" "${dn[*]}"
+echo "Python frames add $(( QN - QF )) ns per allocation at 50 frames ($(( DN - DF )) ns with a code object per frame)"

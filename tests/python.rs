@@ -399,38 +399,57 @@ fn python_frame_caches_leave_sites_unchanged_across_fork() {
 
 /// A stand-in for PyTorch's backward pass: the autograd engine's thread (named as PyTorch names
 /// it) allocates while the Python thread that started the pass waits in native code.
+/// With `with_state`, the thread first makes itself a Python thread state and releases the GIL,
+/// as PyTorch's `PythonEngine::thread_init` does (its frame chain stays empty).
 const ENGINE_C: &str = r#"
 #include <pthread.h>
 #include <stddef.h>
 int cudaMalloc(void **p, size_t n);
-__attribute__((noinline)) static void *engine_thread_main(void *arg) {
-    void *p = NULL;
+int PyGILState_Ensure(void);
+void PyGILState_Release(int);
+void *PyEval_SaveThread(void);
+void PyEval_RestoreThread(void *);
+static size_t bytes;
+__attribute__((noinline)) static void *engine_thread_main(void *with_state) {
+    void *p = NULL, *saved = NULL;
+    int g = 0;
     pthread_setname_np(pthread_self(), "pt_autograd_0");
-    return (void *)(size_t)(cudaMalloc(&p, (size_t)arg) != 0 || p == NULL);
+    if (with_state) {
+        g = PyGILState_Ensure();
+        saved = PyEval_SaveThread();
+    }
+    int failed = cudaMalloc(&p, bytes) != 0 || p == NULL;
+    if (with_state) {
+        PyEval_RestoreThread(saved);
+        PyGILState_Release(g);
+    }
+    return (void *)(size_t)failed;
 }
-int run_backward(size_t n) {
+int run_backward(size_t n, int with_state) {
     pthread_t t;
     void *failed = (void *)1;
-    if (pthread_create(&t, NULL, engine_thread_main, (void *)n) != 0) return 1;
+    bytes = n;
+    if (pthread_create(&t, NULL, engine_thread_main, (void *)(size_t)with_state) != 0) return 1;
     pthread_join(t, &failed);
     return failed != NULL;
 }
 "#;
 
-/// The stand-in's Python side, as torch/autograd/graph.py and torch/_tensor.py call it.
+/// The stand-in's Python side, as torch/autograd/graph.py and torch/_tensor.py call it; every
+/// other step's engine thread has a thread state, as PyTorch's have.
 const ENGINE_PY: &str = r#"import ctypes
 import sys
 
 engine = ctypes.CDLL(sys.argv[2])
 
 
-def _engine_run_backward(n):
-    if engine.run_backward(ctypes.c_size_t(n)) != 0:  # @engine
+def _engine_run_backward(n, with_state):
+    if engine.run_backward(ctypes.c_size_t(n), with_state) != 0:  # @engine
         raise SystemExit("the engine thread's allocation failed")
 
 
-def backward(n):
-    _engine_run_backward(n)  # @run
+def backward(n, with_state):
+    _engine_run_backward(n, with_state)  # @run
 "#;
 
 const BACKWARD_SCRIPT: &str = r#"import ctypes
@@ -441,8 +460,8 @@ sys.path.insert(0, sys.argv[3])
 import fakeautograd  # noqa: E402
 
 ctypes.CDLL(sys.argv[1])
-for _ in range(30):
-    fakeautograd.backward(1 << 20)  # @backward
+for i in range(30):
+    fakeautograd.backward(1 << 20, i % 2)  # @backward
     time.sleep(0.01)  # a training step's pace: the growth is spread over the run
 print("backward done")
 "#;
@@ -500,4 +519,157 @@ fn backward_on_an_engine_thread(python: &Path) {
     let dir_name = dir.file_name().unwrap().to_string_lossy();
     let want = format!("<module> ({dir_name}/train.py:{line}) via backward (autograd thread)");
     assert_eq!(s["headline"], want, "{which}{run}");
+}
+
+/// Issue 18's test of the memo of each thread's previous Python frames (`shim/src/python/fast.rs`):
+/// one loop allocates through five paths that share their outer frames (`<module>`, `step`,
+/// `outer`) and the innermost one (`alloc`, the same frame memory, code and line every time), and
+/// differ in between: the same code at the same depth on another line (`mid` from two lines), a
+/// frame's memory reused by another function at the same depth (`other`), one frame more
+/// (`deeper`) and a recursion two or four deep (`rec`, one code object over several frames).
+/// Then `exec` makes a new code object for each call, freed after it, whose first line moves:
+/// one may be given a freed one's address and its frame the same memory (the link is then equal
+/// to the remembered one, and only the code object's check fields tell them apart).
+const MEMO_SCRIPT: &str = r#"import ctypes
+import sys
+
+cudart = ctypes.CDLL(sys.argv[1])
+keep = []
+
+
+def alloc(n):
+    p = ctypes.c_void_p()
+    if cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n)) != 0:  # @m_malloc
+        raise SystemExit("cudaMalloc failed")
+    keep.append(p.value)
+
+
+def mid(n, k):
+    if k == 0:
+        alloc(n)  # @m_mid0
+    else:
+        alloc(n)  # @m_mid1
+
+
+def other(n, k):
+    alloc(n)  # @m_other
+
+
+def deeper(n, k):
+    mid(n, k)  # @m_deeper
+
+
+def rec(n, k):
+    if k > 0:
+        rec(n, k - 1)  # @m_rec
+    else:
+        alloc(n)  # @m_rec_alloc
+
+
+def outer(f, n, k):
+    f(n, k)  # @m_outer
+
+
+PATHS = [(mid, 4096, 0), (mid, 8192, 1), (other, 12288, 0), (deeper, 16384, 1), (rec, 20480, 2), (rec, 24576, 4)]
+
+
+def step(i):
+    f, n, k = PATHS[i % len(PATHS)]
+    outer(f, n, k)  # @m_step
+
+
+for i in range(60 * len(PATHS)):
+    step(i)  # @m_loop
+for i in range(40):
+    # A new code object each time, freed after its call: the next one may be given its address
+    # (and its frame the same memory), with its first line moved by i % 4 blank lines.
+    ns = {"alloc": alloc}
+    exec("\n" * (i % 4) + "def f(n):\n    alloc(n)\n", ns)
+    f = ns.pop("f")
+    f(4096 * (1 + i % 4))  # @m_exec
+    ns.clear()
+    del f
+print("allocated", len(keep))
+"#;
+
+/// The 1-based number of the `MEMO_SCRIPT` line marked `# @name`.
+fn memo_line(marker: &str) -> u64 {
+    let tag = format!("# @{marker}");
+    MEMO_SCRIPT.lines().position(|l| l.ends_with(&tag)).unwrap_or_else(|| panic!("no {tag} in the script")) as u64 + 1
+}
+
+/// Runs `MEMO_SCRIPT` with `python` and `GPUSHIM_UNWIND_CACHE=cache`: per distinct Python stack
+/// (function:line, innermost first), its live bytes and allocations, sorted.
+fn memo_sites(python: &Path, name: &str, cache: &str) -> Vec<(Vec<String>, u64, u64)> {
+    let t = Target::new(python, name);
+    let script = t.dir.path().join("memo.py");
+    std::fs::write(&script, MEMO_SCRIPT).unwrap();
+    let cudart = standin("libcudart.so.13");
+    let run = t
+        .args(&[script.to_str().unwrap(), cudart.to_str().unwrap()])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("GPUSHIM_UNWIND_CACHE", cache)
+        .run();
+    run.success();
+    assert!(run.stdout.contains("allocated 400"), "{run}");
+    let r = run.report();
+    // Sites whose native stacks differ (a specialized instruction's path) but whose Python
+    // frames are the same are summed.
+    let mut by: std::collections::BTreeMap<Vec<String>, (u64, u64)> = Default::default();
+    for s in r["sites"].as_array().unwrap() {
+        let e = by.entry(python_frames(s)).or_default();
+        e.0 += s["live_bytes"].as_u64().unwrap();
+        e.1 += s["alloc_count"].as_u64().unwrap();
+    }
+    by.into_iter().map(|(k, (b, c))| (k, b, c)).collect()
+}
+
+/// The stacks `MEMO_SCRIPT` must show: each path's Python frames, with 60 allocations of its size.
+fn memo_expected() -> Vec<(Vec<String>, u64, u64)> {
+    let l = memo_line;
+    let at = |f: &str, m: &str| format!("{f}:{}", l(m));
+    let head = |v: Vec<String>| {
+        let mut s = vec![at("alloc", "m_malloc")];
+        s.extend(v);
+        s.extend([at("outer", "m_outer"), at("step", "m_step"), at("<module>", "m_loop")]);
+        s
+    };
+    let rec = |k: usize| {
+        let mut v = vec![at("rec", "m_rec_alloc")];
+        v.extend((0..k).map(|_| at("rec", "m_rec")));
+        head(v)
+    };
+    let mut want = vec![
+        (head(vec![at("mid", "m_mid0")]), 60 * 4096, 60),
+        (head(vec![at("mid", "m_mid1")]), 60 * 8192, 60),
+        (head(vec![at("other", "m_other")]), 60 * 12288, 60),
+        (head(vec![at("mid", "m_mid1"), at("deeper", "m_deeper")]), 60 * 16384, 60),
+        (rec(2), 60 * 20480, 60),
+        (rec(4), 60 * 24576, 60),
+    ];
+    // exec'd `f`: its call of alloc is on line 2 + i % 4 of its source.
+    want.extend((0..4u64).map(|r| {
+        (vec![at("alloc", "m_malloc"), format!("f:{}", 2 + r), at("<module>", "m_exec")], 10 * 4096 * (1 + r), 10)
+    }));
+    want.sort();
+    want
+}
+
+/// Issue 18: with the memo, each allocation's Python frames are the ones it was made from, where
+/// an outer frame changes between two allocations at the same depth (same code, another line),
+/// where a frame's memory is reused by another function at the same depth, where the depth
+/// changes, through recursion, and where a code object is freed and another takes its place; and the same as without the memo
+/// (`GPUSHIM_UNWIND_CACHE=0`), on every interpreter the tests find.
+#[test]
+fn python_frame_memo_reports_each_allocations_own_frames() {
+    let mut pythons = vec![python3()];
+    for py in other_pythons() {
+        pythons.push(real_executable(&py).unwrap_or_else(|| panic!("{} does not run", py.display())));
+    }
+    for py in pythons {
+        let on = memo_sites(&py, "py-memo-on", "1");
+        assert_eq!(on, memo_expected(), "{}", py.display());
+        let off = memo_sites(&py, "py-memo-off", "0");
+        assert_eq!(on, off, "{}: the same sites with GPUSHIM_UNWIND_CACHE=1 and 0", py.display());
+    }
 }

@@ -34,6 +34,8 @@ struct Last {
     has_py: bool,
     npy: usize,
     py: [PyFrame; MAX_PY_FRAMES],
+    /// `python::capture_gen()` when `py` was captured: the same number now means the same frames.
+    py_gen: u64,
 }
 
 fn new_last() -> Box<Last> {
@@ -58,9 +60,10 @@ pub fn same_as_last(frames: &[u64], py: Option<&[PyFrame]>) -> bool {
     LAST.try_with(|l| {
         // SAFETY: this thread's own block, used by one call at a time (inside the guard).
         let l = unsafe { l.get(new_last) };
+        let gen = if py.is_some() { crate::python::capture_gen() } else { 0 };
         let same_py = match py {
             None => !l.has_py,
-            Some(p) => l.has_py && l.py[..l.npy] == *p,
+            Some(p) => l.has_py && ((gen != 0 && gen == l.py_gen) || l.py[..l.npy] == *p),
         };
         if l.valid && same_py && l.frames[..l.n] == *frames {
             return true;
@@ -72,6 +75,7 @@ pub fn same_as_last(frames: &[u64], py: Option<&[PyFrame]>) -> bool {
             l.py[..p.len()].copy_from_slice(p);
             p.len()
         });
+        l.py_gen = gen;
         l.valid = true;
         false
     })

@@ -76,7 +76,7 @@ fn cache() -> &'static Mutex<Cache> {
 ///
 /// # Safety
 /// `code` must be a live code object of the interpreter `l` describes.
-unsafe fn check_of(l: &Layout, code: usize) -> [usize; 4] {
+pub(crate) unsafe fn check_of(l: &Layout, code: usize) -> [usize; 4] {
     // SAFETY: fields of a live code object.
     unsafe {
         [
@@ -117,46 +117,74 @@ fn new_memo() -> Box<[Memo; MAX_PY_FRAMES]> {
     Box::new([NO_MEMO; MAX_PY_FRAMES])
 }
 
+/// Turns code addresses into ids, one frame at a time, for one capture: this thread's memo of
+/// the previous capture's code ids by frame number first, then the shared cache (locked once per
+/// capture, on the first frame the memo does not know).
+pub(crate) struct Interner<'a> {
+    l: &'a Layout,
+    memo: *mut [Memo; MAX_PY_FRAMES],
+    shared: Option<std::sync::MutexGuard<'static, Cache>>,
+}
+
+impl<'a> Interner<'a> {
+    /// `memo`: use this thread's memo of the previous capture's code ids (only inside the hooks'
+    /// guard).
+    pub(crate) fn new(l: &'a Layout, memo: bool) -> Interner<'a> {
+        let memo: *mut [Memo; MAX_PY_FRAMES] = if memo {
+            // SAFETY: this thread's memo, one use at a time (see MEMO).
+            MEMO.try_with(|m| unsafe { m.get(new_memo) as *mut _ }).unwrap_or(std::ptr::null_mut())
+        } else {
+            std::ptr::null_mut()
+        };
+        Interner { l, memo, shared: None }
+    }
+
+    /// The id of the code object at `code`, the `i`-th frame of the capture (innermost first),
+    /// and its check fields; `None` when the cache is full or the object could not be copied.
+    ///
+    /// # Safety
+    /// `code` must be a live code object of the interpreter (type-checked, held by its frame).
+    pub(crate) unsafe fn id(&mut self, i: usize, code: usize) -> Option<(u32, [usize; 4])> {
+        let l = self.l;
+        // SAFETY: the caller's promise.
+        let check = unsafe { check_of(l, code) };
+        // SAFETY: this thread's memo, one use at a time (see MEMO); `i` is checked.
+        let slot = (!self.memo.is_null() && i < MAX_PY_FRAMES).then(|| unsafe { &mut (*self.memo)[i] });
+        if let Some(m) = &slot {
+            if m.code == code && m.check == check {
+                return Some((m.id, check));
+            }
+        }
+        let c = self.shared.get_or_insert_with(|| cache().lock().unwrap_or_else(|e| e.into_inner()));
+        let id = match c.by_addr.get(&code) {
+            Some(s) if s.check == check => s.id,
+            _ => {
+                if c.infos.len() >= MAX_CODES {
+                    return None;
+                }
+                // SAFETY: as above.
+                let info = unsafe { copy_code(l, code) }?;
+                let id = c.infos.len() as u32;
+                c.infos.push(Arc::new(info));
+                c.by_addr.insert(code, Slot { id, check });
+                id
+            }
+        };
+        if let Some(m) = slot {
+            *m = Memo { code, check, id };
+        }
+        Some((id, check))
+    }
+}
+
 /// Turns code addresses into ids in `out` (the first `raw.len()` entries), copying each code
 /// object not seen before; the number of frames written.
 /// `memo`: use this thread's memo of the previous capture's code ids.
 pub(crate) fn intern_into(l: &Layout, raw: &[Raw], out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<usize> {
-    let memo: *mut [Memo; MAX_PY_FRAMES] = if memo {
-        // SAFETY: this thread's memo, one use at a time (see MEMO).
-        MEMO.try_with(|m| unsafe { m.get(new_memo) as *mut _ }).unwrap_or(std::ptr::null_mut())
-    } else {
-        std::ptr::null_mut()
-    };
-    let mut shared = None;
+    let mut ids = Interner::new(l, memo);
     for (i, r) in raw.iter().enumerate().take(MAX_PY_FRAMES) {
         // SAFETY: `r.code` passed the code type check in `walk` and is held alive by its frame.
-        let check = unsafe { check_of(l, r.code) };
-        // SAFETY: this thread's memo, one use at a time (see MEMO); `i` is in bounds.
-        let slot = (!memo.is_null()).then(|| unsafe { &mut (*memo)[i] });
-        let id = match slot {
-            Some(m) if m.code == r.code && m.check == check => m.id,
-            _ => {
-                let c = shared.get_or_insert_with(|| cache().lock().unwrap_or_else(|e| e.into_inner()));
-                let id = match c.by_addr.get(&r.code) {
-                    Some(s) if s.check == check => s.id,
-                    _ => {
-                        if c.infos.len() >= MAX_CODES {
-                            return None;
-                        }
-                        // SAFETY: as above.
-                        let info = unsafe { copy_code(l, r.code) }?;
-                        let id = c.infos.len() as u32;
-                        c.infos.push(Arc::new(info));
-                        c.by_addr.insert(r.code, Slot { id, check });
-                        id
-                    }
-                };
-                if let Some(m) = slot {
-                    *m = Memo { code: r.code, check, id };
-                }
-                id
-            }
-        };
+        let (id, _) = unsafe { ids.id(i, r.code) }?;
         out[i] = PyFrame { code: id, offset: r.offset, entry: r.entry };
     }
     Some(raw.len().min(MAX_PY_FRAMES))

@@ -186,7 +186,8 @@ pub(crate) const PY312: Table = Table {
 /// user half of the address space and not in the first page.
 #[inline]
 pub(crate) fn plausible(p: usize) -> bool {
-    (4096..1 << 47).contains(&p) && p & 7 == 0
+    // One mask for "below 1 << 47 and 8-byte aligned" (the frame walk runs it on every frame).
+    p & !((1 << 47) - 8) == 0 && p >= 4096
 }
 
 /// Reads a `T` at `addr`.
@@ -286,5 +287,7 @@ mod tests {
         assert!(!plausible(0x7f00_0000_0004));
         assert!(!plausible(1 << 47));
         assert!(plausible(0x7f00_0000_0008));
+        assert!(plausible(4096) && !plausible(4088));
+        assert!(plausible((1 << 47) - 8) && !plausible(usize::MAX - 7));
     }
 }

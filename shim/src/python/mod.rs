@@ -32,6 +32,7 @@ mod bfs;
 mod borrow;
 mod cache;
 mod detect;
+mod fast;
 pub mod heap;
 mod layout;
 mod walk;
@@ -92,8 +93,8 @@ pub fn ready() -> bool {
 }
 
 /// [`capture`] into `out`, without a heap allocation: the number of frames written, or `None`.
-/// `memo`: use this thread's memo of code ids (`cache::MEMO`, `GPUSHIM_UNWIND_CACHE`). Only
-/// inside the hooks' guard.
+/// `memo`: use this thread's memos of its previous capture (`fast`, `cache::MEMO`;
+/// `GPUSHIM_UNWIND_CACHE`). Only inside the hooks' guard.
 #[inline]
 pub fn capture_into(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<usize> {
     if MODE.load(Relaxed) != READY {
@@ -108,6 +109,15 @@ fn capture_into_slow(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<u
     // SAFETY: `get_tstate` is the interpreter's `PyGILState_GetThisThreadState`, which takes no
     // lock, allocates nothing and may be called without the GIL (it reads a TSS key).
     let ts = unsafe { (l.get_tstate)() } as usize;
+    if ts != 0 && memo {
+        // SAFETY: as below; inside the hooks' guard (`memo`). Every pointer is checked as `walk`
+        // checks it.
+        match unsafe { fast::capture(l, ts, out) } {
+            fast::Outcome::Done(Some(n)) if n > 0 => return Some(n),
+            // No frames of its own (or none readable): an autograd engine thread borrows below.
+            fast::Outcome::Done(None | Some(_)) | fast::Outcome::TooLong => fast::changed(),
+        }
+    }
     let mut raw = [Raw::default(); MAX_PY_FRAMES];
     let n = if ts == 0 {
         0
@@ -121,6 +131,14 @@ fn capture_into_slow(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<u
     // its backward pass stand for them (borrow.rs).
     let n = if n == 0 { borrow::backward_frames(l, &mut raw)? } else { n };
     cache::intern_into(l, &raw[..n], out, memo)
+}
+
+/// A number that changes whenever the calling thread's Python frames may differ from those its
+/// previous capture inside the hooks gave: while it stays the same, every such capture gave the
+/// same frames (`fast`; 0 when nothing was captured). `last_stack` compares it before comparing
+/// the frames.
+pub fn capture_gen() -> u64 {
+    fast::gen()
 }
 
 /// `PY_VERSION_HEX` of the interpreter whose frames are captured, if any.
@@ -148,6 +166,7 @@ pub fn absent() -> bool {
 pub fn reset_after_fork() {
     cache::reset();
     borrow::reset_after_fork();
+    fast::reset();
     heap::reset_after_fork();
 }
 
