@@ -46,7 +46,7 @@ selected() {
 # a selected case needs one.
 needs_nvcc() {
   [ ${#SELECTED[@]} -eq 0 ] && return 0
-  local c; for c in "${SELECTED[@]}"; do case $c in cxx_*|S7|fault_*|reach_lost|reach_kept|reach_cublas) return 0 ;; esac; done; return 1
+  local c; for c in "${SELECTED[@]}"; do case $c in cxx_*|S7|S7_cuda_data|fault_*|reach_lost|reach_kept|reach_cublas|reach_lost_cuda_data) return 0 ;; esac; done; return 1
 }
 if needs_nvcc; then
   nvcc -g -O1 -o "$WORK/bin/alloc_static" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpthread > "$WORK/nvcc.log" 2>&1
@@ -179,6 +179,9 @@ run_job_case job_leak_one_rank PYTORCH_NO_CUDA_MEMORY_CACHING=1
 run_case reach_lost -- "$WORK/bin/reach" lost
 run_case reach_kept -- "$WORK/bin/reach" kept
 run_case reach_cublas -- "$WORK/bin/reach" cublas
+# The same with the CUDA libraries' data read as the program's roots: what leaving it out does.
+run_case reach_lost_cuda_data GPUSHIM_REACHABILITY_CUDA_DATA=1 -- "$WORK/bin/reach" lost
+run_case S7_cuda_data GPUSHIM_REACHABILITY_CUDA_DATA=1 -- "$WORK/bin/s7_leak" 300
 run_case reach_torch -- $PY R_torch $T
 
 python3 "$ROOT/scripts/gpu/compare.py" "$WORK" > "$WORK/table.md" 2> "$WORK/compare.err"

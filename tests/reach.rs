@@ -67,6 +67,16 @@ fn a_pointer_overwritten_in_a_loop_leaves_all_but_the_last_definitely_lost() {
 }
 
 #[test]
+fn the_cuda_libraries_own_records_make_every_allocation_reachable_when_read_as_roots() {
+    // The stand-in driver keeps a malloc'd record of each allocation, reached from its data, as
+    // the real driver does: read as the program's roots, they hold a word for every allocation,
+    // and the 4 lost of the overwrite scenario come out reachable.
+    let (r, d) = reach("overwrite", &[("GPUSHIM_REACHABILITY_CUDA_DATA", "1")]);
+    assert_eq!(scan(&r)["status"], "complete", "{d}");
+    assert_eq!(classes(&r), (0, 0, 5), "{d}");
+}
+
+#[test]
 fn pointers_kept_in_a_global_array_are_reachable_from_its_data() {
     let (r, d) = reach("global", &[]);
     assert_eq!(classes(&r), (0, 0, 4), "{d}");

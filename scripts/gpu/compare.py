@@ -687,9 +687,9 @@ def owner_rows():
 
 
 def exit_time_rows():
-    """fault_exit_time: 5 children of 1 M cudaMalloc + cudaFree pairs each; the median time
-    from a child's last act to waitpid's return is at most 50 ms (issue 14), and each child's
-    report counts its pairs."""
+    """fault_exit_time: 5 children of 1 M cudaMallocAsync + cudaFreeAsync pairs each (pool
+    hits); the median time from a child's last act to waitpid's return is at most 50 ms (issue
+    14), and each child's report counts its pairs."""
     t, r, _ = load("fault_exit_time")
     if not (t and r):
         missing("fault_exit_time")
@@ -1357,6 +1357,22 @@ def reach_rows():
             x["status"] == "complete" and lost >= 299,
             reach_line(x) + f"; load_model: {site_reach(r, 'load_model')}",
         )
+    # What leaving the CUDA libraries' own data out of the roots does on the real driver: the
+    # same programs with GPUSHIM_REACHABILITY_CUDA_DATA=1 (a measurement; passes when complete).
+    for case, function, total in (("reach_lost_cuda_data", "vector_add_once", 9), ("S7_cuda_data", "render", 300)):
+        t, r, _ = load(case)
+        if r and "reachability" in r:
+            x, s = r["reachability"], site_reach(r, function)
+            row(
+                case,
+                f"{function}'s {total} dropped allocations with the CUDA libraries' data as roots (measured)",
+                "how many stay lost",
+                f"{s.get('definitely_lost_count', 0)} lost, {s.get('reachable_count', 0)} reachable",
+                x["status"] == "complete",
+                reach_line(x) + ("; from " + x["most_referenced"][0]["from"] if x.get("most_referenced") else ""),
+            )
+        else:
+            missing(case)
     t, r, _ = load("reach_torch")
     if r and "reachability" in r:
         x = r["reachability"]

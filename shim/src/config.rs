@@ -53,6 +53,10 @@ static REACHABILITY: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_REACHABILITY_MS`: the cap on one reachability scan (both passes), milliseconds
 /// (default 3000); 0 cuts every scan at once.
 static REACHABILITY_MS: AtomicU64 = AtomicU64::new(3000);
+/// `GPUSHIM_REACHABILITY_CUDA_DATA=1`: the CUDA libraries' data and the heap blocks it reaches
+/// are read as the program's roots, like any module's (reach.rs; for measuring what leaving them
+/// out does, docs/gpu-matrix.md). Off by default.
+static REACHABILITY_CUDA_DATA: AtomicBool = AtomicBool::new(false);
 /// Where reports go ([`Config::output_dir`]), kept for the line the exit path says when its
 /// wait times out.
 static OUTPUT_DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -123,6 +127,12 @@ pub fn heap_walk_ms() -> u64 {
 /// Whether reachability scans are on (`GPUSHIM_REACHABILITY` is not `0`).
 pub fn reachability() -> bool {
     REACHABILITY.load(Relaxed)
+}
+
+/// Whether the CUDA libraries' data counts as the program's roots in a reachability scan
+/// (`GPUSHIM_REACHABILITY_CUDA_DATA=1`; off by default).
+pub fn reachability_cuda_data() -> bool {
+    REACHABILITY_CUDA_DATA.load(Relaxed)
 }
 
 /// The cap on one reachability scan, milliseconds (`GPUSHIM_REACHABILITY_MS`, default 3000).
@@ -321,6 +331,12 @@ impl Config {
             }
         }
         read_switch("GPUSHIM_REACHABILITY", &REACHABILITY, "reachability scans", &mut warnings);
+        read_switch(
+            "GPUSHIM_REACHABILITY_CUDA_DATA",
+            &REACHABILITY_CUDA_DATA,
+            "the CUDA libraries' data as roots",
+            &mut warnings,
+        );
         if let Some(v) = env("GPUSHIM_REACHABILITY_MS") {
             match v.parse::<u64>() {
                 Ok(ms) => REACHABILITY_MS.store(ms, Relaxed),

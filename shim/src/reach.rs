@@ -35,7 +35,8 @@
 //! followed from the program's roots. Without this, the driver's record of every allocation
 //! makes everything look reachable (the stand-in driver keeps one `malloc`ed entry per
 //! allocation, as the real driver keeps its own; what the real driver does is measured on the
-//! H200, docs/gpu-matrix.md).
+//! H200, docs/gpu-matrix.md). `GPUSHIM_REACHABILITY_CUDA_DATA=1` reads them as roots instead,
+//! to measure that.
 //!
 //! **The main heap.** glibc's main arena (the `[heap]` mapping) is walked chunk by chunk
 //! (`malloc.c`'s boundary tags: size with flags in the word before a block, in use if the next
@@ -561,8 +562,8 @@ impl Scan {
         let mut pieces: Vec<(u64, u64, Option<Role>)> = Vec::new();
         for m in &modules {
             let own = m.ranges.iter().any(|&(ms, me)| (ms as u64) < own_e && (me as u64) > own_s);
-            let role =
-                if own || is_cuda_library(&m.path) { Some(Role::Cuda) } else { Some(Role::Root(ReachRegion::Data, 0)) };
+            let theirs = is_cuda_library(&m.path) && !config::reachability_cuda_data();
+            let role = if own || theirs { Some(Role::Cuda) } else { Some(Role::Root(ReachRegion::Data, 0)) };
             pieces.extend(m.ranges.iter().map(|&(ms, me)| (ms as u64, me as u64, role)));
         }
         let mut regions = Vec::new();
