@@ -160,6 +160,16 @@ fn a_large_heap_is_scanned_whole_within_its_cap() {
 }
 
 #[test]
+fn with_nothing_live_no_memory_is_read() {
+    // The exit does not wait for a read of the whole process when no word could matter.
+    let (r, d) = reach("all-freed", &[]);
+    let s = scan(&r);
+    assert_eq!(s["status"], "complete", "{d}");
+    assert_eq!((n(s, "scanned_bytes"), classes(&r)), (0, (0, 0, 0)), "{d}");
+    assert_eq!(s["note"], "nothing was live: nothing to scan for", "{d}");
+}
+
+#[test]
 fn reachability_scans_are_off_with_gpushim_reachability_0() {
     let (r, d) = reach("overwrite", &[("GPUSHIM_REACHABILITY", "0")]);
     assert!(r.get("reachability").is_none(), "{d}");

@@ -696,13 +696,18 @@ def exit_time_rows():
         return
     runs = sorted(t["exit_ms"])
     median = runs[len(runs) // 2]
+    bare = sorted(t.get("bare_exit_ms") or [0.0])
+    bare_median = bare[len(bare) // 2]
     row(
         "fault_exit_time",
-        "exit released within 50 ms after 1 M pairs (median of 5)",
-        "<= 50 ms",
-        f"{median:.1f} ms",
-        median <= 50,
-        "runs " + ", ".join(f"{m:.1f}" for m in t["exit_ms"]),
+        "exit released within 50 ms after 1 M pairs (median of 5, beyond the program's own exit)",
+        "<= 50 ms added",
+        f"{median - bare_median:.1f} ms added ({median:.1f} against {bare_median:.1f} ms)",
+        median - bare_median <= 50,
+        "runs "
+        + ", ".join(f"{m:.1f}" for m in t["exit_ms"])
+        + "; without the shim "
+        + ", ".join(f"{m:.1f}" for m in bare),
     )
     pairs, tot = t["pairs"], r["totals"]
     row(

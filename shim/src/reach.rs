@@ -130,6 +130,11 @@ impl Table {
     pub fn len(&self) -> usize {
         self.map.len()
     }
+
+    /// True if and only if nothing is live.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
 }
 
 /// A growable array in memory of its own (`mmap`), so that the scan can leave it out.
@@ -443,6 +448,14 @@ pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32) -> wire::R
         note: String::new(),
         entries: Vec::new(),
     };
+    if table.is_empty() {
+        // Nothing live: no word can refer to anything, and the exit need not wait for a read of
+        // the whole process (43 MB in 50 to 83 ms for a CUDA program on the H200).
+        r.status = ReachStatus::Complete;
+        r.note = "nothing was live: nothing to scan for".into();
+        r.elapsed_ns = sys::now_ns().saturating_sub(t0);
+        return r;
+    }
     let Some(mut s) = Scan::new(table, own, deadline, &mut r.note) else {
         if r.note.is_empty() {
             r.note = "the reachability scan could not start (no memory for its index)".into();

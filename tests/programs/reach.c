@@ -233,6 +233,17 @@ static NOINLINE int out_of_memory(void)
     return cudaMalloc(&big, 1u << 30) == cudaErrorMemoryAllocation ? 0 : 1;
 }
 
+/* Three allocations, all freed: nothing to scan for. */
+static NOINLINE int all_freed(void)
+{
+    for (int i = 0; i < 3; i++) {
+        void *p;
+        if (cudaMalloc(&p, 8 * KiB) != cudaSuccess || cudaFree(p) != cudaSuccess)
+            return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -261,6 +272,8 @@ int main(int argc, char **argv)
         rc = large_heap();
     else if (strcmp(s, "freed-small-blocks") == 0)
         rc = freed_small_blocks();
+    else if (strcmp(s, "all-freed") == 0)
+        rc = all_freed();
     else {
         fprintf(stderr, "reach: unknown scenario %s\n", s);
         return 2;
