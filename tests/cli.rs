@@ -25,6 +25,24 @@ fn run_sets_up_the_shim_and_forwards_the_exit_code() {
     assert_eq!(reports.len(), 1, "{err}");
     let v = read_json(&dir.path().join(&reports[0]), &err);
     assert_eq!(total(&v, "live_bytes"), 20 * MIB + 10240);
+    // An output directory that does not exist yet is made; one that cannot be is one line.
+    let sub = dir.path().join("new/reports");
+    let out = Command::new(collector())
+        .args(["run", "--output", sub.to_str().unwrap(), "--"])
+        .arg(standin("target_dynamic"))
+        .arg("kinds")
+        .env("LD_LIBRARY_PATH", standins())
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(names_in(&sub).len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    let file = dir.path().join(&reports[0]);
+    let out = gpushim(["run", "--output", file.join("x").to_str().unwrap(), "--", "/bin/sh", "-c", "exit 0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot make it: "), "{err}");
     // Exit codes pass through.
     let out = gpushim(["run", "--", "/bin/sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));

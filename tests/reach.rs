@@ -160,6 +160,17 @@ fn a_large_heap_is_scanned_whole_within_its_cap() {
 }
 
 #[test]
+fn a_block_the_program_mallocs_after_the_shim_started_is_the_programs() {
+    // Blocks of 24 to 768 bytes, malloc'd after the first CUDA call and chained from a global,
+    // each holding a device pointer: all 7 allocations reachable (with 24- and 64-byte blocks,
+    // 1 came out lost: the shim's own memory held a stale copy of the block's address and
+    // claimed it first).
+    let (r, d) = reach("block-after-start", &[]);
+    assert_eq!(scan(&r)["status"], "complete", "{d}");
+    assert_eq!(classes(&r), (0, 0, 7), "{d}");
+}
+
+#[test]
 fn with_nothing_live_no_memory_is_read() {
     // The exit does not wait for a read of the whole process when no word could matter.
     let (r, d) = reach("all-freed", &[]);

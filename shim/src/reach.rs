@@ -263,9 +263,14 @@ pub fn is_cuda_library(path: &str) -> bool {
 enum Role {
     /// A root of the program's: its references count.
     Root(ReachRegion, u32),
-    /// Not the program's: a CUDA library's data, the shim's own data and the writer thread's
-    /// malloc arena. What it reaches in the main heap is theirs too, and is not read.
+    /// Not the program's: a CUDA library's data. What it reaches in the main heap is theirs
+    /// too, and is not read.
     Cuda,
+    /// The shim's own memory: its module's data, the writer thread's stack and malloc arena, the
+    /// exit path's frames. Read after the program's roots, so that a stale copy of the address
+    /// of a block the program now owns (memory the shim freed and the program's next `malloc`
+    /// got) never takes that block from the program; what only the shim reaches is the shim's.
+    Own,
     /// glibc's main heap, walked chunk by chunk.
     Heap,
 }
@@ -576,7 +581,13 @@ impl Scan {
         for m in &modules {
             let own = m.ranges.iter().any(|&(ms, me)| (ms as u64) < own_e && (me as u64) > own_s);
             let theirs = is_cuda_library(&m.path) && !config::reachability_cuda_data();
-            let role = if own || theirs { Some(Role::Cuda) } else { Some(Role::Root(ReachRegion::Data, 0)) };
+            let role = if own {
+                Some(Role::Own)
+            } else if theirs {
+                Some(Role::Cuda)
+            } else {
+                Some(Role::Root(ReachRegion::Data, 0))
+            };
             pieces.extend(m.ranges.iter().map(|&(ms, me)| (ms as u64, me as u64, role)));
         }
         let mut regions = Vec::new();
@@ -632,7 +643,7 @@ impl Scan {
                         if exit_sp > start && exit_sp < end {
                             role = Role::Root(ReachRegion::Stack, state::EXIT_TID.load(Acquire));
                             // The shim's frames: what they reach is the shim's.
-                            regions.push(Region { start, end: exit_sp & !7, role: Role::Cuda });
+                            regions.push(Region { start, end: exit_sp & !7, role: Role::Own });
                             start = exit_sp & !7;
                         }
                     }
@@ -645,7 +656,7 @@ impl Scan {
         // thread shares it (glibc gives each thread an arena of its own up to 8 per core).
         if let Some(base) = own_arena(heap) {
             for g in regions.iter_mut().filter(|g| g.start >= base && g.start < base + (64 << 20)) {
-                g.role = Role::Cuda;
+                g.role = Role::Own;
             }
         }
         // The writer thread's own stack (this thread's): read as the shim's, so that the
@@ -664,7 +675,7 @@ impl Scan {
                     out.push(Region { start: we, ..g });
                 }
             }
-            out.push(Region { start: ws, end: we, role: Role::Cuda });
+            out.push(Region { start: ws, end: we, role: Role::Own });
             regions = out;
         }
         let rbuf: Buf<u8> = Buf::new(READ_BYTES)?;
@@ -880,7 +891,8 @@ impl Scan {
     }
 
     /// One pass over everything: CUDA libraries' data first (marking their heap blocks), then
-    /// the program's roots and the blocks they reach, then the blocks nothing reached.
+    /// the program's roots and the blocks they reach, then the shim's own memory (marking what
+    /// is left of the blocks it reaches as not the program's), then the blocks nothing reached.
     fn pass(&mut self) -> Vec<Hit> {
         self.hits = vec![Hit { interior_only: true, ..Hit::default() }; self.ranges.len];
         self.marks = vec![0u8; self.chunks.len];
@@ -896,6 +908,10 @@ impl Scan {
                 self.drain(Mode::Root(ReachRegion::Heap as u8, 0));
             }
         }
+        for g in regions.iter().filter(|g| g.role == Role::Own) {
+            self.read_range(g.start, g.end, Mode::Cuda);
+        }
+        self.drain(Mode::Cuda);
         // Indirectly lost: referred to from blocks nothing reached.
         for c in 0..self.chunks.len {
             if self.marks[c] == 0 && !self.cut {

@@ -233,6 +233,27 @@ static NOINLINE int out_of_memory(void)
     return cudaMalloc(&big, 1u << 30) == cudaErrorMemoryAllocation ? 0 : 1;
 }
 
+/* A pointer kept in a small block malloc'd after the first CUDA call, which a global points to:
+ * the block may be memory the shim freed after starting (a stale copy of its address left in
+ * the shim's own memory), and is still the program's. Both allocations are reachable. */
+void *volatile first_kept;
+void **volatile holder_kept;
+static NOINLINE int block_after_start(void)
+{
+    void *p;
+    if (cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+        return 1;
+    first_kept = p;
+    for (size_t size = 24; size <= 1024; size *= 2) {
+        void **h = malloc(size);
+        if (h == NULL || cudaMalloc(&h[0], 8 * KiB) != cudaSuccess)
+            return 1;
+        h[1] = (void *)holder_kept; /* a chain: every block stays reachable from the global */
+        holder_kept = h;
+    }
+    return 0;
+}
+
 /* Three allocations, all freed: nothing to scan for. */
 static NOINLINE int all_freed(void)
 {
@@ -274,6 +295,8 @@ int main(int argc, char **argv)
         rc = freed_small_blocks();
     else if (strcmp(s, "all-freed") == 0)
         rc = all_freed();
+    else if (strcmp(s, "block-after-start") == 0)
+        rc = block_after_start();
     else {
         fprintf(stderr, "reach: unknown scenario %s\n", s);
         return 2;

@@ -128,7 +128,13 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     if let Some(dir) = &opts.output {
         let abs =
             std::path::absolute(dir).with_context(|| format!("cannot resolve output directory {}", dir.display()))?;
-        match std::fs::metadata(&abs) {
+        // A directory that does not exist yet is made, as `mkdir -p` would (`-o reports` in the
+        // README's commands); one that cannot be made is said in one line.
+        let made = match std::fs::metadata(&abs) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir_all(&abs),
+            _ => Ok(()),
+        };
+        match made.and_then(|()| std::fs::metadata(&abs)) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
                 return Err(coded(
@@ -140,13 +146,9 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
                 return Err(coded(
                     USAGE,
                     format!(
-                        "output directory {}: {}; create it or choose another --output",
+                        "output directory {}: cannot make it: {}; choose another --output",
                         dir.display(),
-                        if e.kind() == io::ErrorKind::NotFound {
-                            "does not exist".to_string()
-                        } else {
-                            crate::error::file_cause(&e)
-                        }
+                        crate::error::file_cause(&e)
                     ),
                 ))
             }
