@@ -498,14 +498,16 @@ fn bad_settings_warn_in_one_line_each_and_go_into_the_reports_notes() {
         "GPUSHIM_BACKTRACE=maybe is not 0 or 1; backtraces stay on",
         "GPUSHIM_MAX_FRAMES=1000 is above 256; using 256",
         "GPUSHIM_PYTHON=x is not 0 or 1; Python frames stay on",
-        "GPUSHIM_EXIT_TIMEOUT=soon is not a number of seconds; using 60",
+        "GPUSHIM_EXIT_TIMEOUT=0 is not a whole number of seconds above 0; using 60",
     ];
     let run = Target::new("leak_example", "cli-bad-settings")
         .args(&["3"])
         .env("GPUSHIM_BACKTRACE", "maybe")
         .env("GPUSHIM_MAX_FRAMES", "1000")
         .env("GPUSHIM_PYTHON", "x")
-        .env("GPUSHIM_EXIT_TIMEOUT", "soon")
+        // 0 made the program exit before its events reached the collector: a "killed" report
+        // with nothing in it.
+        .env("GPUSHIM_EXIT_TIMEOUT", "0")
         .run();
     run.success();
     let said: Vec<&str> =

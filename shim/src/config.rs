@@ -28,7 +28,7 @@ static UNWIND_CACHE: AtomicBool = AtomicBool::new(true);
 static MAX_FRAMES: AtomicUsize = AtomicUsize::new(64);
 /// `GPUSHIM_PYTHON` is not `0`.
 static PYTHON: AtomicBool = AtomicBool::new(true);
-/// `GPUSHIM_EXIT_TIMEOUT`, seconds (default 60).
+/// `GPUSHIM_EXIT_TIMEOUT`, seconds (default 60; at least 1).
 static EXIT_TIMEOUT_S: AtomicU64 = AtomicU64::new(60);
 /// The descriptor `gpushim run` passed (`GPUSHIM_RUN_FD`), or -1: kept open in the collector,
 /// close-on-exec in the program.
@@ -347,10 +347,12 @@ impl Config {
             }
         }
         if let Some(v) = env("GPUSHIM_EXIT_TIMEOUT") {
+            // 0 would let the program exit before the events still in flight reach the
+            // collector: its report would be a killed process's, with what had arrived.
             match v.parse::<u64>() {
-                Ok(s) => EXIT_TIMEOUT_S.store(s, Relaxed),
-                Err(_) => warnings.push(format!(
-                    "GPUSHIM_EXIT_TIMEOUT={v} is not a number of seconds; using {}",
+                Ok(s) if s > 0 => EXIT_TIMEOUT_S.store(s, Relaxed),
+                _ => warnings.push(format!(
+                    "GPUSHIM_EXIT_TIMEOUT={v} is not a whole number of seconds above 0; using {}",
                     EXIT_TIMEOUT_S.load(Relaxed)
                 )),
             }
