@@ -7,9 +7,10 @@
 //! (it is about to wait for the program anyway). Leak suspects are recomputed at most every
 //! [`SUSPECTS_EVERY`] (the ranking without symbolized hints: [`rank::suspects`]), and a site's
 //! `at` label (its first user frame) is symbolized once, when the site first enters the top
-//! sites, then cached. A thread of its own ([`tiny_http`]) answers each scrape from the latest
-//! snapshot: a scrape never waits for the event loop, and the event loop waits for a scrape
-//! only while the snapshot is copied.
+//! sites, then cached. Threads of their own ([`tiny_http`]; one responder per connection with
+//! requests pending) answer each scrape from the latest snapshot: a scrape never waits for the
+//! event loop, the event loop waits for a scrape only while the snapshot is copied, and a
+//! client that does not read its answers holds up only its own connection.
 //!
 //! Ports: with a local rank known (`LOCAL_RANK`, `SLURM_LOCALID` or
 //! `OMPI_COMM_WORLD_LOCAL_RANK`, from the stream's `Identity` event) the collector listens on
@@ -22,7 +23,7 @@
 
 pub mod expose;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -525,37 +526,90 @@ fn readable(fd: i32, wait: Duration) -> bool {
     }
 }
 
-/// Answers scrapes until the server is unblocked: `GET /metrics` with the latest snapshot
-/// (OpenMetrics when the request's `Accept` asks for it, else text 0.0.4), `/` with a line
-/// pointing there, anything else 404.
-fn serve(server: &tiny_http::Server, shared: &Mutex<Snapshot>) {
+/// Requests of each connection not answered yet, by the connection's remote address: each
+/// connection with any has one responder thread.
+type Pending = Mutex<HashMap<Option<SocketAddr>, VecDeque<tiny_http::Request>>>;
+
+/// Takes scrapes until the server is unblocked and hands each to its connection's responder
+/// thread (started for the connection's first request not answered): this thread never
+/// writes to a client, so a client that does not read its answers (its socket's buffers
+/// full) holds up only its own connection, never other scrapes nor the collector's end
+/// (a responder still writing then is left behind: the collector's exit ends it).
+fn serve(server: &tiny_http::Server, shared: &Arc<Mutex<Snapshot>>) {
+    let pending: Arc<Pending> = Arc::default();
     for req in server.incoming_requests() {
-        let path = req.url().split('?').next().unwrap_or("").to_string();
-        let get = matches!(req.method(), tiny_http::Method::Get | tiny_http::Method::Head);
-        let header = |name: &str, value: &str| tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).ok();
-        let response = if !get {
-            tiny_http::Response::from_string("only GET\n").with_status_code(405)
-        } else if path == "/metrics" {
-            let om = req
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Accept"))
-                .is_some_and(|h| expose::wants_openmetrics(h.value.as_str()));
-            let snap = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let body = expose::render(&snap, om);
-            let ct = if om { expose::OPENMETRICS_CONTENT_TYPE } else { expose::TEXT_CONTENT_TYPE };
-            let mut r = tiny_http::Response::from_string(body);
-            if let Some(h) = header("Content-Type", ct) {
-                r = r.with_header(h);
+        let key = req.remote_addr().copied();
+        let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(queue) = p.get_mut(&key) {
+            // Its responder takes it after the ones before it.
+            queue.push_back(req);
+            continue;
+        }
+        p.insert(key, VecDeque::new());
+        drop(p);
+        let (pend, snap) = (Arc::clone(&pending), Arc::clone(shared));
+        let first = Arc::new(Mutex::new(Some(req)));
+        let taken = Arc::clone(&first);
+        let spawned = std::thread::Builder::new()
+            .name("gpushim-metrics-client".into())
+            .spawn(move || {
+                if let Some(req) = taken.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    respond_all(req, key, &pend, &snap);
+                }
+            })
+            .is_ok();
+        if !spawned {
+            // No thread to be had: answered here.
+            if let Some(req) = first.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                respond_all(req, key, &pending, shared);
             }
-            r
-        } else if path == "/" {
-            tiny_http::Response::from_string("gpushim metrics: /metrics\n")
-        } else {
-            tiny_http::Response::from_string("not found\n").with_status_code(404)
-        };
-        let _ = req.respond(response);
+        }
     }
+}
+
+/// Answers `req`, then the requests of its connection that came meanwhile, until none is left.
+fn respond_all(mut req: tiny_http::Request, key: Option<SocketAddr>, pending: &Pending, shared: &Mutex<Snapshot>) {
+    loop {
+        respond(req, shared);
+        let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+        match p.get_mut(&key).and_then(VecDeque::pop_front) {
+            Some(next) => req = next,
+            None => {
+                p.remove(&key);
+                return;
+            }
+        }
+    }
+}
+
+/// Answers one scrape: `GET /metrics` with the latest snapshot (OpenMetrics when the request's
+/// `Accept` asks for it, else text 0.0.4), `/` with a line pointing there, anything else 404.
+fn respond(req: tiny_http::Request, shared: &Mutex<Snapshot>) {
+    let path = req.url().split('?').next().unwrap_or("").to_string();
+    let get = matches!(req.method(), tiny_http::Method::Get | tiny_http::Method::Head);
+    let header = |name: &str, value: &str| tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).ok();
+    let response = if !get {
+        tiny_http::Response::from_string("only GET\n").with_status_code(405)
+    } else if path == "/metrics" {
+        let om = req
+            .headers()
+            .iter()
+            .find(|h| h.field.equiv("Accept"))
+            .is_some_and(|h| expose::wants_openmetrics(h.value.as_str()));
+        let snap = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let body = expose::render(&snap, om);
+        let ct = if om { expose::OPENMETRICS_CONTENT_TYPE } else { expose::TEXT_CONTENT_TYPE };
+        let mut r = tiny_http::Response::from_string(body);
+        if let Some(h) = header("Content-Type", ct) {
+            r = r.with_header(h);
+        }
+        r
+    } else if path == "/" {
+        tiny_http::Response::from_string("gpushim metrics: /metrics\n")
+    } else {
+        tiny_http::Response::from_string("not found\n").with_status_code(404)
+    };
+    let _ = req.respond(response);
 }
 
 /// The service-discovery file's content: one target group, the address and the process's

@@ -369,3 +369,48 @@ fn the_example_alert_rules_are_valid_for_promtool() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("SUCCESS: 2 rules found"), "{text}");
 }
+
+#[test]
+fn a_client_that_never_reads_its_answers_holds_up_neither_other_scrapes_nor_the_collectors_end() {
+    // One connection sends scrape after scrape and reads none of the answers, until the
+    // socket's buffers are full: the server's write to it blocks.
+    let t = Target::new("hostile", "metrics-stuck")
+        .args(&["metrics"])
+        .env("GPUSHIM_METRICS", "127.0.0.1:0")
+        .env("GPUSHIM_METRICS_TOP", "1000");
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "ready");
+    let (_, sd) = sd_file(t.dir.path());
+    let addr = sd[0]["targets"][0].as_str().unwrap().to_string();
+    let pid = live.pid;
+    let all = format!("gpushim_allocations_total{{pid=\"{pid}\"}}");
+    scrape_until(&addr, "*/*", |b| sample(b, &all) == Some(29.0));
+    let stuck = TcpStream::connect(&addr).unwrap();
+    stuck.set_nonblocking(true).unwrap();
+    let req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut sent = 0;
+    let mut w = &stuck;
+    // Until a write would block: the collector no longer reads this connection's requests.
+    loop {
+        match w.write(req) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(sent > 0);
+
+    // Another scraper is still answered.
+    let (head, text) = http_get(&addr, "/metrics", "*/*").unwrap();
+    assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(sample(&text, &all), Some(29.0), "{text}");
+
+    // The program's end: the collector writes its report and ends, the stuck client still
+    // connected.
+    let d = live.finish();
+    assert!(d.status.success(), "{d}");
+    let files = names_in(t.dir.path());
+    assert!(files.contains(&format!("gpushim-{pid}.json")), "{files:?}");
+    assert!(!files.iter().any(|n| n.contains(".sd.json")), "{files:?}");
+    drop(stuck);
+}
