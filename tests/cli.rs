@@ -662,3 +662,30 @@ fn html_page_and_torch_snapshot() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("<!DOCTYPE html>"));
 }
+
+#[test]
+fn a_fifo_or_a_device_named_like_a_report_in_the_job_directory_is_said_in_one_line_unread() {
+    let dir = TempDir::new("cli-report-fifo");
+    let fifo = dir.path().join("gpushim-5.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // Were the FIFO opened for reading, this writer's open returns and its close ends the read
+    // (nothing written): the command then ends either way.
+    let f = fifo.clone();
+    let writer = std::thread::spawn(move || drop(std::fs::OpenOptions::new().write(true).open(&f)));
+    let zero = TempDir::new("cli-report-zero");
+    std::os::unix::fs::symlink("/dev/zero", zero.path().join("gpushim-6.json")).unwrap();
+    for (d, name) in [(&dir, "gpushim-5.json"), (&zero, "gpushim-6.json")] {
+        let out = gpushim(["report", d.path().to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let want = format!("gpushim: cannot read report {}: not a regular file", d.path().join(name).display());
+        assert_eq!(err.trim_end(), want, "{err}");
+    }
+    // Nothing opened the FIFO: a reader that does not wait lets the writer go.
+    use std::os::unix::fs::OpenOptionsExt;
+    let _reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+    writer.join().unwrap();
+}

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
 use crate::diff::site_key;
@@ -186,6 +186,11 @@ pub fn read_dir(dir: &Path) -> Result<Vec<(PathBuf, Report)>> {
         .into_iter()
         .map(|n| {
             let p = dir.join(&n);
+            // A FIFO would block the read forever, a device (a link to /dev/zero) never end it.
+            let regular = std::fs::metadata(&p).map(|m| m.is_file());
+            if let Ok(false) = regular {
+                bail!("cannot read report {}: not a regular file", p.display());
+            }
             let r = Report::read(&p).with_context(|| format!("cannot read report {}", p.display()))?;
             Ok((p, r))
         })
