@@ -244,6 +244,8 @@ pub struct State {
     /// the last try found too few sites without live allocations (so that a program with more
     /// live stacks than the bound does not pay a scan per new site).
     evict_at: usize,
+    /// Eviction scans run so far (each reads every site).
+    evict_scans: u64,
     /// Whether events given up on by the reorder buffer may still arrive: frees of addresses
     /// that are not live are remembered in `early_frees` then.
     late_expected: bool,
@@ -393,7 +395,12 @@ impl State {
             self.evicted.push(id);
         }
         self.totals.evicted_stacks += n as u64;
-        self.evict_at = limit.max(self.sites.len() + limit / 10);
+        self.evict_scans += 1;
+        // The next scan when a tenth more sites came (of the bound, or of the sites now when
+        // more are kept than the bound: live ones): with a bound below 10 a program with more
+        // live stacks than that paid a scan of every site at each new one.
+        let slack = (limit / 10).max(self.sites.len() / 10).max(1);
+        self.evict_at = limit.max(self.sites.len().saturating_add(slack));
     }
 
     /// Tells whether events given up on by the reorder buffer may still arrive (so that frees
@@ -1426,5 +1433,15 @@ pub(crate) mod tests {
             s.apply(&alloc(i, i, 0x1000 + i * 0x100, 10, Kind::Device, 0, i as u32));
         }
         assert_eq!((s.sites.len(), s.totals.evicted_stacks), (50, 0));
+        // A bound below 10 (no tenth of it to wait for): 10,000 live stacks, a few hundred
+        // scans of every site rather than one per new site.
+        let mut s = State::default();
+        s.set_max_stacks(1);
+        for i in 0..10_000u64 {
+            s.apply(&alloc(i, i, 0x1000 + i * 0x100, 10, Kind::Device, 0, i as u32));
+        }
+        assert_eq!((s.sites.len(), s.totals.evicted_stacks), (10_000, 0));
+        assert!(s.evict_scans < 200, "{} scans", s.evict_scans);
+        assert_eq!(s.totals.gauge.live_bytes, 100_000);
     }
 }
