@@ -205,9 +205,20 @@ pub fn build(reports: &[(PathBuf, Report)]) -> JobView {
     let mut view = JobView { schema: SCHEMA, ..JobView::default() };
     let mut gpus: BTreeMap<String, GpuRow> = BTreeMap::new();
     let mut groups: BTreeMap<String, SuspectGroup> = BTreeMap::new();
+    // A rank number that two reports carry (a restarted job's reports in one directory) names
+    // each with its pid too: else the two count as one process in the suspects' scope.
+    let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
+    for (_, r) in &order {
+        if let Some(k) = rank_of(r) {
+            *seen.entry(k).or_default() += 1;
+        }
+    }
     for (path, r) in &order {
         let id = r.identity.as_ref();
-        let name = who(rank_of(r), r.pid);
+        let name = match rank_of(r) {
+            Some(k) if seen.get(&k).is_some_and(|&c| c > 1) => format!("rank {k} (pid {})", r.pid),
+            k => who(k, r.pid),
+        };
         if let Some(j) = id.and_then(|i| i.job_id.clone()) {
             if !view.job_ids.contains(&j) {
                 view.job_ids.push(j);
@@ -474,6 +485,25 @@ mod tests {
             .map(|i| Suspect { site: i as u32, live_bytes: 1 << 20, reason: "rising".into(), ..Suspect::default() })
             .collect();
         (PathBuf::from(identity::stem(r.pid, r.identity.as_ref()) + ".json"), r)
+    }
+
+    /// Two reports of rank 0 (a restarted job's, in one directory) and one of rank 1, all with
+    /// the same suspect: a suspect of every process, and the two rank 0s named apart.
+    #[test]
+    fn two_reports_of_one_rank_are_two_processes() {
+        let mut again = process(0, &[(0, 1 << 20)], &["step"]);
+        again.1.pid = 900;
+        let reports = vec![process(0, &[(0, 1 << 20)], &["step"]), again, process(1, &[(1, 1 << 20)], &["step"])];
+        let v = build(&reports);
+        assert_eq!(v.processes.len(), 3);
+        assert_eq!(v.suspects.len(), 1);
+        assert_eq!(v.suspects[0].scope, "every");
+        assert_eq!(v.suspects[0].processes, ["rank 0 (pid 100)", "rank 0 (pid 900)", "rank 1"]);
+        assert_eq!(v.suspects[0].live_bytes, 3 << 20);
+        assert_eq!(v.gpus[0].processes, ["rank 0 (pid 100)", "rank 0 (pid 900)"]);
+        // Two reports of rank 0 alone: on every process, not on one.
+        let v = build(&reports[..2]);
+        assert_eq!((v.suspects[0].scope, v.suspects[0].processes.len()), ("every", 2));
     }
 
     #[test]
