@@ -238,8 +238,10 @@ impl Sampler {
                 Err((false, e)) => (None, Some(format!("NVML is not available: {e}"))),
             }
         };
-        let interval =
-            env("GPUSHIM_NVML_INTERVAL_MS").and_then(|v| v.parse::<u64>().ok()).unwrap_or(DEFAULT_INTERVAL_MS).max(1);
+        let interval = env("GPUSHIM_NVML_INTERVAL_MS")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|&ms| ms > 0)
+            .unwrap_or(DEFAULT_INTERVAL_MS);
         let shared = Arc::new(Shared {
             nvml,
             pid,

@@ -24,6 +24,7 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
     let html = std::env::var_os("GPUSHIM_HTML").is_some_and(|v| v == "1");
     let live = input.as_ref().is_none_or(|p| p.as_os_str() == "-");
     let mut err = io::stderr().lock();
+    check_settings(&|name| std::env::var(name).ok(), &mut err);
     let interval = intervals(
         std::env::var("GPUSHIM_REPORT_INTERVAL").ok().as_deref(),
         std::env::var("GPUSHIM_REPORT_KEEP").ok().as_deref(),
@@ -109,6 +110,31 @@ fn intervals(every: Option<&str>, keep: Option<&str>, err: &mut dyn Write) -> Op
     Some(collect::Intervals { every_ns: (secs * 1e9) as u64, keep })
 }
 
+/// Says in one line on `err` each collector setting whose value it does not take, with what is
+/// used instead: the switches `GPUSHIM_HTML`, `GPUSHIM_NVML`, `GPUSHIM_DEFAULT_SUPPRESSIONS`
+/// (`0` or `1`) and `GPUSHIM_NVML_INTERVAL_MS` (a whole number of ms above 0), which were taken
+/// silently. `get` reads a variable.
+fn check_settings(get: &dyn Fn(&str) -> Option<String>, err: &mut dyn Write) {
+    for (name, what) in [
+        ("GPUSHIM_HTML", "no HTML reports"),
+        ("GPUSHIM_NVML", "NVML is sampled"),
+        ("GPUSHIM_DEFAULT_SUPPRESSIONS", "the built-in suppressions are used"),
+    ] {
+        if let Some(v) = get(name).filter(|v| !v.is_empty() && v.trim() != "0" && v.trim() != "1") {
+            let _ = writeln!(err, "gpushim: {name}={v} is not 0 or 1; {what}");
+        }
+    }
+    if let Some(v) = get("GPUSHIM_NVML_INTERVAL_MS").filter(|v| !v.is_empty()) {
+        if !v.trim().parse::<u64>().is_ok_and(|ms| ms > 0) {
+            let _ = writeln!(
+                err,
+                "gpushim: GPUSHIM_NVML_INTERVAL_MS={v} is not a whole number of ms above 0; using {}",
+                crate::nvml::DEFAULT_INTERVAL_MS
+            );
+        }
+    }
+}
+
 /// A bound set in the environment (`GPUSHIM_REORDER_MIB`, `GPUSHIM_MAX_STACKS`): a whole
 /// number of at least 1, or `None` (the default) when unset; a bad value is said in one line
 /// on `err` and the default is used.
@@ -152,6 +178,39 @@ fn stdin_copy() -> Option<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn collector_switches_with_bad_values_are_said_in_one_line_each() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        let mut err = Vec::new();
+        check_settings(
+            &env(&[
+                ("GPUSHIM_HTML", "x"),
+                ("GPUSHIM_NVML", "maybe"),
+                ("GPUSHIM_DEFAULT_SUPPRESSIONS", "x"),
+                ("GPUSHIM_NVML_INTERVAL_MS", "0"),
+            ]),
+            &mut err,
+        );
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            format!(
+                "gpushim: GPUSHIM_HTML=x is not 0 or 1; no HTML reports\n\
+                 gpushim: GPUSHIM_NVML=maybe is not 0 or 1; NVML is sampled\n\
+                 gpushim: GPUSHIM_DEFAULT_SUPPRESSIONS=x is not 0 or 1; the built-in suppressions are used\n\
+                 gpushim: GPUSHIM_NVML_INTERVAL_MS=0 is not a whole number of ms above 0; using {}\n",
+                crate::nvml::DEFAULT_INTERVAL_MS
+            )
+        );
+        let mut err = Vec::new();
+        check_settings(
+            &env(&[("GPUSHIM_HTML", "1"), ("GPUSHIM_NVML", "0"), ("GPUSHIM_NVML_INTERVAL_MS", "250")]),
+            &mut err,
+        );
+        assert!(err.is_empty());
+    }
 
     #[test]
     fn interval_settings_and_their_bad_values() {
