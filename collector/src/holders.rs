@@ -318,8 +318,11 @@ pub fn group_totals(h: &Holders) -> BTreeMap<String, (String, u64, u64)> {
 }
 
 /// The lines shown under a suspect or a site (without indentation): in use against live, then
-/// the largest holder groups (at most `max`).
-pub fn site_lines(s: &SiteHolders, max: usize) -> Vec<String> {
+/// the largest holder groups (at most `max`). `walk_status` is the walk's (`Holders::walk`):
+/// after a walk that did not complete, live bytes no object was found holding are not said to
+/// be held by none (the walk may have stopped before reaching their holders); an empty status
+/// (a file without one) reads as complete.
+pub fn site_lines(s: &SiteHolders, max: usize, walk_status: &str) -> Vec<String> {
     let first = if s.in_use_from == "torch" {
         format!(
             "PyTorch's allocator: {} of {} live in use, {} cached ({} in {})",
@@ -328,6 +331,14 @@ pub fn site_lines(s: &SiteHolders, max: usize) -> Vec<String> {
             fmt_bytes(s.cached_bytes),
             fmt_bytes(s.object_bytes),
             crate::words::count(s.objects, "object")
+        )
+    } else if !walk_status.is_empty() && walk_status != "complete" {
+        format!(
+            "Python objects found holding {} of {} live ({} in {}) before the heap walk stopped ({walk_status}): the rest's holders are not known",
+            fmt_bytes(s.in_use_bytes),
+            fmt_bytes(s.live_bytes),
+            fmt_bytes(s.object_bytes),
+            crate::words::count(s.objects, "object"),
         )
     } else {
         format!(
@@ -416,9 +427,15 @@ mod tests {
             "holders":[{"how":"path","path":["m global 'x'"]}],"found":1}"#;
         let h = attribute(&walk(r), &s, 42);
         assert_eq!(
-            site_lines(h.site(1).unwrap(), 3)[0],
+            site_lines(h.site(1).unwrap(), 3, "complete")[0],
             "Python objects hold 4.0 KiB of 16.0 KiB live (4.0 KiB in 1 object; 12.0 KiB not held by any object: \
              cached or unreferenced)"
+        );
+        // A walk cut at its cap says what it found, not that the rest is held by nothing.
+        assert_eq!(
+            site_lines(h.site(1).unwrap(), 3, "cut")[0],
+            "Python objects found holding 4.0 KiB of 16.0 KiB live (4.0 KiB in 1 object) before the heap walk \
+             stopped (cut): the rest's holders are not known"
         );
     }
 

@@ -139,8 +139,8 @@ impl Render for Text {
                     count(s.free_count, "free"),
                     fmt_bytes(s.peak_live_bytes),
                 )?;
-                if let Some(h) = r.holders.as_ref().and_then(|h| h.site(s.id)) {
-                    for l in crate::holders::site_lines(h, 5) {
+                if let Some((w, h)) = r.holders.as_ref().and_then(|h| Some((h.walk.status.as_str(), h.site(s.id)?))) {
+                    for l in crate::holders::site_lines(h, 5, w) {
                         writeln!(out, "      {l}")?;
                     }
                 }
@@ -244,12 +244,12 @@ fn suspect_holder_lines(r: &Report, s: &crate::report::Suspect, max: usize) -> V
     };
     if let [one] = members.as_slice() {
         if one.site == Some(s.site) {
-            return crate::holders::site_lines(one, max);
+            return crate::holders::site_lines(one, max, &h.walk.status);
         }
     }
     let mut out = Vec::new();
     for m in members {
-        let mut lines = crate::holders::site_lines(m, max);
+        let mut lines = crate::holders::site_lines(m, max, &h.walk.status);
         if let Some(first) = lines.first_mut() {
             *first = format!("site {}: {first}", m.site.map_or_else(String::new, site_id_name));
         }
