@@ -186,20 +186,24 @@ pub fn apply(report: &mut Report, file: ReachFile) {
             site.reach = Some(s.clone());
         }
     }
-    for (&id, s) in &file.sites {
-        if s.definitely_lost_count == 0 {
+    // Only the growth suspects are re-ranked: a site is not made a suspect by its lost
+    // allocations alone (the summary's lead line and its `reach` counts say them), so that the
+    // suspects' meaning (and `--fail-on-leak`) stays that of rank.rs. A suspect of several sites
+    // (one cause) counts over all of them.
+    for x in &mut report.suspects {
+        let members: Vec<u32> = if x.sites.is_empty() { vec![x.site] } else { x.sites.clone() };
+        let (mut lost, mut lost_bytes, mut scanned) = (0u64, 0u64, 0u64);
+        for s in members.iter().filter_map(|id| file.sites.get(id)) {
+            lost += s.definitely_lost_count;
+            lost_bytes = lost_bytes.saturating_add(s.definitely_lost_bytes);
+            scanned += s.scanned_count;
+        }
+        if lost == 0 {
             continue;
         }
-        let lost =
-            format!("{} of {} allocations definitely lost (no pointer left)", s.definitely_lost_count, s.scanned_count);
-        // Only the growth suspects are re-ranked: a site is not made a suspect by its lost
-        // allocations alone (the summary's lead line and its `reach` counts say them), so that
-        // the suspects' meaning (and `--fail-on-leak`) stays that of rank.rs.
-        if let Some(x) = report.suspects.iter_mut().find(|x| x.site == id) {
-            x.reason = format!("{lost}; {}", x.reason);
-            x.definitely_lost_count = s.definitely_lost_count;
-            x.definitely_lost_bytes = s.definitely_lost_bytes;
-        }
+        x.reason = format!("{lost} of {scanned} allocations definitely lost (no pointer left); {}", x.reason);
+        x.definitely_lost_count = lost;
+        x.definitely_lost_bytes = lost_bytes;
     }
     // Stable: growth-only suspects keep their order below the definitely-lost ones.
     report.suspects.sort_by_key(|s| std::cmp::Reverse(s.definitely_lost_bytes));
@@ -283,6 +287,29 @@ mod tests {
         assert_eq!(got, [(2, "4 of 5 allocations definitely lost (no pointer left); +1 MiB"), (1, "+1 MiB")]);
         assert_eq!(report.suspects[0].definitely_lost_bytes, 4096);
         assert_eq!(report.reachability.as_ref().map(|r| r.definitely_lost_count), Some(5));
+    }
+
+    /// A suspect of several sites (one cause, `sites`) counts the lost allocations of all of
+    /// them: "1 of 1 … across 5 sites" read as if the other four were not scanned.
+    #[test]
+    fn a_suspect_of_several_sites_counts_them_all() {
+        let mut report = crate::render::tests::sample();
+        report.suspects =
+            vec![Suspect { site: 7, sites: vec![7, 8, 9], reason: "+1 MiB".into(), ..Suspect::default() }];
+        let mut file = ReachFile::default();
+        for (id, lost) in [(7, 1), (8, 0), (9, 2)] {
+            let r = SiteReach {
+                definitely_lost_count: lost,
+                definitely_lost_bytes: lost * 1024,
+                scanned_count: 2,
+                ..SiteReach::default()
+            };
+            file.sites.insert(id, r);
+        }
+        apply(&mut report, file);
+        let s = &report.suspects[0];
+        assert_eq!(s.reason, "3 of 6 allocations definitely lost (no pointer left); +1 MiB");
+        assert_eq!((s.definitely_lost_count, s.definitely_lost_bytes), (3, 3072));
     }
 
     #[test]
