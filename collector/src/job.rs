@@ -332,11 +332,12 @@ pub fn write_text(v: &JobView, out: &mut dyn Write) -> io::Result<()> {
             (Some(o), Some(from)) => format!(", own GPU ordinal {o} ({from})"),
             _ => String::new(),
         };
+        // A process without a rank is named by its pid already.
+        let pid = if p.rank.is_some() { format!(" pid {}", p.pid) } else { String::new() };
         writeln!(
             out,
-            "  {:<10} pid {} (parent {}, {}): live {}, peak {}, {} suspect{}{own}",
+            "  {:<10}{pid} (parent {}, {}): live {}, peak {}, {} suspect{}{own}",
             who(p.rank, p.pid),
-            p.pid,
             p.ppid,
             p.reason,
             fmt_bytes(p.live_bytes),
@@ -557,5 +558,13 @@ mod tests {
         let v = build(&[(p, r)]);
         assert_eq!((v.processes[0].own_ordinal, v.processes[0].own_from), (Some(3), Some("most bytes")));
         assert_eq!(v.foreign.iter().map(|f| f.ordinal).collect::<Vec<_>>(), [0]);
+        // Without a rank the process is named by its pid once ("pid N  pid N (parent …" before).
+        let mut out = Vec::new();
+        write_text(&v, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let pid = v.processes[0].pid;
+        let line = text.lines().find(|l| l.contains("(parent ")).unwrap_or_default();
+        let words: Vec<&str> = line.split_whitespace().take(3).collect();
+        assert_eq!(words, ["pid", pid.to_string().as_str(), "(parent"], "{text}");
     }
 }
