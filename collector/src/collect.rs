@@ -147,7 +147,46 @@ impl Observer for Sink<'_> {
     }
 }
 
+/// What differs between the reports of one stream: why, up to when, and what it knows of
+/// them; the rest of a report's [`Context`] is the sink's.
+struct Ending {
+    reason: Reason,
+    snapshot: Option<u32>,
+    end_ts_ns: u64,
+    lost_events: u64,
+    notes: Vec<String>,
+    work_end_ns: Option<u64>,
+}
+
+impl Ending {
+    /// A report that is not a snapshot and does not know when the program's work ended.
+    fn now(reason: Reason, end_ts_ns: u64, lost_events: u64, notes: Vec<String>) -> Ending {
+        Ending { reason, snapshot: None, end_ts_ns, lost_events, notes, work_end_ns: None }
+    }
+}
+
 impl Sink<'_> {
+    /// The report of `state` that `e` describes, with the stream's identity and GPUs: what the
+    /// snapshot, out-of-memory, interval and final reports share.
+    fn build_report(&mut self, state: &State, e: Ending) -> Report {
+        let ctx = Context {
+            hello: &self.hello,
+            reason: e.reason,
+            snapshot: e.snapshot,
+            end_ts_ns: e.end_ts_ns,
+            lost_events: e.lost_events,
+            notes: e.notes,
+            mem_info: &self.mem_info,
+            stacks: &self.stacks,
+            driver: self.driver.as_ref(),
+            work_end_ns: e.work_end_ns,
+            thread_names: &self.thread_names,
+        };
+        let mut report = assemble::build(state, ctx, &mut self.sym);
+        self.annotate(&mut report);
+        report
+    }
+
     /// Adds what the stream said about the process (its job identity) and its GPUs to a report.
     fn annotate(&self, report: &mut Report) {
         report.identity = self.identity.clone();
@@ -248,21 +287,8 @@ impl Sink<'_> {
             return;
         }
         self.driver = self.sampler.as_ref().map(crate::nvml::Sampler::view_now);
-        let ctx = Context {
-            hello: &self.hello,
-            reason: Reason::Oom,
-            snapshot: None,
-            end_ts_ns: f.ts_ns,
-            lost_events: self.lost,
-            notes: self.notes.clone(),
-            mem_info: &self.mem_info,
-            stacks: &self.stacks,
-            driver: self.driver.as_ref(),
-            work_end_ns: None,
-            thread_names: &self.thread_names,
-        };
-        let mut report = assemble::build(state, ctx, &mut self.sym);
-        self.annotate(&mut report);
+        let ending = Ending::now(Reason::Oom, f.ts_ns, self.lost, self.notes.clone());
+        let mut report = self.build_report(state, ending);
         let frames = match self.stacks.get(&f.stack) {
             Some(addrs) => self.sym.stack_of(f.stack, addrs),
             None => Vec::new(),
@@ -292,21 +318,8 @@ impl Sink<'_> {
         self.intervals += 1;
         let n = self.intervals;
         self.driver = self.sampler.as_ref().map(crate::nvml::Sampler::view_now);
-        let ctx = Context {
-            hello: &self.hello,
-            reason: Reason::Interval,
-            snapshot: None,
-            end_ts_ns: ts_ns,
-            lost_events: self.lost,
-            notes: self.notes.clone(),
-            mem_info: &self.mem_info,
-            stacks: &self.stacks,
-            driver: self.driver.as_ref(),
-            work_end_ns: None,
-            thread_names: &self.thread_names,
-        };
-        let mut report = assemble::build(state, ctx, &mut self.sym);
-        self.annotate(&mut report);
+        let ending = Ending::now(Reason::Interval, ts_ns, self.lost, self.notes.clone());
+        let mut report = self.build_report(state, ending);
         report.interval = Some(n);
         let stem = format!("{}-interval-{n}", self.stem());
         match write_report(&report, &self.out_dir, &stem, self.err) {
@@ -340,21 +353,8 @@ impl Sink<'_> {
             ));
         }
         self.driver = self.sampler.as_ref().map(crate::nvml::Sampler::view_now);
-        let ctx = Context {
-            hello: &self.hello,
-            reason: Reason::Snapshot,
-            snapshot: Some(p.number),
-            end_ts_ns: p.ts_ns,
-            lost_events: p.missing,
-            notes,
-            mem_info: &self.mem_info,
-            stacks: &self.stacks,
-            driver: self.driver.as_ref(),
-            work_end_ns: None,
-            thread_names: &self.thread_names,
-        };
-        let mut report = assemble::build(state, ctx, &mut self.sym);
-        self.annotate(&mut report);
+        let ending = Ending { snapshot: Some(p.number), ..Ending::now(Reason::Snapshot, p.ts_ns, p.missing, notes) };
+        let mut report = self.build_report(state, ending);
         let label = self.labels.get(&p.number).cloned();
         report.label = label.clone().filter(|l| !l.is_empty());
         let stem = self.snapshot_stem(p.number);
@@ -704,22 +704,13 @@ pub fn collect_with(
         );
     }
     sink.driver = sink.sampler.take().map(|s| s.view_now());
-    let ctx = Context {
-        hello: &sink.hello,
-        reason: if exit_ts.is_some() { Reason::Exit } else { Reason::Killed },
-        snapshot: None,
-        // The state's own latest event time is used if later.
-        end_ts_ns: exit_ts.unwrap_or(0),
-        lost_events: lost,
-        notes,
-        mem_info: &sink.mem_info,
-        stacks: &sink.stacks,
-        driver: sink.driver.as_ref(),
+    let reason = if exit_ts.is_some() { Reason::Exit } else { Reason::Killed };
+    // The state's own latest event time is used if later.
+    let ending = Ending {
         work_end_ns: sink.work_end.or(sink.pause_start),
-        thread_names: &sink.thread_names,
+        ..Ending::now(reason, exit_ts.unwrap_or(0), lost, notes)
     };
-    let mut report = assemble::build(tracker.state(), ctx, &mut sink.sym);
-    sink.annotate(&mut report);
+    let mut report = sink.build_report(tracker.state(), ending);
     if let Some(r) = sink.exit_reach.take() {
         let f = reach::classify(&r, tracker.state(), &sink.stacks, &mut sink.sym);
         reach::apply(&mut report, f);
