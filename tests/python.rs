@@ -65,10 +65,32 @@ int alloc_in_native_thread(size_t n) {
 }
 "#;
 
-/// The 1-based number of the script line marked `# @name`.
-fn line_of(marker: &str) -> u64 {
+/// The 1-based number of the line of `text` marked `# @name`.
+fn line_in(text: &str, marker: &str) -> u64 {
     let tag = format!("# @{marker}");
-    SCRIPT.lines().position(|l| l.ends_with(&tag)).unwrap_or_else(|| panic!("no {tag} in the script")) as u64 + 1
+    text.lines().position(|l| l.ends_with(&tag)).unwrap_or_else(|| panic!("no {tag} in the script")) as u64 + 1
+}
+
+/// The 1-based number of the `SCRIPT` line marked `# @name`.
+fn line_of(marker: &str) -> u64 {
+    line_in(SCRIPT, marker)
+}
+
+/// Runs the Python program `text` (written to `file` in the target's directory, given the
+/// runtime stand-in's path as its argument) with `python` under the shim, with
+/// `GPUSHIM_UNWIND_CACHE=cache`; it must succeed.
+fn run_with_cache(python: &Path, name: &str, file: &str, text: &str, cache: &str) -> Outcome {
+    let t = Target::new(python, name);
+    let script = t.dir.path().join(file);
+    std::fs::write(&script, text).unwrap();
+    let cudart = standin("libcudart.so.13");
+    let run = t
+        .args(&[script.to_str().unwrap(), cudart.to_str().unwrap()])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("GPUSHIM_UNWIND_CACHE", cache)
+        .run();
+    run.success();
+    run
 }
 
 /// The interpreter `python3` on PATH runs (through a pyenv shim, if that is what PATH has).
@@ -340,17 +362,7 @@ print("child", status)
 
 /// Per report (parent first), each site as (its Python frames, live bytes, allocations), sorted.
 fn python_sites(cache: &str) -> Vec<Vec<(Vec<String>, u64, u64)>> {
-    let python = python3();
-    let t = Target::new(&python, &format!("py-paths-cache-{cache}"));
-    let script = t.dir.path().join("paths.py");
-    std::fs::write(&script, PATHS_SCRIPT).unwrap();
-    let cudart = standin("libcudart.so.13");
-    let run = t
-        .args(&[script.to_str().unwrap(), cudart.to_str().unwrap()])
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("GPUSHIM_UNWIND_CACHE", cache)
-        .run();
-    run.success();
+    let run = run_with_cache(&python3(), &format!("py-paths-cache-{cache}"), "paths.py", PATHS_SCRIPT, cache);
     assert!(run.stdout.contains("child 0"), "{run}");
     let mut reports: Vec<Value> = run.reports().into_values().collect();
     assert_eq!(reports.len(), 2, "{run}");
@@ -402,6 +414,7 @@ fn python_frame_caches_leave_sites_unchanged_across_fork() {
 /// With `with_state`, the thread first makes itself a Python thread state and releases the GIL,
 /// as PyTorch's `PythonEngine::thread_init` does (its frame chain stays empty).
 const ENGINE_C: &str = r#"
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <pthread.h>
 #include <stddef.h>
 int cudaMalloc(void **p, size_t n);
@@ -496,8 +509,7 @@ fn backward_on_an_engine_thread(python: &Path) {
     run.success();
     assert!(run.stdout.contains("backward done"), "{run}");
     let r = run.report();
-    let at = |text: &str, tag: &str| 1 + text.lines().position(|l| l.ends_with(tag)).unwrap() as u64;
-    let line = at(BACKWARD_SCRIPT, "# @backward");
+    let line = line_in(BACKWARD_SCRIPT, "backward");
     let site = site_with(&r, 30 << 20, &run);
     let which = python.display();
     // The engine's native frames, then the waiting thread's Python frames.
@@ -505,8 +517,8 @@ fn backward_on_an_engine_thread(python: &Path) {
     assert_eq!(
         python_frames(site),
         vec![
-            format!("_engine_run_backward:{}", at(ENGINE_PY, "# @engine")),
-            format!("backward:{}", at(ENGINE_PY, "# @run")),
+            format!("_engine_run_backward:{}", line_in(ENGINE_PY, "engine")),
+            format!("backward:{}", line_in(ENGINE_PY, "run")),
             format!("<module>:{line}")
         ],
         "{which}{run}\n{site:#}"
@@ -594,23 +606,13 @@ print("allocated", len(keep))
 
 /// The 1-based number of the `MEMO_SCRIPT` line marked `# @name`.
 fn memo_line(marker: &str) -> u64 {
-    let tag = format!("# @{marker}");
-    MEMO_SCRIPT.lines().position(|l| l.ends_with(&tag)).unwrap_or_else(|| panic!("no {tag} in the script")) as u64 + 1
+    line_in(MEMO_SCRIPT, marker)
 }
 
 /// Runs `MEMO_SCRIPT` with `python` and `GPUSHIM_UNWIND_CACHE=cache`: per distinct Python stack
 /// (function:line, innermost first), its live bytes and allocations, sorted.
 fn memo_sites(python: &Path, name: &str, cache: &str) -> Vec<(Vec<String>, u64, u64)> {
-    let t = Target::new(python, name);
-    let script = t.dir.path().join("memo.py");
-    std::fs::write(&script, MEMO_SCRIPT).unwrap();
-    let cudart = standin("libcudart.so.13");
-    let run = t
-        .args(&[script.to_str().unwrap(), cudart.to_str().unwrap()])
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("GPUSHIM_UNWIND_CACHE", cache)
-        .run();
-    run.success();
+    let run = run_with_cache(python, name, "memo.py", MEMO_SCRIPT, cache);
     assert!(run.stdout.contains("allocated 400"), "{run}");
     let r = run.report();
     // Sites whose native stacks differ (a specialized instruction's path) but whose Python
