@@ -1098,23 +1098,29 @@ def headlines(r):
     return [x.get("headline", "") for x in r["suspects"]]
 
 
+def one_suspect_via(r, t, function, line_key, entry):
+    """For a vendor-library case (scripts/gpu/vendor_threads.cu): the headline wanted, the
+    report's headlines, its first suspect, and whether it has exactly one suspect, headed
+    `function (…file:LINE) via entry` with LINE the truth's `line_key`."""
+    place = f"{t['file']}:{t[line_key]}) via {entry}"
+    heads = headlines(r)
+    first = r["suspects"][0] if r["suspects"] else {}
+    ok = len(heads) == 1 and heads[0].startswith(f"{function} (") and heads[0].endswith(place)
+    return f"{function} ({place}", heads, first, ok
+
+
 def issue13_rows():
     """Issue 13's cases: one suspect per cause, headed by the user's line (and the library entry
     point it called), threads counted; the autograd engine's thread named."""
     t, r, _ = load("fault_cublas_threads")
     if r and "handle_line" in t:
-        want = f"worker_gemm ({t['file']}:{t['handle_line']}) via cublasCreate_v2"
-        heads = headlines(r)
-        s = r["suspects"][0] if r["suspects"] else {}
+        want, heads, s, ok = one_suspect_via(r, t, "worker_gemm", "handle_line", "cublasCreate_v2")
         row(
             "fault_cublas_threads",
             "one suspect at the user's line via cublasCreate_v2, from every thread",
             f"1: {want}, {t['threads']} threads",
             f"{len(heads)}: {'; '.join(heads)}, {s.get('threads')} threads",
-            len(heads) == 1
-            and heads[0].startswith("worker_gemm (")
-            and heads[0].endswith(f"{t['file']}:{t['handle_line']}) via cublasCreate_v2")
-            and s.get("threads") == t["threads"],
+            ok and s.get("threads") == t["threads"],
             f"{len(s.get('sites', []))} sites; {mib(s.get('live_bytes'))} live; "
             f"cudaMemGetInfo grew {mib(t['used_after'] - t['used_before'])}",
         )
@@ -1122,15 +1128,13 @@ def issue13_rows():
         missing("fault_cublas_threads")
     t, r, _ = load("fault_nccl_cycles")
     if r and "comm_line" in t:
-        want = f"make_comm ({t['file']}:{t['comm_line']}) via ncclCommInitAll"
-        heads = headlines(r)
-        s = r["suspects"][0] if r["suspects"] else {}
+        want, heads, s, ok = one_suspect_via(r, t, "make_comm", "comm_line", "ncclCommInitAll")
         row(
             "fault_nccl_cycles",
             "one suspect at the user's line via ncclCommInitAll, its sites under it",
             f"1: {want}",
             f"{len(heads)}: {'; '.join(heads)}",
-            len(heads) == 1 and heads[0].startswith("make_comm (") and heads[0].endswith(want.split(" (", 1)[1]),
+            ok,
             f"{len(s.get('sites', []))} sites; {mib(s.get('live_bytes'))} live; threads {s.get('threads')}; "
             f"cudaMemGetInfo grew {mib(t['used_after'] - t['used_before'])} over {t['cycles']} communicators",
         )
