@@ -65,6 +65,7 @@ use gpushim_wire::{self as wire, Api, Kind, ReachClass, ReachEntry, ReachRegion,
 use crate::hash::FastHash;
 use std::sync::atomic::Ordering::Acquire;
 
+use crate::sys::read_own as read;
 use crate::{config, loader, state, sys};
 
 /// What keys of [`Table`] are XOR-ed with, so that the table holds no copy of an address.
@@ -210,21 +211,6 @@ impl<T: Copy> Drop for Buf<T> {
 
 fn round_page(n: usize) -> usize {
     (n.max(1) + PAGE as usize - 1) & !(PAGE as usize - 1)
-}
-
-/// Reads `buf.len()` bytes at `addr` of this process; the bytes read (fewer at an unreadable
-/// page, 0 if the first page is unreadable).
-fn read(addr: u64, buf: &mut [u8]) -> usize {
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: buf.len() };
-    // SAFETY: the kernel checks the remote range and reports EFAULT instead of faulting; the
-    // local buffer is ours.
-    let n = unsafe { libc::process_vm_readv(sys::getpid_raw(), &local, 1, &remote, 1, 0) };
-    if n < 0 {
-        0
-    } else {
-        n as usize
-    }
 }
 
 /// One word of this process at `addr`, if readable.

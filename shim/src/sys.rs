@@ -22,6 +22,17 @@ pub fn getpid_raw() -> i32 {
     unsafe { libc::syscall(libc::SYS_getpid) as i32 }
 }
 
+/// Copies this process's memory at `addr` into `buf` with `process_vm_readv`: the number of
+/// bytes read (fewer, or 0, where a page is not mapped: the kernel reports `EFAULT` instead of
+/// faulting, so memory another thread unmaps meanwhile is safe to ask for).
+pub fn read_own(addr: u64, buf: &mut [u8]) -> usize {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: the kernel checks the remote range; the local buffer is the caller's.
+    let n = unsafe { libc::process_vm_readv(getpid_raw(), &local, 1, &remote, 1, 0) };
+    usize::try_from(n).unwrap_or(0)
+}
+
 /// Runs `f` with this thread's cancellation disabled. The shim's own work has cancellation
 /// points (starting the collector closes descriptors, the writer's exit handshake reads): a
 /// `pthread_cancel` acted on there would unwind through Rust frames that cannot be unwound by

@@ -97,23 +97,21 @@ struct Checked;
 
 impl Checked {
     /// Fills `buf` from `addr`; false if any byte could not be read.
-    fn bytes(&self, addr: usize, buf: *mut u8, n: usize) -> bool {
-        let local = libc::iovec { iov_base: buf.cast(), iov_len: n };
-        let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: n };
-        // SAFETY: `buf` is the caller's `n` writable bytes; the kernel checks `remote`.
-        let got = unsafe { libc::process_vm_readv(crate::sys::getpid_raw(), &local, 1, &remote, 1, 0) };
-        got == n as isize
+    fn bytes(&self, addr: usize, buf: &mut [u8]) -> bool {
+        crate::sys::read_own(addr as u64, buf) == buf.len()
     }
 }
 
 impl Mem for Checked {
     /// # Safety
-    /// None needed: any address may be passed.
+    /// `T` must be valid for any bytes (the plain integers and addresses the walk reads).
     #[inline]
     unsafe fn rd<T: Copy>(&self, addr: usize) -> Option<T> {
-        let mut v = std::mem::MaybeUninit::<T>::uninit();
-        // SAFETY: all of `v`'s bytes were written when `bytes` says so.
-        self.bytes(addr, v.as_mut_ptr().cast(), std::mem::size_of::<T>()).then(|| unsafe { v.assume_init() })
+        let mut v = std::mem::MaybeUninit::<T>::zeroed();
+        // SAFETY: `v`'s bytes are initialized (zeroed) and ours for its size.
+        let buf = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of::<T>()) };
+        // SAFETY: every byte was written, and the caller's T takes any bytes.
+        self.bytes(addr, buf).then(|| unsafe { v.assume_init() })
     }
 }
 
@@ -135,7 +133,7 @@ fn ascii_of(l: &Layout, s: usize, buf: &mut [u8; PEEK]) -> Option<usize> {
         // The end of a long name is what is compared (a file name's `torch/autograd/…`).
         let len = len as usize;
         let n = len.min(PEEK);
-        m.bytes(s + l.off.ascii_data + (len - n), buf.as_mut_ptr(), n).then_some(n)
+        m.bytes(s + l.off.ascii_data + (len - n), &mut buf[..n]).then_some(n)
     }
 }
 
