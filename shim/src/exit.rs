@@ -86,10 +86,16 @@ pub fn finish() {
         // A timeout too large for the clock ("wait for ever") waits for ever in practice.
         let now = std::time::Instant::now();
         let deadline = now.checked_add(config::exit_timeout()).unwrap_or(now + Duration::from_secs(1 << 40));
-        let queued = tx.send_deadline(Msg::Exit { ts_ns: sys::now_ns(), done: done_tx }, deadline).is_ok();
+        let sent = tx.send_deadline(Msg::Exit { ts_ns: sys::now_ns(), done: done_tx }, deadline);
         STATE.store(FINISHED, Release);
-        let done = queued && done_rx.recv_deadline(deadline).is_ok();
-        if !done {
+        // Only a wait that ran out means a late report. A writer that is gone (its channel
+        // disconnected, the request dropped unanswered) lost the collector, which it said in
+        // its own line as it stopped, and no report is coming: no second line.
+        let timed_out = match sent {
+            Ok(()) => matches!(done_rx.recv_deadline(deadline), Err(crossbeam_channel::RecvTimeoutError::Timeout)),
+            Err(e) => e.is_timeout(),
+        };
+        if timed_out {
             say_the_report_is_late();
         }
     });
