@@ -23,6 +23,7 @@
 //! - `libnvidia-ml.so.1`     NVML stand-in for the collector (standins/nvml.c)
 //! - `libcublas.so.13`       tests/programs/fakecublas.c: a vendor library's stand-in (cublasCreate_v2)
 //! - `threads`               tests/programs/threads.c linked to libcublas.so.13 (threads and vendor frames)
+//! - `libc10_cuda.so`        tests/programs/fakec10.c: PyTorch's caching allocator library's stand-in
 
 use std::env;
 use std::ffi::OsString;
@@ -130,6 +131,7 @@ fn main() {
         "tests/programs/nocuda.c",
         "tests/programs/localrt.c",
         "tests/programs/fakecublas.c",
+        "tests/programs/fakec10.c",
         "tests/programs/threads.c",
         "examples/leak.c",
     ]
@@ -279,6 +281,15 @@ fn main() {
     a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
     a.extend(os(RUNPATH_ORIGIN));
     ctx.cc("libcublas.so.13", &a);
+
+    // PyTorch's caching allocator library's stand-in (its segment allocations).
+    let mut a = os(LIBRARY);
+    a.extend(os(&["-shared", "-Wl,-soname,libc10_cuda.so"]));
+    a.push(ctx.src("tests/programs/fakec10.c"));
+    a.push(ctx.lib_dir());
+    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
+    a.extend(os(RUNPATH_ORIGIN));
+    ctx.cc("libc10_cuda.so", &a);
 
     let mut a = os(PROGRAM);
     a.push(ctx.src("tests/programs/threads.c"));

@@ -44,6 +44,11 @@ static HEAP_WALK: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_HEAP_WALK_NATIVE` is not `0`: the walk's breadth-first core runs in native code
 /// (shim/src/python/bfs.rs) where the interpreter allows it; `0` keeps the walker's Python loop.
 static HEAP_WALK_NATIVE: AtomicBool = AtomicBool::new(true);
+/// `GPUSHIM_TORCH_STACKS=1`: in a CPython program using PyTorch's CUDA caching allocator, the
+/// shim turns on PyTorch's record of each live block's Python stack (python/heap.rs). Off by
+/// default: PyTorch's first snapshot with stacks then takes seconds (6.2 s on the H200, torch
+/// 2.11, measured 2026-12-01), which the exit heap walk would add to every program's exit.
+static TORCH_STACKS: AtomicBool = AtomicBool::new(false);
 /// `GPUSHIM_HEAP_WALK_MS`: the cap on one heap walk, milliseconds (default 2000), also the
 /// longest the shim waits for a walk to start.
 static HEAP_WALK_MS: AtomicU64 = AtomicU64::new(2000);
@@ -117,6 +122,12 @@ pub fn heap_walk() -> bool {
 /// Whether the heap walk's core may run in native code (`GPUSHIM_HEAP_WALK_NATIVE` is not `0`).
 pub fn heap_walk_native() -> bool {
     HEAP_WALK_NATIVE.load(Relaxed)
+}
+
+/// Whether the shim turns on PyTorch's record of live blocks' Python stacks
+/// (`GPUSHIM_TORCH_STACKS=1`, heap walks on).
+pub fn torch_stacks() -> bool {
+    TORCH_STACKS.load(Relaxed) && heap_walk()
 }
 
 /// The cap on one heap walk, milliseconds (`GPUSHIM_HEAP_WALK_MS`, default 2000).
@@ -321,6 +332,7 @@ impl Config {
         read_switch("GPUSHIM_PYTHON", &PYTHON, "Python frames", &mut warnings);
         read_switch("GPUSHIM_HEAP_WALK", &HEAP_WALK, "heap walks", &mut warnings);
         read_switch("GPUSHIM_HEAP_WALK_NATIVE", &HEAP_WALK_NATIVE, "the heap walk's native core", &mut warnings);
+        read_switch("GPUSHIM_TORCH_STACKS", &TORCH_STACKS, "PyTorch's block stacks", &mut warnings);
         if let Some(v) = env("GPUSHIM_HEAP_WALK_MS") {
             match v.parse::<u64>() {
                 Ok(ms) if ms > 0 => HEAP_WALK_MS.store(ms, Relaxed),

@@ -109,6 +109,10 @@ struct Writer {
     py_announced: bool,
     modules: HashSet<(String, u64)>,
     covered: Vec<(u64, u64)>,
+    /// The address ranges of PyTorch's CUDA caching allocator's library (`libc10_cuda.so`),
+    /// once loaded: an allocation from there asks for its blocks' stacks
+    /// (`python::heap::torch_stacks_wanted`).
+    torch_ranges: Vec<(u64, u64)>,
     snapshots_handled: u64,
     /// Snapshots and out-of-memory failures sent, which number their heap walks.
     snapshots_sent: u32,
@@ -142,6 +146,7 @@ impl Writer {
             py_announced: false,
             modules: HashSet::new(),
             covered: Vec::new(),
+            torch_ranges: Vec::new(),
             snapshots_handled: 0,
             snapshots_sent: 0,
             ooms_sent: 0,
@@ -420,6 +425,14 @@ impl Writer {
             Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same } => {
                 self.describe_device(device);
                 let ts_ns = self.clock.ns_of(stamp);
+                // Through PyTorch's caching allocator (a frame in its library; or, without
+                // backtraces, any allocation once Python runs): its blocks' stacks are wanted.
+                let torch_known = !self.torch_ranges.is_empty();
+                if (frames.is_empty() && !same && python::ready())
+                    || frames.iter().any(|&a| self.torch_ranges.iter().any(|&(s, e)| (s..e).contains(&a)))
+                {
+                    python::heap::torch_stacks_wanted();
+                }
                 let stack = if same {
                     self.last_stack.get(&tid).copied().unwrap_or(wire::NO_STACK)
                 } else {
@@ -429,6 +442,10 @@ impl Writer {
                     }
                     id
                 };
+                if !torch_known && !self.torch_ranges.is_empty() {
+                    // This allocation's frames made the module scan find PyTorch's library.
+                    python::heap::torch_stacks_wanted();
+                }
                 if let Some(t) = &mut self.reach {
                     t.alloc(seq, addr, size, kind, api, device);
                 }
@@ -577,6 +594,9 @@ impl Writer {
                 libpython |= m.path.rsplit('/').next().is_some_and(|b| b.starts_with("libpython3"));
                 let ranges: Vec<(u64, u64)> = m.ranges.iter().map(|&(s, e)| (s as u64, e as u64)).collect();
                 self.covered.extend(&ranges);
+                if m.path.rsplit('/').next().is_some_and(|b| b.starts_with("libc10_cuda")) {
+                    self.torch_ranges.extend(&ranges);
+                }
                 new.push(wire::Module { path: m.path.clone(), bias: m.bias, ranges });
             }
         });

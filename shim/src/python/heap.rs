@@ -101,6 +101,10 @@ struct CApi {
     /// `int PyBytes_AsStringAndSize(PyObject *, char **, Py_ssize_t *)`
     /// (Include/bytesobject.h).
     bytes_as_string_and_size: unsafe extern "C" fn(Obj, *mut *mut c_char, *mut isize) -> c_int,
+    /// `long PyLong_AsLong(PyObject *)` (Include/longobject.h).
+    long_as_long: unsafe extern "C" fn(Obj) -> std::ffi::c_long,
+    /// `PyObject *PyImport_GetModuleDict(void)` (Include/import.h): `sys.modules`, borrowed.
+    import_get_module_dict: unsafe extern "C" fn() -> Obj,
     /// `void Py_IncRef(PyObject *)`, `void Py_DecRef(PyObject *)` (Include/object.h).
     incref: unsafe extern "C" fn(Obj),
     decref: unsafe extern "C" fn(Obj),
@@ -173,6 +177,8 @@ fn api() -> Option<&'static CApi> {
                 tuple_set_item: t(f(c"PyTuple_SetItem")?),
                 long_from_long_long: t(f(c"PyLong_FromLongLong")?),
                 bytes_as_string_and_size: t(f(c"PyBytes_AsStringAndSize")?),
+                long_as_long: t(f(c"PyLong_AsLong")?),
+                import_get_module_dict: t(f(c"PyImport_GetModuleDict")?),
                 incref: t(f(c"Py_IncRef")?),
                 decref: t(f(c"Py_DecRef")?),
                 none: f(c"_Py_NoneStruct")? as Obj,
@@ -205,6 +211,8 @@ static EXIT_DONE: AtomicBool = AtomicBool::new(false);
 /// The compiled walker's `walk` function and `emit` (strong references, never released); 0
 /// before the first walk.
 static WALK_FN: AtomicUsize = AtomicUsize::new(0);
+/// The walker's `torch_history` function (a strong reference, never released), once compiled.
+static TORCH_FN: AtomicUsize = AtomicUsize::new(0);
 static EMIT_FN: AtomicUsize = AtomicUsize::new(0);
 
 /// Asks, once, for the pending call that registers the exit walk. Called by the writer thread
@@ -266,7 +274,88 @@ pub fn poll() -> Option<HeapWalk> {
 /// In a forked child: no walk waits or runs there; the exit walk has not run.
 pub fn reset_after_fork() {
     SLOT.store(IDLE, Relaxed);
+    // PyTorch's setting is the process's memory, which the child keeps; a queued call is not.
+    TORCH_QUEUED.store(false, Relaxed);
     EXIT_DONE.store(false, Relaxed);
+}
+
+/// PyTorch's record of live blocks' stacks (`torch_history` in holders.py): not asked yet or
+/// not yet possible, on, the program's own, or not possible (its values: holders.py's TORCH_*).
+const TORCH_NOT_YET: u8 = 0;
+static TORCH: AtomicU8 = AtomicU8::new(TORCH_NOT_YET);
+/// A `torch_history` pending call is queued and has not run.
+static TORCH_QUEUED: AtomicBool = AtomicBool::new(false);
+/// When the latest `torch_history` call was queued (monotonic ns).
+static TORCH_ASKED_NS: AtomicU64 = AtomicU64::new(0);
+/// The least time between two `torch_history` calls while PyTorch has not initialized CUDA.
+const TORCH_RETRY_NS: u64 = 200_000_000;
+
+/// Asks the main thread, by a pending call, to turn on PyTorch's record of each live block's
+/// Python stack (holders.py `torch_history`), so that the heap walks can name the line that
+/// allocated each block inside the caching allocator's segments. Called by the writer thread
+/// when an allocation came through PyTorch's CUDA caching allocator's library; does nothing
+/// once it was turned on, found the program's own, or found impossible, nor more than once per
+/// [`TORCH_RETRY_NS`], nor with `GPUSHIM_TORCH_STACKS=0` or heap walks off.
+pub fn torch_stacks_wanted() {
+    if TORCH.load(Acquire) != TORCH_NOT_YET || !config::torch_stacks() {
+        return;
+    }
+    let Some(a) = api() else { return };
+    let now = sys::now_ns();
+    if now.saturating_sub(TORCH_ASKED_NS.load(Acquire)) < TORCH_RETRY_NS || TORCH_QUEUED.swap(true, AcqRel) {
+        return;
+    }
+    TORCH_ASKED_NS.store(now, Release);
+    // SAFETY: as in `arm`.
+    if unsafe { (a.is_initialized)() } == 0 || unsafe { (a.add_pending_call)(torch_pending, std::ptr::null_mut()) } != 0
+    {
+        TORCH_QUEUED.store(false, Release);
+    }
+}
+
+/// The pending call of [`torch_stacks_wanted`]: runs `torch_history` and keeps its answer.
+extern "C" fn torch_pending(_: *mut c_void) -> c_int {
+    TORCH_QUEUED.store(false, Release);
+    let Some(a) = api() else { return 0 };
+    if !traced_here() {
+        return 0;
+    }
+    from_python(a, |a| {
+        // Nothing to do (and the walker not compiled) until the program imports torch.
+        // SAFETY: the GIL is held; both calls return borrowed references (or NULL).
+        let torch = unsafe {
+            let modules = (a.import_get_module_dict)();
+            !modules.is_null() && !(a.dict_get_item_string)(modules, c"torch".as_ptr()).is_null()
+        };
+        if !torch {
+            return;
+        }
+        // SAFETY: the GIL is held (a pending call); NoTracing as in a walk.
+        let _no_tracing = unsafe { NoTracing::new(a) };
+        if walker(a).is_none() {
+            return;
+        }
+        let f = TORCH_FN.load(Acquire) as Obj;
+        if f.is_null() {
+            return;
+        }
+        // SAFETY: the GIL is held; `f` is a live function (a reference kept for good); a NULL
+        // argument tuple calls it without arguments; the result is released.
+        unsafe {
+            let r = (a.call_object)(f, std::ptr::null_mut());
+            if r.is_null() {
+                (a.err_clear)();
+                return;
+            }
+            let v = (a.long_as_long)(r);
+            (a.decref)(r);
+            (a.err_clear)();
+            if (1..=3).contains(&v) {
+                TORCH.store(v as u8, Release);
+            }
+        }
+    });
+    0
 }
 
 fn given_up(reason: WalkReason, number: u32, status: WalkStatus, ts_ns: u64, elapsed_ns: u64) -> HeapWalk {
@@ -434,12 +523,15 @@ fn walker(a: &CApi) -> Option<Obj> {
             }
         }
         let f = (a.dict_get_item_string)(ns, c"walk".as_ptr());
+        let th = (a.dict_get_item_string)(ns, c"torch_history".as_ptr());
         let e = (a.cfunction_new_ex)(&EMIT_DEF, std::ptr::null_mut(), std::ptr::null_mut());
-        if f.is_null() || e.is_null() {
+        if f.is_null() || e.is_null() || th.is_null() {
             (a.err_clear)();
             return None;
         }
         (a.incref)(f);
+        (a.incref)(th);
+        TORCH_FN.store(th as usize, Release);
         // The namespace stays alive through the function's globals.
         (a.decref)(ns);
         EMIT_FN.store(e as usize, Release);

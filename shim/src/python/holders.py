@@ -392,17 +392,33 @@ class Graphs:
         self.consumer.clear()
 
 
-def _torch_segments(modules):
-    """[[address, total bytes, allocated bytes]] of every segment of PyTorch's caching
-    allocator (torch.cuda.memory_snapshot(): `total_size`, `allocated_size`), or None when
-    torch is not imported or CUDA not initialized (never initialized here)."""
+#: Most of PyTorch's live blocks listed with their stacks, and most frames kept per stack
+#: (innermost first).
+MAX_BLOCKS = 20000
+MAX_BLOCK_FRAMES = 48
+
+
+def _torch_cuda(modules):
+    """torch.cuda's namespace, or None when torch is not imported (never imported here)."""
     torch = modules.get("torch")
     if type(torch) is not _ModuleType:
         return None
     cuda = _module_dict(torch).get("cuda")
     if type(cuda) is not _ModuleType:
         return None
-    d = _module_dict(cuda)
+    return _module_dict(cuda)
+
+
+def _torch_segments(modules):
+    """PyTorch's caching allocator as torch.cuda.memory_snapshot() shows it, or None when torch
+    is not imported or CUDA not initialized (never initialized here): [[address, total bytes,
+    allocated bytes]] of every segment (`total_size`, `allocated_size`); and, for the live
+    blocks whose allocation PyTorch recorded a Python stack for (`frames`, innermost first:
+    see `torch_history`), the stacks, each once, as [[file, line, function], ...], and the
+    blocks as [[address, bytes, stack index]]."""
+    d = _torch_cuda(modules)
+    if d is None:
+        return None
     is_init, snap = d.get("is_initialized"), d.get("memory_snapshot")
     if type(is_init) is not _FunctionType or type(snap) is not _FunctionType:
         return None
@@ -410,16 +426,95 @@ def _torch_segments(modules):
         if is_init() is not True:
             return None
         segs = snap()
-        out = []
+        out, stacks, blocks, index = [], [], [], {}
         for s in segs if type(segs) is list else ():
             if type(s) is not dict:
                 continue
             a, t, u = s.get("address"), s.get("total_size"), s.get("allocated_size")
             if type(a) is int and type(t) is int and type(u) is int:
                 out.append([a, t, u])
-        return out
+            bs = s.get("blocks")
+            for b in bs if type(bs) is list else ():
+                if len(blocks) >= MAX_BLOCKS:
+                    break
+                if type(b) is not dict or b.get("state") != "active_allocated":
+                    continue
+                fr, ba, bn = b.get("frames"), b.get("address"), b.get("size")
+                if type(fr) is not list or not fr or type(ba) is not int or type(bn) is not int:
+                    continue
+                key = []
+                for f in fr[:MAX_BLOCK_FRAMES]:
+                    if type(f) is dict:
+                        fn, ln, nm = f.get("filename"), f.get("line"), f.get("name")
+                        if type(fn) is str and type(ln) is int and type(nm) is str:
+                            key.append((fn, ln, nm))
+                if not key:
+                    continue
+                key = tuple(key)
+                i = index.get(key)
+                if i is None:
+                    i = index[key] = len(stacks)
+                    stacks.append([list(f) for f in key])
+                blocks.append([ba, bn, i])
+        return out, stacks, blocks
     except Exception:
         return None
+
+
+#: What `torch_history` found: not yet (torch not imported, or CUDA not initialized in it),
+#: turned on, left to the program (which records its own), or not possible.
+TORCH_NOT_YET, TORCH_ON, TORCH_PROGRAMS, TORCH_UNAVAILABLE = 0, 1, 2, 3
+
+
+def torch_history():
+    """Turns on PyTorch's record of the Python stack of each live block of its CUDA caching
+    allocator (`torch.cuda.memory._record_memory_history(enabled="state", context="alloc",
+    stacks="python")`: no trace of past events is kept, only the live blocks' stacks, which
+    torch.cuda.memory_snapshot() then shows as `frames`), unless the program records its own
+    history (a trace entry other than a snapshot's, or a live block with frames): that is left
+    as it is. Returns one of the TORCH_* values. Never raises; imports nothing; Python's
+    garbage collector is held off while it runs, as in a walk."""
+    enabled = _gc.isenabled()
+    try:
+        _gc.disable()
+        return _torch_history()
+    except BaseException:
+        return TORCH_UNAVAILABLE
+    finally:
+        if enabled:
+            _gc.enable()
+
+
+def _torch_history():
+    d = _torch_cuda(_sys.modules)
+    if d is None:
+        return TORCH_NOT_YET
+    is_init, mem = d.get("is_initialized"), d.get("memory")
+    if type(is_init) is not _FunctionType or type(mem) is not _ModuleType:
+        return TORCH_UNAVAILABLE
+    md = _module_dict(mem)
+    record, snap = md.get("_record_memory_history"), md.get("_snapshot")
+    if type(record) is not _FunctionType or type(snap) is not _FunctionType:
+        return TORCH_UNAVAILABLE
+    try:
+        if is_init() is not True:
+            return TORCH_NOT_YET
+        s = snap()
+        traces = s.get("device_traces") if type(s) is dict else None
+        for t in traces if type(traces) is list else ():
+            for e in t if type(t) is list else ():
+                if type(e) is dict and e.get("action") != "snapshot":
+                    return TORCH_PROGRAMS
+        segs = s.get("segments") if type(s) is dict else None
+        for seg in segs if type(segs) is list else ():
+            bs = seg.get("blocks") if type(seg) is dict else None
+            for b in bs if type(bs) is list else ():
+                if type(b) is dict and b.get("frames"):
+                    return TORCH_PROGRAMS
+        record(enabled="state", context="alloc", stacks="python")
+        return TORCH_ON
+    except Exception:
+        return TORCH_UNAVAILABLE
 
 
 def _shape(shape):
@@ -1114,9 +1209,9 @@ def _walk(deadline):
         for got, how, steps in analyse_unreached(w, extra, graphs):
             add(got, how, steps)
     res = {"objects": objects, "holders": holders, "found": found[0], "core": w.core}
-    segs = _torch_segments(modules)
-    if segs is not None:
-        res["torch_segments"] = segs
+    torch = _torch_segments(modules)
+    if torch is not None:
+        res["torch_segments"], res["torch_stacks"], res["torch_blocks"] = torch
     cut = w.cut or graphs.cut
     graphs.clear()
     memo.clear()
