@@ -48,6 +48,9 @@ pub struct Context<'a> {
     pub work_end_ns: Option<u64>,
     /// Each thread's name from its first event, by kernel thread id.
     pub thread_names: &'a HashMap<u32, String>,
+    /// Who holds the memory, from the heap walk at exit (for the final report), whose PyTorch
+    /// blocks name the suspects made of the caching allocator's segments.
+    pub holders: Option<&'a crate::report::Holders>,
 }
 
 fn kind_totals(g: &Gauge) -> KindTotals {
@@ -129,10 +132,12 @@ fn by_cause(
     suspects: Vec<Suspect>,
     state: &State,
     sites: &[Site],
+    blocks: &HashMap<u32, Vec<(Headline, u64)>>,
+    holders: Option<&crate::report::Holders>,
     notes: &mut Vec<String>,
 ) -> (Vec<Suspect>, Vec<Suppressed>) {
     let site_of: HashMap<u32, &Site> = sites.iter().map(|s| (s.id, s)).collect();
-    let heads: HashMap<u32, (Headline, String)> = suspects
+    let mut heads: HashMap<u32, (Headline, String)> = suspects
         .iter()
         .filter_map(|x| {
             let site = site_of.get(&x.site)?;
@@ -140,6 +145,21 @@ fn by_cause(
             Some((x.site, (headline(&site.frames, name)?, site.kind.clone())))
         })
         .collect();
+    // A suspect whose segments hold PyTorch blocks mostly allocated at one line of user code is
+    // named by that line: a caching allocator's segment is made by whichever call found the
+    // pool full, while the blocks inside it say whose memory it holds (issue 13, the kept
+    // logits: three suspects, each named by the call that made its segments, become one at the
+    // model's line).
+    let mut by_blocks: HashSet<u32> = HashSet::new();
+    for x in &suspects {
+        let members = std::iter::once(x.site).chain(x.line_sites.iter().copied());
+        if let Some(top) = top_block_head(members, blocks) {
+            if let Some(h) = heads.get_mut(&x.site) {
+                h.0 = top;
+                by_blocks.insert(x.site);
+            }
+        }
+    }
     let key = |id: u32| heads.get(&id).map(|(h, _)| h.key.clone());
     let supp = Suppressions::global();
     notes.extend(supp.problems.iter().cloned());
@@ -154,6 +174,22 @@ fn by_cause(
     let mut out = rank::group(kept, key);
     for x in &mut out {
         x.headline = heads.get(&x.site).map(|(h, _)| h.text.clone()).unwrap_or_default();
+        if by_blocks.contains(&x.site) {
+            let key = heads.get(&x.site).map(|(h, _)| h.key.as_str()).unwrap_or_default();
+            let (mut here, mut all) = (0u64, 0u64);
+            for (h, b) in x.sites.iter().filter_map(|id| blocks.get(id)).flatten() {
+                all = all.saturating_add(*b);
+                if h.key == key {
+                    here = here.saturating_add(*b);
+                }
+            }
+            x.reason = format!(
+                "{}; named by PyTorch's blocks: {} of the {} in live blocks of its segments were allocated at this line",
+                x.reason,
+                crate::words::fmt_bytes(here),
+                crate::words::fmt_bytes(all)
+            );
+        }
         let tids: HashSet<u32> =
             x.sites.iter().filter_map(|id| state.sites.get(id)).flat_map(|s| s.threads.keys().copied()).collect();
         x.threads = tids.len() as u64;
@@ -173,6 +209,19 @@ fn by_cause(
             x.reason = format!("{}; by kind: {}", x.reason, parts.join(", "));
         }
     }
+    out.retain(|x| match cached_share(x, holders) {
+        Some((live, in_use)) if in_use.saturating_mul(2) < live => {
+            notes.push(format!(
+                "not a suspect: {}, {} in segments of PyTorch's caching allocator of which {} were in tensors at exit \
+                 (the rest is free memory the allocator keeps for reuse)",
+                x.headline,
+                crate::words::fmt_bytes(live),
+                crate::words::fmt_bytes(in_use)
+            ));
+            false
+        }
+        _ => true,
+    });
     let mut suppressed: Vec<Suppressed> = Vec::new();
     for (name, x) in hidden {
         // A union of the sites of one line hides all of them.
@@ -198,6 +247,64 @@ fn by_cause(
         }
     }
     (out, suppressed)
+}
+
+/// Per site, the headlines of the PyTorch blocks inside its segments that were allocated from a
+/// line of user code, with their bytes (`holders`: the exit heap walk's `blocks`), each block
+/// frame classed and named as the site's own Python frames are (`Python::block_frame`).
+fn block_heads(
+    holders: Option<&crate::report::Holders>,
+    py: &crate::pyframes::Python,
+) -> HashMap<u32, Vec<(Headline, u64)>> {
+    let mut out: HashMap<u32, Vec<(Headline, u64)>> = HashMap::new();
+    for s in holders.map_or(&[][..], |h| h.sites.as_slice()) {
+        let Some(site) = s.site else { continue };
+        for b in &s.blocks {
+            let frames: Vec<crate::report::Frame> =
+                b.frames.iter().map(|f| py.block_frame(&f.file, f.line, &f.function)).collect();
+            if let Some(h) = headline(&frames, None).filter(|h| h.key.starts_with("user ")) {
+                out.entry(site).or_default().push((h, b.bytes));
+            }
+        }
+    }
+    out
+}
+
+/// The headline holding most of the block bytes of `sites` (`block_heads`), if it holds at
+/// least half of them.
+fn top_block_head(sites: impl Iterator<Item = u32>, blocks: &HashMap<u32, Vec<(Headline, u64)>>) -> Option<Headline> {
+    let mut tally: Vec<(Headline, u64)> = Vec::new();
+    let mut total = 0u64;
+    let mut seen = HashSet::new();
+    for id in sites.filter(|id| seen.insert(*id)) {
+        for (h, b) in blocks.get(&id).into_iter().flatten() {
+            total = total.saturating_add(*b);
+            match tally.iter_mut().find(|(t, _)| t.key == h.key) {
+                Some(t) => t.1 = t.1.saturating_add(*b),
+                None => tally.push((h.clone(), *b)),
+            }
+        }
+    }
+    let (h, b) = tally.into_iter().max_by(|a, b| a.1.cmp(&b.1).then(b.0.key.cmp(&a.0.key)))?;
+    (total > 0 && b.saturating_mul(2) >= total).then_some(h)
+}
+
+/// For a suspect with PyTorch's own word on some of its sites in the exit heap walk (segments of
+/// its caching allocator, `in_use_from` `torch`): its sites' live bytes then, and the bytes in
+/// use (PyTorch's allocated blocks, or the extents of the objects found where PyTorch's segments
+/// do not reach). A suspect whose segments are mostly free blocks is the pool growing around
+/// memory held elsewhere (measured on the H200: kept logits fragment the pool, whose new
+/// segments, made by the backward pass and the optimizer, end up free), not memory the program
+/// holds.
+fn cached_share(x: &Suspect, holders: Option<&crate::report::Holders>) -> Option<(u64, u64)> {
+    let h = holders?;
+    let (mut live, mut in_use, mut torch) = (0u64, 0u64, false);
+    for s in x.sites.iter().filter_map(|id| h.sites.iter().find(|s| s.site == Some(*id))) {
+        torch |= s.in_use_from == "torch";
+        live = live.saturating_add(s.live_bytes);
+        in_use = in_use.saturating_add(s.in_use_bytes.min(s.live_bytes));
+    }
+    (torch && live > 0).then_some((live, in_use))
 }
 
 /// Builds the report of `state`.
@@ -285,7 +392,8 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             s
         })
         .collect();
-    let (suspects, suppressed) = by_cause(suspects, state, &sites, &mut notes);
+    let blocks = block_heads(ctx.holders, sym.python());
+    let (suspects, suppressed) = by_cause(suspects, state, &sites, &blocks, ctx.holders, &mut notes);
     let failures: Vec<FailureRecord> = state
         .failures
         .iter()

@@ -181,6 +181,7 @@ impl Sink<'_> {
             driver: self.driver.as_ref(),
             work_end_ns: e.work_end_ns,
             thread_names: &self.thread_names,
+            holders: self.exit_holders.as_ref(),
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
         self.annotate(&mut report);

@@ -13,13 +13,17 @@ use gpushim_wire::{HeapWalk, WalkReason, WalkStatus};
 use serde::Deserialize;
 
 use crate::live::State;
-pub use crate::report::{HeldObject, HolderLine, Holders, SiteHolders, Walk, HOLDERS_SCHEMA as SCHEMA};
+pub use crate::report::{
+    BlockFrame, BlockStack, HeldObject, HolderLine, Holders, SiteHolders, Walk, HOLDERS_SCHEMA as SCHEMA,
+};
 use crate::words::fmt_bytes;
 
 /// Most objects listed per site (the largest).
 pub const TOP_OBJECTS: usize = 10;
 /// Most sites listed (most live bytes first).
 pub const MAX_SITES: usize = 1000;
+/// Most stacks of PyTorch blocks listed per site (most bytes first).
+pub const TOP_BLOCK_STACKS: usize = 10;
 
 /// The walker's result as it comes in the `HeapWalk` event.
 #[derive(Debug, Default, Deserialize)]
@@ -34,6 +38,13 @@ struct Walked {
     /// the program had initialized CUDA in PyTorch.
     #[serde(default)]
     torch_segments: Option<Vec<[u64; 3]>>,
+    /// The Python stacks of PyTorch's live blocks, each once: `[file, line, function]` frames,
+    /// innermost first.
+    #[serde(default)]
+    torch_stacks: Vec<Vec<(String, i64, String)>>,
+    /// PyTorch's live blocks with a recorded stack: `[address, bytes, index in torch_stacks]`.
+    #[serde(default)]
+    torch_blocks: Vec<[u64; 3]>,
     /// `native` or `python`: which core walked.
     #[serde(default)]
     core: Option<String>,
@@ -168,6 +179,39 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
             e.1 = e.1.saturating_add(allocated);
         }
     }
+    // PyTorch's blocks with a recorded stack: per site, per stack, the blocks and bytes.
+    let mut block_site: BTreeMap<u32, BTreeMap<u64, (u64, u64)>> = BTreeMap::new();
+    for &[addr, size, stack] in &walked.torch_blocks {
+        if stack as usize >= walked.torch_stacks.len() {
+            continue;
+        }
+        let hit = by_addr.range(..=addr).next_back().filter(|(_, &(end, _))| addr < end);
+        if let Some((_, &(_, site))) = hit {
+            let e = block_site.entry(site).or_default().entry(stack).or_default();
+            e.0 += 1;
+            e.1 = e.1.saturating_add(size);
+        }
+    }
+    let blocks_of = |site: u32| -> Vec<BlockStack> {
+        let mut v: Vec<(u64, u64, u64)> =
+            block_site.get(&site).map(|m| m.iter().map(|(&i, &(n, b))| (i, n, b)).collect()).unwrap_or_default();
+        v.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+        v.into_iter()
+            .take(TOP_BLOCK_STACKS)
+            .map(|(i, n, b)| BlockStack {
+                blocks: n,
+                bytes: b,
+                frames: walked.torch_stacks[i as usize]
+                    .iter()
+                    .map(|(file, line, function)| BlockFrame {
+                        file: file.clone(),
+                        line: u32::try_from(*line).unwrap_or(0),
+                        function: function.clone(),
+                    })
+                    .collect(),
+            })
+            .collect()
+    };
     let holder_of = |o: &WalkedObject| walked.holders.get(o.holder);
     let build = |site: Option<u32>, objs: &[Placed]| -> SiteHolders {
         let live_bytes = site.and_then(|s| site_live.get(&s).copied()).unwrap_or(0);
@@ -244,6 +288,7 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
             in_use_from: in_use_from.to_string(),
             holders,
             top_objects,
+            blocks: site.map(blocks_of).unwrap_or_default(),
         }
     };
     let mut order: Vec<(u32, u64)> = site_live.iter().map(|(&s, &b)| (s, b)).collect();

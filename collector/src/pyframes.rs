@@ -115,6 +115,35 @@ impl Python {
         }
     }
 
+    /// The report frame of a Python frame that PyTorch recorded for a block (`file`, `line`,
+    /// `function`: `co_filename`, the line, `co_name`): named by the qualified name of the code
+    /// object of this stream with that file and name that starts nearest above the line, when
+    /// one is known (PyTorch records `co_name`; the shim's frames give `co_qualname`), and
+    /// classed as a frame of the stack would be ([`crate::frames::mark`]).
+    pub fn block_frame(&self, file: &str, line: u32, function: &str) -> Frame {
+        let qualname = self
+            .codes
+            .values()
+            .filter(|c| {
+                c.filename == file
+                    && c.firstlineno <= line as i32
+                    && (c.name == function || c.name.rsplit('.').next() == Some(function))
+            })
+            .max_by_key(|c| c.firstlineno)
+            .map(|c| c.name.clone());
+        let mut f = Frame {
+            function: qualname.unwrap_or_else(|| function.to_string()),
+            file: Some(file.to_string()),
+            line: Some(line),
+            module: MODULE.into(),
+            internal: is_internal_file(file),
+            python: true,
+            ..Frame::default()
+        };
+        crate::frames::mark(std::slice::from_mut(&mut f));
+        f
+    }
+
     /// `native` (the symbolized frames of stack `id`, innermost first) with the stack's Python
     /// frames merged in (see the module docs); `native` unchanged if it has none. Native frames
     /// inner to the first Python frame of the user's own code (not a framework package) that

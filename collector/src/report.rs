@@ -782,6 +782,34 @@ pub struct SiteHolders {
     pub holders: Vec<HolderLine>,
     /// The largest objects, at most 10 (`holders::TOP_OBJECTS`).
     pub top_objects: Vec<HeldObject>,
+    /// PyTorch's live blocks inside the site's segments whose allocation PyTorch recorded a
+    /// Python stack for (`torch.cuda.memory_snapshot()`'s `frames`; the shim turns the record
+    /// on: `GPUSHIM_TORCH_STACKS`), grouped by stack, most bytes first, at most 10
+    /// (`holders::TOP_BLOCK_STACKS`). Absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<BlockStack>,
+}
+
+/// PyTorch blocks allocated from one Python stack.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockStack {
+    /// Live blocks with this stack.
+    pub blocks: u64,
+    /// Their bytes (the blocks' sizes, as PyTorch rounds them).
+    pub bytes: u64,
+    /// The Python stack of their allocation, innermost first, at most 48 frames.
+    pub frames: Vec<BlockFrame>,
+}
+
+/// One Python frame of a [`BlockStack`], as PyTorch recorded it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockFrame {
+    /// The code's file (`co_filename`).
+    pub file: String,
+    /// The line being run.
+    pub line: u32,
+    /// The function's name (`co_name`).
+    pub function: String,
 }
 
 fn objects_word() -> String {
