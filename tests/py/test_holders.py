@@ -342,16 +342,74 @@ def test_torch_allocator_state_only_when_cuda_is_initialized(hw):
     def is_initialized():
         return state["init"]
 
+    frames = [{"filename": "/u/gpt.py", "line": 30, "name": "forward"}, {"filename": "/u/gpt.py", "line": 9}]
+    blocks = [
+        {"address": 0x10, "size": 512, "state": "active_allocated", "frames": frames},
+        {"address": 0x210, "size": 512, "state": "active_allocated", "frames": frames[:1]},
+        {"address": 0x410, "size": 1024, "state": "inactive", "frames": frames},
+        {"address": 0x810, "size": 64, "state": "active_allocated", "frames": []},
+        "junk",
+    ]
+
     def memory_snapshot():
         calls.append(1)
-        return [{"address": 0x10, "total_size": 2 << 20, "allocated_size": 512, "blocks": []}, "junk"]
+        return [{"address": 0x10, "total_size": 2 << 20, "allocated_size": 1024, "blocks": blocks}, "junk"]
 
     cuda.is_initialized, cuda.memory_snapshot = is_initialized, memory_snapshot
     assert hw["_torch_segments"]({"torch": torch}) is None
     assert calls == []
     state["init"] = True
-    assert hw["_torch_segments"]({"torch": torch}) == [[0x10, 2 << 20, 512]]
+    # The segments; the live blocks with a recorded stack, each stack once (a frame without a
+    # line is left out), the freed block and the block without frames not listed.
+    assert hw["_torch_segments"]({"torch": torch}) == (
+        [[0x10, 2 << 20, 1024]],
+        [[["/u/gpt.py", 30, "forward"]]],
+        [[0x10, 512, 0], [0x210, 512, 0]],
+    )
     assert hw["_torch_segments"]({}) is None
+
+
+def test_torch_history_turns_the_record_on_once_cuda_is_up_and_never_over_the_programs(hw, monkeypatch):
+    import types
+
+    torch, _ = fake_torch()
+    cuda, memory = types.ModuleType("torch.cuda"), types.ModuleType("torch.cuda.memory")
+    torch.cuda, cuda.memory = cuda, memory
+    state = {"init": False, "snap": {"segments": [], "device_traces": [[]]}}
+    calls = []
+
+    def is_initialized():
+        return state["init"]
+
+    def _snapshot():
+        return state["snap"]
+
+    def _record_memory_history(**kw):
+        calls.append(kw)
+
+    cuda.is_initialized = is_initialized
+    memory._snapshot, memory._record_memory_history = _snapshot, _record_memory_history
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    assert hw["torch_history"]() == hw["TORCH_NOT_YET"]
+    state["init"] = True
+    assert hw["torch_history"]() == hw["TORCH_ON"]
+    assert calls == [{"enabled": "state", "context": "alloc", "stacks": "python"}]
+    # The program's own record: a trace entry, or a block with frames.
+    state["snap"] = {"segments": [], "device_traces": [[{"action": "alloc"}]]}
+    assert hw["torch_history"]() == hw["TORCH_PROGRAMS"]
+    state["snap"] = {"segments": [{"blocks": [{"frames": [{"line": 1}]}]}], "device_traces": [[]]}
+    assert hw["torch_history"]() == hw["TORCH_PROGRAMS"]
+    assert len(calls) == 1
+
+    # A failing record is an answer, never an exception into the program.
+    def broken(**kw):
+        raise RuntimeError("cudaMallocAsync does not yet support recordHistory")
+
+    state["snap"] = {"segments": [], "device_traces": [[]]}
+    memory._record_memory_history = broken
+    assert hw["torch_history"]() == hw["TORCH_UNAVAILABLE"]
+    monkeypatch.delitem(sys.modules, "torch")
+    assert hw["torch_history"]() == hw["TORCH_NOT_YET"]
 
 
 def test_leaves_kept_by_a_graph_and_gradients(hw):
