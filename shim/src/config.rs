@@ -46,8 +46,9 @@ static HEAP_WALK: AtomicBool = AtomicBool::new(true);
 static HEAP_WALK_NATIVE: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_TORCH_STACKS=1`: in a CPython program using PyTorch's CUDA caching allocator, the
 /// shim turns on PyTorch's record of each live block's Python stack (python/heap.rs). Off by
-/// default: PyTorch's first snapshot with stacks then takes seconds (6.2 s on the H200, torch
-/// 2.11, measured 2026-12-01), which the exit heap walk would add to every program's exit.
+/// default: PyTorch's first snapshot with stacks then imports `torch._dynamo` and
+/// `torch._inductor` into the program (5 to 6 s on the H200, torch 2.11, measured 2026-12-01),
+/// which the exit heap walk would add to every program's exit.
 static TORCH_STACKS: AtomicBool = AtomicBool::new(false);
 /// `GPUSHIM_HEAP_WALK_MS`: the cap on one heap walk, milliseconds (default 2000), also the
 /// longest the shim waits for a walk to start.
