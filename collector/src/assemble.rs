@@ -153,7 +153,7 @@ fn by_cause(
     let mut by_blocks: HashSet<u32> = HashSet::new();
     for x in &suspects {
         let members = std::iter::once(x.site).chain(x.line_sites.iter().copied());
-        if let Some(top) = top_block_head(members, blocks) {
+        if let Some(top) = top_block_head(members, blocks, holders) {
             if let Some(h) = heads.get_mut(&x.site) {
                 h.0 = top;
                 by_blocks.insert(x.site);
@@ -209,19 +209,34 @@ fn by_cause(
             x.reason = format!("{}; by kind: {}", x.reason, parts.join(", "));
         }
     }
-    out.retain(|x| match cached_share(x, holders) {
-        Some((live, in_use)) if in_use.saturating_mul(2) < live => {
-            notes.push(format!(
-                "not a suspect: {}, {} in segments of PyTorch's caching allocator of which {} were in tensors at exit \
-                 (the rest is free memory the allocator keeps for reuse)",
-                x.headline,
-                crate::words::fmt_bytes(live),
-                crate::words::fmt_bytes(in_use)
-            ));
-            false
-        }
-        _ => true,
-    });
+    // A suspect whose segments of PyTorch's caching allocator are mostly free blocks at exit,
+    // beside a suspect whose segments hold tensors, is the pool growing around memory held
+    // elsewhere (measured on the H200: kept logits fragment the pool, whose new segments, made
+    // by the backward pass and the optimizer, end up free), not a cause of its own. Alone, it
+    // stays: the program may have let go of what it held only at the end (a loop inside
+    // `main()` whose list is gone at exit).
+    let shares: Vec<Option<(u64, u64, u64)>> = out.iter().map(|x| torch_share(x, holders)).collect();
+    let held = |s: &Option<(u64, u64, u64)>| s.is_some_and(|(live, in_use, _)| in_use.saturating_mul(2) >= live);
+    let pool_only = |s: &Option<(u64, u64, u64)>| {
+        s.is_some_and(|(live, in_use, other)| in_use.saturating_mul(2) < live && other <= live)
+    };
+    if shares.iter().any(held) {
+        let mut keep = shares.iter().map(|s| !pool_only(s));
+        out.retain(|x| {
+            let k = keep.next().unwrap_or(true);
+            if !k {
+                let (live, in_use, _) = torch_share(x, holders).unwrap_or_default();
+                notes.push(format!(
+                    "not a suspect: {}, {} in segments of PyTorch's caching allocator of which {} were in tensors at exit, \
+                     beside a suspect whose segments hold tensors (the rest is free memory the allocator keeps for reuse)",
+                    x.headline,
+                    crate::words::fmt_bytes(live),
+                    crate::words::fmt_bytes(in_use)
+                ));
+            }
+            k
+        });
+    }
     let mut suppressed: Vec<Suppressed> = Vec::new();
     for (name, x) in hidden {
         // A union of the sites of one line hides all of them.
@@ -259,7 +274,7 @@ fn block_heads(
     let mut out: HashMap<u32, Vec<(Headline, u64)>> = HashMap::new();
     for s in holders.map_or(&[][..], |h| h.sites.as_slice()) {
         let Some(site) = s.site else { continue };
-        for b in &s.blocks {
+        for b in s.blocks.iter().chain(&s.more_blocks) {
             let frames: Vec<crate::report::Frame> =
                 b.frames.iter().map(|f| py.block_frame(&f.file, f.line, &f.function)).collect();
             if let Some(h) = headline(&frames, None).filter(|h| h.key.starts_with("user ")) {
@@ -271,12 +286,22 @@ fn block_heads(
 }
 
 /// The headline holding most of the block bytes of `sites` (`block_heads`), if it holds at
-/// least half of them.
-fn top_block_head(sites: impl Iterator<Item = u32>, blocks: &HashMap<u32, Vec<(Headline, u64)>>) -> Option<Headline> {
+/// least half of their bytes in use (PyTorch's allocated bytes in their segments, at least the
+/// blocks found: blocks without a recorded stack or without a user frame count against it).
+fn top_block_head(
+    sites: impl Iterator<Item = u32>,
+    blocks: &HashMap<u32, Vec<(Headline, u64)>>,
+    holders: Option<&crate::report::Holders>,
+) -> Option<Headline> {
     let mut tally: Vec<(Headline, u64)> = Vec::new();
-    let mut total = 0u64;
+    let (mut total, mut in_use) = (0u64, 0u64);
     let mut seen = HashSet::new();
     for id in sites.filter(|id| seen.insert(*id)) {
+        if let Some(s) = holders.and_then(|h| h.sites.iter().find(|s| s.site == Some(id))) {
+            if s.in_use_from == "torch" {
+                in_use = in_use.saturating_add(s.in_use_bytes);
+            }
+        }
         for (h, b) in blocks.get(&id).into_iter().flatten() {
             total = total.saturating_add(*b);
             match tally.iter_mut().find(|(t, _)| t.key == h.key) {
@@ -286,25 +311,25 @@ fn top_block_head(sites: impl Iterator<Item = u32>, blocks: &HashMap<u32, Vec<(H
         }
     }
     let (h, b) = tally.into_iter().max_by(|a, b| a.1.cmp(&b.1).then(b.0.key.cmp(&a.0.key)))?;
-    (total > 0 && b.saturating_mul(2) >= total).then_some(h)
+    (b > 0 && b.saturating_mul(2) >= total.max(in_use)).then_some(h)
 }
 
-/// For a suspect with PyTorch's own word on some of its sites in the exit heap walk (segments of
-/// its caching allocator, `in_use_from` `torch`): its sites' live bytes then, and the bytes in
-/// use (PyTorch's allocated blocks, or the extents of the objects found where PyTorch's segments
-/// do not reach). A suspect whose segments are mostly free blocks is the pool growing around
-/// memory held elsewhere (measured on the H200: kept logits fragment the pool, whose new
-/// segments, made by the backward pass and the optimizer, end up free), not memory the program
-/// holds.
-fn cached_share(x: &Suspect, holders: Option<&crate::report::Holders>) -> Option<(u64, u64)> {
+/// A suspect's memory by PyTorch's own word in the exit heap walk: the live bytes of its sites
+/// that are segments of PyTorch's caching allocator (`in_use_from` `torch`), the bytes in use
+/// in them (allocated blocks), and the live bytes of its other sites; `None` without a walk
+/// or without such sites.
+fn torch_share(x: &Suspect, holders: Option<&crate::report::Holders>) -> Option<(u64, u64, u64)> {
     let h = holders?;
-    let (mut live, mut in_use, mut torch) = (0u64, 0u64, false);
+    let (mut live, mut in_use, mut other) = (0u64, 0u64, 0u64);
     for s in x.sites.iter().filter_map(|id| h.sites.iter().find(|s| s.site == Some(*id))) {
-        torch |= s.in_use_from == "torch";
-        live = live.saturating_add(s.live_bytes);
-        in_use = in_use.saturating_add(s.in_use_bytes.min(s.live_bytes));
+        if s.in_use_from == "torch" {
+            live = live.saturating_add(s.live_bytes);
+            in_use = in_use.saturating_add(s.in_use_bytes.min(s.live_bytes));
+        } else {
+            other = other.saturating_add(s.live_bytes);
+        }
     }
-    (torch && live > 0).then_some((live, in_use))
+    (live > 0).then_some((live, in_use, other))
 }
 
 /// Builds the report of `state`.

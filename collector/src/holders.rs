@@ -39,12 +39,13 @@ struct Walked {
     #[serde(default)]
     torch_segments: Option<Vec<[u64; 3]>>,
     /// The Python stacks of PyTorch's live blocks, each once: `[file, line, function]` frames,
-    /// innermost first.
+    /// innermost first. Read entry by entry ([`block_stacks`]): a malformed one drops itself.
     #[serde(default)]
-    torch_stacks: Vec<Vec<(String, i64, String)>>,
-    /// PyTorch's live blocks with a recorded stack: `[address, bytes, index in torch_stacks]`.
+    torch_stacks: serde_json::Value,
+    /// PyTorch's live blocks with a recorded stack, grouped by segment and stack:
+    /// `[segment address, blocks, bytes, index in torch_stacks]` ([`block_groups`]).
     #[serde(default)]
-    torch_blocks: Vec<[u64; 3]>,
+    torch_blocks: serde_json::Value,
     /// `native` or `python`: which core walked.
     #[serde(default)]
     core: Option<String>,
@@ -134,6 +135,42 @@ fn line_text(h: &WalkedHolder, objects: u64, bytes: u64, one: Option<&str>) -> S
     }
 }
 
+/// The stacks of `torch_stacks`, by index: `None` for an entry that is not a list of
+/// `[file, line, function]` frames (a frame of another shape is left out).
+fn block_stacks(v: &serde_json::Value) -> Vec<Option<Vec<BlockFrame>>> {
+    let Some(list) = v.as_array() else { return Vec::new() };
+    list.iter()
+        .map(|stack| {
+            let frames: Vec<BlockFrame> = stack
+                .as_array()?
+                .iter()
+                .filter_map(|f| {
+                    let f = f.as_array()?;
+                    Some(BlockFrame {
+                        file: f.first()?.as_str()?.to_string(),
+                        line: u32::try_from(f.get(1)?.as_u64()?).ok()?,
+                        function: f.get(2)?.as_str()?.to_string(),
+                    })
+                })
+                .collect();
+            (!frames.is_empty()).then_some(frames)
+        })
+        .collect()
+}
+
+/// The groups of `torch_blocks`: (segment address, blocks, bytes, stack index); a malformed
+/// entry is left out.
+fn block_groups(v: &serde_json::Value) -> Vec<(u64, u64, u64, usize)> {
+    let Some(list) = v.as_array() else { return Vec::new() };
+    list.iter()
+        .filter_map(|g| {
+            let g = g.as_array()?;
+            let n = |i: usize| g.get(i).and_then(serde_json::Value::as_u64);
+            Some((n(0)?, n(1)?, n(2)?, usize::try_from(n(3)?).ok()?))
+        })
+        .collect()
+}
+
 /// Attributes walk `h` to the live allocations of `state`.
 pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
     let walked: Walked =
@@ -180,36 +217,26 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
         }
     }
     // PyTorch's blocks with a recorded stack: per site, per stack, the blocks and bytes.
-    let mut block_site: BTreeMap<u32, BTreeMap<u64, (u64, u64)>> = BTreeMap::new();
-    for &[addr, size, stack] in &walked.torch_blocks {
-        if stack as usize >= walked.torch_stacks.len() {
+    let stacks = block_stacks(&walked.torch_stacks);
+    let mut block_site: BTreeMap<u32, BTreeMap<usize, (u64, u64)>> = BTreeMap::new();
+    for (addr, n, bytes, stack) in block_groups(&walked.torch_blocks) {
+        if stacks.get(stack).is_none_or(Option::is_none) {
             continue;
         }
         let hit = by_addr.range(..=addr).next_back().filter(|(_, &(end, _))| addr < end);
         if let Some((_, &(_, site))) = hit {
             let e = block_site.entry(site).or_default().entry(stack).or_default();
-            e.0 += 1;
-            e.1 = e.1.saturating_add(size);
+            e.0 = e.0.saturating_add(n);
+            e.1 = e.1.saturating_add(bytes);
         }
     }
+    // All of a site's stacks, most bytes first: the first TOP_BLOCK_STACKS are written.
     let blocks_of = |site: u32| -> Vec<BlockStack> {
-        let mut v: Vec<(u64, u64, u64)> =
+        let mut v: Vec<(usize, u64, u64)> =
             block_site.get(&site).map(|m| m.iter().map(|(&i, &(n, b))| (i, n, b)).collect()).unwrap_or_default();
         v.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
         v.into_iter()
-            .take(TOP_BLOCK_STACKS)
-            .map(|(i, n, b)| BlockStack {
-                blocks: n,
-                bytes: b,
-                frames: walked.torch_stacks[i as usize]
-                    .iter()
-                    .map(|(file, line, function)| BlockFrame {
-                        file: file.clone(),
-                        line: u32::try_from(*line).unwrap_or(0),
-                        function: function.clone(),
-                    })
-                    .collect(),
-            })
+            .filter_map(|(i, n, b)| Some(BlockStack { blocks: n, bytes: b, frames: stacks.get(i)?.as_ref()?.clone() }))
             .collect()
     };
     let holder_of = |o: &WalkedObject| walked.holders.get(o.holder);
@@ -278,6 +305,8 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
             Some(&(_, allocated)) => (allocated, "torch"),
             None => (in_use, "objects"),
         };
+        let mut blocks = site.map(blocks_of).unwrap_or_default();
+        let more_blocks = blocks.split_off(blocks.len().min(TOP_BLOCK_STACKS));
         SiteHolders {
             site,
             live_bytes,
@@ -288,7 +317,8 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
             in_use_from: in_use_from.to_string(),
             holders,
             top_objects,
-            blocks: site.map(blocks_of).unwrap_or_default(),
+            blocks,
+            more_blocks,
         }
     };
     let mut order: Vec<(u32, u64)> = site_live.iter().map(|(&s, &b)| (s, b)).collect();

@@ -117,19 +117,18 @@ impl Python {
 
     /// The report frame of a Python frame that PyTorch recorded for a block (`file`, `line`,
     /// `function`: `co_filename`, the line, `co_name`): named by the qualified name of the code
-    /// object of this stream with that file and name that starts nearest above the line, when
-    /// one is known (PyTorch records `co_name`; the shim's frames give `co_qualname`), and
+    /// object of this stream in that file that starts nearest above the line, when its name is
+    /// `function` (PyTorch records `co_name`; the shim's frames give `co_qualname`), and
     /// classed as a frame of the stack would be ([`crate::frames::mark`]).
     pub fn block_frame(&self, file: &str, line: u32, function: &str) -> Frame {
+        // The code of this file that starts nearest above the line, whatever its name: when it
+        // is another function (the block's own code was never seen), the recorded name stays.
         let qualname = self
             .codes
             .values()
-            .filter(|c| {
-                c.filename == file
-                    && c.firstlineno <= line as i32
-                    && (c.name == function || c.name.rsplit('.').next() == Some(function))
-            })
-            .max_by_key(|c| c.firstlineno)
+            .filter(|c| c.filename == file && c.firstlineno <= line as i32)
+            .max_by(|a, b| a.firstlineno.cmp(&b.firstlineno).then(b.name.cmp(&a.name)))
+            .filter(|c| c.name == function || c.name.rsplit('.').next() == Some(function))
             .map(|c| c.name.clone());
         let mut f = Frame {
             function: qualname.unwrap_or_else(|| function.to_string()),

@@ -788,6 +788,10 @@ pub struct SiteHolders {
     /// (`holders::TOP_BLOCK_STACKS`). Absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocks: Vec<BlockStack>,
+    /// The site's other block stacks, beyond `blocks` (not written: the final report's
+    /// suspects are named from all of them).
+    #[serde(skip)]
+    pub more_blocks: Vec<BlockStack>,
 }
 
 /// PyTorch blocks allocated from one Python stack.

@@ -425,12 +425,10 @@ impl Writer {
             Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same } => {
                 self.describe_device(device);
                 let ts_ns = self.clock.ns_of(stamp);
-                // Through PyTorch's caching allocator (a frame in its library; or, without
-                // backtraces, any allocation once Python runs): its blocks' stacks are wanted.
+                // Through PyTorch's caching allocator (a frame in its library; without
+                // backtraces none is known): its blocks' stacks are wanted.
                 let torch_known = !self.torch_ranges.is_empty();
-                if (frames.is_empty() && !same && python::ready())
-                    || frames.iter().any(|&a| self.torch_ranges.iter().any(|&(s, e)| (s..e).contains(&a)))
-                {
+                if frames.iter().any(|&a| self.torch_ranges.iter().any(|&(s, e)| (s..e).contains(&a))) {
                     python::heap::torch_stacks_wanted();
                 }
                 let stack = if same {

@@ -4,8 +4,10 @@ model's output (the model's line) and another temporary (line B), then frees the
 from the second step on, the kept output reuses the segment line B made the step before, so
 every growing segment is made at line B while the memory in it was allocated at the model's
 line. Usage: torch_blocks.py LIBC10 MODE, MODE `default`, `own` (the program records its own
-history first) or `cleared` (the kept outputs are freed after the loop: the pool keeps the
-segments, free). Prints `done`, the lines, and the record calls."""
+history first), `cleared` (the kept outputs are freed after the loop: the pool keeps the
+segments, free) or `pool` (each step also makes and frees a scratch tensor of a new size at
+line M: the pool grows segments that end up free, around the kept outputs). Prints `done`,
+the lines, and the record calls."""
 
 import os
 import sys
@@ -40,6 +42,9 @@ def step(model, kept):
     b = torch.empty(BLOCK)  # line B
     a.free()
     b.free()
+    if MODE == "pool":
+        scratch = torch.empty(BLOCK + 4096 * len(kept))  # line M
+        scratch.free()
     kept.append(logits)
     time.sleep(0.002)  # the step's compute: the leak grows over the run, not in a burst
 
@@ -60,4 +65,4 @@ for _ in range(STEPS):
 if MODE == "cleared":
     for t in kept:
         t.free()
-print("done", line_of("# the model's line"), line_of("# line B"), torch.record_calls)
+print("done", line_of("# the model's line"), line_of("# line B"), line_of("# line M"), torch.record_calls)

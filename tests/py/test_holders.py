@@ -361,10 +361,11 @@ def test_torch_allocator_state_only_when_cuda_is_initialized(hw):
     state["init"] = True
     # The segments; the live blocks with a recorded stack, each stack once (a frame without a
     # line is left out), the freed block and the block without frames not listed.
+    # Grouped by segment and stack: [segment, blocks, bytes, stack].
     assert hw["_torch_segments"]({"torch": torch}) == (
         [[0x10, 2 << 20, 1024]],
         [[["/u/gpt.py", 30, "forward"]]],
-        [[0x10, 512, 0], [0x210, 512, 0]],
+        [[0x10, 2, 1024, 0]],
     )
     assert hw["_torch_segments"]({}) is None
 
@@ -408,6 +409,15 @@ def test_torch_history_turns_the_record_on_once_cuda_is_up_and_never_over_the_pr
     state["snap"] = {"segments": [], "device_traces": [[]]}
     memory._record_memory_history = broken
     assert hw["torch_history"]() == hw["TORCH_UNAVAILABLE"]
+
+    # A snapshot that fails now, or a memory module not there yet: asked again later.
+    def failing():
+        raise RuntimeError("busy")
+
+    memory._snapshot = failing
+    assert hw["torch_history"]() == hw["TORCH_NOT_YET"]
+    del cuda.memory
+    assert hw["torch_history"]() == hw["TORCH_NOT_YET"]
     monkeypatch.delitem(sys.modules, "torch")
     assert hw["torch_history"]() == hw["TORCH_NOT_YET"]
 

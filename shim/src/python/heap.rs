@@ -637,6 +637,10 @@ extern "C" fn emit(_self: Obj, arg: Obj) -> Obj {
 }
 
 /// The walk result `emit` got, or `None` if it is malformed.
+/// The longest walk result sent, bytes: the wire's largest frame (`MAX_FRAME`, 16 MiB) less
+/// room for the event's other fields.
+const MAX_RESULT: usize = gpushim_wire::MAX_FRAME as usize - 4096;
+
 fn parse(b: &[u8]) -> Option<HeapWalk> {
     let word = |i: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(i * 8..i * 8 + 8)?.try_into().ok()?)) };
     let (r, n) = (word(0)?, word(1)?);
@@ -650,8 +654,14 @@ fn parse(b: &[u8]) -> Option<HeapWalk> {
         _ => WalkStatus::Failed,
     };
     let (elapsed_ns, visited) = (word(3)?, word(4)?);
-    let result = String::from_utf8_lossy(b.get(40..)?).into_owned();
     let ts_ns = sys::now_ns().saturating_sub(elapsed_ns);
+    let result = String::from_utf8_lossy(b.get(40..)?).into_owned();
+    if result.len() > MAX_RESULT {
+        // A frame the collector could not take would break the stream: the walk is said to
+        // have failed instead, with the reason.
+        let result = format!("{{\"error\":\"result too large ({} bytes)\"}}", result.len());
+        return Some(HeapWalk { reason, number, status: WalkStatus::Failed, ts_ns, elapsed_ns, visited, result });
+    }
     Some(HeapWalk { reason, number, status, ts_ns, elapsed_ns, visited, result })
 }
 
@@ -684,5 +694,19 @@ mod tests {
         assert!(parse(&b[..39]).is_none());
         b[0] = 9;
         assert!(parse(&b).is_none());
+    }
+
+    #[test]
+    fn a_result_too_large_for_one_frame_is_a_failed_walk_that_says_so() {
+        let mut b = Vec::new();
+        for v in [3u64, 0, 0, 1, 2] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.resize(40 + MAX_RESULT + 1, b'x');
+        let h = parse(&b).unwrap();
+        assert_eq!(h.status, WalkStatus::Failed);
+        assert_eq!(h.result, format!("{{\"error\":\"result too large ({} bytes)\"}}", MAX_RESULT + 1));
+        b.truncate(40 + MAX_RESULT);
+        assert_eq!(parse(&b).unwrap().status, WalkStatus::Complete);
     }
 }

@@ -392,10 +392,14 @@ class Graphs:
         self.consumer.clear()
 
 
-#: Most of PyTorch's live blocks listed with their stacks, and most frames kept per stack
-#: (innermost first).
-MAX_BLOCKS = 20000
+#: Most distinct stacks of PyTorch's live blocks listed, most (segment, stack) groups, most
+#: frames kept per stack (innermost first), and most characters kept of a file or function name:
+#: the result must fit the wire's largest frame.
+MAX_BLOCK_STACKS = 2000
+MAX_BLOCK_GROUPS = 20000
 MAX_BLOCK_FRAMES = 48
+MAX_NAME = 300
+_U64, _I63 = 1 << 64, 1 << 63
 
 
 def _torch_cuda(modules):
@@ -409,13 +413,26 @@ def _torch_cuda(modules):
     return _module_dict(cuda)
 
 
+def _block_stack(fr):
+    """The frames PyTorch recorded for a block as ((file, line, function), ...), innermost
+    first, or None: only well-formed frames, names cut to MAX_NAME characters."""
+    key = []
+    for f in fr[:MAX_BLOCK_FRAMES]:
+        if type(f) is dict:
+            fn, ln, nm = f.get("filename"), f.get("line"), f.get("name")
+            if type(fn) is str and type(ln) is int and 0 <= ln < 1 << 31 and type(nm) is str:
+                key.append((fn[:MAX_NAME], ln, nm[:MAX_NAME]))
+    return tuple(key) or None
+
+
 def _torch_segments(modules):
     """PyTorch's caching allocator as torch.cuda.memory_snapshot() shows it, or None when torch
     is not imported or CUDA not initialized (never initialized here): [[address, total bytes,
     allocated bytes]] of every segment (`total_size`, `allocated_size`); and, for the live
     blocks whose allocation PyTorch recorded a Python stack for (`frames`, innermost first:
     see `torch_history`), the stacks, each once, as [[file, line, function], ...], and the
-    blocks as [[address, bytes, stack index]]."""
+    blocks grouped by segment and stack as [[segment address, blocks, bytes, stack index]]
+    (blocks beyond the caps are left out)."""
     d = _torch_cuda(modules)
     if d is None:
         return None
@@ -426,43 +443,47 @@ def _torch_segments(modules):
         if is_init() is not True:
             return None
         segs = snap()
-        out, stacks, blocks, index = [], [], [], {}
+        out, stacks, index, groups = [], [], {}, {}
         for s in segs if type(segs) is list else ():
             if type(s) is not dict:
                 continue
             a, t, u = s.get("address"), s.get("total_size"), s.get("allocated_size")
-            if type(a) is int and type(t) is int and type(u) is int:
-                out.append([a, t, u])
+            if not (type(a) is int and type(t) is int and type(u) is int):
+                continue
+            if not (0 <= a < _U64 and 0 <= t < _I63 and 0 <= u < _I63):
+                continue
+            out.append([a, t, u])
             bs = s.get("blocks")
             for b in bs if type(bs) is list else ():
-                if len(blocks) >= MAX_BLOCKS:
-                    break
                 if type(b) is not dict or b.get("state") != "active_allocated":
                     continue
-                fr, ba, bn = b.get("frames"), b.get("address"), b.get("size")
-                if type(fr) is not list or not fr or type(ba) is not int or type(bn) is not int:
+                fr, bn = b.get("frames"), b.get("size")
+                if type(fr) is not list or not fr or type(bn) is not int or not 0 <= bn < _I63:
                     continue
-                key = []
-                for f in fr[:MAX_BLOCK_FRAMES]:
-                    if type(f) is dict:
-                        fn, ln, nm = f.get("filename"), f.get("line"), f.get("name")
-                        if type(fn) is str and type(ln) is int and type(nm) is str:
-                            key.append((fn, ln, nm))
-                if not key:
+                key = _block_stack(fr)
+                if key is None:
                     continue
-                key = tuple(key)
                 i = index.get(key)
                 if i is None:
+                    if len(stacks) >= MAX_BLOCK_STACKS:
+                        continue
                     i = index[key] = len(stacks)
                     stacks.append([list(f) for f in key])
-                blocks.append([ba, bn, i])
-        return out, stacks, blocks
+                g = groups.get((a, i))
+                if g is None:
+                    if len(groups) >= MAX_BLOCK_GROUPS:
+                        continue
+                    g = groups[(a, i)] = [a, 0, 0, i]
+                g[1] += 1
+                g[2] += bn
+        return out, stacks, list(groups.values())
     except Exception:
         return None
 
 
-#: What `torch_history` found: not yet (torch not imported, or CUDA not initialized in it),
-#: turned on, left to the program (which records its own), or not possible.
+#: What `torch_history` found: not yet (torch not imported, or CUDA not initialized in it, or
+#: its memory module not ready), turned on, left to the program (which records its own), or
+#: not possible (PyTorch refused: its cudaMallocAsync backend keeps no record).
 TORCH_NOT_YET, TORCH_ON, TORCH_PROGRAMS, TORCH_UNAVAILABLE = 0, 1, 2, 3
 
 
@@ -472,17 +493,32 @@ def torch_history():
     stacks="python")`: no trace of past events is kept, only the live blocks' stacks, which
     torch.cuda.memory_snapshot() then shows as `frames`), unless the program records its own
     history (a trace entry other than a snapshot's, or a live block with frames): that is left
-    as it is. Returns one of the TORCH_* values. Never raises; imports nothing; Python's
-    garbage collector is held off while it runs, as in a walk."""
+    as it is. Returns one of the TORCH_* values. Never raises (a KeyboardInterrupt that arrives
+    meanwhile is handed back to the main thread, as the signal would have been); imports
+    nothing; Python's garbage collector is held off while it runs, as in a walk."""
     enabled = _gc.isenabled()
     try:
         _gc.disable()
         return _torch_history()
+    except KeyboardInterrupt:
+        _interrupt_main()
+        return TORCH_NOT_YET
     except BaseException:
-        return TORCH_UNAVAILABLE
+        return TORCH_NOT_YET
     finally:
         if enabled:
             _gc.enable()
+
+
+def _interrupt_main():
+    th = _sys.modules.get("_thread")
+    f = _module_dict(th).get("interrupt_main") if type(th) is _ModuleType else None
+    if f is not None:
+        # No contextlib: the walker imports nothing the program could see.
+        try:  # noqa: SIM105
+            f()
+        except BaseException:
+            pass
 
 
 def _torch_history():
@@ -491,30 +527,33 @@ def _torch_history():
         return TORCH_NOT_YET
     is_init, mem = d.get("is_initialized"), d.get("memory")
     if type(is_init) is not _FunctionType or type(mem) is not _ModuleType:
-        return TORCH_UNAVAILABLE
+        return TORCH_NOT_YET
     md = _module_dict(mem)
     record, snap = md.get("_record_memory_history"), md.get("_snapshot")
     if type(record) is not _FunctionType or type(snap) is not _FunctionType:
-        return TORCH_UNAVAILABLE
+        return TORCH_NOT_YET
     try:
         if is_init() is not True:
             return TORCH_NOT_YET
         s = snap()
-        traces = s.get("device_traces") if type(s) is dict else None
-        for t in traces if type(traces) is list else ():
-            for e in t if type(t) is list else ():
-                if type(e) is dict and e.get("action") != "snapshot":
-                    return TORCH_PROGRAMS
-        segs = s.get("segments") if type(s) is dict else None
-        for seg in segs if type(segs) is list else ():
-            bs = seg.get("blocks") if type(seg) is dict else None
-            for b in bs if type(bs) is list else ():
-                if type(b) is dict and b.get("frames"):
-                    return TORCH_PROGRAMS
+    except Exception:
+        return TORCH_NOT_YET
+    traces = s.get("device_traces") if type(s) is dict else None
+    for t in traces if type(traces) is list else ():
+        for e in t if type(t) is list else ():
+            if type(e) is dict and e.get("action") != "snapshot":
+                return TORCH_PROGRAMS
+    segs = s.get("segments") if type(s) is dict else None
+    for seg in segs if type(segs) is list else ():
+        bs = seg.get("blocks") if type(seg) is dict else None
+        for b in bs if type(bs) is list else ():
+            if type(b) is dict and b.get("frames"):
+                return TORCH_PROGRAMS
+    try:
         record(enabled="state", context="alloc", stacks="python")
-        return TORCH_ON
     except Exception:
         return TORCH_UNAVAILABLE
+    return TORCH_ON
 
 
 def _shape(shape):
