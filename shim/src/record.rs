@@ -1,5 +1,6 @@
 //! The hot path: the re-entrancy guard, sequence numbers, backtrace capture, and the hand-off
-//! of small events to the writer thread through a bounded channel. The first event starts
+//! of events to the writer thread: a thread's `Alloc`, `Free`, `Failed` and `ThreadName` through
+//! its own ring (`ring`), the rare others through a bounded channel. The first event starts
 //! tracing (the writer thread and the collector).
 
 use std::cell::Cell;
@@ -9,6 +10,7 @@ use crossbeam_channel::{Sender, TrySendError};
 use gpushim_wire::{Api, Kind};
 
 use crate::event::Msg;
+use crate::ring::{self, Ring};
 use crate::state::{self, DISABLED, ENABLED, FINISHED, SEQ, STARTING, STATE, UNINIT};
 use crate::{clock, config, inflight, last_stack, loader, python, real, sys, unwind, writer};
 
@@ -27,7 +29,7 @@ thread_local! {
 /// Sends thread `tid`'s name the first time this thread records an allocation site: one
 /// `pthread_getname_np` of the calling thread (glibc answers it with `prctl(PR_GET_NAME)`, no
 /// file read) per thread, cached as a flag in the thread's own state.
-fn announce_thread(tx: &Sender<Msg>, tid: u32) {
+fn announce_thread(tx: &Sender<Msg>, ring: Option<&Ring>, tid: u32) {
     if NAMED.try_with(|n| n.replace(true)).unwrap_or(true) {
         return;
     }
@@ -36,7 +38,7 @@ fn announce_thread(tx: &Sender<Msg>, tid: u32) {
     // SAFETY: `buf` is writable for its 16 bytes, the size passed; the thread is the caller.
     let rc = unsafe { libc::pthread_getname_np(libc::pthread_self(), buf.as_mut_ptr().cast(), buf.len()) };
     let len = if rc == 0 { buf.iter().position(|&b| b == 0).unwrap_or(buf.len()) } else { 0 };
-    send(tx, Msg::ThreadName { tid, name: buf, len: len as u8 });
+    send_hot(tx, ring, Msg::ThreadName { tid, name: buf, len: len as u8 });
 }
 
 /// Proof that this thread is inside the outermost intercepted call; dropping it leaves.
@@ -88,6 +90,7 @@ pub fn reset_after_fork() {
     python::reset_after_fork();
     last_stack::forget();
     inflight::reset_after_fork();
+    ring::reset_after_fork();
     state::reset_after_fork();
 }
 
@@ -139,6 +142,15 @@ fn send(tx: &Sender<Msg>, msg: Msg) {
             let _ = tx.send(msg);
         }
         Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+    }
+}
+
+/// Hands a hot event to the writer through the calling thread's ring, or through the channel
+/// when the thread has none (its thread-local storage is being torn down).
+fn send_hot(tx: &Sender<Msg>, ring: Option<&Ring>, msg: Msg) {
+    match ring {
+        Some(r) => ring::push(r, msg),
+        None => send(tx, msg),
     }
 }
 
@@ -199,9 +211,9 @@ fn capture_libgcc(max: usize) -> Box<[u64]> {
 
 /// The stack of an allocation: native frames, Python frames, and whether they are the same as
 /// the thread's previous allocation's (`last_stack`; then both are empty). Only a successful
-/// allocation (`ok`) takes part. Its buffers (3 KiB) are in this function's frame, not in the
-/// caller's, which starts the writer and the collector on the first event (on a thread whose
-/// stack may be 16 KiB).
+/// allocation sent through the thread's ring (`ok`) takes part. Its buffers (3 KiB) are in
+/// this function's frame, not in the caller's, which starts the writer and the collector on
+/// the first event (on a thread whose stack may be 16 KiB).
 #[inline(never)]
 fn alloc_stack(ok: bool) -> (Box<[u64]>, crate::event::PyFrames, bool) {
     let mut raw = [std::mem::MaybeUninit::<u64>::uninit(); unwind::MEMO_FRAMES];
@@ -258,7 +270,10 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
         } else {
             0
         };
-        let (frames, py, same) = alloc_stack(result == 0);
+        // The ring first: the writer remembers a thread's previous stack per ring, so an
+        // allocation that goes through the channel (no ring) always carries its frames.
+        let ring = ring::mine();
+        let (frames, py, same) = alloc_stack(result == 0 && ring.is_some());
         // Counter ticks or ns (`clock`); the writer turns it into ns.
         let stamp = clock::stamp();
         let tid = tid();
@@ -274,8 +289,8 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
             let mem = if result == 2 && !capturing { real::mem_info_of(device, stream) } else { None };
             Msg::Failed { seq, ts_ns: sys::now_ns(), size, kind, api, device, tid, frames, py, result, mem }
         };
-        announce_thread(tx, tid);
-        send(tx, msg);
+        announce_thread(tx, ring, tid);
+        send_hot(tx, ring, msg);
     });
 }
 
@@ -435,7 +450,7 @@ pub fn free_end(t: Option<FreeTicket>, api: Api, addr: u64, stream: u64, result:
     let Some(t) = t else { return };
     sys::guarded(|| {
         let msg = Msg::Free { seq: t.seq, stamp: clock::stamp(), addr, api, stream, tid: tid(), result };
-        send(t.tx, msg);
+        send_hot(t.tx, ring::mine(), msg);
         inflight::end();
     });
 }
