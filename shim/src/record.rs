@@ -429,11 +429,18 @@ pub struct FreeTicket {
 
 /// Takes the sequence number for a free of `addr` by `api` (0 frees nothing and is not
 /// recorded), and marks the free as in progress for the writer's snapshots (see `inflight`).
+///
+/// Cancellation is left as the program has it once tracing runs (issue 18: two of the pair's
+/// six `pthread_setcancelstate` calls on the free's way in, two on its way out): nothing on
+/// the free path is then a cancellation point (atomics, `gettid` and `getpid` by `syscall`,
+/// the clock, a heap block for the thread's ring or in-progress slot, and `futex` by `syscall`
+/// when the ring or the channel is full; the panic hook's one line turns cancellation off
+/// itself). Before the start, which starts the collector, it is turned off as everywhere.
 pub fn free_begin(api: Api, addr: u64, stream: u64) -> Option<FreeTicket> {
     if addr == 0 {
         return None;
     }
-    sys::no_cancel(|| {
+    let take = || {
         std::panic::catch_unwind(|| {
             let tx = sender()?;
             let seq = SEQ.fetch_add(1, AcqRel);
@@ -442,15 +449,21 @@ pub fn free_begin(api: Api, addr: u64, stream: u64) -> Option<FreeTicket> {
         })
         .ok()
         .flatten()
-    })
+    };
+    if STATE.load(Acquire) == ENABLED {
+        take()
+    } else {
+        sys::no_cancel(take)
+    }
 }
 
-/// Records the free whose ticket was taken, with the real call's result.
+/// Records the free whose ticket was taken, with the real call's result. A ticket means that
+/// tracing had started: cancellation is left as it is (see [`free_begin`]), panics are caught.
 pub fn free_end(t: Option<FreeTicket>, api: Api, addr: u64, stream: u64, result: i32) {
     let Some(t) = t else { return };
-    sys::guarded(|| {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let msg = Msg::Free { seq: t.seq, stamp: clock::stamp(), addr, api, stream, tid: tid(), result };
         send_hot(t.tx, ring::mine(), msg);
         inflight::end();
-    });
+    }));
 }
