@@ -135,3 +135,33 @@ fn a_child_forked_while_threads_allocate_reports_only_its_own_events() {
         assert_eq!(total(parent, "unknown_free_count"), 0, "run {run}{d}");
     }
 }
+
+#[test]
+fn the_exit_walk_comes_before_the_teardown_frees_of_its_thread() {
+    // examples/leak.py keeps 200 buffers of 1 MiB in a global list; the exit heap walk runs from
+    // atexit, then the interpreter's teardown frees them all on the same thread. The walk's event
+    // must reach the collector before those frees (it tells teardown frees by it): it goes
+    // through the thread's ring too. Through the channel, the writer took the ring's frees first
+    // and the report had nothing live (4 runs of 4, and test-wheel.sh).
+    for run in 0..3 {
+        let dir = TempDir::new(&format!("ring-teardown-{run}"));
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/leak.py");
+        let out = std::process::Command::new(collector())
+            .args(["run", "--output", dir.path().to_str().unwrap(), "--"])
+            .arg(crate::python::python3())
+            .arg(&script)
+            .arg("200")
+            .env("GPUSHIM_EXAMPLE_CUDART", standin("libcudart.so.13"))
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "run {run}: {err}");
+        assert!(err.contains("(exit): 200 allocations live, 200.0 MiB"), "run {run}: {err}");
+        assert!(
+            err.contains("200 live (200.0 MiB) until the interpreter's teardown freed them, none freed at render"),
+            "run {run}: {err}"
+        );
+    }
+}

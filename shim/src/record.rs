@@ -127,8 +127,14 @@ pub fn send_starting(make: impl FnOnce() -> Msg) -> bool {
     true
 }
 
-/// Hands `msg` to the writer, waiting only while the bounded channel is full.
+/// Hands `msg` to the writer through the calling thread's ring (see [`send_hot`]).
 fn send(tx: &Sender<Msg>, msg: Msg) {
+    send_hot(tx, ring::mine(), msg);
+}
+
+/// Hands `msg` to the writer through the channel, waiting only while the bounded channel is
+/// full.
+fn send_channel(tx: &Sender<Msg>, msg: Msg) {
     // An error means the writer is gone and has already said so.
     match tx.try_send(msg) {
         Err(TrySendError::Full(msg)) => {
@@ -145,13 +151,19 @@ fn send(tx: &Sender<Msg>, msg: Msg) {
     }
 }
 
-/// Hands a hot event to the writer through the calling thread's ring, or through the channel
-/// when the thread has none (its thread-local storage is being torn down).
+/// Hands an event to the writer through `ring`, the calling thread's (so that the writer sees
+/// the thread's events in the order it made them), or through the channel when the thread has
+/// none (its thread-local storage is being torn down) or is in the middle of a push (a hook
+/// run by a signal handler).
 fn send_hot(tx: &Sender<Msg>, ring: Option<&Ring>, msg: Msg) {
-    match ring {
-        Some(r) => ring::push(r, msg),
-        None => send(tx, msg),
-    }
+    let msg = match ring {
+        Some(r) => match ring::push(r, msg) {
+            Ok(()) => return,
+            Err(msg) => msg,
+        },
+        None => msg,
+    };
+    send_channel(tx, msg);
 }
 
 /// The calling thread's backtrace as return addresses, innermost first, without this
@@ -272,7 +284,7 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
         };
         // The ring first: the writer remembers a thread's previous stack per ring, so an
         // allocation that goes through the channel (no ring) always carries its frames.
-        let ring = ring::mine();
+        let ring = ring::mine().filter(|r| !r.busy());
         let (frames, py, same) = alloc_stack(result == 0 && ring.is_some());
         // Counter ticks or ns (`clock`); the writer turns it into ns.
         let stamp = clock::stamp();

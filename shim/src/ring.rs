@@ -1,12 +1,20 @@
-//! Per-thread single-producer rings (issue 18): the hot events of a thread (`Alloc`, `Free`,
-//! `Failed` and its `ThreadName`) go to the writer through a ring that only this thread writes
-//! and only the writer thread reads, instead of the shared channel, where every send was a
+//! Per-thread single-producer rings (issue 18): a thread's events (every event its hooks make,
+//! and the heap walk's result when the walk ran on it) go to the writer through a ring that only
+//! this thread writes and only the writer thread reads, instead of the shared channel, where
+//! every send was a
 //! locked compare-exchange on the channel's shared tail and slot stamps that the writer's core
 //! read back (measured on the H200: about 190 of the 240 ns the shim added to a pool-hit pair
 //! with backtraces off, docs/performance.md "Per-thread rings").
 //!
-//! - **Producer** (the owning thread, inside the hooks' re-entrancy guard, so one push at a
-//!   time): writes the slot at `head`, then publishes it with a release store of `head`. It
+//! - **Order**: one thread's events reach the writer in the order it queued them, as through
+//!   the one channel before (the collector's `teardown_from_ns` needs the exit heap walk's
+//!   event before the interpreter's teardown frees of the same thread; the writer's live set
+//!   needs a context's reset after the allocations before it). Only the exit's messages, sent
+//!   after the thread's own events, and those of threads without a ring go through the channel.
+//! - **Producer** (the owning thread, one push at a time: a push is never interrupted by
+//!   another push of the same thread, since a hook that a signal handler runs during a push
+//!   finds `busy` set and uses the channel): writes the slot at `head`, then publishes it with a
+//!   release store of `head`. It
 //!   keeps its own copy of the writer's `tail` and reads the writer's line only when that copy
 //!   says the ring is a quarter full: no read-modify-write on a line the writer touches.
 //! - **Writer**: acquire-loads `head`, takes the messages, release-stores `tail`.
@@ -49,6 +57,8 @@ struct Producer {
     head: AtomicU32,
     /// The producer's last view of `Consumer::tail`.
     seen_tail: AtomicU32,
+    /// A push of the owning thread is under way (read and written by that thread only).
+    busy: AtomicBool,
 }
 
 /// The writer's cache line: `tail` is written by the writer thread only.
@@ -145,6 +155,18 @@ impl Ring {
         unsafe { (*self.slots[(at & MASK) as usize].get()).assume_init_read() }
     }
 
+    /// Writer side: the slot before `to` was read (a plain release store; [`Ring::release`]
+    /// also wakes a producer that waits for room).
+    pub fn advance(&self, to: u32) {
+        self.cons.tail.store(to, Release);
+    }
+
+    /// Producer side: whether a push of the calling thread (its owner) is under way, so that a
+    /// hook run by a signal handler in the middle of it must not push.
+    pub fn busy(&self) -> bool {
+        self.prod.busy.load(Relaxed)
+    }
+
     /// Writer side: the slots before `to` were read; the producer may write them again, and
     /// is woken if it waits for room.
     pub fn release(&self, to: u32) {
@@ -194,7 +216,7 @@ fn claim() -> &'static Ring {
     let slots: Box<[UnsafeCell<MaybeUninit<Msg>>]> =
         (0..SLOTS).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect();
     let r: &'static Ring = Box::leak(Box::new(Ring {
-        prod: Producer { head: AtomicU32::new(0), seen_tail: AtomicU32::new(0) },
+        prod: Producer { head: AtomicU32::new(0), seen_tail: AtomicU32::new(0), busy: AtomicBool::new(false) },
         cons: Consumer { tail: AtomicU32::new(0), waiting: AtomicU32::new(0) },
         owned: AtomicBool::new(true),
         id: MADE.fetch_add(1, Relaxed),
@@ -226,7 +248,32 @@ pub fn mine() -> Option<&'static Ring> {
 
 /// Queues `msg` on `r`, the calling thread's ring ([`mine`]), waiting while it is full. The
 /// message is dropped only where recording has stopped (or stops here: a raw fork's child).
-pub fn push(r: &Ring, msg: Msg) {
+/// Gives it back when a push of this thread is under way (a hook run by a signal handler that
+/// interrupted a push): the caller sends it through the channel.
+pub fn push(r: &Ring, msg: Msg) -> Result<(), Msg> {
+    if r.prod.busy.load(Relaxed) {
+        return Err(msg);
+    }
+    r.prod.busy.store(true, Relaxed);
+    // Against a signal handler on this thread: `busy` is set before anything else is touched.
+    std::sync::atomic::compiler_fence(SeqCst);
+    push_owned(r, msg);
+    std::sync::atomic::compiler_fence(SeqCst);
+    r.prod.busy.store(false, Relaxed);
+    Ok(())
+}
+
+/// Queues `msg` on the calling thread's ring if it has one (outside the hooks: the heap walk's
+/// result); gives it back otherwise.
+pub fn push_if_mine(msg: Msg) -> Result<(), Msg> {
+    // SAFETY: null or a leaked ring, never freed.
+    match MINE.try_with(|m| unsafe { m.0.get().as_ref() }) {
+        Ok(Some(r)) => push(r, msg),
+        _ => Err(msg),
+    }
+}
+
+fn push_owned(r: &Ring, msg: Msg) {
     let h = r.prod.head.load(Relaxed);
     if h.wrapping_sub(r.prod.seen_tail.load(Relaxed)) >= LOOK_AT {
         let t = r.cons.tail.load(Acquire);
@@ -326,6 +373,7 @@ pub fn reset_after_fork() {
         r.cons.tail.store(r.prod.head.load(Relaxed), Relaxed);
         r.prod.seen_tail.store(r.prod.head.load(Relaxed), Relaxed);
         r.cons.waiting.store(0, Relaxed);
+        r.prod.busy.store(false, Relaxed);
         r.owned.store(false, Relaxed);
     }
     let _ = MINE.try_with(|m| {
@@ -338,11 +386,26 @@ pub fn reset_after_fork() {
     WRITER_GONE.store(false, Release);
 }
 
-/// The sequence number of a message, if it has one (`ThreadName` has none).
+/// The sequence number of a message, if it has one (`ThreadName`, `HeapWalk` and
+/// `ApiSnapshot` have none).
 pub fn seq_of(m: &Msg) -> Option<u64> {
     match m {
-        Msg::Alloc { seq, .. } | Msg::Free { seq, .. } | Msg::Failed { seq, .. } => Some(*seq),
-        _ => None,
+        Msg::Alloc { seq, .. }
+        | Msg::Free { seq, .. }
+        | Msg::Failed { seq, .. }
+        | Msg::Reset { seq, .. }
+        | Msg::ContextCreated { seq, .. }
+        | Msg::Map { seq, .. }
+        | Msg::Unmap { seq, .. }
+        | Msg::HandleRef { seq, .. }
+        | Msg::GraphNode { seq, .. }
+        | Msg::GraphExec { seq, .. }
+        | Msg::GraphLaunch { seq, .. }
+        | Msg::GraphExecDestroy { seq, .. }
+        | Msg::GraphMemTrim { seq, .. } => Some(*seq),
+        Msg::ThreadName { .. } | Msg::HeapWalk(_) | Msg::ApiSnapshot(_) | Msg::Exit { .. } | Msg::QuickExit { .. } => {
+            None
+        }
     }
 }
 
@@ -396,7 +459,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let r = mine().unwrap();
                     for i in 0..EACH {
-                        push(r, free(u64::from(t) << 32 | i, t));
+                        push(r, free(u64::from(t) << 32 | i, t)).ok().unwrap();
                     }
                     done.fetch_add(1, Release);
                     r.id()
@@ -435,7 +498,7 @@ mod tests {
         TRACED_PID.store(unsafe { libc::getpid() }, Release);
         let id = std::thread::spawn(|| {
             let r = mine().unwrap();
-            push(r, free(7, 99));
+            push(r, free(7, 99)).ok().unwrap();
             r.id()
         })
         .join()

@@ -255,7 +255,8 @@ impl Writer {
                 self.read_answers();
             }
             // The rings after the channel's message was taken: what a thread queued in its ring
-            // before it sent that message (the exit's, an API snapshot's) is handled first.
+            // before it sent that message (the exit) is handled first. (A thread's other events
+            // all go through its ring, in order.)
             let from_rings = self.drain_rings();
             if self.gone {
                 return;
@@ -330,30 +331,39 @@ impl Writer {
     /// stopping at the first numbered `below` or more (a thread's events are numbered in the
     /// order it queues them: it takes a number inside its hook, and a hook is never entered
     /// again on a thread while one runs). The number of events handled.
+    ///
+    /// The tail is stored before each event is handled and read again after: handling an
+    /// API snapshot drains the rings below its boundary (`drain_below`), this one included.
     fn drain_ring(&mut self, r: &Ring, head: u32, below: u64) -> usize {
-        let mut t = r.tail();
-        let start = t;
-        // Signed: a snapshot's drain (`drain_below`, inside `snapshots`) may have taken the
-        // ring past the `head` a caller loaded before it.
-        while (head.wrapping_sub(t) as i32) > 0 && !self.gone {
+        let mut n = 0usize;
+        loop {
+            let t = r.tail();
+            // Signed: a nested drain may have taken the ring past the `head` a caller loaded.
+            if (head.wrapping_sub(t) as i32) <= 0 || self.gone {
+                break;
+            }
             // SAFETY: the writer is the only reader and `t` is in `[tail, head)`.
             if below != u64::MAX && ring::seq_of(unsafe { r.peek(t) }).is_some_and(|s| s >= below) {
                 break;
             }
-            // SAFETY: as above; `t` moves past it.
+            // SAFETY: as above; the tail moves past it before anything else reads the ring.
             let msg = unsafe { r.take(t) };
-            t = t.wrapping_add(1);
-            // Room for the thread every 64 events, not only at the end of a long batch.
-            if t.wrapping_sub(start).is_multiple_of(64) {
-                r.release(t);
+            n += 1;
+            // Room for the thread every 64 events (and a wake if it waits), not only at the end.
+            if n.is_multiple_of(64) {
+                r.release(t.wrapping_add(1));
+            } else {
+                r.advance(t.wrapping_add(1));
             }
             self.handle(msg, Some(r.id()));
             if self.buf.len() >= FLUSH_BYTES && !self.flush() {
                 self.gone = true;
             }
         }
-        r.release(t);
-        t.wrapping_sub(start) as usize
+        if n > 0 {
+            r.release(r.tail());
+        }
+        n
     }
 
     /// Before a snapshot's marker: every event queued in a ring and numbered below `boundary`
