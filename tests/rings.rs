@@ -23,7 +23,7 @@ fn per_thread(r: &Value, function: &str) -> BTreeMap<String, (u64, u64)> {
 
 #[test]
 fn sixteen_threads_give_exact_totals_and_per_thread_counts() {
-    // Thread i makes (i + 1) × 2,000 pairs (up to 32,000: 62 rings' worth) and keeps i + 1
+    // Thread i makes (i + 1) × 2,000 pairs (up to 32,000: 64,000 events, 15 rings' worth) and keeps i + 1
     // blocks of 8 KiB, with backtraces on and off.
     const N: u64 = 16;
     const M: u64 = 2000;
@@ -62,15 +62,17 @@ fn sixteen_threads_give_exact_totals_and_per_thread_counts() {
 
 #[test]
 fn threads_that_end_right_after_allocating_lose_no_events() {
-    // 32 threads keep 1,500 blocks each (more than a ring holds) and end; the main thread exits
-    // as soon as the last has allocated: their rings are drained before the stream's end.
+    // 32 threads make 2,500 pairs each (5,000 events, more than a ring holds), keep 10 blocks and
+    // end; the main thread exits as soon as the last has allocated: their rings are drained
+    // before the stream's end.
     for run in 0..3 {
-        let t = Target::new("target_dynamic", &format!("ring-exit-{run}")).args(&["ring-exit", "32", "1500"]);
+        let t = Target::new("target_dynamic", &format!("ring-exit-{run}")).args(&["ring-exit", "32", "2500"]);
         let d = run_bounded(&t);
         assert!(d.status.success(), "{d}");
         let r = d.report_in(t.dir.path());
-        assert_eq!(total(&r, "alloc_count"), 32 * 1500, "run {run}{d}");
-        assert_eq!(total(&r, "live_bytes"), 32 * 1500 * 8192, "run {run}{d}");
+        assert_eq!(total(&r, "alloc_count"), 32 * (2500 + 10), "run {run}{d}");
+        assert_eq!(total(&r, "free_count"), 32 * 2500, "run {run}{d}");
+        assert_eq!(total(&r, "live_bytes"), 32 * 10 * 8192, "run {run}{d}");
         assert_eq!(total(&r, "lost_events"), 0, "run {run}{d}");
     }
 }

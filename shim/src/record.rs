@@ -155,6 +155,7 @@ fn send_channel(tx: &Sender<Msg>, msg: Msg) {
 /// the thread's events in the order it made them), or through the channel when the thread has
 /// none (its thread-local storage is being torn down) or is in the middle of a push (a hook
 /// run by a signal handler).
+#[inline]
 fn send_hot(tx: &Sender<Msg>, ring: Option<&Ring>, msg: Msg) {
     let msg = match ring {
         Some(r) => match ring::push(r, msg) {

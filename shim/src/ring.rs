@@ -16,13 +16,13 @@
 //!   finds `busy` set and uses the channel): writes the slot at `head`, then publishes it with a
 //!   release store of `head`. It
 //!   keeps its own copy of the writer's `tail` and reads the writer's line only when that copy
-//!   says the ring is a quarter full: no read-modify-write on a line the writer touches.
+//!   says the ring is half full: no read-modify-write on a line the writer touches.
 //! - **Writer**: acquire-loads `head`, takes the messages, release-stores `tail`.
 //! - **Registry**: every ring is in a lock-free list, only ever pushed to; rings are leaked,
 //!   never freed. A thread that ends gives its ring back (`owned` false); a later thread takes
 //!   it only once the writer has drained it, so the events of a thread that ended are never
 //!   lost. Their number is the largest number of recording threads alive at once.
-//! - **Storage**: the slots are on the heap (`SLOTS` × `size_of::<Msg>()`, about 96 KiB per
+//! - **Storage**: the slots are on the heap (`SLOTS` × `size_of::<Msg>()`, about 384 KiB per
 //!   ring); only a pointer is thread-local (see `per_thread`: never big thread-local storage).
 //! - **Full ring**: the producer waits for the writer as the channel's send did (backpressure,
 //!   never a dropped event), waking it if it sleeps; a child made by a raw fork system call
@@ -42,13 +42,15 @@ use crate::event::Msg;
 use crate::state::{self, DISABLED, STATE, TRACED_PID};
 use crate::sys;
 
-/// Events a thread may have queued before it waits for the writer (a power of two). At 3
-/// events a microsecond (a pool-hit loop on the H200), about 340 µs of events.
-pub const SLOTS: u32 = 1024;
+/// Events a thread may have queued before it waits for the writer (a power of two). The writer
+/// sleeps 0.5 ms at least when it finds nothing: at 3 events a microsecond (the pool-hit loop on
+/// the H200, about 700 ns a pair), 1,500 events; half the ring holds them, so a thread that
+/// allocates without pause never has to wake the writer.
+pub const SLOTS: u32 = 4096;
 const MASK: u32 = SLOTS - 1;
 /// Queued events past which the producer looks at the writer's `tail` again, and wakes the
-/// writer if it is still that far behind and asleep: a quarter of the ring.
-const LOOK_AT: u32 = SLOTS / 4;
+/// writer if it is still that far behind and asleep: half the ring.
+const LOOK_AT: u32 = SLOTS / 2;
 
 /// The producer's cache line: written by the owning thread only.
 #[repr(C, align(64))]
@@ -250,6 +252,7 @@ pub fn mine() -> Option<&'static Ring> {
 /// message is dropped only where recording has stopped (or stops here: a raw fork's child).
 /// Gives it back when a push of this thread is under way (a hook run by a signal handler that
 /// interrupted a push): the caller sends it through the channel.
+#[inline]
 pub fn push(r: &Ring, msg: Msg) -> Result<(), Msg> {
     if r.prod.busy.load(Relaxed) {
         return Err(msg);
@@ -273,6 +276,7 @@ pub fn push_if_mine(msg: Msg) -> Result<(), Msg> {
     }
 }
 
+#[inline]
 fn push_owned(r: &Ring, msg: Msg) {
     let h = r.prod.head.load(Relaxed);
     if h.wrapping_sub(r.prod.seen_tail.load(Relaxed)) >= LOOK_AT {
@@ -332,7 +336,7 @@ fn wait_for_room(r: &Ring, h: u32) -> bool {
     room
 }
 
-/// Wakes the writer if it sleeps (one `futex` call, only from a ring a quarter full).
+/// Wakes the writer if it sleeps (one `futex` call, only from a ring half full).
 fn wake_writer() {
     if ASLEEP.load(Relaxed) && ASLEEP.swap(false, AcqRel) {
         WAKE.fetch_add(1, Release);
@@ -448,7 +452,7 @@ mod tests {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: getpid cannot fail.
         TRACED_PID.store(unsafe { libc::getpid() }, Release);
-        // The slots' size that the docs give (about 96 KiB a ring).
+        // The slots' size that the docs give (about 384 KiB a ring).
         assert!(std::mem::size_of::<Msg>() <= 96, "{} bytes", std::mem::size_of::<Msg>());
         const THREADS: u32 = 8;
         const EACH: u64 = 5 * SLOTS as u64;

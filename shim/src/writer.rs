@@ -34,7 +34,7 @@ const CHANNEL_CAPACITY: usize = 16 * 1024;
 const FLUSH_BYTES: usize = 64 * 1024;
 /// The writer's sleep when the channel and the rings are empty: doubling from IDLE_MIN to
 /// IDLE_MAX while nothing arrives. It bounds the delay of an event, a snapshot request and the
-/// exit handshake. A thread whose ring is a quarter full wakes it earlier (`ring`).
+/// exit handshake. A thread whose ring is half full wakes it earlier (`ring`).
 const IDLE_MIN: Duration = Duration::from_micros(500);
 const IDLE_MAX: Duration = Duration::from_millis(5);
 /// How often, while idle, the writer checks whether it is the process's last thread, ns.

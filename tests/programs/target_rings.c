@@ -61,12 +61,14 @@ static void *ring_threads_main(void *arg)
     return NULL;
 }
 
-/* ring-exit N K: N threads each keep K blocks of 8 KiB and end at once; the main thread
- * exits as soon as the last one has allocated, without joining them. */
+/* ring-exit N K: N threads each make K pairs of 4 KiB, keep 10 blocks of 8 KiB and end at
+ * once; the main thread exits as soon as the last one has allocated, without joining them. */
 static void *ring_exit_main(void *arg)
 {
     (void)arg;
     for (long k = 0; k < ring_pairs; k++)
+        ring_pair();
+    for (int k = 0; k < 10; k++)
         (void)ring_keep();
     atomic_fetch_add(&ring_done, 1);
     return NULL;
@@ -84,8 +86,8 @@ static void *ring_snap_main(void *arg)
 }
 
 /* ring-fork N: N threads make pairs until told to stop; the main thread makes 500 pairs and
- * forks at once (its ring still holds some of them); the child makes 3,000 pairs (about three
- * rings' worth) and keeps one block of 8 KiB; prints the child's exit status. */
+ * forks at once (its ring still holds some of them); the child makes 3,000 pairs (6,000 events,
+ * more than a ring holds) and keeps one block of 8 KiB; prints the child's exit status. */
 static void *ring_fork_main(void *arg)
 {
     (void)arg;
