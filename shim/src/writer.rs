@@ -113,6 +113,8 @@ struct Writer {
     ring_last_stack: Vec<u32>,
     /// The collector was lost while events were handled: the writer stops.
     gone: bool,
+    /// The rings with events in this round and their heads (kept to reuse its allocation).
+    active: Vec<(&'static Ring, u32)>,
     /// Per Python code id: whether its `PyCode` was sent.
     py_codes_sent: Vec<bool>,
     /// Whether `PyRuntime` (or the note that Python's layout is not supported) was sent.
@@ -149,6 +151,7 @@ impl Writer {
             last_stack: HashMap::default(),
             ring_last_stack: Vec::new(),
             gone: false,
+            active: Vec::new(),
             clock: StampClock::new(),
             py_codes_sent: Vec::new(),
             py_announced: false,
@@ -310,59 +313,21 @@ impl Writer {
 
     /// Handles what every thread's ring holds now; the number of events handled.
     fn drain_rings(&mut self) -> usize {
-        let mut n = 0;
-        for r in ring::all() {
-            if self.gone {
-                break;
-            }
-            // What is queued now (acquire), then the snapshot requests: an event queued before
-            // this load and numbered at or past a request's boundary goes after its marker.
+        // What is queued now (acquire), then the snapshot requests: an event queued before
+        // these loads and numbered at or past a request's boundary goes after its marker.
+        let mut active = std::mem::take(&mut self.active);
+        active.clear();
+        active.extend(ring::all().filter_map(|r| {
             let head = r.head();
-            if r.tail() == head {
-                continue;
-            }
+            (r.tail() != head).then_some((r, head))
+        }));
+        let n = if active.is_empty() {
+            0
+        } else {
             self.snapshots();
-            n += self.drain_ring(r, head, u64::MAX);
-        }
-        n
-    }
-
-    /// Handles the events of ring `r` from its tail up to `head` (from [`Ring::head`]),
-    /// stopping at the first numbered `below` or more (a thread's events are numbered in the
-    /// order it queues them: it takes a number inside its hook, and a hook is never entered
-    /// again on a thread while one runs). The number of events handled.
-    ///
-    /// The tail is stored before each event is handled and read again after: handling an
-    /// API snapshot drains the rings below its boundary (`drain_below`), this one included.
-    fn drain_ring(&mut self, r: &Ring, head: u32, below: u64) -> usize {
-        let mut n = 0usize;
-        loop {
-            let t = r.tail();
-            // Signed: a nested drain may have taken the ring past the `head` a caller loaded.
-            if (head.wrapping_sub(t) as i32) <= 0 || self.gone {
-                break;
-            }
-            // SAFETY: the writer is the only reader and `t` is in `[tail, head)`.
-            if below != u64::MAX && ring::seq_of(unsafe { r.peek(t) }).is_some_and(|s| s >= below) {
-                break;
-            }
-            // SAFETY: as above; the tail moves past it before anything else reads the ring.
-            let msg = unsafe { r.take(t) };
-            n += 1;
-            // Room for the thread every 64 events (and a wake if it waits), not only at the end.
-            if n.is_multiple_of(64) {
-                r.release(t.wrapping_add(1));
-            } else {
-                r.advance(t.wrapping_add(1));
-            }
-            self.handle(msg, Some(r.id()));
-            if self.buf.len() >= FLUSH_BYTES && !self.flush() {
-                self.gone = true;
-            }
-        }
-        if n > 0 {
-            r.release(r.tail());
-        }
+            self.merge(&active, u64::MAX)
+        };
+        self.active = active;
         n
     }
 
@@ -370,10 +335,62 @@ impl Writer {
     /// is handled, so that the writer's own state at the marker (its live set for the
     /// reachability scan, the stacks sent) holds every event below it that had been queued.
     fn drain_below(&mut self, boundary: u64) {
-        for r in ring::all() {
-            let head = r.head();
-            self.drain_ring(r, head, boundary);
+        let active: Vec<(&'static Ring, u32)> = ring::all().map(|r| (r, r.head())).collect();
+        self.merge(&active, boundary);
+    }
+
+    /// Handles the events of the rings in `active`, each up to its `head` (from [`Ring::head`])
+    /// and up to its first event numbered `below` or more, in sequence order across the rings
+    /// (an event without a number first): the writer then numbers stacks, and the collector its
+    /// sites, in the order the program made them, as when one channel carried every event
+    /// (`holders::the_native_core_and_the_python_loop_find_the_same_holders` compares the sites
+    /// of two runs). A thread's own events are numbered in the order it queues them (it takes a
+    /// number inside its hook, and a hook is never entered again on a thread while one runs).
+    /// The number of events handled.
+    fn merge(&mut self, active: &[(&'static Ring, u32)], below: u64) -> usize {
+        let mut heap = std::collections::BinaryHeap::new();
+        for (i, &(r, head)) in active.iter().enumerate() {
+            if let Some(k) = next_key(r, head, below) {
+                heap.push(std::cmp::Reverse((k, i)));
+            }
         }
+        let mut n = 0usize;
+        while let Some(std::cmp::Reverse((_, i))) = heap.pop() {
+            let (r, head) = active[i];
+            // Take from this ring while its next event comes before every other ring's.
+            while let Some(k) = next_key(r, head, below) {
+                if heap.peek().is_some_and(|std::cmp::Reverse((m, _))| *m < k) {
+                    heap.push(std::cmp::Reverse((k, i)));
+                    break;
+                }
+                let t = r.tail();
+                // SAFETY: the writer is the only reader and `t` is in `[tail, head)`
+                // (`next_key`); the tail moves past it before anything else reads the ring.
+                let msg = unsafe { r.take(t) };
+                let next = t.wrapping_add(1);
+                // Room for the thread every 64 events (and a wake if it waits).
+                if next.is_multiple_of(64) {
+                    r.release(next);
+                } else {
+                    r.advance(next);
+                }
+                n += 1;
+                // Handling an API snapshot drains the rings below its boundary (`drain_below`),
+                // this one included: the tail is read again for the next event.
+                self.handle(msg, Some(r.id()));
+                if self.buf.len() >= FLUSH_BYTES && !self.flush() {
+                    self.gone = true;
+                }
+                if self.gone {
+                    heap.clear();
+                    break;
+                }
+            }
+        }
+        for &(r, _) in active {
+            r.release(r.tail());
+        }
+        n
     }
 
     /// Every thread of the program has ended (`pthread_exit` in each, the main thread's
@@ -776,6 +793,22 @@ impl Drop for Writer {
     /// Closes the socket if, and only if, it is still ours.
     fn drop(&mut self) {
         socket::close_if_ours(self.sock);
+    }
+}
+
+/// The order key of ring `r`'s next event, if it has one before `head` and it is numbered below
+/// `below`: its sequence number, 0 for an event without one (it goes with the thread's next).
+fn next_key(r: &Ring, head: u32, below: u64) -> Option<u64> {
+    let t = r.tail();
+    // Signed: a nested drain may have taken the ring past the `head` loaded before it.
+    if (head.wrapping_sub(t) as i32) <= 0 {
+        return None;
+    }
+    // SAFETY: only the writer thread reads the rings, and `t` is in `[tail, head)`.
+    match ring::seq_of(unsafe { r.peek(t) }) {
+        Some(s) if s >= below => None,
+        Some(s) => Some(s),
+        None => Some(0),
     }
 }
 
