@@ -44,6 +44,7 @@ const TARGET_SOURCES: &[&str] = &[
     "tests/programs/target_tracing.c",
     "tests/programs/target_processes.c",
     "tests/programs/target_odd.c",
+    "tests/programs/target_rings.c",
 ];
 /// Linker flags that make the output find its neighbours in the same directory.
 const RUNPATH_ORIGIN: &[&str] = &["-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN"];

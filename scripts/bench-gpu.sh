@@ -11,10 +11,11 @@
 #      backtraces, shim with GPUSHIM_BACKTRACE=0 (goals <= 1.10 and <= 1.03). The program starts
 #      under `taskset -c 3-15` (the shim's writer thread and the collector inherit that) and pins
 #      its measuring thread to CPU 2 after the warm-up;
-#  (d) Python frames (scripts/bench/python_frames.py, 50 Python frames, cudaMalloc+cudaFree of
-#      4 KiB through ctypes and the real libcudart, pinned the same way with taskset -c 2 for the
-#      whole process): shim with GPUSHIM_PYTHON=0 against shim with Python frames (goal: at most
-#      200 ns more per allocation).
+#  (d) Python frames at pool hits (scripts/bench/python_frames.py ... recursive async, 50 Python
+#      frames, cudaMallocAsync+cudaFreeAsync of 4 KiB on a stream the script creates, through
+#      ctypes and the real libcudart, pinned the same way with taskset -c 2 for the whole
+#      process): shim with GPUSHIM_PYTHON=0 against shim with Python frames (goal: at most 200 ns
+#      more per allocation).
 # Needs target/release/libgpushim.so and target/release/gpushim. Writes $OUT/bench-gpu.txt.
 # Usage: scripts/bench-gpu.sh [REPS=3]
 # WORKLOADS (default "pool python alloc train": (c), (d), (a), (b)) and TRAIN_CFGS (default
@@ -56,7 +57,7 @@ for rep in $(seq "$REPS"); do
   done
   [[ " $WORKLOADS " == *" python "* ]] && for cfg in none pyoff pyon; do
     case $cfg in none) pre=("${NONE[@]}");; pyoff) pre=("${SHIM[@]}" GPUSHIM_PYTHON=0);; pyon) pre=("${SHIM[@]}");; esac
-    v=$("${pre[@]}" taskset -c 2 python3 "$ROOT/scripts/bench/python_frames.py" "$CUDART" 100000 50 2>>"$W/py-$cfg.err" | tail -n 1 | cut -d' ' -f1)
+    v=$("${pre[@]}" taskset -c 2 python3 "$ROOT/scripts/bench/python_frames.py" "$CUDART" 100000 50 recursive async 2>>"$W/py-$cfg.err" | tail -n 1 | cut -d' ' -f1)
     res[py_$cfg]+="$v "
   done
   [[ " $WORKLOADS " == *" alloc "* ]] && for cfg in none shim sanitizer; do
@@ -89,7 +90,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else
   row "| | gpushim, backtraces on | $p1 | $(ratio "$p1" "$p0") | <= 1.10 |" pool_shim
   row "| | gpushim, GPUSHIM_BACKTRACE=0 | $p2 | $(ratio "$p2" "$p0") | <= 1.03 |" pool_nobt
   y0=$(m py_none); y1=$(m py_pyoff); y2=$(m py_pyon)
-  row "| 100,000 x cudaMalloc+cudaFree 4 KiB via ctypes, 50 Python frames (median ns per pair) | no tool | $y0 | 1.000 | |" py_none
+  row "| 100,000 x cudaMallocAsync+cudaFreeAsync 4 KiB via ctypes (pool hits), 50 Python frames (median ns per pair) | no tool | $y0 | 1.000 | |" py_none
   row "| | gpushim, GPUSHIM_PYTHON=0 | $y1 | $(ratio "$y1" "$y0") | |" py_pyoff
   row "| | gpushim, Python frames | $y2 | $(ratio "$y2" "$y0") | Python frames add $(awk -v a="$y2" -v b="$y1" 'BEGIN {print a - b}') ns (<= 200) |" py_pyon
   a0=$(m alloc_none); a1=$(m alloc_shim); a2=$(m alloc_sanitizer)

@@ -138,6 +138,7 @@ run_case fault_metrics GPUSHIM_METRICS=127.0.0.1:0 -- "$WORK/bin/faults" metrics
 # Issue 18: no capture-state query outside captures; captures begun every way still make graph nodes.
 run_case fault_capture_paths -- "$WORK/bin/faults" capture-paths
 run_case fault_capture_paths_shared -- "$WORK/bin/faults_shared" capture-paths
+run_case fault_ring_threads -- "$WORK/bin/faults" ring-threads
 # Issue 13: whose code a stack is, one suspect per cause, threads.
 run_case fault_cublas_threads -- "$WORK/bin/vendor_threads" cublas-per-thread 100
 # NCCL from PyTorch's nvidia-nccl wheel (the GPU machine has no system NCCL).

@@ -15,5 +15,6 @@ mod lifecycle; // fork, SIGKILL, exit, non-CUDA processes, missing collector
 mod pyapi; // the Python API, the pytest plugin and the Jupyter magic (python/gpushim)
 mod python; // Python frames (file, function, line) in CPython programs, 3.10 to 3.13
 mod reach; // definitely lost: the reachability scan of the program's memory
+mod rings; // per-thread rings: many threads, threads that end, snapshots and forks while threads allocate
 mod snapshots; // SIGUSR1 snapshots hold exactly the allocations made before the signal
 mod unwinding; // the cached unwinder agrees with libgcc's

@@ -548,6 +548,7 @@ def checks():
     fault_rows()
     metrics_rows()
     pool_paths_rows()
+    ring_threads_rows()
     capture_paths_rows()
     graph_rows()
     torch_snapshot_rows()
@@ -964,6 +965,64 @@ def pool_paths_rows():
             f"{len(on)} sites, {'equal' if on == off else 'different'}",
             on == off,
         )
+
+
+def per_thread_at(r, function):
+    """{thread name: [allocations, bytes]} over the sites whose frames name `function`."""
+    out = {}
+    for s in r["sites"]:
+        if any(function in (f.get("function") or "") for f in s["frames"]):
+            for t in s.get("threads", []):
+                e = out.setdefault(t["name"], [0, 0])
+                e[0] += t["alloc_count"]
+                e[1] += t["alloc_bytes"]
+    return out
+
+
+def ring_threads_rows():
+    """fault_ring_threads (faults.cu ring-threads, issue 18: the shim's per-thread rings): exact
+    totals and per-thread counts at each site, and snapshots without a late marker."""
+    case = "fault_ring_threads"
+    t, r, _ = load(case)
+    if not r or not t:
+        missing(case)
+        return
+    n, m = t["threads"], t["pairs_per_index"]
+    pairs = sum((i + 1) * m for i in range(n))
+    kept = sum(i + 1 for i in range(n))
+    tot = r["totals"]
+    got = (tot["alloc_count"], tot["free_count"], tot["live_count"], tot["live_bytes"], tot["lost_events"])
+    want = (pairs + kept, pairs, kept, kept * t["keep_bytes"], 0)
+    row(case, "allocations, frees, live count, live bytes, lost events", str(want), str(got), got == want)
+    pb, kb = per_thread_at(r, "ring_pair"), per_thread_at(r, "ring_keep")
+    bad = [
+        name
+        for i in range(n)
+        for name in [f"ring-{i}"]
+        if pb.get(name) != [(i + 1) * m, (i + 1) * m * t["pair_bytes"]]
+        or kb.get(name) != [i + 1, (i + 1) * t["keep_bytes"]]
+    ]
+    row(
+        case,
+        "each thread ring-i: (i + 1) x 2000 pairs at ring_pair and i + 1 kept blocks at ring_keep",
+        f"{n} threads exact",
+        f"{n - len(bad)} exact" + (f"; wrong: {', '.join(bad[:4])}" if bad else ""),
+        not bad,
+    )
+    d = os.path.join(RUN, case)
+    snaps = [
+        read_json(f)
+        for f in sorted(glob.glob(os.path.join(d, "gpushim-*-snapshot-*.json")))
+        if not f.endswith((".holders.json", ".reach.json"))
+    ]
+    late = [i + 1 for i, sn in enumerate(snaps) if sn["notes"] or sn["totals"]["lost_events"]]
+    row(
+        case,
+        "snapshots while the threads allocate: no late marker, no lost events",
+        f"1 to {t['signals']} snapshots, none noted",
+        f"{len(snaps)} snapshots, {len(late)} noted" + (f" (first: {late[0]})" if late else ""),
+        1 <= len(snaps) <= t["signals"] and not late,
+    )
 
 
 def vmm_gpu(r, ordinal=0):

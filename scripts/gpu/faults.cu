@@ -43,6 +43,12 @@
 //                 it scrapes its own collector's /metrics (the address from the SD file
 //                 gpushim-*.sd.json in the working directory) until gpushim_process_live_bytes
 //                 shows 104 MiB (at most 60 s), writes the scrape to metrics.txt and its truth.
+//   ring-threads  (issue 18, the shim's per-thread rings) 16 threads, thread i named ring-i on a
+//                 stream of its own: (i + 1) x 2,000 pool hits (cudaMallocAsync + cudaFreeAsync of
+//                 4 KiB, ring_pair) and i + 1 blocks of 8 KiB kept (ring_keep), while the main
+//                 thread sends itself SIGUSR1 every 2 ms until they are done. Truth: per thread its
+//                 pairs and kept blocks; compare.py checks the totals, each thread's count and bytes
+//                 at each site, and that no snapshot notes a late marker or lost events.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <arpa/inet.h>
@@ -902,6 +908,65 @@ static int capture_paths()
     return 0;
 }
 
+// ---- ring-threads
+static const int RING_THREADS = 16;
+static const long RING_PAIRS = 2000;
+static volatile int ring_done_count;
+
+__attribute__((noinline)) static void ring_pair(cudaStream_t s)
+{
+    void *p = nullptr;
+    CHECK(cudaMallocAsync(&p, 4096, s));
+    CHECK(cudaFreeAsync(p, s));
+}
+
+__attribute__((noinline)) static void *ring_keep(cudaStream_t s)
+{
+    void *p = nullptr;
+    CHECK(cudaMallocAsync(&p, 8192, s));
+    return p;
+}
+
+static void *ring_thread(void *arg)
+{
+    long i = (long)arg;
+    char name[16];
+    snprintf(name, sizeof name, "ring-%ld", i);
+    pthread_setname_np(pthread_self(), name);
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (long k = 0; k < (i + 1) * RING_PAIRS; k++)
+        ring_pair(s);
+    for (long k = 0; k <= i; k++)
+        (void)ring_keep(s);
+    CHECK(cudaStreamSynchronize(s));
+    __atomic_add_fetch(&ring_done_count, 1, __ATOMIC_RELEASE);
+    return nullptr;
+}
+
+static int ring_threads()
+{
+    CHECK(cudaFree(0));
+    pthread_t t[RING_THREADS];
+    for (long i = 0; i < RING_THREADS; i++)
+        if (pthread_create(&t[i], nullptr, ring_thread, (void *)i) != 0)
+            return 1;
+    int signals = 0;
+    while (__atomic_load_n(&ring_done_count, __ATOMIC_ACQUIRE) < RING_THREADS) {
+        kill(getpid(), SIGUSR1);
+        signals++;
+        timespec ts{0, 2000000};
+        nanosleep(&ts, nullptr);
+    }
+    for (int i = 0; i < RING_THREADS; i++)
+        pthread_join(t[i], nullptr);
+    FILE *f = fopen("truth.json", "w");
+    fprintf(f, "{\"threads\": %d, \"pairs_per_index\": %ld, \"pair_bytes\": 4096, \"keep_bytes\": 8192, \"signals\": %d}\n",
+            RING_THREADS, RING_PAIRS, signals);
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -939,6 +1004,8 @@ int main(int argc, char **argv)
         return exit_time_child(atol(argv[2]), atoi(argv[3]));
     if (!strcmp(c, "capture-paths"))
         return capture_paths();
-    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph|devices-per-thread|pool-paths|metrics|exit-time [N]|capture-paths\n");
+    if (!strcmp(c, "ring-threads"))
+        return ring_threads();
+    fprintf(stderr, "usage: faults exit-cleanup|slow-free|arrays|reset|reset-driver|stream-device|contexts|pool-device|oom-device|vmm|graph|devices-per-thread|pool-paths|metrics|exit-time [N]|capture-paths|ring-threads\n");
     return 2;
 }

@@ -54,7 +54,11 @@ fn quiet_panics() {
     std::panic::set_hook(Box::new(|info| {
         if !SAID.swap(true, Relaxed) {
             let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
-            eprintln!("gpushim: internal error{at}; that event was not recorded, the program goes on");
+            // Cancellation off around the `write`, a cancellation point: the free path runs
+            // with the program's cancellation state (record::free_begin).
+            crate::sys::no_cancel(|| {
+                eprintln!("gpushim: internal error{at}; that event was not recorded, the program goes on");
+            });
         }
     }));
 }

@@ -57,6 +57,7 @@ mod python;
 mod reach;
 mod real;
 mod record;
+mod ring;
 mod route;
 mod socket;
 mod state;

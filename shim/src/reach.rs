@@ -714,6 +714,8 @@ impl Scan {
         let mut extra: Vec<(u64, u64)> =
             vec![scan.ranges.range(), scan.skip.range(), scan.chunks.range(), scan.win.range(), scan.rbuf.range()];
 
+        // The threads' rings (`ring`): their slots hold copies of recent addresses too.
+        extra.extend(crate::ring::all().map(|r| r.buffer()));
         if let Some(c) = own.channel {
             extra.push(c);
         } else {

@@ -1,5 +1,6 @@
 //! The hot path: the re-entrancy guard, sequence numbers, backtrace capture, and the hand-off
-//! of small events to the writer thread through a bounded channel. The first event starts
+//! of events to the writer thread: a thread's `Alloc`, `Free`, `Failed` and `ThreadName` through
+//! its own ring (`ring`), the rare others through a bounded channel. The first event starts
 //! tracing (the writer thread and the collector).
 
 use std::cell::Cell;
@@ -9,6 +10,7 @@ use crossbeam_channel::{Sender, TrySendError};
 use gpushim_wire::{Api, Kind};
 
 use crate::event::Msg;
+use crate::ring::{self, Ring};
 use crate::state::{self, DISABLED, ENABLED, FINISHED, SEQ, STARTING, STATE, UNINIT};
 use crate::{clock, config, inflight, last_stack, loader, python, real, sys, unwind, writer};
 
@@ -27,7 +29,7 @@ thread_local! {
 /// Sends thread `tid`'s name the first time this thread records an allocation site: one
 /// `pthread_getname_np` of the calling thread (glibc answers it with `prctl(PR_GET_NAME)`, no
 /// file read) per thread, cached as a flag in the thread's own state.
-fn announce_thread(tx: &Sender<Msg>, tid: u32) {
+fn announce_thread(tx: &Sender<Msg>, ring: Option<&Ring>, tid: u32) {
     if NAMED.try_with(|n| n.replace(true)).unwrap_or(true) {
         return;
     }
@@ -36,7 +38,7 @@ fn announce_thread(tx: &Sender<Msg>, tid: u32) {
     // SAFETY: `buf` is writable for its 16 bytes, the size passed; the thread is the caller.
     let rc = unsafe { libc::pthread_getname_np(libc::pthread_self(), buf.as_mut_ptr().cast(), buf.len()) };
     let len = if rc == 0 { buf.iter().position(|&b| b == 0).unwrap_or(buf.len()) } else { 0 };
-    send(tx, Msg::ThreadName { tid, name: buf, len: len as u8 });
+    send_hot(tx, ring, Msg::ThreadName { tid, name: buf, len: len as u8 });
 }
 
 /// Proof that this thread is inside the outermost intercepted call; dropping it leaves.
@@ -88,6 +90,7 @@ pub fn reset_after_fork() {
     python::reset_after_fork();
     last_stack::forget();
     inflight::reset_after_fork();
+    ring::reset_after_fork();
     state::reset_after_fork();
 }
 
@@ -124,8 +127,14 @@ pub fn send_starting(make: impl FnOnce() -> Msg) -> bool {
     true
 }
 
-/// Hands `msg` to the writer, waiting only while the bounded channel is full.
+/// Hands `msg` to the writer through the calling thread's ring (see [`send_hot`]).
 fn send(tx: &Sender<Msg>, msg: Msg) {
+    send_hot(tx, ring::mine(), msg);
+}
+
+/// Hands `msg` to the writer through the channel, waiting only while the bounded channel is
+/// full.
+fn send_channel(tx: &Sender<Msg>, msg: Msg) {
     // An error means the writer is gone and has already said so.
     match tx.try_send(msg) {
         Err(TrySendError::Full(msg)) => {
@@ -140,6 +149,22 @@ fn send(tx: &Sender<Msg>, msg: Msg) {
         }
         Ok(()) | Err(TrySendError::Disconnected(_)) => {}
     }
+}
+
+/// Hands an event to the writer through `ring`, the calling thread's (so that the writer sees
+/// the thread's events in the order it made them), or through the channel when the thread has
+/// none (its thread-local storage is being torn down) or is in the middle of a push (a hook
+/// run by a signal handler).
+#[inline]
+fn send_hot(tx: &Sender<Msg>, ring: Option<&Ring>, msg: Msg) {
+    let msg = match ring {
+        Some(r) => match ring::push(r, msg) {
+            Ok(()) => return,
+            Err(msg) => msg,
+        },
+        None => msg,
+    };
+    send_channel(tx, msg);
 }
 
 /// The calling thread's backtrace as return addresses, innermost first, without this
@@ -199,9 +224,9 @@ fn capture_libgcc(max: usize) -> Box<[u64]> {
 
 /// The stack of an allocation: native frames, Python frames, and whether they are the same as
 /// the thread's previous allocation's (`last_stack`; then both are empty). Only a successful
-/// allocation (`ok`) takes part. Its buffers (3 KiB) are in this function's frame, not in the
-/// caller's, which starts the writer and the collector on the first event (on a thread whose
-/// stack may be 16 KiB).
+/// allocation sent through the thread's ring (`ok`) takes part. Its buffers (3 KiB) are in
+/// this function's frame, not in the caller's, which starts the writer and the collector on
+/// the first event (on a thread whose stack may be 16 KiB).
 #[inline(never)]
 fn alloc_stack(ok: bool) -> (Box<[u64]>, crate::event::PyFrames, bool) {
     let mut raw = [std::mem::MaybeUninit::<u64>::uninit(); unwind::MEMO_FRAMES];
@@ -258,7 +283,10 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
         } else {
             0
         };
-        let (frames, py, same) = alloc_stack(result == 0);
+        // The ring first: the writer remembers a thread's previous stack per ring, so an
+        // allocation that goes through the channel (no ring) always carries its frames.
+        let ring = ring::mine().filter(|r| !r.busy());
+        let (frames, py, same) = alloc_stack(result == 0 && ring.is_some());
         // Counter ticks or ns (`clock`); the writer turns it into ns.
         let stamp = clock::stamp();
         let tid = tid();
@@ -274,8 +302,8 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
             let mem = if result == 2 && !capturing { real::mem_info_of(device, stream) } else { None };
             Msg::Failed { seq, ts_ns: sys::now_ns(), size, kind, api, device, tid, frames, py, result, mem }
         };
-        announce_thread(tx, tid);
-        send(tx, msg);
+        announce_thread(tx, ring, tid);
+        send_hot(tx, ring, msg);
     });
 }
 
@@ -414,11 +442,18 @@ pub struct FreeTicket {
 
 /// Takes the sequence number for a free of `addr` by `api` (0 frees nothing and is not
 /// recorded), and marks the free as in progress for the writer's snapshots (see `inflight`).
+///
+/// Cancellation is left as the program has it once tracing runs (issue 18: two of the pair's
+/// six `pthread_setcancelstate` calls on the free's way in, two on its way out): nothing on
+/// the free path is then a cancellation point (atomics, `gettid` and `getpid` by `syscall`,
+/// the clock, a heap block for the thread's ring or in-progress slot, and `futex` by `syscall`
+/// when the ring or the channel is full; the panic hook's one line turns cancellation off
+/// itself). Before the start, which starts the collector, it is turned off as everywhere.
 pub fn free_begin(api: Api, addr: u64, stream: u64) -> Option<FreeTicket> {
     if addr == 0 {
         return None;
     }
-    sys::no_cancel(|| {
+    let take = || {
         std::panic::catch_unwind(|| {
             let tx = sender()?;
             let seq = SEQ.fetch_add(1, AcqRel);
@@ -427,15 +462,21 @@ pub fn free_begin(api: Api, addr: u64, stream: u64) -> Option<FreeTicket> {
         })
         .ok()
         .flatten()
-    })
+    };
+    if STATE.load(Acquire) == ENABLED {
+        take()
+    } else {
+        sys::no_cancel(take)
+    }
 }
 
-/// Records the free whose ticket was taken, with the real call's result.
+/// Records the free whose ticket was taken, with the real call's result. A ticket means that
+/// tracing had started: cancellation is left as it is (see [`free_begin`]), panics are caught.
 pub fn free_end(t: Option<FreeTicket>, api: Api, addr: u64, stream: u64, result: i32) {
     let Some(t) = t else { return };
-    sys::guarded(|| {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let msg = Msg::Free { seq: t.seq, stamp: clock::stamp(), addr, api, stream, tid: tid(), result };
-        send(t.tx, msg);
+        send_hot(t.tx, ring::mine(), msg);
         inflight::end();
-    });
+    }));
 }

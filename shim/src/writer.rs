@@ -18,6 +18,7 @@ use crate::clock::{self, StampClock};
 use crate::config::{self, Config};
 use crate::event::{ApiRequest, Msg, PyFrames, SnapshotReply};
 use crate::hash::FastHash;
+use crate::ring::{self, Ring};
 use crate::state::{DISABLED, FINISHED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
 use crate::{alloc_watch, inflight, launch, loader, python, reach, socket, sys};
 
@@ -31,8 +32,9 @@ const ARM_WAIT: Duration = Duration::from_millis(100);
 const CHANNEL_CAPACITY: usize = 16 * 1024;
 /// Bytes buffered before a write to the socket.
 const FLUSH_BYTES: usize = 64 * 1024;
-/// The writer's sleep when the channel is empty: doubling from IDLE_MIN to IDLE_MAX while
-/// nothing arrives. It bounds the delay of an event, a snapshot request and the exit handshake.
+/// The writer's sleep when the channel and the rings are empty: doubling from IDLE_MIN to
+/// IDLE_MAX while nothing arrives. It bounds the delay of an event, a snapshot request and the
+/// exit handshake. A thread whose ring is half full wakes it earlier (`ring`).
 const IDLE_MIN: Duration = Duration::from_micros(500);
 const IDLE_MAX: Duration = Duration::from_millis(5);
 /// How often, while idle, the writer checks whether it is the process's last thread, ns.
@@ -77,6 +79,8 @@ pub fn start() -> Option<Sender<Msg>> {
                 drop(armed_tx);
                 w.run(rx)
             }));
+            // Whatever ended it: a thread waiting for room in its ring stops waiting.
+            ring::writer_gone();
         })
     });
     if let Err(e) = spawned {
@@ -101,8 +105,16 @@ struct Writer {
     stacks: HashMap<(Box<[u64]>, PyFrames), u32, FastHash>,
     /// Turns the stamps of `Alloc` and `Free` into monotonic ns (`clock`).
     clock: StampClock,
-    /// Per thread id, the stack id of its previous `Alloc` that carried frames (`last_stack`).
+    /// Per thread id, the stack id of its previous `Alloc` that carried frames (`last_stack`),
+    /// for allocations that came through the channel.
     last_stack: HashMap<u32, u32, FastHash>,
+    /// The same per ring (by ring id): a ring has one thread at a time, and a thread that takes
+    /// over a drained ring sends frames with its first allocation (its `last_stack` is new).
+    ring_last_stack: Vec<u32>,
+    /// The collector was lost while events were handled: the writer stops.
+    gone: bool,
+    /// The rings with events in this round and their heads (kept to reuse its allocation).
+    active: Vec<(&'static Ring, u32)>,
     /// Per Python code id: whether its `PyCode` was sent.
     py_codes_sent: Vec<bool>,
     /// Whether `PyRuntime` (or the note that Python's layout is not supported) was sent.
@@ -141,6 +153,9 @@ impl Writer {
             buf: Vec::with_capacity(FLUSH_BYTES * 2),
             stacks: HashMap::default(),
             last_stack: HashMap::default(),
+            ring_last_stack: Vec::new(),
+            gone: false,
+            active: Vec::new(),
             clock: StampClock::new(),
             py_codes_sent: Vec::new(),
             py_announced: false,
@@ -247,6 +262,13 @@ impl Writer {
             if !self.answers.is_empty() {
                 self.read_answers();
             }
+            // The rings after the channel's message was taken: what a thread queued in its ring
+            // before it sent that message (the exit) is handled first. (A thread's other events
+            // all go through its ring, in order.)
+            let from_rings = self.drain_rings();
+            if self.gone {
+                return;
+            }
             match msg {
                 Ok(Msg::Exit { ts_ns, done }) => {
                     self.reachability(wire::WalkReason::Exit, 0);
@@ -265,12 +287,14 @@ impl Writer {
                 }
                 Ok(msg) => {
                     idle = IDLE_MIN;
-                    self.handle(msg);
+                    self.handle(msg, None);
                     if self.buf.len() >= FLUSH_BYTES && !self.flush() {
-                        // Dropping `rx` makes every later send fail at once instead of blocking.
+                        // Dropping `rx` makes every later send fail at once instead of blocking;
+                        // a thread waiting for room in its ring stops waiting (`ring::writer_gone`).
                         return;
                     }
                 }
+                Err(TryRecvError::Empty) if from_rings > 0 => idle = IDLE_MIN,
                 Err(TryRecvError::Empty) => {
                     self.clock.refresh();
                     if !self.flush() {
@@ -284,7 +308,7 @@ impl Writer {
                             self.end_as_last_thread();
                         }
                     }
-                    std::thread::sleep(idle);
+                    ring::writer_sleep(idle);
                     idle = (idle * 2).min(IDLE_MAX);
                 }
                 Err(TryRecvError::Disconnected) => return,
@@ -292,10 +316,94 @@ impl Writer {
         }
     }
 
+    /// Handles what every thread's ring holds now; the number of events handled.
+    fn drain_rings(&mut self) -> usize {
+        // What is queued now (acquire), then the snapshot requests: an event queued before
+        // these loads and numbered at or past a request's boundary goes after its marker.
+        let mut active = std::mem::take(&mut self.active);
+        active.clear();
+        active.extend(ring::all().filter_map(|r| {
+            let head = r.head();
+            (r.tail() != head).then_some((r, head))
+        }));
+        let n = if active.is_empty() {
+            0
+        } else {
+            self.snapshots();
+            self.merge(&active, u64::MAX)
+        };
+        self.active = active;
+        n
+    }
+
+    /// Before a snapshot's marker: every event queued in a ring and numbered below `boundary`
+    /// is handled, so that the writer's own state at the marker (its live set for the
+    /// reachability scan, the stacks sent) holds every event below it that had been queued.
+    fn drain_below(&mut self, boundary: u64) {
+        let active: Vec<(&'static Ring, u32)> = ring::all().map(|r| (r, r.head())).collect();
+        self.merge(&active, boundary);
+    }
+
+    /// Handles the events of the rings in `active`, each up to its `head` (from [`Ring::head`])
+    /// and up to its first event numbered `below` or more, in sequence order across the rings
+    /// (an event without a number first): the writer then numbers stacks, and the collector its
+    /// sites, in the order the program made them, as when one channel carried every event
+    /// (`holders::the_native_core_and_the_python_loop_find_the_same_holders` compares the sites
+    /// of two runs). A thread's own events are numbered in the order it queues them (it takes a
+    /// number inside its hook, and a hook is never entered again on a thread while one runs).
+    /// The number of events handled.
+    fn merge(&mut self, active: &[(&'static Ring, u32)], below: u64) -> usize {
+        let mut heap = std::collections::BinaryHeap::new();
+        for (i, &(r, head)) in active.iter().enumerate() {
+            if let Some(k) = next_key(r, head, below) {
+                heap.push(std::cmp::Reverse((k, i)));
+            }
+        }
+        let mut n = 0usize;
+        while let Some(std::cmp::Reverse((_, i))) = heap.pop() {
+            let (r, head) = active[i];
+            // Take from this ring while its next event comes before every other ring's.
+            while let Some(k) = next_key(r, head, below) {
+                if heap.peek().is_some_and(|std::cmp::Reverse((m, _))| *m < k) {
+                    heap.push(std::cmp::Reverse((k, i)));
+                    break;
+                }
+                let t = r.tail();
+                // SAFETY: the writer is the only reader and `t` is in `[tail, head)`
+                // (`next_key`); the tail moves past it before anything else reads the ring.
+                let msg = unsafe { r.take(t) };
+                let next = t.wrapping_add(1);
+                // Room for the thread every 64 events (and a wake if it waits).
+                if next.is_multiple_of(64) {
+                    r.release(next);
+                } else {
+                    r.advance(next);
+                }
+                n += 1;
+                // Handling an API snapshot drains the rings below its boundary (`drain_below`),
+                // this one included: the tail is read again for the next event.
+                self.handle(msg, Some(r.id()));
+                if self.buf.len() >= FLUSH_BYTES && !self.flush() {
+                    self.gone = true;
+                }
+                if self.gone {
+                    heap.clear();
+                    break;
+                }
+            }
+        }
+        for &(r, _) in active {
+            r.release(r.tail());
+        }
+        n
+    }
+
     /// Every thread of the program has ended (`pthread_exit` in each, the main thread's
     /// included): glibc's last thread would call `exit(0)`, but this thread is the last one now.
     /// Ends the stream as the exit path does, then exits the same way.
     fn end_as_last_thread(&mut self) -> ! {
+        // What the ended threads queued last (their rings stay until drained).
+        self.drain_rings();
         self.push(&Event::Exit(wire::Exit { ts_ns: sys::now_ns() }));
         if self.flush() {
             self.close_and_wait();
@@ -314,6 +422,7 @@ impl Writer {
     /// collector answers it with the file's path (read by [`Writer::read_answers`]).
     fn api_snapshot(&mut self, req: ApiRequest) {
         let ApiRequest { boundary, ts_ns, label, reply } = req;
+        self.drain_below(boundary);
         self.push(&Event::ApiSnapshot(wire::ApiSnapshot { boundary, ts_ns, label }));
         let mut pending = Vec::new();
         inflight::each_below(boundary, ts_ns, |p| pending.push(p));
@@ -388,6 +497,7 @@ impl Writer {
             self.snapshots_handled = req;
             let boundary = SNAP_BOUNDARY.load(Acquire);
             let ts_ns = SNAP_TS.load(Acquire);
+            self.drain_below(boundary);
             self.push(&Event::Snapshot(wire::Snapshot { boundary, ts_ns }));
             // Frees still inside their real call would hold the snapshot back until they
             // return (a free waits for the device): send them as in progress.
@@ -419,7 +529,8 @@ impl Writer {
         self.push(&Event::Reach(r));
     }
 
-    fn handle(&mut self, msg: Msg) {
+    /// Turns `msg` into wire events; `ring` is the ring it came through (`None`: the channel).
+    fn handle(&mut self, msg: Msg, ring: Option<u32>) {
         self.events += 1;
         match msg {
             Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same } => {
@@ -432,11 +543,25 @@ impl Writer {
                     python::heap::torch_stacks_wanted();
                 }
                 let stack = if same {
-                    self.last_stack.get(&tid).copied().unwrap_or(wire::NO_STACK)
+                    match ring {
+                        Some(r) => self.ring_last_stack.get(r as usize).copied().unwrap_or(wire::NO_STACK),
+                        None => self.last_stack.get(&tid).copied().unwrap_or(wire::NO_STACK),
+                    }
                 } else {
                     let id = self.stack_id(frames, py);
                     if id != wire::NO_STACK {
-                        self.last_stack.insert(tid, id);
+                        match ring {
+                            Some(r) => {
+                                let r = r as usize;
+                                if self.ring_last_stack.len() <= r {
+                                    self.ring_last_stack.resize(r + 1, wire::NO_STACK);
+                                }
+                                self.ring_last_stack[r] = id;
+                            }
+                            None => {
+                                self.last_stack.insert(tid, id);
+                            }
+                        }
                     }
                     id
                 };
@@ -686,6 +811,22 @@ impl Drop for Writer {
     /// Closes the socket if, and only if, it is still ours.
     fn drop(&mut self) {
         socket::close_if_ours(self.sock);
+    }
+}
+
+/// The order key of ring `r`'s next event, if it has one before `head` and it is numbered below
+/// `below`: its sequence number, 0 for an event without one (it goes with the thread's next).
+fn next_key(r: &Ring, head: u32, below: u64) -> Option<u64> {
+    let t = r.tail();
+    // Signed: a nested drain may have taken the ring past the `head` loaded before it.
+    if (head.wrapping_sub(t) as i32) <= 0 {
+        return None;
+    }
+    // SAFETY: only the writer thread reads the rings, and `t` is in `[tail, head)`.
+    match ring::seq_of(unsafe { r.peek(t) }) {
+        Some(s) if s >= below => None,
+        Some(s) => Some(s),
+        None => Some(0),
     }
 }
 

@@ -89,7 +89,8 @@ static void usage(void)
     fprintf(stderr, "usage: target kinds | threads N M | leak N | snapshot | kill | fork | "
                     "forkexec | errors | none | sleep-snapshot | pause N | sigint-exit | "
                     "burst N | churn N | query | forkexec-tools | reap | pitch-overflow | "
-                    "dlreload | odd-rbp | stuck-exit | paths N [fork]\n");
+                    "dlreload | odd-rbp | stuck-exit | paths N [fork] | ring-threads N M | "
+                    "ring-exit N K | ring-snap N M | ring-fork N\n");
 }
 
 int main(int argc, char **argv)
@@ -153,6 +154,8 @@ int main(int argc, char **argv)
         rc = scenario_close_fds(argc, argv);
     } else if (strcmp(s, "quick-end") == 0) {
         rc = scenario_quick_end(argc, argv);
+    } else if (strncmp(s, "ring-", 5) == 0) {
+        rc = scenario_rings(argc, argv);
     } else {
         usage();
         return 2;

@@ -791,3 +791,57 @@ def test_reach_rows_check_lost_kept_and_the_torch_allocator_line(tmp_path, monke
     compare.reach_rows()
     got = {row[0]: row[4] for row in compare.rows}
     assert got == {"reach_lost": "PASS", "reach_kept": "FAIL", "reach_torch": "PASS"}
+
+
+def ring_report(n, m, wrong=None, lost=0, notes=()):
+    """A report of faults.cu ring-threads: n threads, thread i with (i + 1) x m pairs at ring_pair
+    and i + 1 blocks of 8 KiB at ring_keep; `wrong` names a thread whose pair count is off by one."""
+
+    def threads(count_of, size):
+        return [
+            {"tid": 100 + i, "name": f"ring-{i}", "alloc_count": c, "alloc_bytes": c * size}
+            for i in range(n)
+            for c in [count_of(i) - (1 if f"ring-{i}" == wrong else 0)]
+        ]
+
+    pairs = sum((i + 1) * m for i in range(n))
+    kept = sum(i + 1 for i in range(n))
+    pair_site = site(
+        1, [frame("cudaMallocAsync", internal=True), frame("ring_pair")], alloc_count=pairs, free_count=pairs
+    )
+    pair_site["threads"] = threads(lambda i: (i + 1) * m, 4096)
+    keep_site = site(2, [frame("ring_keep")], live_bytes=kept * 8192, alloc_count=kept)
+    keep_site["threads"] = threads(lambda i: i + 1, 8192)
+    r = report(device=kept * 8192, device_count=kept, sites=[pair_site, keep_site], alloc_count=pairs + kept)
+    r["totals"].update({"free_count": pairs, "live_count": kept, "lost_events": lost})
+    r["notes"] = list(notes)
+    return r
+
+
+@pytest.mark.parametrize(
+    ("wrong", "lost", "snap_notes", "results"),
+    [
+        (None, 0, (), ["PASS", "PASS", "PASS"]),
+        ("ring-3", 0, (), ["PASS", "FAIL", "PASS"]),
+        (None, 1, (), ["FAIL", "PASS", "PASS"]),
+        (None, 0, ("snapshot requested 3 events late",), ["PASS", "PASS", "FAIL"]),
+    ],
+)
+def test_fault_ring_threads_rows(tmp_path, capsys, wrong, lost, snap_notes, results):
+    truth = {"threads": 16, "pairs_per_index": 2000, "pair_bytes": 4096, "keep_bytes": 8192, "signals": 40}
+    final = ring_report(16, 2000, wrong=wrong, lost=lost)
+    if wrong:
+        # The counts per thread are wrong, the totals right (the pair moved to another site).
+        final["sites"][0]["threads"][0]["alloc_count"] += 1
+        final["sites"][0]["threads"][0]["alloc_bytes"] += 4096
+    snap = ring_report(16, 2000, notes=snap_notes)
+    snap["reason"] = "snapshot"
+    write_case(
+        tmp_path,
+        "fault_ring_threads",
+        {"truth.json": truth, "gpushim-9.json": final, "gpushim-9-snapshot-1.json": snap},
+    )
+    compare.main(["compare.py", str(tmp_path)])
+    rows = [r for r in table_rows(capsys.readouterr().out) if r[0] == "fault_ring_threads"]
+    assert [r[4] for r in rows] == results, rows
+    assert rows[2][3] == f"1 snapshots, {1 if snap_notes else 0} noted" + (" (first: 1)" if snap_notes else "")

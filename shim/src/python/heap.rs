@@ -665,11 +665,16 @@ fn parse(b: &[u8]) -> Option<HeapWalk> {
     Some(HeapWalk { reason, number, status, ts_ns, elapsed_ns, visited, result })
 }
 
-/// Queues a walk's event for the writer (waiting for room like any event).
+/// Queues a walk's event for the writer (waiting for room like any event): through the calling
+/// thread's ring when it has one, so that it comes before the thread's later events (the exit
+/// walk's before the interpreter's teardown frees, which the collector tells by it), else
+/// through the channel.
 fn send(h: HeapWalk) {
     if let Some(tx) = state::channel() {
         if state::recording() {
-            let _ = tx.send(Msg::HeapWalk(h));
+            if let Err(m) = crate::ring::push_if_mine(Msg::HeapWalk(h)) {
+                let _ = tx.send(m);
+            }
         }
     }
 }
