@@ -1,10 +1,9 @@
 //! Per-thread single-producer rings (issue 18): a thread's events (every event its hooks make,
 //! and the heap walk's result when the walk ran on it) go to the writer through a ring that only
 //! this thread writes and only the writer thread reads, instead of the shared channel, where
-//! every send was a
-//! locked compare-exchange on the channel's shared tail and slot stamps that the writer's core
-//! read back (measured on the H200: about 190 of the 240 ns the shim added to a pool-hit pair
-//! with backtraces off, docs/performance.md "Per-thread rings").
+//! every send was a locked compare-exchange on the channel's shared tail and slot stamps that
+//! the writer's core read back. On the development VM it saves about 10 ns a pair; on the H200
+//! the host's noise hid any change (docs/performance.md "Per-thread rings").
 //!
 //! - **Order**: one thread's events reach the writer in the order it queued them, as through
 //!   the one channel before (the collector's `teardown_from_ns` needs the exit heap walk's
