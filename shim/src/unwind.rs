@@ -366,19 +366,29 @@ pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> usize {
     // without frame pointers rbp holds any value, different from one call to the next, which
     // matters only to a frame whose rule uses it.
     if memo.valid && memo.sp == sp && memo.limit == out.len() {
+        // Every slot remembered was read by a walk that started at this same stack pointer on
+        // this thread's stack, and passed `read`'s checks then: 8-aligned, at or above that
+        // stack pointer and below the top. Those bounds hold now (the same start, the same
+        // stack), so the replay reads them without checking again.
         while n < memo.n {
-            let s = memo.steps[n];
-            if (s.uses_bp && bp != s.in_bp) || read(s.ra_slot, sp, top) != Some(s.ra) {
+            let s = &memo.steps[n];
+            if s.uses_bp && bp != s.in_bp {
+                break;
+            }
+            // SAFETY: `s.ra_slot` is 8-aligned and within [sp, top) of this thread's stack, as
+            // checked when it was remembered from a walk with the same start (above).
+            if unsafe { (s.ra_slot as *const u64).read() } != s.ra {
                 break;
             }
             if s.bp_slot != 0 {
-                match read(s.bp_slot, sp, top) {
-                    Some(v) => bp = v,
-                    None => break,
-                }
+                // SAFETY: as for `ra_slot`.
+                bp = unsafe { (s.bp_slot as *const u64).read() };
             }
             out[n] = MaybeUninit::new(s.ra);
             n += 1;
+        }
+        if n > 0 {
+            let s = &memo.steps[n - 1];
             sp = s.cfa;
             lookup = s.ra - 1;
         }
