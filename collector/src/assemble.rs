@@ -605,3 +605,65 @@ fn live_allocations(state: &State, secs: &dyn Fn(u64) -> f64, notes: &mut Vec<St
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{BlockFrame, BlockStack, Holders, SiteHolders};
+    use gpushim_testkit::MIB;
+
+    /// A site of PyTorch's caching allocator with `in_use` bytes in use by PyTorch's count and
+    /// blocks of `bytes` each allocated at line `line` of a user's file.
+    fn torch_site(site: u32, in_use: u64, blocks: &[(u32, u64)]) -> SiteHolders {
+        SiteHolders {
+            site: Some(site),
+            live_bytes: 32 * MIB,
+            in_use_bytes: in_use,
+            in_use_from: "torch".to_string(),
+            blocks: blocks
+                .iter()
+                .map(|&(line, bytes)| BlockStack {
+                    blocks: 1,
+                    bytes,
+                    frames: vec![BlockFrame { file: "/home/u/train.py".into(), line, function: "step".into() }],
+                })
+                .collect(),
+            ..SiteHolders::default()
+        }
+    }
+
+    fn holders(sites: Vec<SiteHolders>) -> Holders {
+        Holders {
+            schema: String::new(),
+            pid: 1,
+            reason: "exit".into(),
+            number: None,
+            walk: Default::default(),
+            sites,
+            unattributed: SiteHolders::default(),
+        }
+    }
+
+    fn top(h: &Holders) -> Option<String> {
+        let py = crate::pyframes::Python::default();
+        let blocks = block_heads(Some(h), &py);
+        top_block_head(h.sites.iter().filter_map(|s| s.site), &blocks, Some(h)).map(|h| h.text)
+    }
+
+    #[test]
+    fn blocks_name_a_suspect_only_when_they_hold_half_of_its_bytes_in_use() {
+        // 20 of the 29 MiB in use came from line 7: named by it.
+        let h = holders(vec![torch_site(1, 29 * MIB, &[(7, 20 * MIB), (9, 2 * MIB)])]);
+        assert_eq!(top(&h).as_deref(), Some("step (u/train.py:7)"));
+        // 1 MiB found of 29 MiB in use (the rest allocated before the record, or without a
+        // user frame): not enough to name it.
+        let h = holders(vec![torch_site(1, 29 * MIB, &[(7, MIB)])]);
+        assert_eq!(top(&h), None);
+        // Counted over the sites of the suspect and over every stack, not only those written.
+        let h = holders(vec![
+            torch_site(1, 10 * MIB, &[(7, 6 * MIB)]),
+            torch_site(2, 10 * MIB, &[(9, 4 * MIB), (7, 4 * MIB)]),
+        ]);
+        assert_eq!(top(&h).as_deref(), Some("step (u/train.py:7)"));
+    }
+}
