@@ -63,6 +63,17 @@ fn report_renders_text_and_rejects_garbage_in_one_line() {
     assert!(text.contains("MiB"), "{text}");
     let bad = run.dir.path().join("bad.json");
     std::fs::write(&bad, "{ not json").unwrap();
+    // A damaged holders file beside a good report: the report, and one line about the file.
+    let companion = path.with_file_name(path.file_name().unwrap().to_str().unwrap().replace(".json", ".holders.json"));
+    std::fs::write(&companion, "{ not json").unwrap();
+    let out = gpushim(["report", path.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("render"));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("gpushim: cannot read holders file "), "{err}");
+    assert!(err.trim_end().ends_with("the report is shown without who holds its memory"), "{err}");
+    std::fs::remove_file(&companion).unwrap();
     for arg in [bad.to_str().unwrap(), "/nonexistent/report.json"] {
         let out = gpushim(["report", arg]);
         let err = String::from_utf8_lossy(&out.stderr);
