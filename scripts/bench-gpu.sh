@@ -79,6 +79,14 @@ for rep in $(seq "$REPS"); do
 done
 m() { echo ${res[$1]:-} | tr ' ' '\n' | grep -v '^$' | median; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
+# The median of the per-repetition ratios of configuration $1 to $2: each repetition runs its
+# configurations one after another, so a ratio within one repetition is less exposed to the
+# host's slow swings than the ratio of the medians (on the H200 host, bare runs of the pool-hit
+# loop spread from 759 to 1,446 ns within one invocation).
+pratio() {
+  paste <(echo ${res[$1]:-} | tr ' ' '\n' | grep -v '^$') <(echo ${res[$2]:-} | tr ' ' '\n' | grep -v '^$') |
+    awk '$2 > 0 { printf "%.4f\n", $1 / $2 }' | median | awk '{ printf "%.3f", $1 }'
+}
 {
   echo "date: $(date -u +%FT%TZ); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); torch $(python3 -c 'import torch; print(torch.__version__)'); reps: $REPS (median)"
   echo
@@ -87,8 +95,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else
   row() { [ -n "${res[$2]:-}" ] && echo "$1"; true; }
   p0=$(m pool_none); p1=$(m pool_shim); p2=$(m pool_nobt)
   row "| 200,000 x cudaMallocAsync+cudaFreeAsync 4 KiB, pool hits, 40 frames (ns per pair) | no tool | $p0 | 1.000 | |" pool_none
-  row "| | gpushim, backtraces on | $p1 | $(ratio "$p1" "$p0") | <= 1.10 |" pool_shim
-  row "| | gpushim, GPUSHIM_BACKTRACE=0 | $p2 | $(ratio "$p2" "$p0") | <= 1.03 |" pool_nobt
+  row "| | gpushim, backtraces on | $p1 | $(ratio "$p1" "$p0") (per run: $(pratio pool_shim pool_none)) | <= 1.10 |" pool_shim
+  row "| | gpushim, GPUSHIM_BACKTRACE=0 | $p2 | $(ratio "$p2" "$p0") (per run: $(pratio pool_nobt pool_none)) | <= 1.03 |" pool_nobt
   y0=$(m py_none); y1=$(m py_pyoff); y2=$(m py_pyon)
   row "| 100,000 x cudaMallocAsync+cudaFreeAsync 4 KiB via ctypes (pool hits), 50 Python frames (median ns per pair) | no tool | $y0 | 1.000 | |" py_none
   row "| | gpushim, GPUSHIM_PYTHON=0 | $y1 | $(ratio "$y1" "$y0") | |" py_pyoff
