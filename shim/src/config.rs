@@ -7,11 +7,11 @@
 //! that never allocates CUDA memory prints nothing. The same lines go into the report's
 //! `notes` (sent as `Note` events after `Hello`).
 
+use crate::race_once::RaceOnce;
 use std::ffi::{c_int, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::{loader, sys};
@@ -65,9 +65,9 @@ static REACHABILITY_MS: AtomicU64 = AtomicU64::new(3000);
 static REACHABILITY_CUDA_DATA: AtomicBool = AtomicBool::new(false);
 /// Where reports go ([`Config::output_dir`]), kept for the line the exit path says when its
 /// wait times out.
-static OUTPUT_DIR: OnceLock<PathBuf> = OnceLock::new();
+static OUTPUT_DIR: RaceOnce<PathBuf> = RaceOnce::new();
 /// The value of a `GPUSHIM_SIGNAL` that is not USR1, USR2 or none (USR1 is used).
-static BAD_SIGNAL: OnceLock<String> = OnceLock::new();
+static BAD_SIGNAL: RaceOnce<String> = RaceOnce::new();
 
 /// Whether to capture backtraces.
 pub fn backtraces() -> bool {

@@ -54,6 +54,7 @@ mod launch;
 mod loader;
 mod per_thread;
 mod python;
+mod race_once;
 mod reach;
 mod real;
 mod record;

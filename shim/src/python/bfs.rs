@@ -30,11 +30,11 @@
 //! (the walker then runs its own Python loop), and off for any interpreter but CPython 3.10 to
 //! 3.13 with the standard object header.
 
+use crate::race_once::RaceOnce;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::OnceLock;
 
 use super::detect;
 use super::layout::{rd, OB_TYPE};
@@ -97,7 +97,7 @@ unsafe impl Send for Api {}
 // SAFETY: as above.
 unsafe impl Sync for Api {}
 
-static API: OnceLock<Option<Api>> = OnceLock::new();
+static API: RaceOnce<Option<Api>> = RaceOnce::new();
 
 fn api() -> Option<&'static Api> {
     API.get_or_init(|| {

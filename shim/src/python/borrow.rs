@@ -23,9 +23,9 @@
 //! hundred system calls per allocation that reaches the shim (the caching allocator's segment
 //! requests, not every tensor).
 
+use crate::race_once::RaceOnce;
 use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::OnceLock;
 
 use super::layout::{plausible, Layout};
 use super::walk::{walk_in, Mem, Raw, MAX_PY_FRAMES};
@@ -44,7 +44,7 @@ struct Api {
     head: unsafe extern "C" fn(*mut c_void) -> *mut c_void,
 }
 
-static API: OnceLock<Option<Api>> = OnceLock::new();
+static API: RaceOnce<Option<Api>> = RaceOnce::new();
 
 thread_local! {
     /// Whether this thread is one of PyTorch's autograd engine threads: 0 not asked yet, 1 yes,

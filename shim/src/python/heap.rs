@@ -24,9 +24,9 @@
 //!   (`PyCFunction_NewEx` over [`emit`], `METH_O`), which queues it for the writer like any
 //!   event. No ctypes.
 
+use crate::race_once::RaceOnce;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
-use std::sync::OnceLock;
 
 use gpushim_wire::{HeapWalk, WalkReason, WalkStatus};
 
@@ -144,7 +144,7 @@ static BFS_DEF: MethodDef =
 static EXIT_DEF: MethodDef =
     MethodDef { name: c"_gpushim_exit_walk".as_ptr(), meth: exit_walk, flags: METH_NOARGS, doc: std::ptr::null() };
 
-static API: OnceLock<Option<CApi>> = OnceLock::new();
+static API: RaceOnce<Option<CApi>> = RaceOnce::new();
 
 fn api() -> Option<&'static CApi> {
     API.get_or_init(|| {

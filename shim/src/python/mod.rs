@@ -37,8 +37,8 @@ pub mod heap;
 mod layout;
 mod walk;
 
+use crate::race_once::RaceOnce;
 use std::sync::atomic::{AtomicU8, Ordering::*};
-use std::sync::OnceLock;
 
 use gpushim_wire::{LineTableFormat, PyFrame};
 
@@ -61,13 +61,13 @@ const OFF: u8 = 4;
 /// Where Python frame capture stands; the hot path reads only this until it is `READY`.
 static MODE: AtomicU8 = AtomicU8::new(UNPROBED);
 /// The interpreter's layout; set once, before `MODE` becomes `READY`.
-static LAYOUT: OnceLock<Layout> = OnceLock::new();
+static LAYOUT: RaceOnce<Layout> = RaceOnce::new();
 /// The line said once when the layout is not supported.
-static UNSUPPORTED_NOTE: OnceLock<String> = OnceLock::new();
+static UNSUPPORTED_NOTE: RaceOnce<String> = RaceOnce::new();
 /// `[start, end)` of a function's code, bytes.
 pub(crate) type CodeRange = (u64, u64);
 /// The code of the interpreter loop (`_PyEval_EvalFrameDefault`), when known.
-static EVAL_RANGE: OnceLock<CodeRange> = OnceLock::new();
+static EVAL_RANGE: RaceOnce<CodeRange> = RaceOnce::new();
 
 /// The Python frames of the calling thread, innermost first, or `None` if it has none (or they
 /// could not be read, or no supported Python runs here). Costs one relaxed load without Python.
