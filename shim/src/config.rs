@@ -225,7 +225,7 @@ pub fn snapshot_signal() -> Option<c_int> {
         Some("USR2") | Some("SIGUSR2") => Some(libc::SIGUSR2),
         Some("NONE") => None,
         Some(_) => {
-            let _ = BAD_SIGNAL.set(value.unwrap_or_default());
+            BAD_SIGNAL.set(value.unwrap_or_default());
             Some(libc::SIGUSR1)
         }
     }
@@ -373,7 +373,7 @@ impl Config {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         let output_dir = output_dir_from_env();
         let collector = env_path("GPUSHIM_COLLECTOR").unwrap_or_else(default_collector);
-        let _ = OUTPUT_DIR.set(output_dir.clone());
+        OUTPUT_DIR.set(output_dir.clone());
         let identity = IDENTITY_VARS.iter().filter_map(|&k| Some((k.to_string(), env(k)?))).collect();
         Config { collector, output_dir, cwd, warnings, identity }
     }

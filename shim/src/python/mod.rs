@@ -185,9 +185,9 @@ pub fn init(enabled: bool) {
     match detect::detect() {
         Ok(Some((l, eval))) => {
             if let Some(r) = eval {
-                let _ = EVAL_RANGE.set(r);
+                EVAL_RANGE.set(r);
             }
-            let _ = LAYOUT.set(l);
+            LAYOUT.set(l);
             borrow::init();
             MODE.store(READY, Release);
         }
@@ -195,7 +195,7 @@ pub fn init(enabled: bool) {
         Err(minor) => {
             let line = format!("Python 3.{minor} frame layout not supported; stacks show native frames only");
             eprintln!("gpushim: {line}");
-            let _ = UNSUPPORTED_NOTE.set(line);
+            UNSUPPORTED_NOTE.set(line);
             MODE.store(UNSUPPORTED, Release);
         }
     }
