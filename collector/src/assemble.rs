@@ -133,7 +133,7 @@ fn by_cause(
     state: &State,
     sites: &[Site],
     blocks: &HashMap<u32, Vec<(Headline, u64)>>,
-    holders: Option<&crate::report::Holders>,
+    walked: &Walked<'_>,
     notes: &mut Vec<String>,
 ) -> (Vec<Suspect>, Vec<Suppressed>) {
     let site_of: HashMap<u32, &Site> = sites.iter().map(|s| (s.id, s)).collect();
@@ -153,7 +153,7 @@ fn by_cause(
     let mut by_blocks: HashSet<u32> = HashSet::new();
     for x in &suspects {
         let members = std::iter::once(x.site).chain(x.line_sites.iter().copied());
-        if let Some(top) = top_block_head(members, blocks, holders) {
+        if let Some(top) = top_block_head(members, blocks, walked) {
             if let Some(h) = heads.get_mut(&x.site) {
                 h.0 = top;
                 by_blocks.insert(x.site);
@@ -215,17 +215,18 @@ fn by_cause(
     // by the backward pass and the optimizer, end up free), not a cause of its own. Alone, it
     // stays: the program may have let go of what it held only at the end (a loop inside
     // `main()` whose list is gone at exit).
-    let shares: Vec<Option<(u64, u64, u64)>> = out.iter().map(|x| torch_share(x, holders)).collect();
+    let shares: Vec<Option<(u64, u64, u64)>> = out.iter().map(|x| torch_share(x, walked)).collect();
     let held = |s: &Option<(u64, u64, u64)>| s.is_some_and(|(live, in_use, _)| in_use.saturating_mul(2) >= live);
     let pool_only = |s: &Option<(u64, u64, u64)>| {
         s.is_some_and(|(live, in_use, other)| in_use.saturating_mul(2) < live && other <= live)
     };
     if shares.iter().any(held) {
-        let mut keep = shares.iter().map(|s| !pool_only(s));
+        let mut share = shares.iter();
         out.retain(|x| {
-            let k = keep.next().unwrap_or(true);
+            let s = share.next().copied().flatten();
+            let k = !pool_only(&s);
             if !k {
-                let (live, in_use, _) = torch_share(x, holders).unwrap_or_default();
+                let (live, in_use, _) = s.unwrap_or_default();
                 notes.push(format!(
                     "not a suspect: {}, {} in segments of PyTorch's caching allocator of which {} were in tensors at exit, \
                      beside a suspect whose segments hold tensors (the rest is free memory the allocator keeps for reuse)",
@@ -264,16 +265,20 @@ fn by_cause(
     (out, suppressed)
 }
 
+/// The exit heap walk's sites by id (empty without a walk), read by the suspects' grouping.
+type Walked<'a> = HashMap<u32, &'a crate::report::SiteHolders>;
+
+/// The sites of `holders` by id.
+fn walked_sites(holders: Option<&crate::report::Holders>) -> Walked<'_> {
+    holders.map_or(&[][..], |h| h.sites.as_slice()).iter().filter_map(|s| Some((s.site?, s))).collect()
+}
+
 /// Per site, the headlines of the PyTorch blocks inside its segments that were allocated from a
-/// line of user code, with their bytes (`holders`: the exit heap walk's `blocks`), each block
+/// line of user code, with their bytes (`walked`: the exit heap walk's sites and their `blocks`), each block
 /// frame classed and named as the site's own Python frames are (`Python::block_frame`).
-fn block_heads(
-    holders: Option<&crate::report::Holders>,
-    py: &crate::pyframes::Python,
-) -> HashMap<u32, Vec<(Headline, u64)>> {
+fn block_heads(walked: &Walked<'_>, py: &crate::pyframes::Python) -> HashMap<u32, Vec<(Headline, u64)>> {
     let mut out: HashMap<u32, Vec<(Headline, u64)>> = HashMap::new();
-    for s in holders.map_or(&[][..], |h| h.sites.as_slice()) {
-        let Some(site) = s.site else { continue };
+    for (&site, s) in walked {
         for b in s.blocks.iter().chain(&s.more_blocks) {
             let frames: Vec<crate::report::Frame> =
                 b.frames.iter().map(|f| py.block_frame(&f.file, f.line, &f.function)).collect();
@@ -291,13 +296,13 @@ fn block_heads(
 fn top_block_head(
     sites: impl Iterator<Item = u32>,
     blocks: &HashMap<u32, Vec<(Headline, u64)>>,
-    holders: Option<&crate::report::Holders>,
+    walked: &Walked<'_>,
 ) -> Option<Headline> {
     let mut tally: Vec<(Headline, u64)> = Vec::new();
     let (mut total, mut in_use) = (0u64, 0u64);
     let mut seen = HashSet::new();
     for id in sites.filter(|id| seen.insert(*id)) {
-        if let Some(s) = holders.and_then(|h| h.sites.iter().find(|s| s.site == Some(id))) {
+        if let Some(s) = walked.get(&id) {
             if s.in_use_from == "torch" {
                 in_use = in_use.saturating_add(s.in_use_bytes);
             }
@@ -318,10 +323,9 @@ fn top_block_head(
 /// that are segments of PyTorch's caching allocator (`in_use_from` `torch`), the bytes in use
 /// in them (allocated blocks), and the live bytes of its other sites; `None` without a walk
 /// or without such sites.
-fn torch_share(x: &Suspect, holders: Option<&crate::report::Holders>) -> Option<(u64, u64, u64)> {
-    let h = holders?;
+fn torch_share(x: &Suspect, walked: &Walked<'_>) -> Option<(u64, u64, u64)> {
     let (mut live, mut in_use, mut other) = (0u64, 0u64, 0u64);
-    for s in x.sites.iter().filter_map(|id| h.sites.iter().find(|s| s.site == Some(*id))) {
+    for s in x.sites.iter().filter_map(|id| walked.get(id)) {
         if s.in_use_from == "torch" {
             live = live.saturating_add(s.live_bytes);
             in_use = in_use.saturating_add(s.in_use_bytes.min(s.live_bytes));
@@ -417,8 +421,9 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             s
         })
         .collect();
-    let blocks = block_heads(ctx.holders, sym.python());
-    let (suspects, suppressed) = by_cause(suspects, state, &sites, &blocks, ctx.holders, &mut notes);
+    let walked = walked_sites(ctx.holders);
+    let blocks = block_heads(&walked, sym.python());
+    let (suspects, suppressed) = by_cause(suspects, state, &sites, &blocks, &walked, &mut notes);
     let failures: Vec<FailureRecord> = state
         .failures
         .iter()
@@ -646,8 +651,9 @@ mod tests {
 
     fn top(h: &Holders) -> Option<String> {
         let py = crate::pyframes::Python::default();
-        let blocks = block_heads(Some(h), &py);
-        top_block_head(h.sites.iter().filter_map(|s| s.site), &blocks, Some(h)).map(|h| h.text)
+        let walked = walked_sites(Some(h));
+        let blocks = block_heads(&walked, &py);
+        top_block_head(h.sites.iter().filter_map(|s| s.site), &blocks, &walked).map(|h| h.text)
     }
 
     #[test]
