@@ -537,9 +537,11 @@ impl Writer {
                 self.describe_device(device);
                 let ts_ns = self.clock.ns_of(stamp);
                 // Through PyTorch's caching allocator (a frame in its library; without
-                // backtraces none is known): its blocks' stacks are wanted.
+                // backtraces none is known): its blocks' stacks are wanted, while they are still
+                // to be asked for (the frames are searched only then).
+                let torch_open = python::heap::torch_stacks_open();
                 let torch_known = !self.torch_ranges.is_empty();
-                if frames.iter().any(|&a| self.torch_ranges.iter().any(|&(s, e)| (s..e).contains(&a))) {
+                if torch_open && frames.iter().any(|&a| self.torch_ranges.iter().any(|&(s, e)| (s..e).contains(&a))) {
                     python::heap::torch_stacks_wanted();
                 }
                 let stack = if same {
@@ -565,7 +567,7 @@ impl Writer {
                     }
                     id
                 };
-                if !torch_known && !self.torch_ranges.is_empty() {
+                if torch_open && !torch_known && !self.torch_ranges.is_empty() {
                     // This allocation's frames made the module scan find PyTorch's library.
                     python::heap::torch_stacks_wanted();
                 }

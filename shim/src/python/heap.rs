@@ -297,7 +297,7 @@ const TORCH_RETRY_NS: u64 = 200_000_000;
 /// once it was turned on, found the program's own, or found impossible, nor more than once per
 /// [`TORCH_RETRY_NS`], nor with `GPUSHIM_TORCH_STACKS=0` or heap walks off.
 pub fn torch_stacks_wanted() {
-    if TORCH.load(Acquire) != TORCH_NOT_YET || !config::torch_stacks() {
+    if !torch_stacks_open() {
         return;
     }
     let Some(a) = api() else { return };
@@ -311,6 +311,12 @@ pub fn torch_stacks_wanted() {
     {
         TORCH_QUEUED.store(false, Release);
     }
+}
+
+/// Whether PyTorch's block stacks are still to be asked for: `GPUSHIM_TORCH_STACKS=1` and no
+/// answer yet (two atomic loads: the writer looks before it searches an allocation's frames).
+pub fn torch_stacks_open() -> bool {
+    config::torch_stacks() && TORCH.load(Acquire) == TORCH_NOT_YET
 }
 
 /// The pending call of [`torch_stacks_wanted`]: runs `torch_history` and keeps its answer.
