@@ -43,6 +43,7 @@ extern "C" fn at_unload() {
     state::EXIT_SP.store(std::hint::black_box(&here) as *const u8 as u64, Release);
     state::EXIT_TID.store(sys::gettid(), Release);
     finish();
+    crate::probe::probe!(report);
 }
 
 /// The exit path of `_exit`/`_Exit`/`quick_exit`, which may be called from a signal handler

@@ -53,6 +53,7 @@ mod last_stack;
 mod launch;
 mod loader;
 mod per_thread;
+mod probe;
 mod python;
 mod race_once;
 mod reach;

@@ -302,6 +302,7 @@ fn push_owned(r: &Ring, msg: Msg) {
 /// events), for at most a millisecond at a time, to look at those conditions again.
 #[cold]
 fn wait_for_room(r: &Ring, h: u32) -> bool {
+    crate::probe::probe!(count WAITS);
     let room = loop {
         if TRACED_PID.load(Acquire) != sys::getpid_raw() {
             STATE.store(DISABLED, Release);
@@ -338,6 +339,7 @@ fn wait_for_room(r: &Ring, h: u32) -> bool {
 /// Wakes the writer if it sleeps (one `futex` call, only from a ring half full).
 fn wake_writer() {
     if ASLEEP.load(Relaxed) && ASLEEP.swap(false, AcqRel) {
+        crate::probe::probe!(count WAKES);
         WAKE.fetch_add(1, Release);
         // SAFETY: FUTEX_WAKE on a static word; no memory is written.
         unsafe { libc::syscall(libc::SYS_futex, WAKE.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1) };
@@ -346,6 +348,7 @@ fn wake_writer() {
 
 /// The writer's idle sleep: at most `d`, shorter if a thread's ring fills up meanwhile.
 pub fn writer_sleep(d: Duration) {
+    crate::probe::probe!(count SLEEPS);
     let w = WAKE.load(Acquire);
     ASLEEP.store(true, SeqCst);
     let ts = libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long };

@@ -82,12 +82,19 @@ macro_rules! hook_body {
     // An allocation returned through an out-pointer.
     (alloc($kind:ident, $api:ident) { out = $out:expr; size = $size:expr; req = $req:expr; device = $dev:expr; stream = $stream:expr }
         $v:ident, ($($arg:ident),*), $f:ident) => {{
+        crate::probe::probe!(enter 0);
         let Some(_g) = Guard::enter() else {
+            crate::probe::probe!(InnerHook);
             // SAFETY: the caller's arguments, unchanged, to the real function.
-            return unsafe { $f($($arg),*) };
+            let r = unsafe { $f($($arg),*) };
+            crate::probe::probe!(Driver);
+            return r;
         };
+        crate::probe::probe!(Guard);
+        crate::probe::probe!(real_begins);
         // SAFETY: as above.
         let r = unsafe { $f($($arg),*) };
+        crate::probe::probe!(real_ends);
         if r == 0 {
             // SAFETY: the real call succeeded, so it wrote its out-parameters.
             let (addr, size) = unsafe { ($out.value(), $size) };
@@ -105,12 +112,19 @@ macro_rules! hook_body {
     // allocation node (not live until the graph is launched; `graphs.rs`), else an allocation.
     (async_alloc($kind:ident, $api:ident) { out = $out:expr; size = $size:expr; req = $req:expr; device = $dev:expr; stream = $stream:expr; capture = $cap:expr }
         $v:ident, ($($arg:ident),*), $f:ident) => {{
+        crate::probe::probe!(enter 0);
         let Some(_g) = Guard::enter() else {
+            crate::probe::probe!(InnerHook);
             // SAFETY: the caller's arguments, unchanged, to the real function.
-            return unsafe { $f($($arg),*) };
+            let r = unsafe { $f($($arg),*) };
+            crate::probe::probe!(Driver);
+            return r;
         };
+        crate::probe::probe!(Guard);
+        crate::probe::probe!(real_begins);
         // SAFETY: as above.
         let r = unsafe { $f($($arg),*) };
+        crate::probe::probe!(real_ends);
         // Asked first: on a capturing stream the shim may make no call the capture does not
         // support. `cuStreamGetDevice` (the `device` of these entries) is one: it fails with
         // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and the program's capture ends with
@@ -135,32 +149,50 @@ macro_rules! hook_body {
     // A stream-ordered free: on a capturing stream it makes a free node of the graph being
     // captured (seen when the graph is instantiated), not a free now.
     (async_free($api:ident) { addr = $addr:expr; stream = $stream:expr; capture = $cap:expr } $v:ident, ($($arg:ident),*), $f:ident) => {{
+        crate::probe::probe!(enter 1);
         let Some(_g) = Guard::enter() else {
+            crate::probe::probe!(InnerHook);
             // SAFETY: the caller's arguments, unchanged, to the real function.
-            return unsafe { $f($($arg),*) };
+            let r = unsafe { $f($($arg),*) };
+            crate::probe::probe!(Driver);
+            return r;
         };
         if real::capturing($cap) {
             // SAFETY: as above.
             return unsafe { $f($($arg),*) };
         }
         let addr = $addr as u64;
+        crate::probe::probe!(Guard);
         let ticket = record::free_begin(Api::$api, addr, $stream as u64);
+        crate::probe::probe!(FreeBegin);
+        crate::probe::probe!(real_begins);
         // SAFETY: as above.
         let r = unsafe { $f($($arg),*) };
+        crate::probe::probe!(real_ends);
         record::free_end(ticket, Api::$api, addr, $stream as u64, r);
+        crate::probe::probe!(FreeEnd);
         r
     }};
     // A free.
     (free($api:ident) { addr = $addr:expr; stream = $stream:expr } $v:ident, ($($arg:ident),*), $f:ident) => {{
+        crate::probe::probe!(enter 1);
         let Some(_g) = Guard::enter() else {
+            crate::probe::probe!(InnerHook);
             // SAFETY: the caller's arguments, unchanged, to the real function.
-            return unsafe { $f($($arg),*) };
+            let r = unsafe { $f($($arg),*) };
+            crate::probe::probe!(Driver);
+            return r;
         };
         let addr = $addr as u64;
+        crate::probe::probe!(Guard);
         let ticket = record::free_begin(Api::$api, addr, $stream as u64);
+        crate::probe::probe!(FreeBegin);
+        crate::probe::probe!(real_begins);
         // SAFETY: as above.
         let r = unsafe { $f($($arg),*) };
+        crate::probe::probe!(real_ends);
         record::free_end(ticket, Api::$api, addr, $stream as u64, r);
+        crate::probe::probe!(FreeEnd);
         r
     }};
     // A handler of its own.
@@ -226,6 +258,7 @@ macro_rules! export {
             /// The export's body: `ra` is the caller's return address.
             pub(super) unsafe extern "C" fn routed(ra: usize, $($arg: $ty),*) -> c_int {
                 type F = unsafe extern "C" fn($($ty),*) -> c_int;
+                crate::probe::probe!(start);
                 let Some(a) = route::routed(Hook::$v, ra) else { return missing!($($missing)*) };
                 // SAFETY: the caller's binding of exactly this ABI variant.
                 let f = unsafe { std::mem::transmute::<usize, F>(a) };

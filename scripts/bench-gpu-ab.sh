@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Before/after comparison of builds of the shim on issue 18's pool-hit loop, on a GPU machine
+# (scripts/gpu/bench_pool.cu: 200,000 pairs of cudaMallocAsync + cudaFreeAsync of 4 KiB from a
+# 40-frame stack, pinned as in scripts/bench-gpu.sh). Each build runs with backtraces and with
+# GPUSHIM_BACKTRACE=0, interleaved with bare runs, REPS times; prints each configuration's
+# median ns per pair and the median of its per-repetition ratios to the bare run of the same
+# repetition (the GPU machine's host swings between fast and slow periods of tens of seconds).
+# A build whose name starts with "probe" is one made with `--features probe`: the last run's
+# table of laps through the hot path follows (shim/src/probe.rs).
+# Usage: scripts/bench-gpu-ab.sh REPS NAME=DIR [NAME=DIR ...]   (DIR holds libgpushim.so)
+# The collector is $GPUSHIM_COLLECTOR, else target/release/gpushim. Ends with what the hot
+# path's primitives cost on the machine (scripts/bench/primitives.c). Writes $OUT/bench-gpu-ab.txt.
+# A probe build: cargo build --release -p gpushim-shim --features probe --target-dir target/probe
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-/tmp/gpushim-bench-out}
+REPS=${1:?usage: bench-gpu-ab.sh REPS NAME=DIR ...}
+shift
+export GPUSHIM_COLLECTOR=${GPUSHIM_COLLECTOR:-$ROOT/target/release/gpushim}
+W=$(mktemp -d /tmp/gpushim-ab.XXXXXX)
+mkdir -p "$OUT" "$W/reports"
+export GPUSHIM_OUTPUT=$W/reports
+nvcc -O2 -o "$W/bench_pool" "$ROOT/scripts/gpu/bench_pool.cu" || exit 1
+cc -O2 -o "$W/primitives" "$ROOT/scripts/bench/primitives.c" -lpthread || exit 1
+declare -A res
+names=()
+run() { # configuration name, env...
+  local name=$1 v
+  shift
+  v=$(env "$@" taskset -c 3-15 "$W/bench_pool" 200000 2 40 2>"$W/$name.err" | grep -E '^[0-9.]+$' | tail -n 1)
+  res[$name]+="${v:-0} "
+}
+for _ in $(seq "$REPS"); do
+  run none
+  for b in "$@"; do
+    n=${b%%=*} d=${b#*=}
+    run "$n" LD_PRELOAD="$d/libgpushim.so"
+    run "$n-nobt" LD_PRELOAD="$d/libgpushim.so" GPUSHIM_BACKTRACE=0
+  done
+done
+for b in "$@"; do names+=("${b%%=*}" "${b%%=*}-nobt"); done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+pratio() { paste <(echo ${res[$1]} | tr ' ' '\n') <(echo ${res[none]} | tr ' ' '\n') | awk '$2 > 0 { printf "%.4f\n", $1 / $2 }' | median; }
+padd() { paste <(echo ${res[$1]} | tr ' ' '\n') <(echo ${res[none]} | tr ' ' '\n') | awk '$2 > 0 { printf "%.1f\n", $1 - $2 }' | median; }
+{
+  echo "date: $(date -u +%FT%TZ); kernel $(uname -r); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(nproc) CPUs; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+  echo
+  echo "| configuration | ns per pair (median of $REPS) | per-run ratio to bare (median) | per-run ns added (median) | runs |"
+  echo "|---|---|---|---|---|"
+  echo "| none | $(echo "${res[none]}" | median) | 1.000 | 0 | ${res[none]}|"
+  for k in "${names[@]}"; do
+    echo "| $k | $(echo "${res[$k]}" | median) | $(pratio "$k") | $(padd "$k") | ${res[$k]}|"
+  done
+  for k in "${names[@]}"; do
+    case $k in probe*)
+      echo
+      echo "$k, last run (gpushim probe):"
+      grep '^gpushim probe' "$W/$k.err" | sed 's/^gpushim probe: //' | grep -v calibration;;
+    esac
+  done
+  echo
+  "$W/primitives" 2 3
+} | tee "$OUT/bench-gpu-ab.txt"
