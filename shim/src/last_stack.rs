@@ -36,6 +36,9 @@ struct Last {
     py: [PyFrame; MAX_PY_FRAMES],
     /// `python::capture_gen()` when `py` was captured: the same number now means the same frames.
     py_gen: u64,
+    /// The fast unwinder's generation of the walk `frames` came from (`unwind::Walk::gen`):
+    /// the same number now means the same frames.
+    native_gen: Option<u64>,
 }
 
 fn new_last() -> Box<Last> {
@@ -52,20 +55,27 @@ thread_local! {
 
 /// True if and only if `frames` and `py` are the calling thread's remembered stack; otherwise
 /// remembers them and returns false. Always false for an empty stack (nothing to spare) and when
-/// the caches are off.
-pub fn same_as_last(frames: &[u64], py: Option<&[PyFrame]>) -> bool {
+/// the caches are off. `gen`: the fast unwinder's generation of the walk that found `frames`,
+/// if it used its memo; the frames of a walk of the remembered generation are not compared
+/// again (the unwinder found them equal, frame by frame, to the walk before it).
+pub fn same_as_last(frames: &[u64], gen: Option<u64>, py: Option<&[PyFrame]>) -> bool {
     if (frames.is_empty() && py.is_none()) || frames.len() > MAX_NATIVE || py.is_some_and(|p| p.len() > MAX_PY_FRAMES) {
         return false;
     }
     LAST.try_with(|l| {
         // SAFETY: this thread's own block, used by one call at a time (inside the guard).
         let l = unsafe { l.get(new_last) };
-        let gen = if py.is_some() { crate::python::capture_gen() } else { 0 };
+        let pgen = if py.is_some() { crate::python::capture_gen() } else { 0 };
         let same_py = match py {
             None => !l.has_py,
-            Some(p) => l.has_py && ((gen != 0 && gen == l.py_gen) || l.py[..l.npy] == *p),
+            Some(p) => l.has_py && ((pgen != 0 && pgen == l.py_gen) || l.py[..l.npy] == *p),
         };
-        if l.valid && same_py && l.frames[..l.n] == *frames {
+        let same_native = match gen {
+            Some(g) if l.native_gen == Some(g) => true,
+            _ => l.frames[..l.n] == *frames,
+        };
+        if l.valid && same_py && same_native {
+            l.native_gen = gen;
             return true;
         }
         l.frames[..frames.len()].copy_from_slice(frames);
@@ -75,7 +85,8 @@ pub fn same_as_last(frames: &[u64], py: Option<&[PyFrame]>) -> bool {
             l.py[..p.len()].copy_from_slice(p);
             p.len()
         });
-        l.py_gen = gen;
+        l.py_gen = pgen;
+        l.native_gen = gen;
         l.valid = true;
         false
     })

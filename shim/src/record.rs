@@ -22,7 +22,8 @@ thread_local! {
     /// Cached kernel thread id; 0 until read. Reset in a forked child.
     static TID: Cell<u32> = const { Cell::new(0) };
     /// Whether this thread's name was sent (once per thread, before its first allocation
-    /// event). Reset in a forked child, whose collector has not heard it.
+    /// event, after that allocation's stack was taken). Reset in a forked child, whose
+    /// collector has not heard it.
     static NAMED: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -171,27 +172,36 @@ fn send_hot(tx: &Sender<Msg>, ring: Option<&Ring>, msg: Msg) {
 /// library's frames; empty when backtraces are off.
 fn capture() -> Box<[u64]> {
     let mut raw = [std::mem::MaybeUninit::<u64>::uninit(); unwind::MEMO_FRAMES];
-    capture_into(&mut raw).into()
+    capture_into(&mut raw).0.into()
 }
 
-/// [`capture`] into `raw` (room for the frames kept and our own), without a heap allocation.
-fn capture_into(raw: &mut [std::mem::MaybeUninit<u64>; unwind::MEMO_FRAMES]) -> std::borrow::Cow<'_, [u64]> {
+/// [`capture`] into `raw` (room for the frames kept and our own), without a heap allocation,
+/// and the fast unwinder's generation of the walk (`unwind::Walk::gen`; `None` from libgcc's).
+fn capture_into(
+    raw: &mut [std::mem::MaybeUninit<u64>; unwind::MEMO_FRAMES],
+) -> (std::borrow::Cow<'_, [u64]>, Option<u64>) {
     if !config::backtraces() || !unwind::safe_to_unwind() {
-        return std::borrow::Cow::Borrowed(&[]);
+        return (std::borrow::Cow::Borrowed(&[]), None);
     }
     let max = config::max_frames().clamp(1, 256);
     // Room for our own frames (hook, record, capture), which are stripped below. Not zeroed:
     // 2 KiB of memset per call was a fifth of the shim's instructions on the pool-hit loop
     // (callgrind, docs/performance.md); the unwinder initializes what it reports.
-    let got = if config::fast_unwind() { unwind::capture(&mut raw[..max + 16], config::unwind_cache()) } else { 0 };
+    let walk = if config::fast_unwind() {
+        unwind::capture(&mut raw[..max + 16], config::unwind_cache())
+    } else {
+        unwind::Walk { n: 0, gen: None }
+    };
+    let got = walk.n;
     if got > 0 {
         // SAFETY: `unwind::capture` initialized `raw[..got]`.
         let raw = unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<u64>(), got) };
-        let own = raw.iter().take_while(|&&a| loader::is_own(a as usize)).count();
+        let (lo, hi) = loader::own_range();
+        let own = raw.iter().take_while(|&&a| (a as usize) >= lo && (a as usize) < hi).count();
         let n = (got - own).min(max);
-        return std::borrow::Cow::Borrowed(&raw[own..own + n]);
+        return (std::borrow::Cow::Borrowed(&raw[own..own + n]), walk.gen);
     }
-    std::borrow::Cow::Owned(capture_libgcc(max).into_vec())
+    (std::borrow::Cow::Owned(capture_libgcc(max).into_vec()), None)
 }
 
 /// The backtrace by libgcc's unwinder: when there is no fast unwinder (other architectures, or
@@ -230,7 +240,7 @@ fn capture_libgcc(max: usize) -> Box<[u64]> {
 #[inline(never)]
 fn alloc_stack(ok: bool) -> (Box<[u64]>, crate::event::PyFrames, bool) {
     let mut raw = [std::mem::MaybeUninit::<u64>::uninit(); unwind::MEMO_FRAMES];
-    let native = capture_into(&mut raw);
+    let (native, gen) = capture_into(&mut raw);
     // One relaxed load when the process runs no (supported) Python.
     let cache = config::unwind_cache();
     let mut py_raw;
@@ -241,7 +251,7 @@ fn alloc_stack(ok: bool) -> (Box<[u64]>, crate::event::PyFrames, bool) {
         None
     };
     // The same stack as this thread's previous allocation: no frames sent (`last_stack`).
-    let same = ok && cache && last_stack::same_as_last(&native, py);
+    let same = ok && cache && last_stack::same_as_last(&native, gen, py);
     if same {
         (Box::new([]), None, true)
     } else {
@@ -249,11 +259,34 @@ fn alloc_stack(ok: bool) -> (Box<[u64]>, crate::event::PyFrames, bool) {
     }
 }
 
+/// Runs the recording of a successful allocation: with cancellation left as the program has it
+/// once this thread has recorded an allocation while tracing runs (issue 18: the two
+/// `pthread_setcancelstate` calls, each a locked compare-exchange in glibc, were left out of
+/// the free path the same way, see [`free_begin`]); else, and for failures (which ask the
+/// driver for its free memory), with cancellation off as everywhere ([`sys::guarded`]).
+/// Panics are caught either way.
+///
+/// Why no cancellation point is reached then: the work done once per thread or per process
+/// that may read files (the stack's bounds, read from `/proc/self/maps` for the main thread by
+/// `pthread_getattr_np`; starting the writer and the collector) was done by that first
+/// allocation, under [`sys::no_cancel`]; what is left is the free path's list (atomics, the
+/// clock, `syscall`s, heap blocks, the loader's lock in `dladdr1` and `dl_iterate_phdr`, which
+/// POSIX does not make cancellation points) and the reads of the unwinder and of the Python
+/// frames.
+fn guarded_alloc(ok: bool, f: impl FnOnce()) {
+    let warm = ok && STATE.load(Acquire) == ENABLED && NAMED.try_with(Cell::get).unwrap_or(false);
+    if warm {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    } else {
+        sys::guarded(f);
+    }
+}
+
 /// Records the outcome of an allocation call: a live allocation if `result` is 0 and `addr` is
 /// not 0, a failure if `result` is not 0, nothing for a zero-size success with a NULL result.
 /// `device` may be [`DEV_CURRENT`].
 pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i32, stream: u64) {
-    sys::guarded(|| {
+    guarded_alloc(result == 0, || {
         if result == 0 && addr == 0 {
             return;
         }
@@ -286,11 +319,14 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
         // The ring first: the writer remembers a thread's previous stack per ring, so an
         // allocation that goes through the channel (no ring) always carries its frames.
         let ring = ring::mine().filter(|r| !r.busy());
+        crate::probe::probe!(Prepare);
         let (frames, py, same) = alloc_stack(result == 0 && ring.is_some());
+        crate::probe::probe!(Stack);
         // Counter ticks or ns (`clock`); the writer turns it into ns.
         let stamp = clock::stamp();
         let tid = tid();
         let seq = SEQ.fetch_add(1, AcqRel);
+        crate::probe::probe!(Stamp);
         let msg = if result == 0 {
             Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same }
         } else {
@@ -304,6 +340,7 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
         };
         announce_thread(tx, ring, tid);
         send_hot(tx, ring, msg);
+        crate::probe::probe!(Push);
     });
 }
 

@@ -237,36 +237,59 @@ fn from_cfi(m: &Cfi, addr: u64) -> Option<u64> {
 /// Frames the per-thread memo covers (the most a walk writes: 256 kept + 16 of our own).
 pub const MEMO_FRAMES: usize = 256 + 16;
 
-/// One frame of a walk, as remembered: the return address's slot and value, the slot of the
-/// saved frame pointer read (0: none; the frame pointer is then passed on unchanged), the CFA
-/// (the caller's stack pointer), and whether the rule used the incoming frame pointer (as the
-/// CFA's base, or the chain of a frame without CFI) and its value then.
+/// One frame of a walk, as the replay reads it (16 bytes, so that a 49-frame replay reads 13
+/// cache lines of the memo, not 37: on the H200 the real CUDA call between two hooks leaves
+/// little of the shim's data in the first-level cache, and the replay's cost was its memory
+/// reads, docs/performance.md): the return address, its slot's offset from the walk's
+/// starting stack pointer, and [`Seen::bp`]: whether a saved frame pointer was read and
+/// where, and whether the rule used the incoming frame pointer.
 #[derive(Clone, Copy, Default)]
-struct Step {
-    ra_slot: u64,
+struct Seen {
     ra: u64,
-    bp_slot: u64,
-    cfa: u64,
-    uses_bp: bool,
-    in_bp: u64,
+    /// Bytes from the starting stack pointer to the return address's slot.
+    ra_off: u32,
+    /// Bit [`USES_BP`]: the rule used the incoming frame pointer (as the CFA's base, or the
+    /// chain of a frame without CFI), whose value then is in `Memo::in_bp`. Bits below it: 0
+    /// if no saved frame pointer was read (the frame pointer is passed on unchanged), else its
+    /// slot's offset from the starting stack pointer in 8-byte words, plus 1.
+    bp: u32,
 }
+
+/// [`Seen::bp`]'s flag bit.
+const USES_BP: u32 = 1 << 31;
 
 /// One thread's previous walk (see the module doc), and per frame number the address last
 /// looked up there and its rule.
 struct Memo {
-    /// Whether `steps[..n]` describe the previous walk.
+    /// Whether `seen[..n]` describe the previous walk.
     valid: bool,
     /// Where it started (the stack pointer; the instruction pointer is `capture`'s), and the
     /// room it had (`out.len()`).
     sp: u64,
     limit: usize,
     n: usize,
-    steps: [Step; MEMO_FRAMES],
+    /// Counts the walks whose frames differed from the walk before them (see [`Walk::gen`]).
+    gen: u64,
+    seen: [Seen; MEMO_FRAMES],
+    /// Per frame, read only where the replay stops or the frame's rule used it: the CFA (the
+    /// caller's stack pointer), and the incoming frame pointer.
+    cfa: [u64; MEMO_FRAMES],
+    in_bp: [u64; MEMO_FRAMES],
     rules: [(u64, u64); MEMO_FRAMES],
 }
 
+/// A capture's result: the frames written, and `gen`: while it stays the same from one
+/// capture to the next on a thread, every capture in between found the same frames (`None`
+/// when the capture used no memo). Lets `last_stack` know a stack is the one it remembers
+/// without comparing the frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Walk {
+    pub n: usize,
+    pub gen: Option<u64>,
+}
+
 fn new_memo() -> Box<Memo> {
-    // Zeroed on the heap, never built on the stack (17 KiB): `valid` false, every other field 0.
+    // Zeroed on the heap, never built on the stack (13 KiB): `valid` false, every other field 0.
     // SAFETY: all-zero bytes are a valid `Memo` (integers, `bool` false, `usize` 0).
     unsafe { crate::per_thread::zeroed_box::<Memo>() }
 }
@@ -322,12 +345,13 @@ fn stack_bounds() -> (u64, u64) {
 
 /// Fills `out` with the return addresses of the calling thread's stack, innermost first,
 /// starting with this function's caller's caller chain (frames inside this library included;
-/// the caller strips them). Returns how many were written (`out[..n]` is initialized); 0 if
-/// unwinding could not start. `memo`: use this thread's memo of rules (see the module doc).
-/// Must not be called again on the same thread while a call is running (the hooks' guard).
+/// the caller strips them). Returns how many were written (`out[..n]` is initialized; 0 if
+/// unwinding could not start) and the walk's generation. `memo`: use this thread's memo (see
+/// the module doc). Must not be called again on the same thread while a call is running (the
+/// hooks' guard).
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
-pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> usize {
+pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> Walk {
     let (ip, mut sp, mut bp): (u64, u64, u64);
     // SAFETY: reads the instruction pointer, stack pointer and frame pointer; changes nothing.
     unsafe {
@@ -347,7 +371,7 @@ pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> usize {
     // known to be readable between sp and top: no fast walk (the caller falls back to libgcc's
     // unwinder, which follows unwind information only and stops at a frame without it).
     if top == 0 || sp < low || sp >= top {
-        return 0;
+        return Walk { n: 0, gen: None };
     }
     let mut n = 0;
     let mut lookup = ip; // exact for the first frame, return address - 1 after
@@ -357,7 +381,7 @@ pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> usize {
     let memo = if memo { MEMO.try_with(|m| unsafe { m.get(new_memo) as *mut Memo }).ok() } else { None };
     // SAFETY: as above.
     let Some(memo) = memo.map(|p| unsafe { &mut *p }) else {
-        return walk(out, &mut n, lookup, sp, bp, top, None);
+        return Walk { n: walk(out, &mut n, lookup, sp, bp, top, None), gen: None };
     };
     // Replay the previous walk while each frame's instruction and stack pointers are the ones
     // remembered (by induction: the return address read is), its return address slot holds the
@@ -365,41 +389,55 @@ pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> usize {
     // frame pointer is followed as the walk follows it (read again from the same slot): in code
     // without frame pointers rbp holds any value, different from one call to the next, which
     // matters only to a frame whose rule uses it.
-    if memo.valid && memo.sp == sp && memo.limit == out.len() {
+    let replayed = memo.valid && memo.sp == sp && memo.limit == out.len();
+    if replayed {
         // Every slot remembered was read by a walk that started at this same stack pointer on
         // this thread's stack, and passed `read`'s checks then: 8-aligned, at or above that
         // stack pointer and below the top. Those bounds hold now (the same start, the same
         // stack), so the replay reads them without checking again.
-        while n < memo.n {
-            let s = &memo.steps[n];
-            if s.uses_bp && bp != s.in_bp {
+        let start = sp;
+        // One pass over equal-length slices: no bounds check per frame (a 49-frame replay is
+        // most of the shim's instructions on the pool-hit loop).
+        let len = memo.n.min(out.len());
+        let frames = memo.seen[..len].iter().zip(&memo.in_bp[..len]).zip(&mut out[..len]);
+        for ((s, &in_bp), o) in frames {
+            if s.bp & USES_BP != 0 && bp != in_bp {
                 break;
             }
-            // SAFETY: `s.ra_slot` is 8-aligned and within [sp, top) of this thread's stack, as
+            // SAFETY: the slot is 8-aligned and within [sp, top) of this thread's stack, as
             // checked when it was remembered from a walk with the same start (above).
-            if unsafe { (s.ra_slot as *const u64).read() } != s.ra {
+            if unsafe { ((start + u64::from(s.ra_off)) as *const u64).read() } != s.ra {
                 break;
             }
-            if s.bp_slot != 0 {
-                // SAFETY: as for `ra_slot`.
-                bp = unsafe { (s.bp_slot as *const u64).read() };
+            let b = s.bp & !USES_BP;
+            if b != 0 {
+                // SAFETY: as for the return address's slot.
+                bp = unsafe { ((start + u64::from(b - 1) * 8) as *const u64).read() };
             }
-            out[n] = MaybeUninit::new(s.ra);
+            *o = MaybeUninit::new(s.ra);
             n += 1;
         }
         if n > 0 {
-            let s = &memo.steps[n - 1];
-            sp = s.cfa;
-            lookup = s.ra - 1;
+            sp = memo.cfa[n - 1];
+            lookup = memo.seen[n - 1].ra - 1;
         }
     } else {
         memo.valid = true;
         memo.sp = sp;
         memo.limit = out.len();
     }
+    // The previous walk's frames again only if the whole of it replayed and the walk from its
+    // last frame stops where it stopped then (it adds no frame).
+    let before = memo.n;
+    let full = replayed && n == before;
     // From the first frame that differs (or where the previous walk stopped), a full walk,
     // remembered.
-    walk(out, &mut n, lookup, sp, bp, top, Some(memo))
+    let start = memo.sp;
+    let got = walk(out, &mut n, lookup, sp, bp, top, Some((memo, start)));
+    if !(full && got == before) {
+        memo.gen = memo.gen.wrapping_add(1);
+    }
+    Walk { n: got, gen: Some(memo.gen) }
 }
 
 /// The value of the stack slot at `a` if it lies in `[lo, top)`, 8-aligned (the live part of
@@ -426,8 +464,16 @@ fn walk(
     mut sp: u64,
     mut bp: u64,
     top: u64,
-    mut memo: Option<&mut Memo>,
+    memo: Option<(&mut Memo, u64)>,
 ) -> usize {
+    // The memo and the walk's starting stack pointer (the base of the offsets remembered).
+    let (mut memo, start) = match memo {
+        Some((m, start)) => (Some(m), start),
+        None => (None, 0),
+    };
+    // Frames remembered from the start: a frame whose slots are too far from the start for
+    // `Seen`'s offsets ends the memo there (the walk goes on).
+    let mut kept = *n;
     while *n < out.len() {
         let i = *n;
         let rule = match memo.as_deref_mut() {
@@ -473,10 +519,18 @@ fn walk(
         }
         out[i] = MaybeUninit::new(ra);
         if let Some(m) = memo.as_deref_mut() {
-            if i < MEMO_FRAMES {
-                // `bp_slot` is 0 when no frame pointer was read: 0 is never a valid slot.
-                let uses_bp = matches!(base(rule), BASE_RBP | BASE_FP);
-                m.steps[i] = Step { ra_slot, ra, bp_slot, cfa, uses_bp, in_bp: bp };
+            if i < MEMO_FRAMES && kept == i {
+                // Both slots passed `read`, so they lie at or above `sp`, itself at or above
+                // `start`; `bp_slot` is 0 when no frame pointer was read.
+                let ra_off = u32::try_from(ra_slot - start).ok();
+                let bp_words = if bp_slot == 0 { Some(0) } else { u32::try_from((bp_slot - start) / 8 + 1).ok() };
+                if let (Some(ra_off), Some(b)) = (ra_off, bp_words.filter(|&b| b < USES_BP)) {
+                    let uses_bp = if matches!(base(rule), BASE_RBP | BASE_FP) { USES_BP } else { 0 };
+                    m.seen[i] = Seen { ra, ra_off, bp: b | uses_bp };
+                    m.cfa[i] = cfa;
+                    m.in_bp[i] = bp;
+                    kept = i + 1;
+                }
             }
         }
         *n = i + 1;
@@ -485,13 +539,13 @@ fn walk(
         lookup = ra - 1;
     }
     if let Some(m) = memo {
-        m.n = (*n).min(MEMO_FRAMES);
+        m.n = kept.min(MEMO_FRAMES);
     }
     *n
 }
 
 /// Other architectures: no fast unwinder; the caller falls back to the backtrace crate.
 #[cfg(not(target_arch = "x86_64"))]
-pub fn capture(_out: &mut [MaybeUninit<u64>], _memo: bool) -> usize {
-    0
+pub fn capture(_out: &mut [MaybeUninit<u64>], _memo: bool) -> Walk {
+    Walk { n: 0, gen: None }
 }
