@@ -129,9 +129,9 @@ mod imp {
         MARK.store(t, Relaxed);
     }
 
-    /// Counts one event: `c += 1`.
-    pub fn count(c: &AtomicU64) {
-        c.store(c.load(Relaxed) + 1, Relaxed);
+    /// Adds `n` to a count.
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.store(c.load(Relaxed) + n, Relaxed);
     }
 
     /// The table, on stderr.
@@ -176,7 +176,7 @@ pub use imp::*;
 
 /// `probe!(Step)`: a lap ending at this point; `probe!(start)`, `probe!(enter free)`,
 /// `probe!(real_begins)`, `probe!(real_ends)`, `probe!(report)`: the functions of those names;
-/// `probe!(count NAME)`: one more of a count. Nothing without the `probe` feature.
+/// `probe!(count NAME)`, `probe!(add NAME, n)`: one more, or `n` more, of a count. Nothing without the `probe` feature.
 macro_rules! probe {
     (start) => {
         #[cfg(feature = "probe")]
@@ -200,7 +200,11 @@ macro_rules! probe {
     };
     (count $c:ident) => {
         #[cfg(feature = "probe")]
-        $crate::probe::count(&$crate::probe::$c);
+        $crate::probe::add(&$crate::probe::$c, 1);
+    };
+    (add $c:ident, $n:expr) => {
+        #[cfg(feature = "probe")]
+        $crate::probe::add(&$crate::probe::$c, $n);
     };
     ($step:ident) => {
         #[cfg(feature = "probe")]

@@ -30,10 +30,13 @@ thread_local! {
 /// Sends thread `tid`'s name the first time this thread records an allocation site: one
 /// `pthread_getname_np` of the calling thread (glibc answers it with `prctl(PR_GET_NAME)`, no
 /// file read) per thread, cached as a flag in the thread's own state.
-fn announce_thread(tx: &Sender<Msg>, ring: Option<&Ring>, tid: u32) {
-    if NAMED.try_with(|n| n.replace(true)).unwrap_or(true) {
+/// `named`: whether it was already sent, as [`guarded_alloc`] read it (true also once the
+/// thread's storage is being torn down).
+fn announce_thread(tx: &Sender<Msg>, ring: Option<&Ring>, tid: u32, named: bool) {
+    if named {
         return;
     }
+    let _ = NAMED.try_with(|n| n.set(true));
     // Linux thread names are at most 15 bytes and a NUL (pthread_setname_np(3)).
     let mut buf = [0u8; 16];
     // SAFETY: `buf` is writable for its 16 bytes, the size passed; the thread is the caller.
@@ -273,12 +276,15 @@ fn alloc_stack(ok: bool) -> (Box<[u64]>, crate::event::PyFrames, bool) {
 /// clock, `syscall`s, heap blocks, the loader's lock in `dladdr1` and `dl_iterate_phdr`, which
 /// POSIX does not make cancellation points) and the reads of the unwinder and of the Python
 /// frames.
-fn guarded_alloc(ok: bool, f: impl FnOnce()) {
-    let warm = ok && STATE.load(Acquire) == ENABLED && NAMED.try_with(Cell::get).unwrap_or(false);
+/// `f` is given whether this thread's name was sent already (`NAMED`, read once here for both).
+fn guarded_alloc(ok: bool, f: impl FnOnce(bool)) {
+    let named = NAMED.try_with(Cell::get).ok();
+    let warm = ok && named == Some(true) && STATE.load(Acquire) == ENABLED;
+    let named = named.unwrap_or(true);
     if warm {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(named)));
     } else {
-        sys::guarded(f);
+        sys::guarded(|| f(named));
     }
 }
 
@@ -286,7 +292,7 @@ fn guarded_alloc(ok: bool, f: impl FnOnce()) {
 /// not 0, a failure if `result` is not 0, nothing for a zero-size success with a NULL result.
 /// `device` may be [`DEV_CURRENT`].
 pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i32, stream: u64) {
-    guarded_alloc(result == 0, || {
+    guarded_alloc(result == 0, |named| {
         if result == 0 && addr == 0 {
             return;
         }
@@ -338,7 +344,7 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
             let mem = if result == 2 && !capturing { real::mem_info_of(device, stream) } else { None };
             Msg::Failed { seq, ts_ns: sys::now_ns(), size, kind, api, device, tid, frames, py, result, mem }
         };
-        announce_thread(tx, ring, tid);
+        announce_thread(tx, ring, tid, named);
         send_hot(tx, ring, msg);
         crate::probe::probe!(Push);
     });

@@ -389,13 +389,14 @@ pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> Walk {
     // frame pointer is followed as the walk follows it (read again from the same slot): in code
     // without frame pointers rbp holds any value, different from one call to the next, which
     // matters only to a frame whose rule uses it.
+    // The walk's starting stack pointer: the base of the offsets remembered (`Seen`).
+    let start = sp;
     let replayed = memo.valid && memo.sp == sp && memo.limit == out.len();
     if replayed {
         // Every slot remembered was read by a walk that started at this same stack pointer on
         // this thread's stack, and passed `read`'s checks then: 8-aligned, at or above that
         // stack pointer and below the top. Those bounds hold now (the same start, the same
         // stack), so the replay reads them without checking again.
-        let start = sp;
         // One pass over equal-length slices: no bounds check per frame (a 49-frame replay is
         // most of the shim's instructions on the pool-hit loop).
         let len = memo.n.min(out.len());
@@ -432,7 +433,6 @@ pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> Walk {
     let full = replayed && n == before;
     // From the first frame that differs (or where the previous walk stopped), a full walk,
     // remembered.
-    let start = memo.sp;
     let got = walk(out, &mut n, lookup, sp, bp, top, Some((memo, start)));
     if !(full && got == before) {
         memo.gen = memo.gen.wrapping_add(1);

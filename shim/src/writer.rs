@@ -332,10 +332,9 @@ impl Writer {
             self.snapshots();
             self.merge(&active, u64::MAX)
         };
-        #[cfg(feature = "probe")]
         if n > 0 {
-            crate::probe::count(&crate::probe::DRAINS);
-            crate::probe::DRAINED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            crate::probe::probe!(count DRAINS);
+            crate::probe::probe!(add DRAINED, n as u64);
         }
         self.active = active;
         n

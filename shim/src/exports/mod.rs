@@ -79,10 +79,11 @@ fn pitched(row: usize, height: usize) -> u64 {
 
 /// The body of one export, by the entry's shape (see `hook.rs`).
 macro_rules! hook_body {
-    // An allocation returned through an out-pointer.
-    (alloc($kind:ident, $api:ident) { out = $out:expr; size = $size:expr; req = $req:expr; device = $dev:expr; stream = $stream:expr }
-        $v:ident, ($($arg:ident),*), $f:ident) => {{
-        crate::probe::probe!(enter 0);
+    // The shapes' common parts. `@enter`: enters the re-entrancy guard for the rest of the
+    // enclosing block, or forwards at once when this thread is already inside an intercepted
+    // call (`phase` names the call for the probe: 0 an allocation, 1 a free).
+    (@enter $phase:literal, ($($arg:ident),*), $f:ident) => {
+        crate::probe::probe!(enter $phase);
         let Some(_g) = Guard::enter() else {
             crate::probe::probe!(InnerHook);
             // SAFETY: the caller's arguments, unchanged, to the real function.
@@ -90,11 +91,32 @@ macro_rules! hook_body {
             crate::probe::probe!(Driver);
             return r;
         };
-        crate::probe::probe!(Guard);
+    };
+    // `@call`: the real call, the caller's arguments unchanged.
+    (@call ($($arg:ident),*), $f:ident) => {{
         crate::probe::probe!(real_begins);
-        // SAFETY: as above.
+        // SAFETY: the caller's arguments, unchanged, to the real function.
         let r = unsafe { $f($($arg),*) };
         crate::probe::probe!(real_ends);
+        r
+    }};
+    // `@free`: a free's sequence number before the real call, its event after.
+    (@free $api:ident, $addr:expr, $stream:expr, ($($arg:ident),*), $f:ident) => {{
+        let addr = $addr as u64;
+        crate::probe::probe!(Guard);
+        let ticket = record::free_begin(Api::$api, addr, $stream as u64);
+        crate::probe::probe!(FreeBegin);
+        let r = hook_body!(@call ($($arg),*), $f);
+        record::free_end(ticket, Api::$api, addr, $stream as u64, r);
+        crate::probe::probe!(FreeEnd);
+        r
+    }};
+    // An allocation returned through an out-pointer.
+    (alloc($kind:ident, $api:ident) { out = $out:expr; size = $size:expr; req = $req:expr; device = $dev:expr; stream = $stream:expr }
+        $v:ident, ($($arg:ident),*), $f:ident) => {{
+        hook_body!(@enter 0, ($($arg),*), $f);
+        crate::probe::probe!(Guard);
+        let r = hook_body!(@call ($($arg),*), $f);
         if r == 0 {
             // SAFETY: the real call succeeded, so it wrote its out-parameters.
             let (addr, size) = unsafe { ($out.value(), $size) };
@@ -112,19 +134,9 @@ macro_rules! hook_body {
     // allocation node (not live until the graph is launched; `graphs.rs`), else an allocation.
     (async_alloc($kind:ident, $api:ident) { out = $out:expr; size = $size:expr; req = $req:expr; device = $dev:expr; stream = $stream:expr; capture = $cap:expr }
         $v:ident, ($($arg:ident),*), $f:ident) => {{
-        crate::probe::probe!(enter 0);
-        let Some(_g) = Guard::enter() else {
-            crate::probe::probe!(InnerHook);
-            // SAFETY: the caller's arguments, unchanged, to the real function.
-            let r = unsafe { $f($($arg),*) };
-            crate::probe::probe!(Driver);
-            return r;
-        };
+        hook_body!(@enter 0, ($($arg),*), $f);
         crate::probe::probe!(Guard);
-        crate::probe::probe!(real_begins);
-        // SAFETY: as above.
-        let r = unsafe { $f($($arg),*) };
-        crate::probe::probe!(real_ends);
+        let r = hook_body!(@call ($($arg),*), $f);
         // Asked first: on a capturing stream the shim may make no call the capture does not
         // support. `cuStreamGetDevice` (the `device` of these entries) is one: it fails with
         // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and the program's capture ends with
@@ -149,51 +161,17 @@ macro_rules! hook_body {
     // A stream-ordered free: on a capturing stream it makes a free node of the graph being
     // captured (seen when the graph is instantiated), not a free now.
     (async_free($api:ident) { addr = $addr:expr; stream = $stream:expr; capture = $cap:expr } $v:ident, ($($arg:ident),*), $f:ident) => {{
-        crate::probe::probe!(enter 1);
-        let Some(_g) = Guard::enter() else {
-            crate::probe::probe!(InnerHook);
-            // SAFETY: the caller's arguments, unchanged, to the real function.
-            let r = unsafe { $f($($arg),*) };
-            crate::probe::probe!(Driver);
-            return r;
-        };
+        hook_body!(@enter 1, ($($arg),*), $f);
         if real::capturing($cap) {
-            // SAFETY: as above.
+            // SAFETY: the caller's arguments, unchanged, to the real function.
             return unsafe { $f($($arg),*) };
         }
-        let addr = $addr as u64;
-        crate::probe::probe!(Guard);
-        let ticket = record::free_begin(Api::$api, addr, $stream as u64);
-        crate::probe::probe!(FreeBegin);
-        crate::probe::probe!(real_begins);
-        // SAFETY: as above.
-        let r = unsafe { $f($($arg),*) };
-        crate::probe::probe!(real_ends);
-        record::free_end(ticket, Api::$api, addr, $stream as u64, r);
-        crate::probe::probe!(FreeEnd);
-        r
+        hook_body!(@free $api, $addr, $stream, ($($arg),*), $f)
     }};
     // A free.
     (free($api:ident) { addr = $addr:expr; stream = $stream:expr } $v:ident, ($($arg:ident),*), $f:ident) => {{
-        crate::probe::probe!(enter 1);
-        let Some(_g) = Guard::enter() else {
-            crate::probe::probe!(InnerHook);
-            // SAFETY: the caller's arguments, unchanged, to the real function.
-            let r = unsafe { $f($($arg),*) };
-            crate::probe::probe!(Driver);
-            return r;
-        };
-        let addr = $addr as u64;
-        crate::probe::probe!(Guard);
-        let ticket = record::free_begin(Api::$api, addr, $stream as u64);
-        crate::probe::probe!(FreeBegin);
-        crate::probe::probe!(real_begins);
-        // SAFETY: as above.
-        let r = unsafe { $f($($arg),*) };
-        crate::probe::probe!(real_ends);
-        record::free_end(ticket, Api::$api, addr, $stream as u64, r);
-        crate::probe::probe!(FreeEnd);
-        r
+        hook_body!(@enter 1, ($($arg),*), $f);
+        hook_body!(@free $api, $addr, $stream, ($($arg),*), $f)
     }};
     // A handler of its own.
     (custom($handler:path, $missing:expr) $v:ident, ($($arg:ident),*), $f:ident) => {{
