@@ -11,6 +11,9 @@
 # The collector is $GPUSHIM_COLLECTOR, else target/release/gpushim. Ends with what the hot
 # path's primitives cost on the machine (scripts/bench/primitives.c). Writes $OUT/bench-gpu-ab.txt.
 # A probe build: cargo build --release -p gpushim-shim --features probe --target-dir target/probe
+# Each build is also timed by scripts/bench/paired.c (PAIRED=0 leaves it out): hooked and bare
+# chunks of the driver's pool-hit pair alternate inside one process, so the host's slow swings
+# fall on both; the median per-chunk difference is the ns the shim adds per pair.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/gpushim-bench-out}
@@ -22,6 +25,19 @@ mkdir -p "$OUT" "$W/reports"
 export GPUSHIM_OUTPUT=$W/reports
 nvcc -O2 -o "$W/bench_pool" "$ROOT/scripts/gpu/bench_pool.cu" || exit 1
 cc -O2 -o "$W/primitives" "$ROOT/scripts/bench/primitives.c" -lpthread || exit 1
+PAIRED=${PAIRED:-1}
+if [ "$PAIRED" = 1 ]; then
+  LIBCUDA=$(ldconfig -p | awk '$1 == "libcuda.so.1" { print $NF; exit }')
+  cc -O2 -o "$W/paired" "$ROOT/scripts/bench/paired.c" "${LIBCUDA:?no libcuda.so.1}" -ldl -lpthread || exit 1
+fi
+declare -A padded pratio_
+paired() { # configuration name, env...
+  local name=$1 line
+  shift
+  line=$(env "$@" taskset -c 3-15 "$W/paired" 400000 2 40 200 2>>"$W/$name.paired.err" | grep '^paired:' | tail -n 1)
+  padded[$name]+="$(echo "$line" | awk '{print $7}') "
+  pratio_[$name]+="$(echo "$line" | awk '{print $9}') "
+}
 declare -A res
 names=()
 run() { # configuration name, env...
@@ -36,7 +52,12 @@ for _ in $(seq "$REPS"); do
     n=${b%%=*} d=${b#*=}
     run "$n" LD_PRELOAD="$d/libgpushim.so"
     run "$n-nobt" LD_PRELOAD="$d/libgpushim.so" GPUSHIM_BACKTRACE=0
+    if [ "$PAIRED" = 1 ]; then
+      paired "$n" LD_PRELOAD="$d/libgpushim.so"
+      paired "$n-nobt" LD_PRELOAD="$d/libgpushim.so" GPUSHIM_BACKTRACE=0
+    fi
   done
+  [ "$PAIRED" = 1 ] && paired none
 done
 for b in "$@"; do names+=("${b%%=*}" "${b%%=*}-nobt"); done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
@@ -51,6 +72,16 @@ padd() { paste <(echo ${res[$1]} | tr ' ' '\n') <(echo ${res[none]} | tr ' ' '\n
   for k in "${names[@]}"; do
     echo "| $k | $(echo "${res[$k]}" | median) | $(pratio "$k") | $(padd "$k") | ${res[$k]}|"
   done
+  if [ "$PAIRED" = 1 ]; then
+    echo
+    echo "In one process (scripts/bench/paired.c, driver calls, 200 chunk pairs of 1,000 pairs; medians of $REPS runs' medians):"
+    echo
+    echo "| configuration | ns added per pair | ratio to the driver's own pair | runs (ns added) |"
+    echo "|---|---|---|---|"
+    for k in none "${names[@]}"; do
+      echo "| $k | $(echo "${padded[$k]}" | median) | $(echo "${pratio_[$k]}" | median) | ${padded[$k]}|"
+    done
+  fi
   for k in "${names[@]}"; do
     case $k in probe*)
       echo
