@@ -38,7 +38,13 @@ static void setup(void)
         if (errno == 0 && end != NULL && *end == '\0')
             device_limit = (size_t)v;
     }
-    /* Keep the table usable in a forked child. */
+}
+
+/* Keeps the table usable in a forked child: registered when the library loads, before any
+ * thread can take the lock (some paths take it without `ensure_setup`: a fork while another
+ * thread held it, before the first allocation registered this, left the child's lock held). */
+__attribute__((constructor)) static void fork_safe_table(void)
+{
     pthread_atfork(lock_table, unlock_table, unlock_table);
 }
 
