@@ -13,7 +13,9 @@
 # A probe build: cargo build --release -p gpushim-shim --features probe --target-dir target/probe
 # Each build is also timed by scripts/bench/paired.c (PAIRED=0 leaves it out): hooked and bare
 # chunks of the driver's pool-hit pair alternate inside one process, so the host's slow swings
-# fall on both; the median per-chunk difference is the ns the shim adds per pair.
+# fall on both; the median per-chunk difference is the ns the shim adds per pair. The same
+# harness times scripts/bench/floor.c's hooks (floor-0 to floor-3: forwarding only; a stamp and a
+# sequence number; and a 64-byte event handed to another thread): the least a recorder costs.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/gpushim-bench-out}
@@ -29,6 +31,7 @@ PAIRED=${PAIRED:-1}
 if [ "$PAIRED" = 1 ]; then
   LIBCUDA=$(ldconfig -p | awk '$1 == "libcuda.so.1" { print $NF; exit }')
   cc -O2 -o "$W/paired" "$ROOT/scripts/bench/paired.c" "${LIBCUDA:?no libcuda.so.1}" -ldl -lpthread || exit 1
+  cc -O2 -shared -fPIC -o "$W/libfloor.so" "$ROOT/scripts/bench/floor.c" -ldl -lpthread || exit 1
 fi
 declare -A padded pratio_
 paired() { # configuration name, env...
@@ -57,7 +60,10 @@ for _ in $(seq "$REPS"); do
       paired "$n-nobt" LD_PRELOAD="$d/libgpushim.so" GPUSHIM_BACKTRACE=0
     fi
   done
-  [ "$PAIRED" = 1 ] && paired none
+  if [ "$PAIRED" = 1 ]; then
+    paired none
+    for m in 0 1 2 3; do paired "floor-$m" LD_PRELOAD="$W/libfloor.so" FLOOR_MODE=$m; done
+  fi
 done
 for b in "$@"; do names+=("${b%%=*}" "${b%%=*}-nobt"); done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
@@ -78,7 +84,7 @@ padd() { paste <(echo ${res[$1]} | tr ' ' '\n') <(echo ${res[none]} | tr ' ' '\n
     echo
     echo "| configuration | ns added per pair | ratio to the driver's own pair | runs (ns added) |"
     echo "|---|---|---|---|"
-    for k in none "${names[@]}"; do
+    for k in none floor-0 floor-1 floor-2 floor-3 "${names[@]}"; do
       echo "| $k | $(echo "${padded[$k]}" | median) | $(echo "${pratio_[$k]}" | median) | ${padded[$k]}|"
     done
   fi
