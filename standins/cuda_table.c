@@ -41,8 +41,10 @@ static void setup(void)
 }
 
 /* Keeps the table usable in a forked child: registered when the library loads, before any
- * thread can take the lock (some paths take it without `ensure_setup`: a fork while another
- * thread held it, before the first allocation registered this, left the child's lock held). */
+ * thread of this process can take the lock (some paths take it without `ensure_setup`). A fork
+ * that is already running its prepare handlers when the library is dlopen'ed still skips this
+ * handler (glibc 2.36): a program that forks while its threads first load the library loads it
+ * first (target_processes.c, fork-start). */
 __attribute__((constructor)) static void fork_safe_table(void)
 {
     pthread_atfork(lock_table, unlock_table, unlock_table);

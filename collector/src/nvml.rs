@@ -212,8 +212,8 @@ impl Shared {
             // The time before the query: the traced bytes paired with the driver's figure
             // (`gpumem`) are then those of allocations made before the query began, never one
             // the program made while or after the figure was read (read after the query, they
-            // could include one: 1 MiB off in 1 of 8 runs of the hostile `nvml-growth` test
-            // under load).
+            // could include one: 1 MiB off in 3 of 16 runs of the fault tests under load, in the
+            // hostile `nvml-growth` case).
             let ts_ns = now_ns();
             let gpus = n.query(self.pid);
             let s = Sample { ts_ns, gpus };

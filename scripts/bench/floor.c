@@ -36,7 +36,6 @@ static alloc_fn real_alloc;
 static free_fn real_free;
 static int mode;
 static uint64_t seq;
-static struct ring *the_ring; // one producer thread is enough for paired.c
 static __thread struct ring *mine;
 static volatile uint64_t sink;
 
@@ -70,7 +69,6 @@ static struct ring *ring_of_thread(void) {
     if (posix_memalign((void **)&mine, 64, sizeof *mine))
       abort();
     mine->head = mine->tail = 0;
-    the_ring = mine;
     if (mode == 2) {
       pthread_t t;
       pthread_create(&t, NULL, consume, mine);
