@@ -89,3 +89,32 @@ fn per_thread_caches_leave_stacks_and_totals_unchanged() {
         }
     }
 }
+
+/// Two callers whose stack frames add up to the same size reach one allocation site with the
+/// hook at the same stack pointer and the same return addresses above the middle frame; only
+/// that frame's saved frame pointer differs (`target_dynamic alloca-paths`: 6 calls through
+/// `alloca_outer_a`, 2 through `alloca_outer_b`). Each call gets its own caller's stack with the
+/// caches on, as with them off (the one-pass check of the previous walk's slots, since
+/// removed, reported 3 and 5).
+#[test]
+fn same_stack_pointer_under_different_callers_keeps_each_callers_stack() {
+    for cache in ["1", "0"] {
+        let run = Target::new("target_dynamic", &format!("alloca-paths-{cache}"))
+            .args(&["alloca-paths"])
+            .env("GPUSHIM_UNWIND_CACHE", cache)
+            .run();
+        run.success();
+        let reports: Vec<_> = run.reports().into_values().collect();
+        assert_eq!(reports.len(), 1, "cache {cache}");
+        let mut counts: Vec<(String, u64)> = sites_of(&reports[0])
+            .into_iter()
+            .map(|(frames, t)| {
+                let outer = frames.iter().find(|f| f.contains("alloca_outer_")).cloned().unwrap_or_default();
+                (outer, t[2])
+            })
+            .collect();
+        counts.sort();
+        let names: Vec<(bool, u64)> = counts.iter().map(|(f, n)| (f.contains("alloca_outer_a"), *n)).collect();
+        assert_eq!(names, [(true, 6), (false, 2)], "cache {cache}: {counts:?}");
+    }
+}

@@ -29,14 +29,6 @@
 //! walk, and a stack that changed anywhere shows as a difference (tests/unwinding.rs compares
 //! reports with `GPUSHIM_UNWIND_CACHE=0`). A walk that stops early on a match of the innermost
 //! return addresses and the stack depth was not taken: two outer call paths can share both.
-//!
-//! Before the replay, one pass checks the whole previous walk at once (`Memo::exact`): the memo
-//! also keeps every slot that walk read, its last step's included (the one that found no
-//! further frame), with the value found; when the walk starts at the same stack pointer, with
-//! the same frame pointer if a rule used it, and every one of those slots holds the same value,
-//! the walk is the previous one by the same induction, and its frames are copied out without
-//! a rule or a branch per frame (issue 18: 927 to about 410 instructions per capture of 49
-//! frames, docs/performance.md). A stack that differs anywhere takes the replay above.
 
 use std::cell::Cell;
 use std::mem::MaybeUninit;
@@ -284,36 +276,7 @@ struct Memo {
     cfa: [u64; MEMO_FRAMES],
     in_bp: [u64; MEMO_FRAMES],
     rules: [(u64, u64); MEMO_FRAMES],
-    /// The check (see [`Memo::exact`]): every stack slot the previous walk read, its last
-    /// step's included, as its offset from the starting stack pointer and the value found.
-    check: [Check; MAX_CHECKS],
-    checks: usize,
-    /// Per frame: the checks made up to and including it, whether the frame pointer had been
-    /// read from the stack by then, and whether a rule had used the starting one before that.
-    check_end: [u16; MEMO_FRAMES],
-    bp_read_by: [bool; MEMO_FRAMES],
-    start_bp_used_by: [bool; MEMO_FRAMES],
-    /// The previous walk's frames, as written to its output.
-    frames: [u64; MEMO_FRAMES],
-    /// The frame pointer the previous walk started with, and whether a rule used it.
-    start_bp: u64,
-    start_bp_used: bool,
-    /// Whether the checks cover the whole previous walk (every frame remembered, every slot
-    /// read recorded): then a walk from the same start that reads the same values at the
-    /// checks' slots is that walk, frame for frame, and is not made again.
-    exact: bool,
 }
-
-/// A stack slot a walk read: its offset from the walk's starting stack pointer, and the value.
-#[derive(Clone, Copy, Default)]
-struct Check {
-    val: u64,
-    off: u32,
-}
-
-/// Slots a walk reads: at most two per frame (the return address and a saved frame pointer),
-/// and two more on the step that ends it.
-const MAX_CHECKS: usize = 2 * MEMO_FRAMES + 2;
 
 /// A capture's result: the frames written, and `gen`: while it stays the same from one
 /// capture to the next on a thread, every capture in between found the same frames (`None`
@@ -429,17 +392,6 @@ pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> Walk {
     // The walk's starting stack pointer: the base of the offsets remembered (`Seen`).
     let start = sp;
     let replayed = memo.valid && memo.sp == sp && memo.limit == out.len();
-    // The whole previous walk again, checked in one pass over the slots it read (no rule, no
-    // arithmetic, no branch per frame): a walk is a function of its start and of the values
-    // it reads (the module doc), so equal values at every slot it read mean equal frames.
-    if replayed && memo.exact && (!memo.start_bp_used || memo.start_bp == bp) && same_slots(memo, start) {
-        let n = memo.n;
-        for (o, &f) in out[..n].iter_mut().zip(&memo.frames[..n]) {
-            *o = MaybeUninit::new(f);
-        }
-        return Walk { n, gen: Some(memo.gen) };
-    }
-    memo.start_bp = bp;
     if replayed {
         // Every slot remembered was read by a walk that started at this same stack pointer on
         // this thread's stack, and passed `read`'s checks then: 8-aligned, at or above that
@@ -488,31 +440,6 @@ pub fn capture(out: &mut [MaybeUninit<u64>], memo: bool) -> Walk {
     Walk { n: got, gen: Some(memo.gen) }
 }
 
-/// Whether every slot of the memo's checks holds the value the previous walk read there,
-/// the previous walk having started at the stack pointer `start` (the caller checked that
-/// this walk does too). Innermost first, eight slots at a time: a stack that changed near
-/// the allocation stops early.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn same_slots(memo: &Memo, start: u64) -> bool {
-    let mut rest = &memo.check[..memo.checks.min(MAX_CHECKS)];
-    while !rest.is_empty() {
-        let (now, later) = rest.split_at(rest.len().min(8));
-        let mut diff = 0u64;
-        for c in now {
-            // SAFETY: the slot was read by the previous walk, which started at this same
-            // stack pointer on this thread's stack, and passed `read`'s checks then (8-aligned,
-            // at or above the walk's stack pointer, below the top): those bounds hold now.
-            diff |= unsafe { ((start + u64::from(c.off)) as *const u64).read() } ^ c.val;
-        }
-        if diff != 0 {
-            return false;
-        }
-        rest = later;
-    }
-    true
-}
-
 /// The value of the stack slot at `a` if it lies in `[lo, top)`, 8-aligned (the live part of
 /// this thread's stack when `lo` is at or above the stack pointer); else `None`.
 #[cfg(target_arch = "x86_64")]
@@ -547,28 +474,6 @@ fn walk(
     // Frames remembered from the start: a frame whose slots are too far from the start for
     // `Seen`'s offsets ends the memo there (the walk goes on).
     let mut kept = *n;
-    // The checks (`Memo::exact`) of the frames before this one, taken from the memo, and
-    // whether they still cover the walk: every slot read so far is in them.
-    let k = *n;
-    let (mut checks, mut bp_read, mut start_bp_used, mut exact) = match memo.as_deref() {
-        Some(m) if k > 0 && k <= m.n => {
-            (usize::from(m.check_end[k - 1]), m.bp_read_by[k - 1], m.start_bp_used_by[k - 1], true)
-        }
-        Some(_) => (0, false, false, k == 0),
-        None => (0, false, false, false),
-    };
-    // Records that the slot at `a` held `v`.
-    let note = |memo: &mut Option<&mut Memo>, checks: &mut usize, exact: &mut bool, a: u64, v: u64| {
-        if let Some(m) = memo.as_deref_mut() {
-            match u32::try_from(a.wrapping_sub(start)) {
-                Ok(off) if *exact && *checks < MAX_CHECKS => {
-                    m.check[*checks] = Check { val: v, off };
-                    *checks += 1;
-                }
-                _ => *exact = false,
-            }
-        }
-    };
     while *n < out.len() {
         let i = *n;
         let rule = match memo.as_deref_mut() {
@@ -584,9 +489,6 @@ fn walk(
             }
             _ => rule_for(lookup),
         };
-        if matches!(base(rule), BASE_RBP | BASE_FP) && !bp_read {
-            start_bp_used = true;
-        }
         let (cfa, ra_slot, next_bp, bp_slot) = match base(rule) {
             BASE_RSP | BASE_RBP => {
                 let b = if base(rule) == BASE_RSP { sp } else { bp };
@@ -594,10 +496,7 @@ fn walk(
                 if rbp_rule(rule) == RBP_SAVED {
                     let slot = cfa.wrapping_add(rbp_off(rule) as u64);
                     match read(slot, sp, top) {
-                        Some(v) => {
-                            note(&mut memo, &mut checks, &mut exact, slot, v);
-                            (cfa, cfa.wrapping_sub(8), v, slot)
-                        }
+                        Some(v) => (cfa, cfa.wrapping_sub(8), v, slot),
                         None => break,
                     }
                 } else {
@@ -607,7 +506,6 @@ fn walk(
             BASE_FP => {
                 // No CFI: the frame pointer chain, if rbp points into the stack above us.
                 let Some(saved_bp) = read(bp, sp, top) else { break };
-                note(&mut memo, &mut checks, &mut exact, bp, saved_bp);
                 (bp.wrapping_add(16), bp.wrapping_add(8), saved_bp, bp)
             }
             _ => break,
@@ -616,11 +514,9 @@ fn walk(
             break;
         }
         let Some(ra) = read(ra_slot, sp, top) else { break };
-        note(&mut memo, &mut checks, &mut exact, ra_slot, ra);
         if ra == 0 {
             break;
         }
-        bp_read |= bp_slot != 0;
         out[i] = MaybeUninit::new(ra);
         if let Some(m) = memo.as_deref_mut() {
             if i < MEMO_FRAMES && kept == i {
@@ -633,15 +529,8 @@ fn walk(
                     m.seen[i] = Seen { ra, ra_off, bp: b | uses_bp };
                     m.cfa[i] = cfa;
                     m.in_bp[i] = bp;
-                    m.frames[i] = ra;
-                    m.check_end[i] = checks as u16;
-                    m.bp_read_by[i] = bp_read;
-                    m.start_bp_used_by[i] = start_bp_used;
                     kept = i + 1;
                 }
-            }
-            if kept != i + 1 {
-                exact = false;
             }
         }
         *n = i + 1;
@@ -651,9 +540,6 @@ fn walk(
     }
     if let Some(m) = memo {
         m.n = kept.min(MEMO_FRAMES);
-        m.checks = checks;
-        m.start_bp_used = start_bp_used;
-        m.exact = exact && kept == *n;
     }
     *n
 }

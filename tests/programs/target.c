@@ -144,6 +144,8 @@ int main(int argc, char **argv)
         rc = scenario_dlreload();
     } else if (strcmp(s, "odd-rbp") == 0) {
         rc = scenario_odd_rbp();
+    } else if (strcmp(s, "alloca-paths") == 0) {
+        rc = scenario_alloca_paths();
     } else if (strcmp(s, "paths") == 0) {
         rc = scenario_paths(argc, argv);
     } else if (strcmp(s, "fork-start") == 0) {

@@ -67,6 +67,7 @@ int scenario_errors(void);
 int scenario_pitch_overflow(void);
 int scenario_odd_rbp(void);
 int scenario_paths(int argc, char **argv);
+int scenario_alloca_paths(void);
 /* target_rings.c: ring-threads N M | ring-exit N K | ring-snap N M | ring-fork N */
 int scenario_rings(int argc, char **argv);
 

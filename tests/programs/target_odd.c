@@ -194,3 +194,42 @@ int scenario_paths(int argc, char **argv)
     }
     return 0;
 }
+
+/* alloca-paths: the same allocation site (alloca_leaf, under alloca_mid) reached from two
+ * callers whose alloca sizes add up to the same total, so that the hook runs at the same stack
+ * pointer each time and the return addresses above alloca_mid's are equal; only alloca_mid's
+ * saved frame pointer differs (256 bytes apart). Calls, in order: A A A B A B A A (A 6, B 2).
+ * Found by an adversarial review of the unwinder's one-pass check (2026-12-02), which copied
+ * the previous stack for such a call. */
+static NOINLINE void alloca_leaf(void)
+{
+    void *p;
+    check("cudaMalloc", cudaMalloc(&p, 1 << 20));
+}
+static NOINLINE void alloca_mid(long n)
+{
+    char *b = __builtin_alloca(n);
+    __asm__ volatile("" ::"r"(b) : "memory");
+    alloca_leaf();
+}
+static NOINLINE void alloca_outer_a(void)
+{
+    char *b = __builtin_alloca(256);
+    __asm__ volatile("" ::"r"(b) : "memory");
+    alloca_mid(1024);
+}
+static NOINLINE void alloca_outer_b(void)
+{
+    char *b = __builtin_alloca(512);
+    __asm__ volatile("" ::"r"(b) : "memory");
+    alloca_mid(768);
+}
+
+int scenario_alloca_paths(void)
+{
+    void (*volatile order[8])(void) = {alloca_outer_a, alloca_outer_a, alloca_outer_a, alloca_outer_b,
+                                       alloca_outer_a, alloca_outer_b, alloca_outer_a, alloca_outer_a};
+    for (int i = 0; i < 8; i++)
+        order[i]();
+    return 0;
+}
