@@ -533,6 +533,120 @@ fn backward_on_an_engine_thread(python: &Path) {
     assert_eq!(s["headline"], want, "{which}{run}");
 }
 
+/// The engine thread's memo of the waiting thread's frames (shim/src/python/borrow.rs): each
+/// backward pass allocates several times on the engine thread, and the passes alternate between
+/// two lines of one function called at the same depth, so that every frame of the two chains is
+/// at the same address and only the outermost one's instruction differs. A memo kept past its
+/// pass would give one line's bytes to the other.
+const MANY_C: &str = r#"
+#define _GNU_SOURCE /* pthread_setname_np */
+#include <pthread.h>
+#include <stddef.h>
+int cudaMalloc(void **p, size_t n);
+int PyGILState_Ensure(void);
+void PyGILState_Release(int);
+void *PyEval_SaveThread(void);
+void PyEval_RestoreThread(void *);
+/* One engine thread for the whole run, as PyTorch keeps its device threads: each pass hands it
+   work and waits for it to be done. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static size_t bytes, count, posted, done, failed;
+static int started;
+static pthread_t engine;
+__attribute__((noinline)) static void *engine_thread_main(void *arg) {
+    void *p = NULL;
+    (void)arg;
+    pthread_setname_np(pthread_self(), "pt_autograd_0");
+    int g = PyGILState_Ensure();
+    void *saved = PyEval_SaveThread();
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        while (done == posted) pthread_cond_wait(&cond, &lock);
+        pthread_mutex_unlock(&lock);
+        size_t bad = 0;
+        for (size_t i = 0; i < count; i++) bad |= cudaMalloc(&p, bytes) != 0 || p == NULL;
+        pthread_mutex_lock(&lock);
+        failed |= bad;
+        done++;
+        pthread_cond_broadcast(&cond);
+        pthread_mutex_unlock(&lock);
+    }
+    PyEval_RestoreThread(saved);
+    PyGILState_Release(g);
+    return NULL;
+}
+int run_backward(size_t n, size_t k) {
+    if (!started) {
+        if (pthread_create(&engine, NULL, engine_thread_main, NULL) != 0) return 1;
+        started = 1;
+    }
+    pthread_mutex_lock(&lock);
+    bytes = n;
+    count = k;
+    posted++;
+    pthread_cond_broadcast(&cond);
+    while (done != posted) pthread_cond_wait(&cond, &lock);
+    size_t bad = failed;
+    pthread_mutex_unlock(&lock);
+    return bad != 0;
+}
+"#;
+
+const MANY_PY: &str = r#"import ctypes
+import sys
+
+engine = ctypes.CDLL(sys.argv[2])
+
+
+def _engine_run_backward(n, k):
+    if engine.run_backward(ctypes.c_size_t(n), ctypes.c_size_t(k)) != 0:  # @engine
+        raise SystemExit("the engine thread's allocation failed")
+
+
+def step(i):
+    if i % 2:
+        _engine_run_backward(4096, 10)  # @odd
+    else:
+        _engine_run_backward(8192, 10)  # @even
+
+
+ctypes.CDLL(sys.argv[1])
+for i in range(20):
+    step(i)  # @step
+print("backward done")
+"#;
+
+#[test]
+fn each_backward_pass_gives_the_engine_threads_allocations_its_own_line() {
+    let t = Target::new(&python3(), "py-autograd-many");
+    let dir = t.dir.path().to_path_buf();
+    let script = dir.join("train.py");
+    std::fs::write(&script, MANY_PY).unwrap();
+    let src = dir.join("engine.c");
+    std::fs::write(&src, MANY_C).unwrap();
+    let lib = build_helper(&src, &dir.join("libfakeengine.so"));
+    let cudart = standin("libcudart.so.13");
+    let run = t
+        .args(&[script.to_str().unwrap(), cudart.to_str().unwrap(), lib.to_str().unwrap()])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("GPUSHIM_INTERNAL_MODULES", "libfakeengine.so")
+        .run();
+    run.success();
+    assert!(run.stdout.contains("backward done"), "{run}");
+    let r = run.report();
+    let engine = format!("_engine_run_backward:{}", line_in(MANY_PY, "engine"));
+    let module = format!("<module>:{}", line_in(MANY_PY, "step"));
+    for (marker, bytes) in [("odd", 4096u64), ("even", 8192)] {
+        let want = vec![engine.clone(), format!("step:{}", line_in(MANY_PY, marker)), module.clone()];
+        let (sites, live) = sites_where(&r, |f| f == want.as_slice());
+        // Ten passes from this line, ten allocations each, all of them with its frames.
+        assert_eq!(live, 10 * 10 * bytes, "{marker}: {sites:#?}{run}\n{r:#}");
+    }
+    let all: u64 = r["sites"].as_array().unwrap().iter().map(|s| s["live_bytes"].as_u64().unwrap()).sum();
+    assert_eq!(all, 100 * (4096 + 8192), "{run}");
+}
+
 /// Issue 18's test of the memo of each thread's previous Python frames (`shim/src/python/fast.rs`):
 /// one loop allocates through five paths that share their outer frames (`<module>`, `step`,
 /// `outer`) and the innermost one (`alloc`, the same frame memory, code and line every time), and

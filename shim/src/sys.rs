@@ -33,6 +33,26 @@ pub fn read_own(addr: u64, buf: &mut [u8]) -> usize {
     usize::try_from(n).unwrap_or(0)
 }
 
+/// Reads each `(addr, len)` of `from`, in order, into consecutive bytes of `buf` with one
+/// `process_vm_readv` on this process: true if and only if every byte was read. At most 8 ranges,
+/// and `buf` at least their total length (else false, nothing read).
+pub fn read_own_ranges(from: &[(u64, usize)], buf: &mut [u8]) -> bool {
+    const MAX: usize = 8;
+    let total: usize = from.iter().map(|r| r.1).sum();
+    if from.is_empty() || from.len() > MAX || total > buf.len() {
+        return false;
+    }
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: total };
+    let mut remote = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX];
+    for (r, &(addr, len)) in remote.iter_mut().zip(from) {
+        *r = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len };
+    }
+    // SAFETY: the kernel checks the remote ranges; the local buffer is the caller's, `total`
+    // bytes of it.
+    let n = unsafe { libc::process_vm_readv(getpid_raw(), &local, 1, remote.as_ptr(), from.len() as _, 0) };
+    usize::try_from(n).is_ok_and(|n| n == total)
+}
+
 /// Runs `f` with this thread's cancellation disabled. The shim's own work has cancellation
 /// points (starting the collector closes descriptors, the writer's exit handshake reads): a
 /// `pthread_cancel` acted on there would unwind through Rust frames that cannot be unwound by

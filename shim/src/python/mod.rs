@@ -109,12 +109,17 @@ fn capture_into_slow(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<u
     // SAFETY: `get_tstate` is the interpreter's `PyGILState_GetThisThreadState`, which takes no
     // lock, allocates nothing and may be called without the GIL (it reads a TSS key).
     let ts = unsafe { (l.get_tstate)() } as usize;
+    // On a PyTorch autograd engine thread with no Python frames of its own, the frames of the
+    // thread waiting for its backward pass stand for the thread's (borrow.rs), remembered while
+    // that thread waits.
+    let engine = memo && borrow::engine_thread();
     if ts != 0 && memo {
         // SAFETY: as below; inside the hooks' guard (`memo`). Every pointer is checked as `walk`
         // checks it.
         match unsafe { fast::capture(l, ts, out) } {
             fast::Outcome::Done(Some(n)) if n > 0 => return Some(n),
-            // No frames of its own (or none readable): an autograd engine thread borrows below.
+            // No frames of its own (or none readable): an engine thread borrows below.
+            fast::Outcome::Done(None | Some(_)) if engine => {}
             fast::Outcome::Done(None | Some(_)) | fast::Outcome::TooLong => fast::changed(),
         }
     }
@@ -127,9 +132,20 @@ fn capture_into_slow(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<u
         // by `walk`.
         unsafe { walk::walk(l, ts, &mut raw) }?
     };
+    if engine && n == 0 {
+        let b = borrow::borrowed_into(l, out, fast::gen(), |raw, out| cache::intern_into(l, raw, out, true))?;
+        if b.changed {
+            fast::changed();
+            borrow::given_at(fast::gen());
+        }
+        return Some(b.n);
+    }
+    if engine {
+        fast::changed();
+    }
     // A PyTorch autograd engine thread runs no Python: the frames of the thread waiting for
     // its backward pass stand for them (borrow.rs).
-    let n = if n == 0 { borrow::backward_frames(l, &mut raw)? } else { n };
+    let n = if n == 0 { borrow::backward_frames(l, &mut raw, &mut |_| {})? } else { n };
     cache::intern_into(l, &raw[..n], out, memo)
 }
 

@@ -58,12 +58,13 @@ impl Mem for Direct {
 pub(crate) unsafe fn walk(l: &Layout, ts: usize, out: &mut [Raw; MAX_PY_FRAMES]) -> Option<usize> {
     // SAFETY: the caller's promise; the calling thread's own thread state and frames do not
     // change while it is in native code, and each frame holds a reference to its code object.
-    unsafe { walk_in(l, ts, out, &Direct, MAX_PY_FRAMES) }
+    unsafe { walk_in(l, ts, out, &Direct, MAX_PY_FRAMES, &mut |_| {}) }
 }
 
 /// [`walk`] through `m`, of at most `max` frames (at most [`MAX_PY_FRAMES`]): with [`Direct`],
 /// of the calling thread; with a checked reader, of another thread (a read of memory freed
-/// meanwhile fails instead of faulting).
+/// meanwhile fails instead of faulting). `trail` is given the address of every link followed
+/// (frames and 3.12+'s shim frames), innermost first.
 ///
 /// # Safety
 /// `ts` must be a thread state of the interpreter `l` describes, and `m` able to read what
@@ -74,6 +75,7 @@ pub(crate) unsafe fn walk_in<M: Mem>(
     out: &mut [Raw; MAX_PY_FRAMES],
     m: &M,
     max: usize,
+    trail: &mut impl FnMut(usize),
 ) -> Option<usize> {
     let max = max.min(MAX_PY_FRAMES);
     // SAFETY: every read below goes through `m`; each pointer is checked (`plausible`,
@@ -100,6 +102,7 @@ pub(crate) unsafe fn walk_in<M: Mem>(
             if n == max {
                 break;
             }
+            trail(frame);
             match l.off.model {
                 Model::Py310 => {
                     if !m.has_type(frame, l.frame_type) {
