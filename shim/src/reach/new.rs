@@ -1,0 +1,250 @@
+//! A scan's start: the index of the live allocations, the regions to read and what is never read.
+
+use std::sync::atomic::Ordering::Acquire;
+
+use gpushim_wire::{Kind, ReachRegion};
+
+use super::buf::Buf;
+use super::heap::own_arena;
+use super::maps::{blocked_threads, is_cuda_library, own_stack, parse_maps_line, Region, Role};
+use super::{Own, Scan, Table, HIDE, READ_BYTES, RED_ZONE, WINDOW};
+use crate::{config, loader, state, sys};
+
+impl Scan {
+    pub(super) fn new(table: &Table, own: Own, deadline: u64, note: &mut String) -> Option<Scan> {
+        let mut ranges: Buf<(u64, u64)> = Buf::new(table.len())?;
+        let mut devmask: Buf<(u64, u64)> = Buf::new(table.len())?;
+        let mut all: Vec<(u64, u64, u64, Kind)> = Vec::with_capacity(table.len());
+        for (&k, e) in &table.map {
+            all.push((k ^ HIDE, e.size, e.seq, e.kind));
+        }
+        all.sort_unstable_by_key(|a| a.0);
+        // Overlaps (an entry whose free was missed): the later allocation wins.
+        let mut kept: Vec<(u64, u64, u64, Kind)> = Vec::with_capacity(all.len());
+        for a in all.iter().copied() {
+            if let Some(last) = kept.last_mut() {
+                if a.0 < last.0.saturating_add(last.1) {
+                    if a.2 > last.2 {
+                        *last = a;
+                    }
+                    continue;
+                }
+            }
+            kept.push(a);
+        }
+        for &(start, size, _, kind) in &kept {
+            let end = start.saturating_add(size);
+            if !ranges.push((start, end)) {
+                return None;
+            }
+            if kind != Kind::PinnedHost && !devmask.push((start, end)) {
+                return None;
+            }
+        }
+        // Scrub the plain copies (volatile: stores just before a free are otherwise dropped).
+        for a in all.iter_mut().chain(kept.iter_mut()) {
+            // SAFETY: a valid, aligned element of our own vector.
+            unsafe { std::ptr::write_volatile(&mut a.0, 0) };
+        }
+        drop((all, kept));
+        let (lo, hi) = match (ranges.as_slice().first(), ranges.as_slice().last()) {
+            (Some(f), Some(l)) => (f.0, l.1),
+            _ => (1, 0),
+        };
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let modules = loader::modules();
+        let (own_s, own_e) = loader::own_range();
+        let own_s = own_s as u64;
+        let own_e = own_e as u64;
+        let threads = blocked_threads();
+        let writer_stack = own_stack();
+        // Every module's segments with what their bytes are: the shim's own (never read), a
+        // CUDA library's, or the program's data.
+        let mut pieces: Vec<(u64, u64, Option<Role>)> = Vec::new();
+        for m in &modules {
+            let own = m.ranges.iter().any(|&(ms, me)| (ms as u64) < own_e && (me as u64) > own_s);
+            let theirs = is_cuda_library(&m.path) && !config::reachability_cuda_data();
+            let role = if own {
+                Some(Role::Own)
+            } else if theirs {
+                Some(Role::Cuda)
+            } else {
+                Some(Role::Root(ReachRegion::Data, 0))
+            };
+            pieces.extend(m.ranges.iter().map(|&(ms, me)| (ms as u64, me as u64, role)));
+        }
+        let mut regions = Vec::new();
+        let mut heap = (0u64, 0u64);
+        let mut libc_data: Vec<(u64, u64)> = Vec::new();
+        for line in maps.lines() {
+            let Some((s, e, rw, path)) = parse_maps_line(line) else { continue };
+            if !rw
+                || path.starts_with("[vvar")
+                || path.starts_with("[vsyscall")
+                || path.starts_with("[vdso")
+                || (path.starts_with("/dev/") && !path.starts_with("/dev/shm/"))
+            {
+                continue;
+            }
+            if path.ends_with("/libc.so.6") {
+                libc_data.push((s, e));
+            }
+            if path == "[heap]" {
+                heap = (s, e);
+                regions.push(Region { start: s, end: e, role: Role::Heap });
+                continue;
+            }
+            // Cut the mapping at module boundaries: the kernel merges a module's bss with
+            // anonymous memory mapped next to it.
+            let mut at = s;
+            while at < e {
+                let inside = pieces.iter().find(|p| p.0 <= at && at < p.1);
+                let (end, role) = match inside {
+                    Some(&(_, pe, r)) => (pe.min(e), r),
+                    None => {
+                        let next = pieces.iter().filter(|p| p.0 > at).map(|p| p.0).min().unwrap_or(e).min(e);
+                        let role = if path == "[stack]" {
+                            Some(Role::Root(ReachRegion::Stack, sys::getpid_raw() as u32))
+                        } else {
+                            Some(Role::Root(ReachRegion::Anon, 0))
+                        };
+                        (next, role)
+                    }
+                };
+                if let Some(mut role) = role {
+                    let mut start = at;
+                    if let Role::Root(ReachRegion::Anon | ReachRegion::Stack, _) = role {
+                        let sp = threads.iter().find(|(_, sp)| sp.is_some_and(|sp| sp >= at && sp < end));
+                        if let Some(&(tid, Some(sp))) = sp {
+                            role = Role::Root(ReachRegion::Stack, tid);
+                            start = sp.saturating_sub(RED_ZONE).max(at) & !7;
+                        }
+                        // The exiting thread waits inside the shim until this scan is done
+                        // (running, as it spins before it sleeps, or blocked): its frames
+                        // below the exit path's entry are the shim's and dead ones.
+                        let exit_sp = state::EXIT_SP.load(Acquire);
+                        if exit_sp > start && exit_sp < end {
+                            role = Role::Root(ReachRegion::Stack, state::EXIT_TID.load(Acquire));
+                            // The shim's frames: what they reach is the shim's.
+                            regions.push(Region { start, end: exit_sp & !7, role: Role::Own });
+                            start = exit_sp & !7;
+                        }
+                    }
+                    regions.push(Region { start, end, role });
+                }
+                at = end;
+            }
+        }
+        // The writer thread's own malloc arena holds only the shim's blocks, unless a program
+        // thread shares it (glibc gives each thread an arena of its own up to 8 per core).
+        if let Some(base) = own_arena(heap) {
+            for g in regions.iter_mut().filter(|g| g.start >= base && g.start < base + (64 << 20)) {
+                g.role = Role::Own;
+            }
+        }
+        // The writer thread's own stack (this thread's): read as the shim's, so that the
+        // blocks it reaches are the shim's too.
+        if let Some((ws, we)) = writer_stack {
+            let mut out = Vec::with_capacity(regions.len() + 2);
+            for g in regions.drain(..) {
+                if g.end <= ws || g.start >= we {
+                    out.push(g);
+                    continue;
+                }
+                if g.start < ws {
+                    out.push(Region { end: ws, ..g });
+                }
+                if g.end > we {
+                    out.push(Region { start: we, ..g });
+                }
+            }
+            out.push(Region { start: ws, end: we, role: Role::Own });
+            regions = out;
+        }
+        let rbuf: Buf<u8> = Buf::new(READ_BYTES)?;
+        let mut scan = Scan {
+            ranges,
+            skip: Buf::new(devmask.len + 32)?,
+            chunks: Buf::new(4096)?,
+            win: Buf::new(WINDOW)?,
+            walk_failed_at: 0,
+            top: 0,
+            pages: Vec::new(),
+            page_shift: 12,
+            marks: Vec::new(),
+            todo: Vec::new(),
+            hits: Vec::new(),
+            regions,
+            lo,
+            hi,
+            heap: (1, 0),
+            deadline,
+            scanned: 0,
+            unreadable: 0,
+            cut: false,
+            rbuf,
+        };
+        if heap.1 > heap.0 {
+            if scan.walk_heap(heap.0, heap.1) {
+                scan.heap = heap;
+                if !scan.drop_fastbin_blocks(heap, &libc_data) {
+                    if !note.is_empty() {
+                        note.push_str("; ");
+                    }
+                    note.push_str(
+                        "glibc's main arena was not found: blocks freed into its fastbins were read as in use",
+                    );
+                }
+                scan.index_pages(heap.0, heap.1);
+            } else {
+                for g in scan.regions.iter_mut().filter(|g| g.role == Role::Heap) {
+                    g.role = Role::Root(ReachRegion::Anon, 0);
+                }
+                let at = scan.walk_failed_at;
+                note.push_str(&format!(
+                    "the main heap's chunks did not add up (at byte {at}); it was read whole as a root"
+                ));
+            }
+        }
+        // Never read: device and managed memory, and the shim's own (every buffer of this scan
+        // is made by now and does not move any more).
+        let mut extra: Vec<(u64, u64)> =
+            vec![scan.ranges.range(), scan.skip.range(), scan.chunks.range(), scan.win.range(), scan.rbuf.range()];
+
+        // The threads' rings (`ring`): their slots hold copies of recent addresses too.
+        extra.extend(crate::ring::all().map(|r| r.buffer()));
+        if let Some(c) = own.channel {
+            extra.push(c);
+        } else {
+            if !note.is_empty() {
+                note.push_str("; ");
+            }
+            note.push_str("the shim's event channel was not located: recently made allocations may look reachable");
+        }
+        extra.sort_unstable();
+        let (mut i, mut j) = (0, 0);
+        let dm = devmask.as_slice();
+        while i < dm.len() || j < extra.len() {
+            let next = if j >= extra.len() || (i < dm.len() && dm[i].0 <= extra[j].0) {
+                i += 1;
+                dm[i - 1]
+            } else {
+                j += 1;
+                extra[j - 1]
+            };
+            match scan.skip.as_slice().last().copied() {
+                Some(last) if next.0 <= last.1 => {
+                    let n = scan.skip.len;
+                    scan.skip.as_mut_slice()[n - 1].1 = last.1.max(next.1);
+                }
+                _ => {
+                    if !scan.skip.push(next) {
+                        return None;
+                    }
+                }
+            }
+        }
+        drop(devmask);
+        Some(scan)
+    }
+}
