@@ -160,6 +160,20 @@ fn a_large_heap_is_scanned_whole_within_its_cap() {
 }
 
 #[test]
+fn pointers_spread_over_many_mappings_are_found_by_any_number_of_threads_reading_only_touched_pages() {
+    // reach.c's `spread`: 16 mappings of 32 MiB with one touched page each, a device pointer and
+    // a heap block holding another in it; 8 allocations dropped.
+    for threads in ["1", "2", "4"] {
+        let (r, d) = reach("spread", &[("GPUSHIM_REACHABILITY_THREADS", threads)]);
+        let s = scan(&r);
+        assert_eq!(s["status"], "complete", "{threads} threads: {d}");
+        assert_eq!(classes(&r), (8, 0, 32), "{threads} threads: {d}");
+        // The untouched pages of the 512 MiB are not read (both passes together).
+        assert!(n(s, "scanned_bytes") < 128 * MIB, "{threads} threads: {} bytes read: {d}", n(s, "scanned_bytes"));
+    }
+}
+
+#[test]
 fn a_block_the_program_mallocs_after_the_shim_started_is_the_programs() {
     // Blocks of 24 to 768 bytes, malloc'd after the first CUDA call and chained from a global,
     // each holding a device pointer: all 7 allocations reachable (with 24- and 64-byte blocks,

@@ -59,6 +59,9 @@ static REACHABILITY: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_REACHABILITY_MS`: the cap on one reachability scan (both passes), milliseconds
 /// (default 3000); 0 cuts every scan at once.
 static REACHABILITY_MS: AtomicU64 = AtomicU64::new(3000);
+/// `GPUSHIM_REACHABILITY_THREADS`: the most threads one scan reads with (0: one per CPU the
+/// process may run on, at most 8; reach/roots.rs).
+static REACHABILITY_THREADS: AtomicU64 = AtomicU64::new(0);
 /// `GPUSHIM_REACHABILITY_CUDA_DATA=1`: the CUDA libraries' data and the heap blocks it reaches
 /// are read as the program's roots, like any module's (reach.rs; for measuring what leaving them
 /// out does, docs/gpu-matrix.md). Off by default.
@@ -150,6 +153,12 @@ pub fn reachability_cuda_data() -> bool {
 /// The cap on one reachability scan, milliseconds (`GPUSHIM_REACHABILITY_MS`, default 3000).
 pub fn reachability_ms() -> u64 {
     REACHABILITY_MS.load(Relaxed)
+}
+
+/// The most threads a reachability scan reads with; 0 for the default
+/// (`GPUSHIM_REACHABILITY_THREADS`).
+pub fn reachability_threads() -> u64 {
+    REACHABILITY_THREADS.load(Relaxed)
 }
 
 fn env(name: &str) -> Option<String> {
@@ -356,6 +365,14 @@ impl Config {
                 Err(_) => warnings.push(format!(
                     "GPUSHIM_REACHABILITY_MS={v} is not a number of milliseconds; using {}",
                     REACHABILITY_MS.load(Relaxed)
+                )),
+            }
+        }
+        if let Some(v) = env("GPUSHIM_REACHABILITY_THREADS") {
+            match v.parse::<u64>() {
+                Ok(n) => REACHABILITY_THREADS.store(n, Relaxed),
+                Err(_) => warnings.push(format!(
+                    "GPUSHIM_REACHABILITY_THREADS={v} is not a number of threads; using one per CPU (at most 8)"
                 )),
             }
         }

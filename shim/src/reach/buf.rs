@@ -63,6 +63,19 @@ impl<T: Copy> Buf<T> {
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
+    /// The first `len` elements and those after them up to the capacity (the mapping starts
+    /// zeroed, so every one is initialised).
+    pub(super) fn as_slice_full(&self) -> &[T] {
+        // SAFETY: `cap` elements of the mapping, all initialised (zeroed or written).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.cap) }
+    }
+
+    /// The whole capacity, as written (the mapping starts zeroed).
+    pub(super) fn full(&mut self) -> &mut [T] {
+        self.len = self.cap;
+        self.as_mut_slice()
+    }
+
     pub(super) fn range(&self) -> (u64, u64) {
         (self.ptr as u64, self.ptr as u64 + self.bytes() as u64)
     }

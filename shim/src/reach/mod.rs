@@ -2,7 +2,7 @@
 //! to any more ("definitely lost", as LeakSanitizer and valgrind say of heap blocks).
 //!
 //! **Who runs it, when.** Only the writer thread (a shim thread with every asynchronous signal
-//! blocked), at a snapshot, after an out-of-memory failure and when the exit path asks for the
+//! blocked, with helper threads of its own that inherit that and end before it goes on), at a snapshot, after an out-of-memory failure and when the exit path asks for the
 //! end of the stream; never in a signal handler, never inside a hook, and it takes no lock:
 //! the program's threads go on running (see "racy" below). `GPUSHIM_REACHABILITY=0` turns it
 //! off; `GPUSHIM_REACHABILITY_MS` (default 3000) caps both passes together.
@@ -14,7 +14,9 @@
 //! copies of the addresses are never found as references.
 //!
 //! **What it reads.** Every readable and writable mapping in `/proc/self/maps`: the data and bss
-//! of every module, the heap, anonymous mappings and thread stacks, read with
+//! of every module, the heap, anonymous mappings and thread stacks, of each only the pages in
+//! memory or swapped out (`/proc/self/pagemap`; a page never touched holds no pointer), by up
+//! to 8 threads at once (`roots`; `GPUSHIM_REACHABILITY_THREADS`), read with
 //! `process_vm_readv` on this process, which fails cleanly (`EFAULT`) on a page unmapped
 //! meanwhile: no SIGSEGV handler is installed and nothing faults. It leaves out:
 //! - device-file mappings (`/dev/…` other than `/dev/shm`, e.g. `/dev/nvidia*`), `[vvar]`,
@@ -62,6 +64,7 @@ mod heap;
 mod maps;
 mod new;
 mod pass;
+mod roots;
 
 use std::collections::HashMap;
 
@@ -170,9 +173,7 @@ struct Scan {
     /// In-use chunks of the main heap: `[start, end)` of each block's bytes.
     chunks: Buf<(u64, u64)>,
     /// Per chunk: 0 not reached, 1 reached from the program, 2 the CUDA libraries' own.
-    marks: Vec<u8>,
-    /// Chunks to scan.
-    todo: Vec<u32>,
+    marks: Vec<std::sync::atomic::AtomicU8>,
     /// The heap walk's window.
     win: Buf<u8>,
     /// Where a heap walk that did not add up stopped, bytes from the heap's start.
@@ -183,7 +184,6 @@ struct Scan {
     /// or before the page's start: a block is found in a few steps instead of a binary search.
     pages: Vec<u32>,
     page_shift: u32,
-    hits: Vec<Hit>,
     regions: Vec<Region>,
     lo: u64,
     hi: u64,
@@ -191,9 +191,17 @@ struct Scan {
     deadline: u64,
     scanned: u64,
     unreadable: u64,
+    /// CPU time of the helper threads, both passes, ns.
+    helpers_cpu_ns: u64,
     cut: bool,
     /// What `process_vm_readv` reads into.
     rbuf: Buf<u8>,
+    /// What the calling thread finds in a pass, and the helper threads' memory (`roots`).
+    acc: pass::Acc,
+    helpers: Vec<roots::Helper>,
+    /// Pagemap entries (`roots`), and the pagemap, if it can be read.
+    entries: Buf<u64>,
+    pagemap: Option<std::fs::File>,
 }
 
 /// Runs a scan for the report `reason`/`number` against `table`. Returns the event to send.
@@ -276,7 +284,7 @@ pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32) -> wire::R
     r.scanned_bytes = s.scanned;
     r.unreadable_bytes = s.unreadable;
     r.elapsed_ns = sys::now_ns().saturating_sub(t0);
-    r.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
+    r.cpu_ns = thread_cpu_ns().saturating_sub(cpu0) + s.helpers_cpu_ns;
     r
 }
 

@@ -7,6 +7,8 @@ use gpushim_wire::{Kind, ReachRegion};
 use super::buf::Buf;
 use super::heap::own_arena;
 use super::maps::{blocked_threads, is_cuda_library, own_stack, parse_maps_line, Region, Role};
+use super::pass::Acc;
+use super::roots::{readers, Helper};
 use super::{Own, Scan, Table, HIDE, READ_BYTES, RED_ZONE, WINDOW};
 use crate::{config, loader, state, sys};
 
@@ -162,6 +164,9 @@ impl Scan {
             regions = out;
         }
         let rbuf: Buf<u8> = Buf::new(READ_BYTES)?;
+        let acc = Acc::new(ranges.len)?;
+        let helpers: Vec<Helper> = (1..readers()).map_while(|_| Helper::new(ranges.len)).collect();
+        let entries: Buf<u64> = Buf::new(READ_BYTES / 8)?;
         let mut scan = Scan {
             ranges,
             skip: Buf::new(devmask.len + 32)?,
@@ -172,8 +177,6 @@ impl Scan {
             pages: Vec::new(),
             page_shift: 12,
             marks: Vec::new(),
-            todo: Vec::new(),
-            hits: Vec::new(),
             regions,
             lo,
             hi,
@@ -181,8 +184,13 @@ impl Scan {
             deadline,
             scanned: 0,
             unreadable: 0,
+            helpers_cpu_ns: 0,
             cut: false,
             rbuf,
+            acc,
+            helpers,
+            entries,
+            pagemap: std::fs::File::open("/proc/self/pagemap").ok(),
         };
         if heap.1 > heap.0 {
             if scan.walk_heap(heap.0, heap.1) {
@@ -210,6 +218,9 @@ impl Scan {
         // is made by now and does not move any more).
         let mut extra: Vec<(u64, u64)> =
             vec![scan.ranges.range(), scan.skip.range(), scan.chunks.range(), scan.win.range(), scan.rbuf.range()];
+        extra.push(scan.entries.range());
+        extra.extend([scan.acc.hits.range(), scan.acc.todo.range()]);
+        extra.extend(scan.helpers.iter().flat_map(Helper::ranges));
 
         // The threads' rings (`ring`): their slots hold copies of recent addresses too.
         extra.extend(crate::ring::all().map(|r| r.buffer()));
