@@ -61,6 +61,7 @@ mod real;
 mod record;
 mod ring;
 mod route;
+mod slow_exit;
 mod socket;
 mod state;
 mod sys;

@@ -271,12 +271,15 @@ impl Writer {
             }
             match msg {
                 Ok(Msg::Exit { ts_ns, done }) => {
-                    self.reachability(wire::WalkReason::Exit, 0);
+                    let got = sys::now_ns();
+                    let scan = self.reachability(wire::WalkReason::Exit, 0);
+                    let scanned = sys::now_ns();
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
                     if self.flush() {
                         self.close_and_wait();
                     }
                     let _ = done.send(());
+                    crate::slow_exit::say(ts_ns, got, scan, scanned);
                     return;
                 }
                 Ok(Msg::QuickExit { ts_ns }) => {
@@ -521,16 +524,19 @@ impl Writer {
     /// Runs a reachability scan (reach.rs) for the report `reason`/`number` and sends its
     /// result, if scans are on. The wire buffer is sent and zeroed first: it holds copies of
     /// addresses.
-    fn reachability(&mut self, reason: wire::WalkReason, number: u32) {
+    /// The scan's bytes read, if it ran.
+    fn reachability(&mut self, reason: wire::WalkReason, number: u32) -> Option<u64> {
         if self.reach.is_none() || !self.flush() {
-            return;
+            return None;
         }
         let cap = self.buf.capacity();
         self.buf.resize(cap, 0);
         self.buf.clear();
-        let Some(table) = &self.reach else { return };
+        let table = self.reach.as_ref()?;
         let r = reach::scan(table, self.reach_own, reason, number);
+        let read = r.scanned_bytes;
         self.push(&Event::Reach(r));
+        Some(read)
     }
 
     /// Turns `msg` into wire events; `ring` is the ring it came through (`None`: the channel).

@@ -431,11 +431,17 @@ extern "C" fn walk_pending(_: *mut c_void) -> c_int {
     0
 }
 
+/// How long the walk of the final report took, ns (0: none ran); the exit path says it when the
+/// exit was slow (`writer`).
+pub static EXIT_WALK_NS: AtomicU64 = AtomicU64::new(0);
+
 /// The `atexit` function: the walk of the final report, once per process.
 extern "C" fn exit_walk(_self: Obj, _arg: Obj) -> Obj {
     let Some(a) = api() else { return std::ptr::null_mut() };
     if traced_here() && !EXIT_DONE.swap(true, AcqRel) && SLOT.swap(RUNNING, AcqRel) != RUNNING {
+        let t0 = crate::sys::now_ns();
         from_python(a, |a| run_walk(a, WalkReason::Exit, 0));
+        EXIT_WALK_NS.store(crate::sys::now_ns().saturating_sub(t0).max(1), Release);
         SLOT.store(IDLE, Release);
     }
     new_none(a)
