@@ -202,6 +202,9 @@ struct Scan {
     /// Pagemap entries (`roots`), and the pagemap, if it can be read.
     entries: Buf<u64>,
     pagemap: Option<std::fs::File>,
+    /// The slices of the roots to read (`roots`), and the readers' shared queue of heap blocks.
+    work: Buf<(u64, u64, Mode)>,
+    shared: roots::Shared,
 }
 
 /// Runs a scan for the report `reason`/`number` against `table`. Returns the event to send.

@@ -8,8 +8,8 @@ use super::buf::Buf;
 use super::heap::own_arena;
 use super::maps::{blocked_threads, is_cuda_library, own_stack, parse_maps_line, Region, Role};
 use super::pass::Acc;
-use super::roots::{readers, Helper};
-use super::{Own, Scan, Table, HIDE, READ_BYTES, RED_ZONE, WINDOW};
+use super::roots::{readers, Helper, Shared};
+use super::{Mode, Own, Scan, Table, HIDE, READ_BYTES, RED_ZONE, WINDOW};
 use crate::{config, loader, state, sys};
 
 impl Scan {
@@ -167,6 +167,8 @@ impl Scan {
         let acc = Acc::new(ranges.len)?;
         let helpers: Vec<Helper> = (1..readers()).map_while(|_| Helper::new(ranges.len)).collect();
         let entries: Buf<u64> = Buf::new(READ_BYTES / 8)?;
+        let work: Buf<(u64, u64, Mode)> = Buf::new(4096)?;
+        let shared = Shared::new()?;
         let mut scan = Scan {
             ranges,
             skip: Buf::new(devmask.len + 32)?,
@@ -191,6 +193,8 @@ impl Scan {
             helpers,
             entries,
             pagemap: std::fs::File::open("/proc/self/pagemap").ok(),
+            work,
+            shared,
         };
         if heap.1 > heap.0 {
             if scan.walk_heap(heap.0, heap.1) {
@@ -218,7 +222,7 @@ impl Scan {
         // is made by now and does not move any more).
         let mut extra: Vec<(u64, u64)> =
             vec![scan.ranges.range(), scan.skip.range(), scan.chunks.range(), scan.win.range(), scan.rbuf.range()];
-        extra.push(scan.entries.range());
+        extra.extend([scan.entries.range(), scan.work.range(), scan.shared.range()]);
         extra.extend([scan.acc.hits.range(), scan.acc.todo.range()]);
         extra.extend(scan.helpers.iter().flat_map(Helper::ranges));
 

@@ -10,7 +10,7 @@ use gpushim_wire::ReachRegion;
 
 use super::buf::Buf;
 use super::maps::Role;
-use super::roots::read_roots;
+use super::roots::{read_roots, read_unreached};
 use super::{Hit, Mode, Scan, PAGE};
 use crate::sys;
 use crate::sys::read_own as read;
@@ -108,7 +108,7 @@ impl Scan {
         self.acc.clear(self.ranges.len);
         let regions = self.regions.clone();
         let roots: Vec<_> = regions.iter().filter(|g| matches!(g.role, Role::Root(..))).copied().collect();
-        let Scan { rbuf, acc, helpers, entries, pagemap, .. } = self;
+        let Scan { rbuf, acc, helpers, entries, pagemap, work, shared, .. } = self;
         let rbuf = rbuf.full();
         // The view borrows only what the readers do not change, field by field.
         let view = view_of(
@@ -126,17 +126,15 @@ impl Scan {
             read_range(&view, acc, rbuf, g.start, g.end, Mode::Cuda);
         }
         drain(&view, acc, rbuf, Mode::Cuda);
-        read_roots(&view, acc, rbuf, helpers, &roots, pagemap.as_ref(), entries);
+        read_roots(&view, acc, rbuf, helpers, &roots, pagemap.as_ref(), entries, work, shared);
         drain(&view, acc, rbuf, Mode::Root(ReachRegion::Heap as u8, 0));
         for g in regions.iter().filter(|g| g.role == Role::Own) {
             read_range(&view, acc, rbuf, g.start, g.end, Mode::Cuda);
         }
         drain(&view, acc, rbuf, Mode::Cuda);
         // Indirectly lost: referred to from blocks nothing reached.
-        for (c, &(a, b)) in view.chunks.iter().enumerate() {
-            if view.marks[c].load(Relaxed) == 0 && !acc.cut {
-                read_range(&view, acc, rbuf, a, b + 8, Mode::Indirect);
-            }
+        if !acc.cut {
+            read_unreached(&view, acc, rbuf, helpers, shared);
         }
         let (scanned, unreadable, cut) = (acc.scanned, acc.unreadable, acc.cut);
         let hits = acc.hits.as_slice().to_vec();

@@ -16,13 +16,13 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 
 use gpushim_wire::ReachRegion;
 
 use super::buf::Buf;
 use super::maps::{Region, Role};
-use super::pass::{drain, read_range, Acc, View};
+use super::pass::{read_range, Acc, View};
 use super::{Mode, PAGE};
 
 /// Bytes one reader takes at a time.
@@ -46,12 +46,14 @@ pub(super) fn readers() -> usize {
 
 /// The parts of `[a, b)` worth reading, appended to `out` as slices of at most [`SLICE`] bytes
 /// with `mode`. `entries` is the scan's buffer for pagemap entries.
-fn slices(pagemap: Option<&File>, entries: &mut Buf<u64>, a: u64, b: u64, mode: Mode, out: &mut Vec<(u64, u64, Mode)>) {
+fn slices(pagemap: Option<&File>, entries: &mut Buf<u64>, a: u64, b: u64, mode: Mode, out: &mut Buf<(u64, u64, Mode)>) {
     let mut push = |s: u64, e: u64| {
         let mut s = s;
         while s < e {
             let end = (s + SLICE).min(e);
-            out.push((s, end, mode));
+            if !out.push((s, end, mode)) {
+                return;
+            }
             s = end;
         }
     };
@@ -167,52 +169,132 @@ fn start(job: &Job, stack: &mut Buf<u8>) -> Option<libc::pthread_t> {
     }
 }
 
-/// Reads the program's `roots` into `acc`, and the heap blocks they reach, with the calling
-/// thread (`rbuf` its buffer) and up to one thread per helper.
-pub(super) fn read_roots(
-    v: &View,
+/// Heap blocks handed from a reader with many to read to readers with none, and who is idle:
+/// in memory of the scan's own, behind a spin lock of its own (never one the program holds).
+pub(super) struct Shared {
+    queue: std::cell::UnsafeCell<Buf<u32>>,
+    lock: AtomicBool,
+    idle: AtomicUsize,
+    readers: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// Most blocks a reader keeps to itself before handing half of the rest to the others.
+const KEEP: usize = 64;
+
+impl Shared {
+    pub(super) fn new() -> Option<Shared> {
+        Some(Shared {
+            queue: std::cell::UnsafeCell::new(Buf::new(1 << 16)?),
+            lock: AtomicBool::new(false),
+            idle: AtomicUsize::new(0),
+            readers: AtomicUsize::new(1),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    pub(super) fn range(&self) -> (u64, u64) {
+        // SAFETY: a read of the mapping's bounds, outside any pass (no reader runs).
+        unsafe { (*self.queue.get()).range() }
+    }
+
+    /// Runs `f` with the lock held.
+    fn locked<T>(&self, f: impl FnOnce(&mut Buf<u32>) -> T) -> T {
+        while self.lock.compare_exchange_weak(false, true, Acquire, Relaxed).is_err() {
+            std::hint::spin_loop();
+        }
+        // SAFETY: the lock is held: no other reader touches the queue.
+        let q = unsafe { &mut *self.queue.get() };
+        let r = f(q);
+        self.lock.store(false, Release);
+        r
+    }
+}
+
+// SAFETY: the queue is touched only with the lock held (`locked`); the rest is atomic.
+unsafe impl Sync for Shared {}
+
+/// Reads the heap blocks in `acc`'s list, and those they reach, handing some to idle readers
+/// through `sh` and taking theirs, until every reader is idle with nothing left anywhere (or
+/// the scan was cut).
+fn drain_shared(v: &View, acc: &mut Acc, buf: &mut [u8], mode: Mode, sh: &Shared) {
+    loop {
+        while acc.todo.len > 0 && !sh.stop.load(Relaxed) {
+            acc.todo.len -= 1;
+            let c = acc.todo.as_slice_full()[acc.todo.len];
+            let (a, b) = v.chunks[c as usize];
+            read_range(v, acc, buf, a, b + 8, mode);
+            if acc.cut {
+                sh.stop.store(true, Relaxed);
+            }
+            if acc.todo.len > KEEP && sh.idle.load(Relaxed) > 0 {
+                sh.locked(|q| {
+                    while acc.todo.len > KEEP / 2 && q.len < q.cap {
+                        acc.todo.len -= 1;
+                        q.push(acc.todo.as_slice_full()[acc.todo.len]);
+                    }
+                });
+            }
+        }
+        // Nothing of its own: take some of the others', or end when every reader is idle.
+        let mut idle = false;
+        loop {
+            let (took, done) = sh.locked(|q| {
+                let take = q.len.min(KEEP);
+                for _ in 0..take {
+                    q.len -= 1;
+                    acc.todo.push(q.as_slice_full()[q.len]);
+                }
+                if take > 0 {
+                    if idle {
+                        sh.idle.fetch_sub(1, Relaxed);
+                    }
+                    return (true, false);
+                }
+                if !idle {
+                    sh.idle.fetch_add(1, Relaxed);
+                }
+                (false, sh.idle.load(Relaxed) >= sh.readers.load(Relaxed) || sh.stop.load(Relaxed))
+            });
+            if took {
+                break;
+            }
+            idle = true;
+            if done {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Runs `run` on the calling thread (`acc`, `rbuf`) and on up to `want` helpers at once, then
+/// adds what the helpers found to `acc`. `sh.readers` is set to the number that ran.
+fn together(
     acc: &mut Acc,
     rbuf: &mut [u8],
     helpers: &mut [Helper],
-    roots: &[Region],
-    pagemap: Option<&File>,
-    entries: &mut Buf<u64>,
+    want: usize,
+    n: usize,
+    sh: &Shared,
+    run: &(dyn Fn(&mut Acc, &mut [u8]) + Sync),
 ) {
-    let mut work = Vec::new();
-    for g in roots {
-        if let Role::Root(region, tid) = g.role {
-            slices(pagemap, entries, g.start, g.end, Mode::Root(region as u8, tid), &mut work);
-        }
-    }
-    let next = AtomicUsize::new(0);
-    let heap = Mode::Root(ReachRegion::Heap as u8, 0);
-    let run = |acc: &mut Acc, buf: &mut [u8]| {
-        loop {
-            let i = next.fetch_add(1, Relaxed);
-            let Some(&(a, b, mode)) = work.get(i) else { break };
-            read_range(v, acc, buf, a, b, mode);
-            if acc.cut {
-                break;
-            }
-            // The blocks this slice reached, before the next slice.
-            drain(v, acc, buf, heap);
-        }
-        drain(v, acc, buf, heap);
-    };
-    let extra = helpers.len().min(work.len().saturating_sub(1));
-    let n = v.ranges.len();
-    let mut jobs = Vec::with_capacity(extra);
-    for h in helpers.iter_mut().take(extra) {
+    let want = want.min(helpers.len());
+    sh.readers.store(1 + want, Relaxed);
+    let mut jobs = Vec::with_capacity(want);
+    for h in helpers.iter_mut().take(want) {
         h.acc.clear(n);
-        jobs.push(Job { run: &run, acc: &mut h.acc, buf: h.buf.full() as *mut [u8] });
+        jobs.push(Job { run, acc: &mut h.acc, buf: h.buf.full() as *mut [u8] });
     }
-    let mut started = Vec::with_capacity(extra);
+    let mut started = Vec::with_capacity(want);
     for (job, h) in jobs.iter().zip(helpers.iter_mut()) {
         match start(job, &mut h.stack) {
             Some(t) => started.push(t),
             None => break,
         }
     }
+    // Those that did not start never count as readers (the others wait for them otherwise).
+    sh.readers.store(1 + started.len(), Relaxed);
     run(acc, rbuf);
     for &t in &started {
         // SAFETY: a thread started above and not joined yet.
@@ -222,4 +304,72 @@ pub(super) fn read_roots(
     for h in helpers.iter().take(started.len()) {
         acc.merge(&h.acc);
     }
+}
+
+/// Reads the program's `roots` into `acc`, and the heap blocks they reach, with the calling
+/// thread (`rbuf` its buffer) and up to one thread per helper; `work` is the scan's buffer for
+/// the slices.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn read_roots(
+    v: &View,
+    acc: &mut Acc,
+    rbuf: &mut [u8],
+    helpers: &mut [Helper],
+    roots: &[Region],
+    pagemap: Option<&File>,
+    entries: &mut Buf<u64>,
+    work: &mut Buf<(u64, u64, Mode)>,
+    sh: &Shared,
+) {
+    work.len = 0;
+    for g in roots {
+        if let Role::Root(region, tid) = g.role {
+            slices(pagemap, entries, g.start, g.end, Mode::Root(region as u8, tid), work);
+        }
+    }
+    let work = work.as_slice();
+    let next = AtomicUsize::new(0);
+    let heap = Mode::Root(ReachRegion::Heap as u8, 0);
+    sh.idle.store(0, Relaxed);
+    sh.stop.store(false, Relaxed);
+    let run = |acc: &mut Acc, buf: &mut [u8]| {
+        while let Some(&(a, b, mode)) = work.get(next.fetch_add(1, Relaxed)) {
+            read_range(v, acc, buf, a, b, mode);
+            if acc.cut {
+                sh.stop.store(true, Relaxed);
+                break;
+            }
+            // The blocks this slice reached, before the next slice (handing some to idle readers).
+            while acc.todo.len > 0 && !sh.stop.load(Relaxed) {
+                acc.todo.len -= 1;
+                let c = acc.todo.as_slice_full()[acc.todo.len];
+                let (a, b) = v.chunks[c as usize];
+                read_range(v, acc, buf, a, b + 8, heap);
+            }
+        }
+        drain_shared(v, acc, buf, heap, sh);
+    };
+    together(acc, rbuf, helpers, work.len().saturating_sub(1), v.ranges.len(), sh, &run);
+}
+
+/// Reads every heap block nothing reached (`Mode::Indirect`), with the calling thread and the
+/// helpers.
+pub(super) fn read_unreached(v: &View, acc: &mut Acc, rbuf: &mut [u8], helpers: &mut [Helper], sh: &Shared) {
+    /// Blocks one reader takes at a time.
+    const BATCH: usize = 256;
+    let next = AtomicUsize::new(0);
+    let run = |acc: &mut Acc, buf: &mut [u8]| loop {
+        let first = next.fetch_add(BATCH, Relaxed);
+        if first >= v.chunks.len() || acc.cut {
+            break;
+        }
+        for c in first..(first + BATCH).min(v.chunks.len()) {
+            if v.marks[c].load(Relaxed) == 0 && !acc.cut {
+                let (a, b) = v.chunks[c];
+                read_range(v, acc, buf, a, b + 8, Mode::Indirect);
+            }
+        }
+    };
+    let want = (v.chunks.len() / BATCH).min(helpers.len());
+    together(acc, rbuf, helpers, want, v.ranges.len(), sh, &run);
 }
