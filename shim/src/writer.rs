@@ -144,9 +144,6 @@ struct Writer {
     reach: Option<reach::Table>,
     /// What of the shim's own memory the scans leave out.
     reach_own: reach::Own,
-    /// The exit's reachability scan made beside the Python exit walk (`Msg::ExitScan`): how
-    /// long it took, ns, and its bytes read (`None`: it did not run).
-    exit_scan: Option<(u64, Option<u64>)>,
 }
 
 impl Writer {
@@ -176,7 +173,6 @@ impl Writer {
             devices_listed: false,
             reach: config::reachability().then(reach::Table::default),
             reach_own: reach::Own::default(),
-            exit_scan: None,
         }
     }
 
@@ -274,26 +270,16 @@ impl Writer {
                 return;
             }
             match msg {
-                Ok(Msg::ExitScan { done }) => {
-                    let t0 = sys::now_ns();
-                    let read = self.reachability(wire::WalkReason::Exit, 0);
-                    self.exit_scan = Some((sys::now_ns().saturating_sub(t0), read));
-                    let _ = done.send(());
-                }
                 Ok(Msg::Exit { ts_ns, done }) => {
                     let got = sys::now_ns();
-                    let scan = match self.exit_scan {
-                        // Made beside the Python exit walk already.
-                        Some(_) => None,
-                        None => self.reachability(wire::WalkReason::Exit, 0),
-                    };
+                    let scan = self.reachability(wire::WalkReason::Exit, 0);
                     let scanned = sys::now_ns();
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
                     if self.flush() {
                         self.close_and_wait();
                     }
                     let _ = done.send(());
-                    crate::slow_exit::say(ts_ns, got, scan, scanned, self.exit_scan);
+                    crate::slow_exit::say(ts_ns, got, scan, scanned);
                     return;
                 }
                 Ok(Msg::QuickExit { ts_ns }) => {
@@ -677,7 +663,7 @@ impl Writer {
                 let name = String::from_utf8_lossy(&name[..usize::from(len).min(name.len())]).into_owned();
                 self.push(&Event::ThreadName(wire::ThreadName { tid, name }));
             }
-            Msg::Exit { .. } | Msg::ExitScan { .. } | Msg::QuickExit { .. } => {} // handled in run
+            Msg::Exit { .. } | Msg::QuickExit { .. } => {} // handled in run
         }
     }
 

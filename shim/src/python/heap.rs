@@ -435,32 +435,12 @@ extern "C" fn walk_pending(_: *mut c_void) -> c_int {
 /// exit was slow (`writer`).
 pub static EXIT_WALK_NS: AtomicU64 = AtomicU64::new(0);
 
-/// Asks the writer to make the exit's reachability scan now, beside the exit walk (the two take
-/// about as long on a large program, and neither needs the other); the answer comes on the
-/// receiver when it is done. `None` when scans are off or there is no writer.
-fn scan_beside() -> Option<crossbeam_channel::Receiver<()>> {
-    if !config::reachability() || !state::recording() {
-        return None;
-    }
-    let tx = state::channel()?;
-    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    tx.send_deadline(Msg::ExitScan { done: done_tx }, deadline).ok()?;
-    Some(done_rx)
-}
-
 /// The `atexit` function: the walk of the final report, once per process.
 extern "C" fn exit_walk(_self: Obj, _arg: Obj) -> Obj {
     let Some(a) = api() else { return std::ptr::null_mut() };
     if traced_here() && !EXIT_DONE.swap(true, AcqRel) && SLOT.swap(RUNNING, AcqRel) != RUNNING {
         let t0 = sys::now_ns();
-        let scan = scan_beside();
         from_python(a, |a| run_walk(a, WalkReason::Exit, 0));
-        if let Some(done) = scan {
-            // The scan reads the program as it is now, before the interpreter's teardown.
-            let cap = std::time::Duration::from_millis(config::reachability_ms()) + std::time::Duration::from_secs(2);
-            let _ = done.recv_timeout(cap);
-        }
         EXIT_WALK_NS.store(sys::now_ns().saturating_sub(t0).max(1), Release);
         SLOT.store(IDLE, Release);
     }

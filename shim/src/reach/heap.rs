@@ -2,7 +2,10 @@
 //! fastbins and the threads' caches.
 
 use super::buf::read_word;
-use super::{Scan, MIN_CHUNK};
+use super::{Scan, MIN_CHUNK, WINDOW};
+
+/// Bytes read for the boundary tags after a block larger than this.
+const SMALL_WINDOW: usize = 4096;
 use crate::sys::read_own as read;
 
 /// Fastbins in glibc's `struct malloc_state` (`NFASTBINS` on 64-bit, malloc.c).
@@ -65,10 +68,13 @@ impl Scan {
         let mut win_start = 0u64;
         let mut win_len = 0usize;
         let mut p = s;
+        // After a large block the next window is small: only the boundary tags are read, not the
+        // blocks' bytes (a heap of 64 KiB blocks was read whole here, as much as a pass reads).
+        let mut want = WINDOW;
         loop {
             let mut word = |addr: u64, this: &mut Scan| -> Option<u64> {
                 if addr < win_start || addr + 8 > win_start + win_len as u64 {
-                    let len = (e - addr).min(this.win.len as u64) as usize;
+                    let len = (e - addr).min(want.min(this.win.len) as u64) as usize;
                     win_len = read(addr, &mut this.win.as_mut_slice()[..len]);
                     win_start = addr;
                     if win_len < 8 {
@@ -105,6 +111,7 @@ impl Scan {
             if nsz & 1 == 1 && !freed_to_tcache && !tcache_struct && !self.chunks.push((p + 16, next)) {
                 return false;
             }
+            want = if size > SMALL_WINDOW as u64 { SMALL_WINDOW } else { WINDOW };
             p = next;
         }
     }

@@ -174,6 +174,8 @@ fn start(job: &Job, stack: &mut Buf<u8>) -> Option<libc::pthread_t> {
 pub(super) struct Shared {
     queue: std::cell::UnsafeCell<Buf<u32>>,
     lock: AtomicBool,
+    /// Blocks in the queue (read without the lock by idle readers).
+    queued: AtomicUsize,
     idle: AtomicUsize,
     readers: AtomicUsize,
     stop: AtomicBool,
@@ -187,6 +189,7 @@ impl Shared {
         Some(Shared {
             queue: std::cell::UnsafeCell::new(Buf::new(1 << 16)?),
             lock: AtomicBool::new(false),
+            queued: AtomicUsize::new(0),
             idle: AtomicUsize::new(0),
             readers: AtomicUsize::new(1),
             stop: AtomicBool::new(false),
@@ -216,7 +219,8 @@ unsafe impl Sync for Shared {}
 
 /// Reads the heap blocks in `acc`'s list, and those they reach, handing some to idle readers
 /// through `sh` and taking theirs, until every reader is idle with nothing left anywhere (or
-/// the scan was cut).
+/// the scan was cut). Only busy readers hand blocks over, so once every reader is idle and the
+/// queue is empty, nothing more can come.
 fn drain_shared(v: &View, acc: &mut Acc, buf: &mut [u8], mode: Mode, sh: &Shared) {
     loop {
         while acc.todo.len > 0 && !sh.stop.load(Relaxed) {
@@ -227,43 +231,42 @@ fn drain_shared(v: &View, acc: &mut Acc, buf: &mut [u8], mode: Mode, sh: &Shared
             if acc.cut {
                 sh.stop.store(true, Relaxed);
             }
-            if acc.todo.len > KEEP && sh.idle.load(Relaxed) > 0 {
+            if acc.todo.len > KEEP && sh.idle.load(SeqCst) > 0 {
                 sh.locked(|q| {
                     while acc.todo.len > KEEP / 2 && q.len < q.cap {
                         acc.todo.len -= 1;
                         q.push(acc.todo.as_slice_full()[acc.todo.len]);
+                        sh.queued.fetch_add(1, SeqCst);
                     }
                 });
             }
         }
-        // Nothing of its own: take some of the others', or end when every reader is idle.
-        let mut idle = false;
+        // Nothing of its own: wait for the others' blocks, or end when every reader is idle.
+        sh.idle.fetch_add(1, SeqCst);
         loop {
-            let (took, done) = sh.locked(|q| {
-                let take = q.len.min(KEEP);
-                for _ in 0..take {
-                    q.len -= 1;
-                    acc.todo.push(q.as_slice_full()[q.len]);
-                }
-                if take > 0 {
-                    if idle {
-                        sh.idle.fetch_sub(1, Relaxed);
-                    }
-                    return (true, false);
-                }
-                if !idle {
-                    sh.idle.fetch_add(1, Relaxed);
-                }
-                (false, sh.idle.load(Relaxed) >= sh.readers.load(Relaxed) || sh.stop.load(Relaxed))
-            });
-            if took {
-                break;
-            }
-            idle = true;
-            if done {
+            if sh.stop.load(Relaxed) {
                 return;
             }
-            std::thread::yield_now();
+            if sh.queued.load(SeqCst) > 0 {
+                let took = sh.locked(|q| {
+                    let take = q.len.min(KEEP);
+                    for _ in 0..take {
+                        q.len -= 1;
+                        acc.todo.push(q.as_slice_full()[q.len]);
+                    }
+                    sh.queued.fetch_sub(take, SeqCst);
+                    take
+                });
+                if took > 0 {
+                    sh.idle.fetch_sub(1, SeqCst);
+                    break;
+                }
+                continue;
+            }
+            if sh.idle.load(SeqCst) >= sh.readers.load(SeqCst) && sh.queued.load(SeqCst) == 0 {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
         }
     }
 }
@@ -330,8 +333,11 @@ pub(super) fn read_roots(
     let work = work.as_slice();
     let next = AtomicUsize::new(0);
     let heap = Mode::Root(ReachRegion::Heap as u8, 0);
-    sh.idle.store(0, Relaxed);
+    sh.idle.store(0, SeqCst);
+    sh.queued.store(0, SeqCst);
     sh.stop.store(false, Relaxed);
+    // No reader runs yet: the queue starts empty.
+    sh.locked(|q| q.len = 0);
     let run = |acc: &mut Acc, buf: &mut [u8]| {
         while let Some(&(a, b, mode)) = work.get(next.fetch_add(1, Relaxed)) {
             read_range(v, acc, buf, a, b, mode);
