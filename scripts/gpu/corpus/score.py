@@ -280,6 +280,8 @@ def suspect_place(report: dict, suspect: dict) -> tuple[str | None, tuple[str, i
     """A suspect's name and (file, line): its headline's place, else its site's first user
     frame's (reports without headlines)."""
     headline = suspect.get("headline")
+    if headline is not None and not isinstance(headline, str):
+        raise ValueError(f"headline is {headline!r}")
     place = place_of_headline(headline)
     if place is None and not headline:
         f = first_user_frame(site_by_id(report, suspect.get("site")) or {})
@@ -923,7 +925,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"score.py: {e}", file=sys.stderr)
         return 2
     manifest = Path(args.manifest).resolve()
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpushim-corpus-"))
+    # Made only for a run (not for --list or --check).
+    work = Path(args.work or Path(tempfile.gettempdir()) / f"gpushim-corpus-{os.getpid()}-{time.time_ns()}")
     args.work = str(work.resolve())
     values = {"python": args.python, "bin": str(Path(args.work) / "bin"), "standins": args.standins}
     try:

@@ -1,5 +1,5 @@
-"""Leak, reachable: a native extension (ext_map.cpp, loaded with ctypes) keeps a 64 KiB buffer
-per request key in a std::map of its own globals; keys never repeat.
+"""Leak, reachable: a native extension (ext_map.c, loaded with ctypes) keeps a 64 KiB buffer
+per request key in a map of its own globals (map.h); keys never repeat.
 Usage: py_ext_map.py LIBEXT fast|slow   (slow: 50 ms between requests)"""
 
 import ctypes

@@ -1,4 +1,4 @@
-"""Negative: the extension's workspace cache (ext_map.cpp), one buffer per size in a std::map,
+"""Negative: the extension's workspace cache (ext_map.c), one buffer per size in a map (map.h),
 4 sizes over 300 calls: bounded, held for the run.
 Usage: py_ext_workspace.py LIBEXT"""
 
