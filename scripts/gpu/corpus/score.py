@@ -913,7 +913,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpushim", default=str(REPO / "target/release/gpushim"), help="the gpushim binary")
     ap.add_argument("--standins", default=None, help="the stand-in CUDA libraries' directory ({standins})")
     ap.add_argument("--python", default=sys.executable, help="the Python that runs the programs ({python})")
-    ap.add_argument("--work", default=None, help="where programs run and write their reports (default: a new /tmp dir)")
+    ap.add_argument(
+        "--work", default=None, help="where programs run and keep their reports (default: a /tmp dir, removed after)"
+    )
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "target/corpus-out"), help="results")
     ap.add_argument("--expect-min", action="append", default=[], metavar="METRIC=VALUE,...", help=", ".join(METRICS))
     ap.add_argument("--list", action="store_true", help="list the programs and their labels, run nothing")
@@ -925,7 +927,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"score.py: {e}", file=sys.stderr)
         return 2
     manifest = Path(args.manifest).resolve()
-    # Made only for a run (not for --list or --check).
+    # Made only for a run (not for --list or --check); one made here is removed after the run (its
+    # files are in the tarball).
+    own_work = not args.work
     work = Path(args.work or Path(tempfile.gettempdir()) / f"gpushim-corpus-{os.getpid()}-{time.time_ns()}")
     args.work = str(work.resolve())
     values = {"python": args.python, "bin": str(Path(args.work) / "bin"), "standins": args.standins}
@@ -952,7 +956,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (work / "bin").mkdir(parents=True, exist_ok=True)
-    print(f"score.py: {len(programs)} programs of {manifest.name}, {args.jobs} at once; work in {work}", flush=True)
+    print(f"score.py: {len(programs)} programs of {manifest.name}, {args.jobs} at once, in {work}", flush=True)
     t0 = time.monotonic()
     meta = {"manifest": str(manifest.relative_to(REPO)) if manifest.is_relative_to(REPO) else str(manifest)}
     meta.update(versions(data, gpushim))
@@ -978,6 +982,8 @@ def main(argv: list[str] | None = None) -> int:
     doc["programs"] = results
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     left = write_tarball(work, out / "corpus-logs.tar.gz", results)
+    if own_work:
+        shutil.rmtree(work, ignore_errors=True)
     print(f"results in {out}: table.txt, accuracy.md, results.json, corpus-logs.tar.gz", end="")
     print(f" (left out: {left})" if left else "")
     if failed:
