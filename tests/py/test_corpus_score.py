@@ -515,3 +515,14 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert score.main([*base, "--list"]) == 0
     assert "leaky-fast" in capsys.readouterr().out
     assert not os.path.exists(tmp_path / "w")
+
+
+def test_past_the_deadline_programs_are_stopped_or_not_run_and_the_results_still_written(tmp_path):
+    g, m = fake_setup(tmp_path)
+    out = tmp_path / "out"
+    args = ["--manifest", str(m), "--gpushim", str(g), "--out", str(out), "--work", str(tmp_path / "w")]
+    assert score.main([*args, "--jobs", "1", "--deadline", "2", "--only", "hang", "clean"]) == 0
+    by = {r["name"]: r for r in json.loads((out / "results.json").read_text())["programs"]}
+    assert by["hang"]["error"].endswith("(the run's deadline)")
+    assert by["clean"]["error"] == "not run: past the run's deadline (2 s)"
+    assert "ERROR: not run" in (out / "accuracy.md").read_text()

@@ -676,6 +676,13 @@ class Runner:
         self.lock = threading.Lock()
         self.build_errors: dict[str, str] = {}
         self.done = 0
+        self.t0 = time.monotonic()
+
+    def time_left(self) -> float | None:
+        """Seconds until the run's --deadline (None: no deadline)."""
+        if self.args.deadline is None:
+            return None
+        return self.args.deadline - (time.monotonic() - self.t0)
 
     def log(self, text: str) -> None:
         with self.lock:
@@ -737,10 +744,16 @@ class Runner:
         elapsed = 0.0
         rc = None
         note = None
+        left = self.time_left()
+        cut = False
         if failed:
             error = failed[0]
+        elif left is not None and left <= 0:
+            error = f"not run: past the run's deadline ({self.args.deadline:.0f} s)"
         else:
             timeout = float(self.args.timeout or p.timeout_s or 300)
+            if left is not None and left < timeout:
+                timeout, cut = max(left, 1.0), True
             cmd = [str(self.args.gpushim), "run", "-o", str(run_dir), "--", *p.command]
             (run_dir / "command.txt").write_text(
                 " ".join(f"{k}={v}" for k, v in p.env.items()) + (" " if p.env else "") + " ".join(cmd) + "\n"
@@ -748,7 +761,7 @@ class Runner:
             rc, elapsed, pid = self.run_process(cmd, run_dir, self.env_for(p, run_dir), timeout, run_dir / "program")
             path, note = find_final_report(run_dir, pid)
             if rc is None:
-                error = f"timed out after {timeout:.0f} s"
+                error = f"timed out after {timeout:.0f} s" + (" (the run's deadline)" if cut else "")
             elif rc != 0:
                 tail = (run_dir / "program.stderr").read_text(errors="replace").strip().splitlines()
                 error = f"exit status {rc}" + (f": {short(tail[-1], 120)}" if tail else "")
@@ -768,7 +781,8 @@ class Runner:
         res["exit_status"] = rc
         if note:
             res["note"] = note
-        if self.args.sanitizer and p.sanitizer and not failed:
+        left = self.time_left()
+        if self.args.sanitizer and p.sanitizer and not failed and (left is None or left > 0):
             res["sanitizer"] = self.run_sanitizer(p, run_dir)
         with self.lock:
             self.done += 1
@@ -800,6 +814,9 @@ class Runner:
         env = dict(os.environ)
         env.update(p.env)
         timeout = 3 * float(self.args.timeout or p.timeout_s or 300)
+        left = self.time_left()
+        if left is not None:
+            timeout = max(min(timeout, left), 1.0)
         rc, secs, _ = self.run_process(cmd, run_dir, env, timeout, run_dir / "sanitizer")
         text = (run_dir / "sanitizer.stdout").read_text(errors="replace") + (run_dir / "sanitizer.stderr").read_text(
             errors="replace"
@@ -909,6 +926,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", default=[], metavar="NAME", help="programs to run (names or globs)")
     ap.add_argument("--jobs", type=int, default=8, help="programs run at once (default 8)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per program (default: the manifest's)")
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds for the whole run: programs not started by then are not run, running ones are stopped\n"
+        "(each is scored wrong, with the reason), and the results are written",
+    )
     ap.add_argument("--sanitizer", action="store_true", help="also run compute-sanitizer's leak check where labelled")
     ap.add_argument("--gpushim", default=str(REPO / "target/release/gpushim"), help="the gpushim binary")
     ap.add_argument("--standins", default=None, help="the stand-in CUDA libraries' directory ({standins})")
@@ -963,6 +987,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     needed = {n for p in programs for n in p.needs}
     runner = Runner(args, [b for b in builds if b.name in needed], programs)
+    runner.t0 = t0  # the deadline counts from the start
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         list(pool.map(runner.build, [b for b in builds if b.name in needed]))
         order = sorted(programs, key=lambda p: -p.cost)
