@@ -716,7 +716,9 @@ class Runner:
     def build(self, b: Build) -> None:
         d = self.work / "builds"
         d.mkdir(parents=True, exist_ok=True)
-        rc, secs, _ = self.run_process(b.command, d, dict(os.environ), 600, d / b.name)
+        left = self.time_left()
+        timeout = 600.0 if left is None else max(min(600.0, left), 1.0)
+        rc, secs, _ = self.run_process(b.command, d, dict(os.environ), timeout, d / b.name)
         if rc != 0:
             err = (d / f"{b.name}.stderr").read_text(errors="replace").strip().splitlines()
             why = err[-1] if err else ""
