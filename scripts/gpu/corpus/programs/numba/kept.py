@@ -23,7 +23,7 @@ host = np.random.random(1 << 20).astype(np.float32)
 kept = []
 for step in range(60):
     d = cuda.to_device(host)  # @leak
-    scale[(d.size + 255) // 256, 256](d, step)
+    scale[(d.size + 255) // 256, 256](d, float(step + 1))
     kept.append(d)
     if SLOW:
         time.sleep(0.08)
