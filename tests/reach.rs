@@ -173,6 +173,47 @@ fn pointers_spread_over_many_mappings_are_found_by_any_number_of_threads_reading
     }
 }
 
+/// A Python program that keeps its device pointers only as Python ints (as cuda-python's
+/// `cudaMalloc` hands them out, and ctypes users keep `p.value`): CPython stores an int of 31 to
+/// 60 bits as two 30-bit digits, so no word of its memory holds the address as such.
+const INTS_PY: &str = r#"import ctypes
+import sys
+
+cudart = ctypes.CDLL(sys.argv[1])
+cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+kept = []
+
+
+def alloc():
+    p = ctypes.c_void_p()
+    if cudart.cudaMalloc(ctypes.byref(p), 8192) != 0:
+        raise SystemExit("cudaMalloc failed")
+    return p.value
+
+
+for _ in range(20):
+    kept.append(alloc())
+# The ctypes objects that held the raw pointers are gone; their memory may be reused.
+junk = [ctypes.c_void_p(0) for _ in range(1000)]
+print("ok")
+"#;
+
+#[test]
+fn device_pointers_kept_as_python_ints_are_reachable() {
+    let t = Target::new(crate::python::python3(), "reach-ints").env("STANDIN_DEVICE_VA", "1");
+    let script = t.dir.path().join("ints.py");
+    std::fs::write(&script, INTS_PY).unwrap();
+    let cudart = standin("libcudart.so.13");
+    let t = t.args(&[script.to_str().unwrap(), cudart.to_str().unwrap()]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(scan(&r)["status"], "complete", "{d}");
+    // Every one of the 20 is held by the list's ints: none is definitely lost.
+    assert_eq!(classes(&r).0, 0, "{d}");
+    assert_eq!(classes(&r).2, 20, "{d}");
+}
+
 #[test]
 fn a_block_the_program_mallocs_after_the_shim_started_is_the_programs() {
     // Blocks of 24 to 768 bytes, malloc'd after the first CUDA call and chained from a global,

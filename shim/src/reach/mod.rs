@@ -51,7 +51,8 @@
 //! blocks `malloc` got from `mmap` are anonymous mappings, read whole as roots.
 //!
 //! **References.** An 8-byte aligned word whose value lies in `[ptr, ptr + size)` of a live
-//! device, managed or pinned allocation; interior pointers count and are reported as such.
+//! device, managed or pinned allocation, or whose two halves are the 30-bit digits of a CPython
+//! int with such a value (`pass`); interior pointers count and are reported as such.
 //! The index is sorted by address and searched by binary search, behind one range compare.
 //!
 //! **Racy, so twice.** Other threads are not stopped (a signal would interrupt their system
