@@ -215,6 +215,15 @@ fn device_pointers_kept_as_python_ints_are_reachable() {
 }
 
 #[test]
+fn pointers_in_shared_anonymous_memory_are_read() {
+    // reach.c's `shared-anon`: 3 kept only in a MAP_SHARED | MAP_ANONYMOUS mapping, listed as
+    // "/dev/zero (deleted)", 2 dropped.
+    let (r, d) = reach("shared-anon", &[]);
+    assert_eq!(scan(&r)["status"], "complete", "{d}");
+    assert_eq!(classes(&r), (2, 0, 3), "{d}");
+}
+
+#[test]
 fn a_block_the_program_mallocs_after_the_shim_started_is_the_programs() {
     // Blocks of 24 to 768 bytes, malloc'd after the first CUDA call and chained from a global,
     // each holding a device pointer: all 7 allocations reachable (with 24- and 64-byte blocks,

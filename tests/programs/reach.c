@@ -282,6 +282,26 @@ static NOINLINE int spread(void)
     return 0;
 }
 
+/* 3 device pointers kept only in shared anonymous memory (MAP_SHARED | MAP_ANONYMOUS, which
+ * the kernel lists as "/dev/zero (deleted)"), 2 dropped: 3 reachable, 2 lost. */
+static NOINLINE int shared_anon(void)
+{
+    void **map = mmap(NULL, 1u << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED)
+        return 1;
+    for (int i = 0; i < 5; i++) {
+        void *p;
+        if (cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+            return 1;
+        if (i < 3)
+            map[1000 * i] = p;
+        p = NULL;
+    }
+    device_holder = map;
+    clear_stack();
+    return 0;
+}
+
 /* Three allocations, all freed: nothing to scan for. */
 static NOINLINE int all_freed(void)
 {
@@ -327,6 +347,8 @@ int main(int argc, char **argv)
         rc = block_after_start();
     else if (strcmp(s, "spread") == 0)
         rc = spread();
+    else if (strcmp(s, "shared-anon") == 0)
+        rc = shared_anon();
     else {
         fprintf(stderr, "reach: unknown scenario %s\n", s);
         return 2;

@@ -19,7 +19,8 @@
 //! to 8 threads at once (`roots`; `GPUSHIM_REACHABILITY_THREADS`), read with
 //! `process_vm_readv` on this process, which fails cleanly (`EFAULT`) on a page unmapped
 //! meanwhile: no SIGSEGV handler is installed and nothing faults. It leaves out:
-//! - device-file mappings (`/dev/…` other than `/dev/shm`, e.g. `/dev/nvidia*`), `[vvar]`,
+//! - device-file mappings (`/dev/…` other than `/dev/shm` and `/dev/zero`, the name of shared
+//!   anonymous memory; e.g. `/dev/nvidia*`), `[vvar]`,
 //!   `[vsyscall]`;
 //! - the bytes of live device and managed allocations (reading managed memory migrates pages;
 //!   device memory is not host memory, although the stand-ins back it with host memory);

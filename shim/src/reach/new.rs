@@ -84,7 +84,7 @@ impl Scan {
                 || path.starts_with("[vvar")
                 || path.starts_with("[vsyscall")
                 || path.starts_with("[vdso")
-                || (path.starts_with("/dev/") && !path.starts_with("/dev/shm/"))
+                || (path.starts_with("/dev/") && !path.starts_with("/dev/shm/") && !path.starts_with("/dev/zero"))
             {
                 continue;
             }
