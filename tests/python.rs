@@ -619,7 +619,7 @@ print("backward done")
 
 #[test]
 fn each_backward_pass_gives_the_engine_threads_allocations_its_own_line() {
-    let t = Target::new(&python3(), "py-autograd-many");
+    let t = Target::new(python3(), "py-autograd-many");
     let dir = t.dir.path().to_path_buf();
     let script = dir.join("train.py");
     std::fs::write(&script, MANY_PY).unwrap();
