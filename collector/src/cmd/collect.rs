@@ -129,7 +129,7 @@ fn check_settings(get: &dyn Fn(&str) -> Option<String>, err: &mut dyn Write) {
             let _ = writeln!(
                 err,
                 "gpushim: GPUSHIM_NVML_INTERVAL_MS={v} is not a whole number of ms above 0; using {}",
-                crate::nvml::DEFAULT_INTERVAL_MS
+                crate::explain::nvml::DEFAULT_INTERVAL_MS
             );
         }
     }
@@ -162,7 +162,7 @@ fn count_setting(name: &str, value: Option<&str>, err: &mut dyn Write) -> Option
 fn confirm_to_shim() {
     use std::os::fd::{AsFd, AsRawFd};
     if let Ok(fd) = io::stdin().as_fd().try_clone_to_owned() {
-        let _ = File::from(fd).write_all(b"\n");
+        let _ = File::from(fd).write_all(gpushim_wire::END_OF_STREAM);
     }
     // SAFETY: shutdown on our own standard input; on anything but a socket it fails (ENOTSOCK)
     // and changes nothing.
@@ -201,7 +201,7 @@ mod tests {
                  gpushim: GPUSHIM_NVML=maybe is not 0 or 1; NVML is sampled\n\
                  gpushim: GPUSHIM_DEFAULT_SUPPRESSIONS=x is not 0 or 1; the built-in suppressions are used\n\
                  gpushim: GPUSHIM_NVML_INTERVAL_MS=0 is not a whole number of ms above 0; using {}\n",
-                crate::nvml::DEFAULT_INTERVAL_MS
+                crate::explain::nvml::DEFAULT_INTERVAL_MS
             )
         );
         let mut err = Vec::new();

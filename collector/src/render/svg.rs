@@ -8,8 +8,8 @@ use inferno::flamegraph::color::{BasicPalette, Palette};
 use inferno::flamegraph::{self, Options};
 
 use super::{Render, TextOptions};
+use crate::report::words::{fmt_bytes, shell_words};
 use crate::report::Report;
-use crate::words::{fmt_bytes, shell_words};
 
 /// The SVG format.
 pub struct Svg(pub TextOptions);
@@ -38,7 +38,7 @@ impl Render for Svg {
             "{}: {} live in {}; width is live bytes",
             shell_words(&r.command),
             fmt_bytes(r.totals.live_bytes),
-            crate::words::count(r.totals.live_count, "allocation")
+            crate::report::words::count(r.totals.live_count, "allocation")
         ));
         opts.count_name = "bytes".to_string();
         opts.name_type = "Function:".to_string();

@@ -25,36 +25,7 @@
 
 use std::sync::OnceLock;
 
-use serde::{Deserialize, Serialize};
-
-use crate::report::Frame;
-
-/// Whose code a frame is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Class {
-    /// The program's own code.
-    #[default]
-    User,
-    /// A GPU framework: PyTorch, JAX/XLA, CuPy, Numba, TensorFlow, Triton, cudarc.
-    Framework,
-    /// A library of NVIDIA's CUDA toolkit or Python wheels (cuBLAS, cuDNN, NCCL, …).
-    Vendor,
-    /// The CUDA runtime or driver, or a language runtime (libc, libstdc++, CPython).
-    Runtime,
-}
-
-impl Class {
-    /// The name used in reports: `user`, `framework`, `vendor` or `runtime`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Class::User => "user",
-            Class::Framework => "framework",
-            Class::Vendor => "vendor",
-            Class::Runtime => "runtime",
-        }
-    }
-}
+use crate::report::{Class, Frame};
 
 /// What one rule of the table looks at.
 #[derive(Clone, Copy, Debug)]
@@ -402,7 +373,7 @@ pub fn headline(frames: &[Frame], thread_name: Option<&str>) -> Option<Headline>
         });
     if let Some(i) = frames.iter().position(|f| f.class == Class::User) {
         let user = &frames[i];
-        let label = crate::words::frame_label(user);
+        let label = crate::report::words::frame_label(user);
         let mut text = match frames[..i].iter().rev().find(public) {
             Some(entry) => format!("{label} via {}", clean(&short_function(entry))),
             None => label.clone(),

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use gpushim_wire::Failed;
 
-use crate::live::{Op, State};
+use crate::account::live::{Op, State};
 
 /// The reorder buffer's bound when `GPUSHIM_REORDER_MIB` is not set: 64 MiB, bytes.
 ///
@@ -104,6 +104,7 @@ impl Default for Tracker {
 }
 
 impl Tracker {
+    #[cfg(test)]
     /// An empty tracker expecting sequence number 0 first, its buffer bounded to
     /// [`DEFAULT_REORDER_BYTES`].
     pub fn new() -> Tracker {
@@ -167,6 +168,7 @@ impl Tracker {
         self.waiting
     }
 
+    #[cfg(test)]
     /// Bytes the buffer's slots take now (its allocated capacity).
     pub fn buffer_bytes(&self) -> usize {
         self.pending.capacity() * std::mem::size_of::<Option<Op>>()
@@ -324,7 +326,7 @@ impl Tracker {
 
     /// The buffer is full: releases the oldest waiting events in order, giving up on the
     /// numbers missing among them, until the next number to apply is at least `to`. The numbers
-    /// given up on are counted in [`crate::gauge::Totals::reorder_overflow`] and remembered, so
+    /// given up on are counted in [`crate::account::gauge::Totals::reorder_overflow`] and remembered, so
     /// that their events are applied if they come later.
     fn overflow(&mut self, to: u64, obs: &mut dyn Observer) {
         while self.next_seq < to {
@@ -392,8 +394,8 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gauge::{Gauge, Totals};
-    use crate::live::tests::{alloc, apply_all, failed, free};
+    use crate::account::gauge::{Gauge, Totals};
+    use crate::account::live::tests::{alloc, apply_all, failed, free};
     use gpushim_wire::Kind;
 
     fn scenario() -> Vec<Op> {

@@ -1,6 +1,6 @@
 //! Who owns each live allocation: the allocator or library whose code made it, read from the
 //! innermost frames of its stack, and the line of the program's own code it came from (for the
-//! leak ranking's grouping of sites by line, [`crate::rank::Hints`]).
+//! leak ranking's grouping of sites by line, [`crate::account::rank::Hints`]).
 //!
 //! [`RULES`] is the one table of owners: each rule names an owner and the substrings of a
 //! function name, a module path or a Python source path that mark its code. A stack's owner is
@@ -26,7 +26,7 @@ pub struct Rule {
     /// The owner's name as reports show it.
     pub owner: &'static str,
     /// True for a caching pool: it keeps freed memory for reuse, so its growth up to a working
-    /// set and then a plateau is a pool warming up, not a leak (see [`crate::rank`]).
+    /// set and then a plateau is a pool warming up, not a leak (see [`crate::account::rank`]).
     pub pool: bool,
     /// Substrings of a demangled function name.
     pub functions: &'static [&'static str],

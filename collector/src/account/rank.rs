@@ -46,10 +46,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::gauge::SiteStats;
-use crate::live::State;
+use crate::account::gauge::SiteStats;
+use crate::account::live::State;
+use crate::report::words::{fmt_bytes, fmt_period};
 use crate::report::Suspect;
-use crate::words::{fmt_bytes, fmt_period};
 
 /// Fewest live allocations (and distinct allocation times) a suspect must have.
 pub const MIN_LIVE: u64 = 3;
@@ -99,7 +99,7 @@ struct Track<'a> {
     /// The site reported (the union's member with most live bytes).
     id: u32,
     /// Live bytes and count (a teardown's sweep counted as live) and peak live bytes.
-    gauge: crate::gauge::Gauge,
+    gauge: crate::account::gauge::Gauge,
     alloc_count: u64,
     free_count: u64,
     swept_count: u64,
@@ -108,7 +108,7 @@ struct Track<'a> {
     first_alloc_ns: u64,
     last_alloc_ns: u64,
     /// One site's live bytes over time ...
-    series: Option<&'a crate::gauge::SiteSeries>,
+    series: Option<&'a crate::account::gauge::SiteSeries>,
     /// ... or a union's: `(time, summed live bytes)` at each point of its members' series.
     summed: Vec<(u64, u64)>,
     /// Distinct sorted times of the live allocations.
@@ -138,7 +138,7 @@ impl Track<'_> {
 
 /// The sum of step functions `series` (each the value of its last point at or before a time,
 /// 0 before its first), at every point of any of them: one sweep, O(n log n) in all points.
-fn sum_series(series: &[&crate::gauge::SiteSeries]) -> Vec<(u64, u64)> {
+fn sum_series(series: &[&crate::account::gauge::SiteSeries]) -> Vec<(u64, u64)> {
     let mut steps: Vec<(u64, usize, u64)> =
         series.iter().enumerate().flat_map(|(i, s)| s.points().iter().map(move |&(t, v)| (t, i, v))).collect();
     steps.sort_unstable_by_key(|&(t, i, _)| (t, i));
@@ -163,7 +163,7 @@ fn track<'a>(sites: &[&'a SiteStats], live: &[(u64, u64)], pool: bool) -> Track<
     times.dedup();
     let first = times.first().copied().unwrap_or(0);
     let grown = live.iter().filter(|&&(t, _)| t > first).map(|&(_, size)| size).fold(0, u64::saturating_add);
-    let mut gauge = crate::gauge::Gauge::default();
+    let mut gauge = crate::account::gauge::Gauge::default();
     for s in sites {
         gauge.live_count = gauge.live_count.saturating_add(s.gauge.live_count).saturating_add(s.swept_count);
         gauge.live_bytes = gauge.live_bytes.saturating_add(s.gauge.live_bytes).saturating_add(s.swept_bytes);
@@ -409,8 +409,8 @@ pub fn group(suspects: Vec<Suspect>, key_of: impl Fn(u32) -> Option<String>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::tests::{alloc, free};
-    use crate::live::{Op, State};
+    use crate::account::live::tests::{alloc, free};
+    use crate::account::live::{Op, State};
     use gpushim_testkit::{MIB, MS};
     use gpushim_wire::Kind;
 
@@ -556,7 +556,7 @@ mod tests {
             ops.push(alloc(0, 160 * US + i * 10_400, 0xe000_0000 + i * 0x40_0000, 4 * MIB, Kind::Device, 0, 1));
         }
         for (seq, mut op) in ops.into_iter().enumerate() {
-            if let crate::live::Op::Alloc(a) = &mut op {
+            if let crate::account::live::Op::Alloc(a) = &mut op {
                 a.seq = seq as u64;
             }
             s.apply(&op);
@@ -645,8 +645,8 @@ mod tests {
 
     #[test]
     fn summed_series_is_the_sum_of_the_step_functions_at_every_point() {
-        let mut a = crate::gauge::SiteSeries::default();
-        let mut b = crate::gauge::SiteSeries::default();
+        let mut a = crate::account::gauge::SiteSeries::default();
+        let mut b = crate::account::gauge::SiteSeries::default();
         a.record(10, 5);
         a.record(30, 7);
         b.record(20, 100);

@@ -1,5 +1,5 @@
 //! Where the GPU memory is: per device, live bytes per owner (collector/src/owners.rs), then the
-//! driver's view of the process's device memory ([`crate::nvml`]) and the untraced remainder,
+//! driver's view of the process's device memory ([`crate::explain::nvml`]) and the untraced remainder,
 //! and the finding when the untraced part grew over the run.
 //!
 //! Untraced memory is device memory the driver counts for the process that no allocation call
@@ -11,9 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::nvml::DriverView;
+use crate::explain::nvml::DriverView;
+use crate::report::words::fmt_bytes;
 use crate::report::{GpuMemory, OwnerBytes, Timeline};
-use crate::words::fmt_bytes;
 
 /// Untraced growth over the run below this many bytes is not a finding (lazily loaded kernels
 /// at start-up add tens of MiB).
@@ -127,7 +127,7 @@ pub fn table(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nvml::Sample;
+    use crate::explain::nvml::Sample;
     use crate::report::TimelinePoint;
 
     const MIB: u64 = 1 << 20;

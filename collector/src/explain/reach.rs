@@ -16,10 +16,10 @@ use std::collections::{BTreeMap, HashMap};
 use gpushim_wire::{Reach, ReachClass, ReachRegion, ReachStatus};
 use serde::{Deserialize, Serialize};
 
-use crate::live::State;
+use crate::account::live::State;
+use crate::explain::symbolize::Symbolizer;
+use crate::report::words::fmt_bytes;
 use crate::report::{Frame, FrameworkHeld, Held, Reachability, Report, SiteReach};
-use crate::symbolize::Symbolizer;
-use crate::words::fmt_bytes;
 
 /// How many of the most referenced reachable allocations are listed with where they are held.
 pub const MOST_REFERENCED: usize = 10;

@@ -14,7 +14,7 @@ use blazesym::inspect::Inspector;
 use blazesym::SymType;
 use gpushim_wire::Module;
 
-use crate::symbolize::Symbolizer;
+use crate::explain::symbolize::Symbolizer;
 
 /// `2 * n` return addresses spread evenly over the functions of `path` (its own virtual
 /// addresses, plus one: a return address points after the call), as two disjoint batches.

@@ -2,7 +2,7 @@
 //! accounting each event makes of it ([`State`]).
 //!
 //! Everything here is pure: no I/O, no clocks. Events must be applied in sequence order; the
-//! reorder buffer ([`Tracker`](crate::reorder::Tracker)) puts them in that order.
+//! reorder buffer ([`Tracker`](crate::account::reorder::Tracker)) puts them in that order.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -12,9 +12,9 @@ use gpushim_wire::{
     GraphNode, HandleRef, Kind, Map, Reset, Unmap,
 };
 
-use crate::gauge::{Gauge, SiteSeries, SiteStats, Totals};
-use crate::timeline::Timeline;
-use crate::vmm::{Released, Vmm};
+use crate::account::gauge::{Gauge, SiteSeries, SiteStats, Totals};
+use crate::account::timeline::Timeline;
+use crate::account::vmm::{Released, Vmm};
 
 /// At most this many failed allocations are kept individually; the rest are only counted.
 pub const MAX_FAILURES: usize = 1000;
@@ -1198,7 +1198,7 @@ pub(crate) mod tests {
         assert_eq!(counts(&apply_all(&ops[..5])), (MIB64, 1, 0, 0), "one reference left after the unmap");
         let s = apply_all(&ops);
         assert_eq!(counts(&s), (0, 0, 1, 0));
-        assert_eq!(s.vmm.devices[&0], crate::vmm::VmmGauge { peak_mapped_bytes: MIB64, ..Default::default() });
+        assert_eq!(s.vmm.devices[&0], crate::account::vmm::VmmGauge { peak_mapped_bytes: MIB64, ..Default::default() });
     }
 
     #[test]

@@ -12,11 +12,11 @@ use anyhow::{Context as _, Result};
 use gpushim_wire::{HeapWalk, WalkReason, WalkStatus};
 use serde::Deserialize;
 
-use crate::live::State;
+use crate::account::live::State;
+use crate::report::words::fmt_bytes;
 pub use crate::report::{
     BlockFrame, BlockStack, HeldObject, HolderLine, Holders, SiteHolders, Walk, HOLDERS_SCHEMA as SCHEMA,
 };
-use crate::words::fmt_bytes;
 
 /// Most objects listed per site (the largest).
 pub const TOP_OBJECTS: usize = 10;
@@ -179,11 +179,11 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
     let message = match h.status {
         WalkStatus::Complete => format!("walked {} Python objects", h.visited),
         WalkStatus::Cut => {
-            format!("walk cut after {} (GPUSHIM_HEAP_WALK_MS)", crate::words::count(h.visited, "object"))
+            format!("walk cut after {} (GPUSHIM_HEAP_WALK_MS)", crate::report::words::count(h.visited, "object"))
         }
         WalkStatus::Blocked => format!(
             "no walk: the main thread ran no Python code for {} (blocked in native code?)",
-            crate::words::fmt_seconds(h.elapsed_ns as f64 / 1e9)
+            crate::report::words::fmt_seconds(h.elapsed_ns as f64 / 1e9)
         ),
         WalkStatus::Failed => "no walk: the walker failed".to_string(),
         WalkStatus::Skipped => "no walk: another walk was waiting or running".to_string(),
@@ -405,7 +405,7 @@ pub fn site_lines(s: &SiteHolders, max: usize, walk_status: &str) -> Vec<String>
             fmt_bytes(s.live_bytes),
             fmt_bytes(s.cached_bytes),
             fmt_bytes(s.object_bytes),
-            crate::words::count(s.objects, "object")
+            crate::report::words::count(s.objects, "object")
         )
     } else if !walk_status.is_empty() && walk_status != "complete" {
         format!(
@@ -413,7 +413,7 @@ pub fn site_lines(s: &SiteHolders, max: usize, walk_status: &str) -> Vec<String>
             fmt_bytes(s.in_use_bytes),
             fmt_bytes(s.live_bytes),
             fmt_bytes(s.object_bytes),
-            crate::words::count(s.objects, "object"),
+            crate::report::words::count(s.objects, "object"),
         )
     } else {
         format!(
@@ -421,7 +421,7 @@ pub fn site_lines(s: &SiteHolders, max: usize, walk_status: &str) -> Vec<String>
             fmt_bytes(s.in_use_bytes),
             fmt_bytes(s.live_bytes),
             fmt_bytes(s.object_bytes),
-            crate::words::count(s.objects, "object"),
+            crate::report::words::count(s.objects, "object"),
             fmt_bytes(s.cached_bytes)
         )
     };
@@ -438,7 +438,7 @@ pub fn site_lines(s: &SiteHolders, max: usize, walk_status: &str) -> Vec<String>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::Op;
+    use crate::account::live::Op;
     use gpushim_testkit::alloc;
     use gpushim_wire::Event;
 

@@ -27,7 +27,7 @@ const EVAL_FRAME: &str = "_PyEval_EvalFrameDefault";
 /// True if and only if `filename` is not the user's Python code: a GPU framework's package, the
 /// standard library (the table of `frames.rs`).
 pub fn is_internal_file(filename: &str) -> bool {
-    crate::frames::Table::global().classify(filename, "") != crate::frames::Class::User
+    crate::explain::frames::Table::global().classify(filename, "") != crate::report::Class::User
 }
 
 struct Code {
@@ -119,7 +119,7 @@ impl Python {
     /// `function`: `co_filename`, the line, `co_name`): named by the qualified name of the code
     /// object of this stream in that file that starts nearest above the line, when its name is
     /// `function` (PyTorch records `co_name`; the shim's frames give `co_qualname`), and
-    /// classed as a frame of the stack would be ([`crate::frames::mark`]).
+    /// classed as a frame of the stack would be ([`crate::explain::frames::mark`]).
     pub fn block_frame(&self, file: &str, line: u32, function: &str) -> Frame {
         // The code of this file that starts nearest above the line, whatever its name: when it
         // is another function (the block's own code was never seen), the recorded name stays.
@@ -139,7 +139,7 @@ impl Python {
             python: true,
             ..Frame::default()
         };
-        crate::frames::mark(std::slice::from_mut(&mut f));
+        crate::explain::frames::mark(std::slice::from_mut(&mut f));
         f
     }
 

@@ -27,7 +27,7 @@
 
 use std::sync::OnceLock;
 
-use crate::frames::glob;
+use crate::explain::frames::glob;
 use crate::report::Frame;
 
 /// The default suppressions, embedded.

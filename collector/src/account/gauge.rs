@@ -1,11 +1,11 @@
 //! The gauges the live set keeps: live bytes, live count and their peak ([`Gauge`]) for the
 //! whole process ([`Totals`], with its counters), per kind and per device (a [`Gauge`] each,
-//! held by [`State`](crate::live::State)), and per site ([`SiteStats`], with its live bytes
+//! held by [`State`](crate::account::live::State)), and per site ([`SiteStats`], with its live bytes
 //! over time in a [`SiteSeries`]).
 
 use gpushim_wire::{Api, Kind};
 
-use crate::series::Series;
+use crate::account::series::Series;
 
 /// At most this many points are kept in a site's [`SiteSeries`].
 pub const SERIES_MAX: usize = 256;
@@ -56,12 +56,12 @@ pub struct Totals {
     /// Allocations that returned an address that was still live: a free was missed.
     pub replaced_count: u64,
     /// Sequence numbers given up on because the reorder buffer was full (the events after
-    /// them were applied without waiting longer; see [`crate::reorder::Tracker`]).
+    /// them were applied without waiting longer; see [`crate::account::reorder::Tracker`]).
     pub reorder_overflow: u64,
     /// Events of those numbers that arrived afterwards and were applied then, out of order.
     pub late_count: u64,
     /// Sites (distinct stacks) forgotten because more than the bound were kept, none of them
-    /// with a live allocation (see [`crate::live::State::set_max_stacks`]).
+    /// with a live allocation (see [`crate::account::live::State::set_max_stacks`]).
     pub evicted_stacks: u64,
 }
 

@@ -11,8 +11,8 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
+use crate::report::words::{first_user_frame, fmt_bytes, fmt_bytes_delta, fmt_seconds, frame_label};
 use crate::report::{Frame, KindTotals, Report, Site};
-use crate::words::{first_user_frame, fmt_bytes, fmt_bytes_delta, fmt_seconds, frame_label};
 
 /// The formats `gpushim diff` offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -166,7 +166,7 @@ fn describe(r: &Report) -> String {
 }
 
 /// A holder group (the heap walk's companion files, CPython targets) compared between the two
-/// reports: matched by its path without counts ([`crate::holders::holder_label`]).
+/// reports: matched by its path without counts ([`crate::explain::holders::holder_label`]).
 #[derive(Serialize)]
 struct HolderChange {
     label: String,
@@ -179,8 +179,8 @@ struct HolderChange {
 /// first; empty unless `new` has a walk. A side without a walk counts as holding nothing.
 fn holder_changes(old: &Report, new: &Report) -> Vec<HolderChange> {
     let Some(nh) = new.holders.as_ref() else { return Vec::new() };
-    let before = old.holders.as_ref().map(crate::holders::group_totals).unwrap_or_default();
-    let mut v: Vec<HolderChange> = crate::holders::group_totals(nh)
+    let before = old.holders.as_ref().map(crate::explain::holders::group_totals).unwrap_or_default();
+    let mut v: Vec<HolderChange> = crate::explain::holders::group_totals(nh)
         .into_iter()
         .filter_map(|(label, (how, objects, bytes))| {
             let (o_objects, o_bytes) = before.get(&label).map_or((0, 0), |b| (b.1, b.2));
@@ -783,7 +783,7 @@ mod holder_tests {
 
     fn walk(sites: Vec<Vec<HolderLine>>) -> Holders {
         Holders {
-            schema: crate::holders::SCHEMA.into(),
+            schema: crate::explain::holders::SCHEMA.into(),
             pid: 7,
             reason: "snapshot".into(),
             number: Some(1),

@@ -82,7 +82,7 @@ pub(crate) mod tests {
             address: format!("0x7f00{}", &offset[2..]),
             offset: Some(offset.into()),
             internal,
-            class: if internal { crate::frames::Class::Runtime } else { crate::frames::Class::User },
+            class: if internal { crate::report::Class::Runtime } else { crate::report::Class::User },
             ..Frame::default()
         }
     }

@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
-use crate::diff::site_key;
-use crate::identity;
+use crate::compare::diff::site_key;
+use crate::explain::identity;
+use crate::report::words::{first_user_frame, fmt_bytes, frame_label};
 use crate::report::Report;
-use crate::words::{first_user_frame, fmt_bytes, frame_label};
 
 /// The `schema` of the job view's JSON.
 pub const SCHEMA: &str = "gpushim.job.v1";

@@ -12,22 +12,23 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 use gpushim_wire::Module;
 
-use crate::pyframes::Python;
+use crate::explain::pyframes::Python;
 use crate::report::Frame;
 
 /// Module file-name prefixes of the shim itself; its frames are dropped.
 const SHIM_PREFIXES: &[&str] = &["libgpushim"];
 
 /// True if and only if source file `file` belongs to a CUDA wrapper library (see
-/// [`crate::frames::is_wrapper_source`]).
+/// [`crate::explain::frames::is_wrapper_source`]).
 pub fn is_internal_source(file: &str) -> bool {
-    crate::frames::is_wrapper_source(file)
+    crate::explain::frames::is_wrapper_source(file)
 }
 
+#[cfg(test)]
 /// True if and only if a frame in module `path` running `function` is not the user's code
 /// (the table of `frames.rs`).
 pub fn is_internal(path: &str, function: &str) -> bool {
-    crate::frames::Table::global().classify(path, function) != crate::frames::Class::User
+    crate::explain::frames::Table::global().classify(path, function) != crate::report::Class::User
 }
 
 fn is_shim(path: &str) -> bool {
@@ -98,11 +99,11 @@ impl Symbolizer {
 
     /// The frames of stack `id` whose return addresses are `addrs`: [`Symbolizer::stack`], with
     /// the stack's Python frames merged in where the interpreter's frames stand, each frame's
-    /// class marked ([`crate::frames::mark`]).
+    /// class marked ([`crate::explain::frames::mark`]).
     pub fn stack_of(&mut self, id: u32, addrs: &[u64]) -> Vec<Frame> {
         let native = self.stack(addrs);
         let mut frames = self.python.merge(id, native);
-        crate::frames::mark(&mut frames);
+        crate::explain::frames::mark(&mut frames);
         frames
     }
 
@@ -169,9 +170,9 @@ impl Symbolizer {
         let offsets: Vec<u64> = addrs.iter().map(|&a| a.saturating_sub(1).wrapping_sub(bias)).collect();
         let unknown = |a: u64, off: u64| {
             let function = "??".to_string();
-            let class = crate::frames::Table::global().classify(&path, &function);
+            let class = crate::explain::frames::Table::global().classify(&path, &function);
             Frame {
-                internal: class != crate::frames::Class::User,
+                internal: class != crate::report::Class::User,
                 class,
                 function,
                 module: path.clone(),
@@ -201,11 +202,11 @@ impl Symbolizer {
                 Symbolized::Sym(sym) => {
                     let make = |name: &str, code: Option<&CodeInfo<'_>>, inlined: bool| {
                         let (file, line) = code_location(code);
-                        let mut class = crate::frames::Table::global().classify(&path, name);
-                        if class == crate::frames::Class::User && file.as_deref().is_some_and(is_internal_source) {
-                            class = crate::frames::Class::Framework;
+                        let mut class = crate::explain::frames::Table::global().classify(&path, name);
+                        if class == crate::report::Class::User && file.as_deref().is_some_and(is_internal_source) {
+                            class = crate::report::Class::Framework;
                         }
-                        let internal = class != crate::frames::Class::User;
+                        let internal = class != crate::report::Class::User;
                         Frame {
                             function: name.to_string(),
                             file,

@@ -33,12 +33,13 @@ use std::time::{Duration, Instant};
 
 use gpushim_wire::NO_STACK;
 
-use crate::frames::{self, Class};
-use crate::gauge::Gauge;
-use crate::live::State;
-use crate::rank;
+use crate::account::gauge::Gauge;
+use crate::account::live::State;
+use crate::account::rank;
+use crate::explain::frames;
+use crate::explain::symbolize::Symbolizer;
+use crate::report::Class;
 use crate::report::{Identity, PhysicalDevice};
-use crate::symbolize::Symbolizer;
 
 /// Sites shown by `gpushim_site_live_bytes` when `GPUSHIM_METRICS_TOP` is not set.
 pub const DEFAULT_TOP: usize = 20;
@@ -460,7 +461,7 @@ impl Publisher {
             Some(addrs) if id != NO_STACK => {
                 let frames = src.sym.stack_of(id, addrs);
                 match frames.iter().find(|f| f.class == Class::User) {
-                    Some(f) => crate::words::frame_label(f),
+                    Some(f) => crate::report::words::frame_label(f),
                     None => frames::headline(&frames, None).map(|h| h.text).unwrap_or_default(),
                 }
             }
@@ -501,11 +502,11 @@ fn site_id(id: u32) -> String {
 }
 
 /// The machine's name for device `ordinal`: the driver's UUID, else the
-/// `CUDA_VISIBLE_DEVICES` entry, else the ordinal ([`crate::identity::physical_gpu`]).
+/// `CUDA_VISIBLE_DEVICES` entry, else the ordinal ([`crate::explain::identity::physical_gpu`]).
 fn gpu_name(src: &Sources<'_>, ordinal: i32) -> String {
     match src.physical.get(&ordinal) {
         Some(p) if !p.uuid.is_empty() => p.uuid.clone(),
-        _ => crate::identity::physical_gpu(src.identity, ordinal),
+        _ => crate::explain::identity::physical_gpu(src.identity, ordinal),
     }
 }
 
@@ -669,7 +670,7 @@ mod tests {
 
     #[test]
     fn labels_and_the_sd_file() {
-        let id = crate::identity::from_vars(&[
+        let id = crate::explain::identity::from_vars(&[
             ("RANK".into(), "3".into()),
             ("LOCAL_RANK".into(), "1".into()),
             ("SLURM_JOB_ID".into(), "77".into()),
@@ -681,7 +682,7 @@ mod tests {
             .collect();
         assert_eq!(l, want);
         assert_eq!(labels(42, None), vec![("pid".to_string(), "42".to_string())]);
-        let dir = crate::output::tests::TempDir::new("metrics-sd");
+        let dir = crate::report::output::tests::TempDir::new("metrics-sd");
         let p = write_sd(&dir.0, "gpushim-rank00003-42", "127.0.0.1:9465".parse().unwrap(), &l).unwrap();
         assert_eq!(p, dir.0.join("gpushim-rank00003-42.sd.json"));
         let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();

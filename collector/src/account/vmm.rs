@@ -9,7 +9,7 @@
 //! gives one back. So `create, map, release` leaves the memory in use, and NCCL's `retain,
 //! release, unmap, release` frees it at the last release.
 //!
-//! [`Vmm`] keeps that count; [`State`](crate::live::State) asks it what a release or an unmap
+//! [`Vmm`] keeps that count; [`State`](crate::account::live::State) asks it what a release or an unmap
 //! means, and frees the `cuMemCreate` allocation (its live entry, site and stack unchanged) at
 //! whichever of the two comes last.
 //!

@@ -39,7 +39,7 @@ fn read_report(path: &Path) -> Result<Report> {
     let mut report = Report::from_slice(&bytes).with_context(|| format!("cannot read report {name}"))?;
     if !stdin {
         // A damaged companion file costs only itself: the report is shown without it.
-        match crate::holders::read_beside(path) {
+        match crate::explain::holders::read_beside(path) {
             Ok(h) => report.holders = h,
             Err(e) => eprintln!("gpushim: {e:#}; the report is shown without who holds its memory"),
         }

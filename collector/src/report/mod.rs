@@ -11,6 +11,10 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+pub mod json;
+pub mod output;
+pub mod words;
+
 /// The value of [`Report::schema`] this collector writes and reads.
 pub const SCHEMA: &str = "gpushim.report.v1";
 
@@ -389,7 +393,7 @@ pub struct Frame {
     /// (CUDA runtime and driver, libc, the Python interpreter); see `frames.rs`. Absent in
     /// older reports: `user`.
     #[serde(default)]
-    pub class: crate::frames::Class,
+    pub class: Class,
     /// True if this frame is a call inlined into the next frame (same address).
     #[serde(default)]
     pub inlined: bool,
@@ -888,6 +892,21 @@ impl Holders {
     }
 }
 
+/// Whose code a frame is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Class {
+    /// The program's own code.
+    #[default]
+    User,
+    /// A GPU framework: PyTorch, JAX/XLA, CuPy, Numba, TensorFlow, Triton, cudarc.
+    Framework,
+    /// A library of NVIDIA's CUDA toolkit or Python wheels (cuBLAS, cuDNN, NCCL, …).
+    Vendor,
+    /// The CUDA runtime or driver, or a language runtime (libc, libstdc++, CPython).
+    Runtime,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1020,7 +1039,7 @@ pub struct Reachability {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub framework_held: Vec<FrameworkHeld>,
     /// The most referenced reachable allocations, most references first (at most
-    /// `crate::reach::MOST_REFERENCED`).
+    /// `crate::explain::reach::MOST_REFERENCED`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub most_referenced: Vec<Held>,
 }

@@ -5,16 +5,17 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gpushim_wire::{Hello, Kind, MemInfo, NO_STACK};
 
-use crate::frames::{headline, Headline};
-use crate::gauge::Gauge;
-use crate::live::{State, MAX_FAILURES};
+use crate::account::gauge::Gauge;
+use crate::account::live::{State, MAX_FAILURES};
+use crate::account::rank;
+use crate::explain::frames::{headline, Headline};
+use crate::explain::suppress::Suppressions;
+use crate::explain::symbolize::Symbolizer;
+use crate::explain::{gpumem, owners};
 use crate::report::{
     DeviceTotals, FailureRecord, KindTotals, Kinds, LiveAllocation, MemInfoRecord, Reason, Report, Site, Suppressed,
     Suspect, TeardownRecord, Totals, VmmTotals, MAX_ALLOCATIONS, SCHEMA,
 };
-use crate::suppress::Suppressions;
-use crate::symbolize::Symbolizer;
-use crate::{gpumem, owners, rank};
 
 /// At most this many sites are listed (those with most live bytes, plus every suspect).
 pub const MAX_SITES: usize = 1000;
@@ -43,7 +44,7 @@ pub struct Context<'a> {
     pub stacks: &'a HashMap<u32, Vec<u64>>,
     /// The driver's view of the process's device memory over the run (NVML); `None` when it
     /// was not sampled.
-    pub driver: Option<&'a crate::nvml::DriverView>,
+    pub driver: Option<&'a crate::explain::nvml::DriverView>,
     /// When the program's own work ended (the exit heap walk's start), if known.
     pub work_end_ns: Option<u64>,
     /// Each thread's name from its first event, by kernel thread id.
@@ -71,7 +72,7 @@ fn graph_notes(state: &State, notes: &mut Vec<String>) {
             if g.launches == 1 { "" } else { "es" },
             g.execs,
             plural(g.execs),
-            crate::words::fmt_bytes(bytes),
+            crate::report::words::fmt_bytes(bytes),
             count,
             plural(count)
         ));
@@ -79,7 +80,7 @@ fn graph_notes(state: &State, notes: &mut Vec<String>) {
     if unlaunched.count > 0 {
         notes.push(format!(
             "{} in {} graph allocation node{} that no launch reached: never allocated, not counted as live",
-            crate::words::fmt_bytes(unlaunched.bytes),
+            crate::report::words::fmt_bytes(unlaunched.bytes),
             unlaunched.count,
             plural(unlaunched.count)
         ));
@@ -103,7 +104,7 @@ fn graph_notes(state: &State, notes: &mut Vec<String>) {
 /// The threads of site `s`, most allocations first (then lowest tid), at most
 /// [`MAX_LISTED_THREADS`], named from `names`; `secs` converts a monotonic time to the report's.
 fn site_threads(
-    s: &crate::gauge::SiteStats,
+    s: &crate::account::gauge::SiteStats,
     names: &HashMap<u32, String>,
     secs: impl Fn(u64) -> f64,
 ) -> Vec<crate::report::SiteThread> {
@@ -186,8 +187,8 @@ fn by_cause(
             x.reason = format!(
                 "{}; named by PyTorch's blocks: {} of the {} in live blocks of its segments were allocated at this line",
                 x.reason,
-                crate::words::fmt_bytes(here),
-                crate::words::fmt_bytes(all)
+                crate::report::words::fmt_bytes(here),
+                crate::report::words::fmt_bytes(all)
             );
         }
         let tids: HashSet<u32> =
@@ -204,7 +205,7 @@ fn by_cause(
             by_kind.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             let parts: Vec<String> = by_kind
                 .iter()
-                .map(|(k, b)| format!("{} {}", k.replace('_', " "), crate::words::fmt_bytes(*b)))
+                .map(|(k, b)| format!("{} {}", k.replace('_', " "), crate::report::words::fmt_bytes(*b)))
                 .collect();
             x.reason = format!("{}; by kind: {}", x.reason, parts.join(", "));
         }
@@ -231,8 +232,8 @@ fn by_cause(
                     "not a suspect: {}, {} in segments of PyTorch's caching allocator of which {} were in tensors at exit, \
                      beside a suspect whose segments hold tensors (the rest is free memory the allocator keeps for reuse)",
                     x.headline,
-                    crate::words::fmt_bytes(live),
-                    crate::words::fmt_bytes(in_use)
+                    crate::report::words::fmt_bytes(live),
+                    crate::report::words::fmt_bytes(in_use)
                 ));
             }
             k
@@ -276,7 +277,7 @@ fn walked_sites(holders: Option<&crate::report::Holders>) -> Walked<'_> {
 /// Per site, the headlines of the PyTorch blocks inside its segments that were allocated from a
 /// line of user code, with their bytes (`walked`: the exit heap walk's sites and their `blocks`), each block
 /// frame classed and named as the site's own Python frames are (`Python::block_frame`).
-fn block_heads(walked: &Walked<'_>, py: &crate::pyframes::Python) -> HashMap<u32, Vec<(Headline, u64)>> {
+fn block_heads(walked: &Walked<'_>, py: &crate::explain::pyframes::Python) -> HashMap<u32, Vec<(Headline, u64)>> {
     let mut out: HashMap<u32, Vec<(Headline, u64)>> = HashMap::new();
     for (&site, s) in walked {
         for b in s.blocks.iter().chain(&s.more_blocks) {
@@ -458,14 +459,14 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             },
             r.count,
             if r.count == 1 { "" } else { "s" },
-            crate::words::fmt_bytes(r.bytes)
+            crate::report::words::fmt_bytes(r.bytes)
         ));
     }
     if let (count @ 1.., bytes) = state.teardown_freed() {
         notes.push(format!(
             "{} ({}) {} freed only by the interpreter's teardown, after the exit heap walk; they count as live here",
-            crate::words::count(count, "allocation"),
-            crate::words::fmt_bytes(bytes),
+            crate::report::words::count(count, "allocation"),
+            crate::report::words::fmt_bytes(bytes),
             if count == 1 { "was" } else { "were" }
         ));
     }
@@ -587,7 +588,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
 /// says when more were live). `cuMemCreate` handles are left out: they have no address until
 /// mapped, and their mappings are not allocations.
 fn live_allocations(state: &State, secs: &dyn Fn(u64) -> f64, notes: &mut Vec<String>) -> Vec<LiveAllocation> {
-    let mut live: Vec<(u64, &crate::live::Entry)> =
+    let mut live: Vec<(u64, &crate::account::live::Entry)> =
         state.live().filter(|((handle, _), _)| !handle).map(|(&(_, addr), e)| (addr, e)).collect();
     if live.len() > MAX_ALLOCATIONS {
         notes.push(format!(
@@ -650,7 +651,7 @@ mod tests {
     }
 
     fn top(h: &Holders) -> Option<String> {
-        let py = crate::pyframes::Python::default();
+        let py = crate::explain::pyframes::Python::default();
         let walked = walked_sites(Some(h));
         let blocks = block_heads(&walked, &py);
         top_block_head(h.sites.iter().filter_map(|s| s.site), &blocks, &walked).map(|h| h.text)
