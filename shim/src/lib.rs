@@ -38,7 +38,6 @@
 #![allow(clippy::missing_safety_doc)] // each export has its `# Safety` section in exports/
 
 mod alloc_watch;
-mod api;
 mod capture;
 mod clock;
 mod config;

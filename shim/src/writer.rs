@@ -480,7 +480,7 @@ impl Writer {
             let line: Vec<u8> = self.answer_buf.drain(..=end).take(end).collect();
             if line.is_empty() {
                 confirmed = true;
-            } else if let Some((n, reply)) = crate::api::parse_answer(&line) {
+            } else if let Some((n, reply)) = wire::parse_answer(&line) {
                 if let Some(i) = self.answers.iter().position(|(m, _)| *m == n) {
                     let (_, tx) = self.answers.swap_remove(i);
                     if walks && reply.is_ok() {

@@ -7,14 +7,17 @@
 //! forward at once if this thread is already inside an intercepted call), call the real function
 //! with the caller's arguments unchanged, record a small event, and return the real result
 //! unchanged. `custom` entries do the same in
-//! a handler of their own (`vmm.rs`, `procaddr.rs`). The other exports are `dlsym` (dlsym.rs)
-//! and the exits that run no atexit handler (quick.rs).
+//! a handler of their own (`vmm.rs`, `procaddr.rs`, `capture.rs`). The other exports are `dlsym`
+//! (dlsym.rs), the exits that run no atexit handler (quick.rs) and the C entry points of the
+//! Python API (api.rs).
 //!
 //! Signatures are those of CUDA 13.0's `cuda_runtime_api.h` and `cuda.h`; the `_ptsz` variants
 //! are the per-thread-default-stream ABIs of the same functions.
 #![allow(non_snake_case)]
 
+mod api;
 mod arrays;
+mod capture;
 mod contexts;
 mod dlsym;
 mod graphs;

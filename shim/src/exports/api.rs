@@ -169,19 +169,6 @@ unsafe fn copy_out(bytes: &[u8], out: *mut c_char, cap: usize) -> isize {
     isize::try_from(bytes.len()).unwrap_or(isize::MAX)
 }
 
-/// A parsed answer line from the collector: `snapshot N PATH` (written) or `snapshot N !WHY`
-/// (not written). `None` for anything else.
-pub fn parse_answer(line: &[u8]) -> Option<(u32, Reply)> {
-    let rest = line.strip_prefix(b"snapshot ")?;
-    let sp = rest.iter().position(|&b| b == b' ')?;
-    let n: u32 = std::str::from_utf8(&rest[..sp]).ok()?.parse().ok()?;
-    let tail = &rest[sp + 1..];
-    Some(match tail.strip_prefix(b"!") {
-        Some(why) => (n, Err(String::from_utf8_lossy(why).into_owned())),
-        None => (n, Ok(tail.to_vec())),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,13 +179,5 @@ mod tests {
         assert_eq!(sanitize_label(b".hidden"), "_hidden");
         assert_eq!(sanitize_label("caf\u{e9}".as_bytes()), "caf_");
         assert_eq!(sanitize_label(&[b'a'; 100]).len(), MAX_LABEL);
-    }
-
-    #[test]
-    fn answers_parse() {
-        assert_eq!(parse_answer(b"snapshot 3 /tmp/a b.json"), Some((3, Ok(b"/tmp/a b.json".to_vec()))));
-        assert_eq!(parse_answer(b"snapshot 4 !disk full"), Some((4, Err("disk full".into()))));
-        assert_eq!(parse_answer(b""), None);
-        assert_eq!(parse_answer(b"snapshot x /a"), None);
     }
 }
