@@ -7,10 +7,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use gpushim_wire::{
-    Alloc, Api, ContextCreated, Failed, Free, FreePending, GraphExec, GraphExecDestroy, GraphLaunch, GraphMemTrim,
-    GraphNode, HandleRef, Kind, Map, Reset, Unmap,
-};
+use gpushim_wire::{Alloc, Api, Free, Kind};
+
+mod graphs;
+mod op;
+mod teardown;
+
+pub use graphs::{GraphStats, NodeInfo};
+pub use op::Op;
+pub use teardown::ContextReset;
 
 use crate::account::gauge::{Gauge, SiteSeries, SiteStats, Totals};
 use crate::account::timeline::Timeline;
@@ -65,81 +70,6 @@ impl Hasher for IntHasher {
 
 /// A `HashMap` keyed by integers, hashed with [`IntHasher`].
 pub type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
-
-/// One event that takes part in the sequence order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// A successful allocation.
-    Alloc(Alloc),
-    /// A call to a free function.
-    Free(Free),
-    /// A failed allocation.
-    Failed(Failed),
-    /// A free still inside its real call when a snapshot was asked for (its [`Free`] comes
-    /// later, with the same sequence number).
-    FreePending(FreePending),
-    /// A context torn down, with every device and managed allocation in it.
-    Reset(Reset),
-    /// A context the program created (not a primary one).
-    ContextCreated(ContextCreated),
-    /// A virtual address range mapped to a VMM handle (`cuMemMap`).
-    Map(Map),
-    /// A `cuMemUnmap` call.
-    Unmap(Unmap),
-    /// A VMM handle retained or imported.
-    HandleRef(HandleRef),
-    /// A graph allocation node created: known, not live. (Boxed, as `GraphExec`: rare events
-    /// that would make every `Op` in the reorder buffer larger.)
-    GraphNode(Box<GraphNode>),
-    /// A graph with memory nodes instantiated: its table of allocation and free nodes.
-    GraphExec(Box<GraphExec>),
-    /// An executable graph with memory nodes launched.
-    GraphLaunch(GraphLaunch),
-    /// An executable graph with memory nodes destroyed.
-    GraphExecDestroy(GraphExecDestroy),
-    /// A device's unused graph memory returned to the system.
-    GraphMemTrim(GraphMemTrim),
-}
-
-/// Calls `$body` with `$x` bound to the event inside any [`Op`].
-macro_rules! each_op {
-    ($op:expr, $x:ident => $body:expr) => {
-        match $op {
-            Op::Alloc($x) => $body,
-            Op::Free($x) => $body,
-            Op::Failed($x) => $body,
-            Op::FreePending($x) => $body,
-            Op::Reset($x) => $body,
-            Op::ContextCreated($x) => $body,
-            Op::Map($x) => $body,
-            Op::Unmap($x) => $body,
-            Op::HandleRef($x) => $body,
-            Op::GraphNode($x) => $body,
-            Op::GraphExec($x) => $body,
-            Op::GraphLaunch($x) => $body,
-            Op::GraphExecDestroy($x) => $body,
-            Op::GraphMemTrim($x) => $body,
-        }
-    };
-}
-
-impl Op {
-    /// The event's global sequence number.
-    pub fn seq(&self) -> u64 {
-        each_op!(self, x => x.seq)
-    }
-
-    /// Gives the event sequence number `seq` (tests build events first and number them after).
-    #[cfg(test)]
-    pub(crate) fn set_seq(&mut self, seq: u64) {
-        each_op!(self, x => x.seq = seq)
-    }
-
-    /// The event's monotonic timestamp, ns.
-    pub fn ts_ns(&self) -> u64 {
-        each_op!(self, x => x.ts_ns)
-    }
-}
 
 /// One live allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,7 +163,7 @@ pub struct State {
     /// Graph allocation nodes by virtual address: where each was made (see [`GraphNode`]).
     graph_nodes: IntMap<u64, NodeInfo>,
     /// Executable graphs with memory nodes, by handle.
-    graph_execs: IntMap<u64, ExecTable>,
+    graph_execs: IntMap<u64, graphs::ExecTable>,
     /// Counters of graph memory, for the report.
     pub graphs: GraphStats,
     /// The most sites kept (0: [`DEFAULT_MAX_STACKS`]); see [`State::set_max_stacks`].
@@ -254,71 +184,6 @@ pub struct State {
     /// Live allocations replaced by a later one at the same key, while `late_expected`: key →
     /// the replacing allocation's sequence number.
     replaced_keys: IntMap<(bool, u64), u64>,
-}
-
-/// A graph allocation node, as the live set needs it when a launch makes its memory live.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NodeInfo {
-    /// Size in bytes.
-    pub size: u64,
-    /// Kind of memory.
-    pub kind: Kind,
-    /// Device ordinal, or -1.
-    pub device: i32,
-    /// Stack id of the node's creation (or of the instantiation when the creation was not seen).
-    pub site: u32,
-    /// The entry point that made the node.
-    pub api: Api,
-    /// Whether a launch ever made its memory live.
-    pub launched: bool,
-}
-
-/// What a launch of one executable graph does to the live set.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct ExecTable {
-    allocs: Vec<(u64, NodeInfo)>,
-    frees: Vec<u64>,
-    auto_free: bool,
-}
-
-/// Graph memory counters (CUDA Programming Guide, "Graph Memory Nodes").
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GraphStats {
-    /// Executable graphs with memory nodes instantiated.
-    pub execs: u64,
-    /// Launches of them.
-    pub launches: u64,
-    /// Launches of an executable graph whose instantiation was not seen (nothing applied).
-    pub unknown_launches: u64,
-    /// Calls of `cudaDeviceGraphMemTrim`/`cuDeviceGraphMemTrim`, by API and device.
-    pub trims: BTreeMap<(Api, i32), u64>,
-    /// Allocation nodes no launch reached whose virtual address a later node took (the driver
-    /// reuses the address of a destroyed graph's node): how many, and their bytes.
-    pub retired_unlaunched: UnlaunchedNodes,
-}
-
-/// Allocation nodes whose memory no launch ever made live, as the report tells them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UnlaunchedNodes {
-    /// How many.
-    pub count: u64,
-    /// Their bytes.
-    pub bytes: u64,
-}
-
-/// A context torn down, as the report tells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ContextReset {
-    /// `cudaDeviceReset`, `cuDevicePrimaryCtxReset` or `cuCtxDestroy`.
-    pub api: Api,
-    /// Device ordinal.
-    pub device: i32,
-    /// Live allocations freed by it.
-    pub count: u64,
-    /// Their bytes.
-    pub bytes: u64,
-    /// Whether it was a context the program created (`cuCtxCreate`), not a primary one.
-    pub created: bool,
 }
 
 impl State {
@@ -661,173 +526,6 @@ impl State {
         self.release(&e, f.ts_ns);
     }
 
-    /// A `cuMemUnmap`: on success its mappings go, and with them the memory of every handle
-    /// already released.
-    fn unmap(&mut self, u: &Unmap) {
-        if u.result != 0 {
-            return;
-        }
-        for (handle, created) in self.vmm.unmap(u.addr, u.size) {
-            if created {
-                self.free_handle(handle, u.ts_ns);
-            }
-        }
-    }
-
-    /// The live entry of `cuMemCreate` handle `handle`, freed (its last reference and mapping
-    /// went).
-    fn free_handle(&mut self, handle: u64, ts_ns: u64) {
-        if let Some(e) = self.live.remove(&(true, handle)) {
-            if self.kept_for_teardown((true, handle), e, ts_ns) {
-                return;
-            }
-            self.count_free(&e);
-            self.release(&e, ts_ns);
-        }
-    }
-
-    /// Frees the live pointer `addr` (a graph's free node, or an auto-free at relaunch); a free
-    /// node of an address that is not live counts as an unknown free.
-    fn graph_free(&mut self, addr: u64, ts_ns: u64) {
-        match self.live.remove(&(false, addr)) {
-            Some(e) => {
-                self.count_free(&e);
-                self.release(&e, ts_ns);
-            }
-            None => self.totals.unknown_free_count += 1,
-        }
-    }
-
-    /// An instantiation: the executable graph's allocation nodes, each with the site of its
-    /// creation when that was seen, else the instantiation's.
-    fn graph_exec(&mut self, x: &GraphExec) {
-        let allocs = x
-            .allocs
-            .iter()
-            .map(|a| {
-                let made = self.graph_nodes.get(&a.addr);
-                let info = NodeInfo {
-                    size: a.size,
-                    kind: a.kind,
-                    device: a.device,
-                    site: made.map_or(x.stack, |n| n.site),
-                    api: made.map_or(x.api, |n| n.api),
-                    launched: false,
-                };
-                if made.is_none() {
-                    self.graph_nodes.insert(a.addr, info);
-                }
-                (a.addr, info)
-            })
-            .collect();
-        self.graph_execs.insert(x.exec, ExecTable { allocs, frees: x.frees.clone(), auto_free: x.auto_free });
-        self.graphs.execs += 1;
-    }
-
-    /// A launch (CUDA Programming Guide, "Graph Memory Nodes"; `cuGraphLaunch`): with
-    /// `AUTO_FREE_ON_LAUNCH`, the allocations of the previous launch still unfreed are freed
-    /// first; then each allocation node's memory becomes live under the node's site, and each
-    /// free node frees its address (a free node is ordered after the allocation it frees).
-    fn graph_launch(&mut self, l: &GraphLaunch) {
-        let Some(t) = self.graph_execs.get(&l.exec) else {
-            self.graphs.unknown_launches += 1;
-            return;
-        };
-        let t = t.clone();
-        self.graphs.launches += 1;
-        if t.auto_free {
-            for (addr, _) in &t.allocs {
-                if self.live.contains_key(&(false, *addr)) {
-                    self.graph_free(*addr, l.ts_ns);
-                }
-            }
-        }
-        for (addr, info) in &t.allocs {
-            let e = Entry {
-                size: info.size,
-                kind: info.kind,
-                api: info.api,
-                device: info.device,
-                site: info.site,
-                seq: l.seq,
-                ts_ns: l.ts_ns,
-                // Graph memory is counted in the primary context (a context the program
-                // created does not take it when destroyed).
-                ctx: 0,
-            };
-            self.insert_live((false, *addr), e, None);
-            if let Some(n) = self.graph_nodes.get_mut(addr) {
-                n.launched = true;
-            }
-        }
-        for &addr in &t.frees {
-            self.graph_free(addr, l.ts_ns);
-        }
-    }
-
-    /// Allocation nodes no launch ever made live (a graph destroyed unlaunched, or not
-    /// launched yet): memory that is not counted as live.
-    pub fn unlaunched_graph_nodes(&self) -> UnlaunchedNodes {
-        let mut u = self.graphs.retired_unlaunched;
-        for n in self.graph_nodes.values().filter(|n| !n.launched) {
-            u.count += 1;
-            u.bytes = u.bytes.saturating_add(n.size);
-        }
-        u
-    }
-
-    /// Live allocations made by graph launches: how many and their bytes.
-    pub fn live_graph_allocations(&self) -> (u64, u64) {
-        self.live
-            .iter()
-            .filter(|((handle, addr), _)| !handle && self.graph_nodes.get(addr).is_some_and(|n| n.launched))
-            .fold((0, 0), |(c, b), (_, e)| (c + 1, b + e.size))
-    }
-
-    /// Frees every device and managed allocation of the context torn down (pinned host memory
-    /// carries no device and stays), counted as frees. A context the program created
-    /// (`cuCtxDestroy` of one seen in [`Op::ContextCreated`]) takes its own allocations; any
-    /// other reset is of a device's primary context, which takes that device's allocations
-    /// outside the contexts the program created. (CUDA Driver API, "Primary Context
-    /// Management" and "Context Management": destroying a context frees its resources.)
-    fn reset(&mut self, r: &Reset) {
-        let created = (r.ctx != 0).then(|| self.created.remove(&r.ctx)).flatten();
-        let device = created.unwrap_or(r.device);
-        let keys: Vec<(bool, u64)> = self
-            .live
-            .iter()
-            .filter(|(_, e)| {
-                e.kind != Kind::PinnedHost
-                    && match created {
-                        // VMM memory is the device's, not a context's (and carries ctx 0).
-                        Some(_) => e.ctx == r.ctx && !e.api.is_handle(),
-                        None => e.device == r.device && r.device >= 0 && !self.created.contains_key(&e.ctx),
-                    }
-            })
-            .map(|(k, _)| *k)
-            .collect();
-        let mut gone = ContextReset { api: r.api, device, count: 0, bytes: 0, created: created.is_some() };
-        for k in keys {
-            if let Some(e) = self.live.remove(&k) {
-                gone.count += 1;
-                gone.bytes = gone.bytes.saturating_add(e.size);
-                self.count_free(&e);
-                self.release(&e, r.ts_ns);
-                if let Some(site) = self.sites.get_mut(&e.site) {
-                    site.swept_count += 1;
-                    site.swept_bytes = site.swept_bytes.saturating_add(e.size);
-                }
-                self.swept.push(e);
-            }
-        }
-        // A primary context's teardown takes the device's VMM memory; a context the program
-        // created does not (its device may not even be known here).
-        if created.is_none() && r.device >= 0 {
-            self.vmm.reset_device(r.device);
-        }
-        self.resets.push(gone);
-    }
-
     fn count_free(&mut self, e: &Entry) {
         self.totals.free_count += 1;
         if let Some(site) = self.sites.get_mut(&e.site) {
@@ -838,15 +536,6 @@ impl State {
     /// Whether free `seq` was applied as in progress and waits for its [`Free`].
     pub fn is_pending_free(&self, seq: u64) -> bool {
         self.pending_frees.contains_key(&seq) || self.pending_unmaps.contains_key(&seq)
-    }
-
-    /// The [`Unmap`] of an unmap applied earlier as in progress: applied now.
-    pub fn complete_pending_unmap(&mut self, u: &Unmap) {
-        if self.pending_unmaps.remove(&u.seq).is_none() {
-            return;
-        }
-        self.last_ts_ns = self.last_ts_ns.max(u.ts_ns);
-        self.unmap(u);
     }
 
     /// The [`Free`] of a free applied earlier as in progress: applied now (unless the address
@@ -887,8 +576,12 @@ fn device_key(e: &Entry) -> Option<i32> {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::graphs::UnlaunchedNodes;
     use super::*;
     use gpushim_testkit as kit;
+    use gpushim_wire::{
+        ContextCreated, GraphExec, GraphExecDestroy, GraphLaunch, GraphNode, HandleRef, Map, Reset, Unmap,
+    };
     use gpushim_wire::{Event, NO_STACK};
 
     /// The [`Op`] of an allocation, free or failure event.
