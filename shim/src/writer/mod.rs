@@ -6,6 +6,10 @@
 //! raises SIGPIPE in the target. When the collector goes away, recording stops and one line on
 //! stderr says how many events were sent before.
 
+mod answers;
+mod rings;
+mod send;
+
 use std::collections::{HashMap, HashSet};
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering::*;
@@ -16,11 +20,11 @@ use gpushim_wire::{self as wire, Event};
 
 use crate::clock::{self, StampClock};
 use crate::config::{self, Config};
-use crate::event::{ApiRequest, Msg, PyFrames, SnapshotReply};
+use crate::event::{Msg, PyFrames, SnapshotReply};
 use crate::hash::FastHash;
 use crate::ring::{self, Ring};
-use crate::state::{DISABLED, FINISHED, QUICK_EXIT_DONE, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS, STATE, TRACED_PID};
-use crate::{alloc_watch, inflight, launch, loader, python, reach, socket, sys};
+use crate::state::{FINISHED, QUICK_EXIT_DONE, STATE, TRACED_PID};
+use crate::{alloc_watch, launch, loader, python, reach, socket, sys};
 
 /// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY` are both 2 (CUDA Runtime API,
 /// cudaError; CUDA Driver API, CUresult).
@@ -316,92 +320,6 @@ impl Writer {
         }
     }
 
-    /// Handles what every thread's ring holds now; the number of events handled.
-    fn drain_rings(&mut self) -> usize {
-        // What is queued now (acquire), then the snapshot requests: an event queued before
-        // these loads and numbered at or past a request's boundary goes after its marker.
-        let mut active = std::mem::take(&mut self.active);
-        active.clear();
-        active.extend(ring::all().filter_map(|r| {
-            let head = r.head();
-            (r.tail() != head).then_some((r, head))
-        }));
-        let n = if active.is_empty() {
-            0
-        } else {
-            self.snapshots();
-            self.merge(&active, u64::MAX)
-        };
-        if n > 0 {
-            crate::probe::probe!(count DRAINS);
-            crate::probe::probe!(add DRAINED, n as u64);
-        }
-        self.active = active;
-        n
-    }
-
-    /// Before a snapshot's marker: every event queued in a ring and numbered below `boundary`
-    /// is handled, so that the writer's own state at the marker (its live set for the
-    /// reachability scan, the stacks sent) holds every event below it that had been queued.
-    fn drain_below(&mut self, boundary: u64) {
-        let active: Vec<(&'static Ring, u32)> = ring::all().map(|r| (r, r.head())).collect();
-        self.merge(&active, boundary);
-    }
-
-    /// Handles the events of the rings in `active`, each up to its `head` (from [`Ring::head`])
-    /// and up to its first event numbered `below` or more, in sequence order across the rings
-    /// (an event without a number first): the writer then numbers stacks, and the collector its
-    /// sites, in the order the program made them, as when one channel carried every event
-    /// (`holders::the_native_core_and_the_python_loop_find_the_same_holders` compares the sites
-    /// of two runs). A thread's own events are numbered in the order it queues them (it takes a
-    /// number inside its hook, and a hook is never entered again on a thread while one runs).
-    /// The number of events handled.
-    fn merge(&mut self, active: &[(&'static Ring, u32)], below: u64) -> usize {
-        let mut heap = std::collections::BinaryHeap::new();
-        for (i, &(r, head)) in active.iter().enumerate() {
-            if let Some(k) = next_key(r, head, below) {
-                heap.push(std::cmp::Reverse((k, i)));
-            }
-        }
-        let mut n = 0usize;
-        while let Some(std::cmp::Reverse((_, i))) = heap.pop() {
-            let (r, head) = active[i];
-            // Take from this ring while its next event comes before every other ring's.
-            while let Some(k) = next_key(r, head, below) {
-                if heap.peek().is_some_and(|std::cmp::Reverse((m, _))| *m < k) {
-                    heap.push(std::cmp::Reverse((k, i)));
-                    break;
-                }
-                let t = r.tail();
-                // SAFETY: the writer is the only reader and `t` is in `[tail, head)`
-                // (`next_key`); the tail moves past it before anything else reads the ring.
-                let msg = unsafe { r.take(t) };
-                let next = t.wrapping_add(1);
-                // Room for the thread every 64 events (and a wake if it waits).
-                if next.is_multiple_of(64) {
-                    r.release(next);
-                } else {
-                    r.advance(next);
-                }
-                n += 1;
-                // Handling an API snapshot drains the rings below its boundary (`drain_below`),
-                // this one included: the tail is read again for the next event.
-                self.handle(msg, Some(r.id()));
-                if self.buf.len() >= FLUSH_BYTES && !self.flush() {
-                    self.gone = true;
-                }
-                if self.gone {
-                    heap.clear();
-                    break;
-                }
-            }
-        }
-        for &(r, _) in active {
-            r.release(r.tail());
-        }
-        n
-    }
-
     /// Every thread of the program has ended (`pthread_exit` in each, the main thread's
     /// included): glibc's last thread would call `exit(0)`, but this thread is the last one now.
     /// Ends the stream as the exit path does, then exits the same way.
@@ -420,117 +338,6 @@ impl Writer {
 
     fn push(&mut self, ev: &Event) {
         wire::encode(ev, &mut self.buf);
-    }
-
-    /// A snapshot asked for through the C API: sent like a signal's, with its label; the
-    /// collector answers it with the file's path (read by [`Writer::read_answers`]).
-    fn api_snapshot(&mut self, req: ApiRequest) {
-        let ApiRequest { boundary, ts_ns, label, reply } = req;
-        self.drain_below(boundary);
-        self.push(&Event::ApiSnapshot(wire::ApiSnapshot { boundary, ts_ns, label }));
-        let mut pending = Vec::new();
-        inflight::each_below(boundary, ts_ns, |p| pending.push(p));
-        for p in pending {
-            self.push(&Event::FreePending(p));
-        }
-        self.snapshots_sent = self.snapshots_sent.saturating_add(1);
-        // Its heap walk is asked for when the answer comes (take_answers): a caller on the main
-        // thread is blocked until then, and a walk queued now could wait past its cap
-        // (GPUSHIM_HEAP_WALK_MS) while the collector writes a large snapshot.
-        self.answers.push((self.snapshots_sent, reply));
-        // Sent now: the caller waits for the answer.
-        self.flush();
-    }
-
-    /// Reads what the collector wrote back without waiting, and answers each API snapshot
-    /// whose line is complete. At the end of the collector's stream every waiting caller is
-    /// answered (the reply channel is dropped).
-    fn read_answers(&mut self) {
-        if !socket::still_ours(self.sock) {
-            self.answers.clear();
-            return;
-        }
-        let mut b = [0u8; 4096];
-        loop {
-            // SAFETY: reading into a valid buffer from our socket, without blocking.
-            let n = unsafe { libc::recv(self.sock, b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) };
-            if n > 0 {
-                self.answer_buf.extend_from_slice(&b[..n as usize]);
-                continue;
-            }
-            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            if n == 0 {
-                self.take_answers(true);
-                self.answers.clear();
-                return;
-            }
-            break;
-        }
-        self.take_answers(true);
-    }
-
-    /// Handles the complete lines of `answer_buf`, asking for the heap walk of each snapshot
-    /// written if `walks` (not once the stream is closed); true if one line was the
-    /// end-of-stream confirmation (an empty line).
-    fn take_answers(&mut self, walks: bool) -> bool {
-        let mut confirmed = false;
-        while let Some(end) = self.answer_buf.iter().position(|&c| c == b'\n') {
-            let line: Vec<u8> = self.answer_buf.drain(..=end).take(end).collect();
-            if line.is_empty() {
-                confirmed = true;
-            } else if let Some((n, reply)) = wire::parse_answer(&line) {
-                if let Some(i) = self.answers.iter().position(|(m, _)| *m == n) {
-                    let (_, tx) = self.answers.swap_remove(i);
-                    if walks && reply.is_ok() {
-                        if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, n) {
-                            self.push(&Event::HeapWalk(h));
-                        }
-                    }
-                    let _ = tx.send(reply);
-                }
-            }
-        }
-        confirmed
-    }
-
-    fn snapshots(&mut self) {
-        let req = SNAP_REQUESTS.load(Acquire);
-        if req != self.snapshots_handled {
-            self.snapshots_handled = req;
-            let boundary = SNAP_BOUNDARY.load(Acquire);
-            let ts_ns = SNAP_TS.load(Acquire);
-            self.drain_below(boundary);
-            self.push(&Event::Snapshot(wire::Snapshot { boundary, ts_ns }));
-            // Frees still inside their real call would hold the snapshot back until they
-            // return (a free waits for the device): send them as in progress.
-            let mut pending = Vec::new();
-            inflight::each_below(boundary, ts_ns, |p| pending.push(p));
-            for p in pending {
-                self.push(&Event::FreePending(p));
-            }
-            self.snapshots_sent = self.snapshots_sent.saturating_add(1);
-            if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, self.snapshots_sent) {
-                self.push(&Event::HeapWalk(h));
-            }
-            self.reachability(wire::WalkReason::Snapshot, self.snapshots_sent);
-        }
-    }
-
-    /// Runs a reachability scan (reach.rs) for the report `reason`/`number` and sends its
-    /// result, if scans are on. The wire buffer is sent and zeroed first: it holds copies of
-    /// addresses.
-    fn reachability(&mut self, reason: wire::WalkReason, number: u32) {
-        if self.reach.is_none() || !self.flush() {
-            return;
-        }
-        let cap = self.buf.capacity();
-        self.buf.resize(cap, 0);
-        self.buf.clear();
-        let Some(table) = &self.reach else { return };
-        let r = reach::scan(table, self.reach_own, reason, number);
-        self.push(&Event::Reach(r));
     }
 
     /// Turns `msg` into wire events; `ring` is the ring it came through (`None`: the channel).
@@ -660,179 +467,12 @@ impl Writer {
             Msg::Exit { .. } | Msg::QuickExit { .. } => {} // handled in run
         }
     }
-
-    /// The id of `frames` with Python frames `py`, sending the stack (with its Python frames,
-    /// their code objects, and any module not yet described) the first time it is seen.
-    fn stack_id(&mut self, frames: Box<[u64]>, py: PyFrames) -> u32 {
-        if frames.is_empty() && py.is_none() {
-            return wire::NO_STACK;
-        }
-        let frames = if py.is_some() { python::canonical_native(frames) } else { frames };
-        let key = (frames, py);
-        if let Some(&id) = self.stacks.get(&key) {
-            return id;
-        }
-        let (frames, py) = &key;
-        if frames.iter().any(|&a| !self.covered.iter().any(|&(s, e)| a >= s && a < e)) {
-            self.scan_modules();
-        }
-        let id = self.stacks.len() as u32;
-        self.push(&Event::Stack(wire::Stack { id, frames: frames.to_vec() }));
-        if let Some(py) = py {
-            self.send_python_stack(id, py);
-        }
-        self.stacks.insert(key, id);
-        id
-    }
-
-    /// Sends `PyStack` for stack `id`, after the `PyCode` of each code object not sent yet.
-    fn send_python_stack(&mut self, id: u32, py: &[wire::PyFrame]) {
-        self.announce_python();
-        let format = python::linetable_format();
-        for f in py {
-            let i = f.code as usize;
-            if self.py_codes_sent.get(i).copied().unwrap_or(false) {
-                continue;
-            }
-            let Some(c) = python::code_info(f.code) else { continue };
-            if self.py_codes_sent.len() <= i {
-                self.py_codes_sent.resize(i + 1, false);
-            }
-            self.py_codes_sent[i] = true;
-            self.push(&Event::PyCode(wire::PyCode {
-                id: f.code,
-                filename: c.filename.clone(),
-                name: c.name.clone(),
-                firstlineno: c.firstlineno,
-                linetable_format: format,
-                linetable: c.linetable.clone(),
-            }));
-        }
-        self.push(&Event::PyStack(wire::PyStack { id, frames: py.to_vec() }));
-    }
-
-    /// Sends every loaded module not sent before.
-    fn scan_modules(&mut self) {
-        let mut new = Vec::new();
-        let mut libpython = false;
-        loader::for_each_module(|m| {
-            if m.ranges.is_empty() || m.path.is_empty() {
-                return;
-            }
-            if self.modules.insert((m.path.clone(), m.bias)) {
-                libpython |= m.path.rsplit('/').next().is_some_and(|b| b.starts_with("libpython3"));
-                let ranges: Vec<(u64, u64)> = m.ranges.iter().map(|&(s, e)| (s as u64, e as u64)).collect();
-                self.covered.extend(&ranges);
-                if m.path.rsplit('/').next().is_some_and(|b| b.starts_with("libc10_cuda")) {
-                    self.torch_ranges.extend(&ranges);
-                }
-                new.push(wire::Module { path: m.path.clone(), bias: m.bias, ranges });
-            }
-        });
-        for m in new {
-            self.push(&Event::Module(m));
-        }
-        if libpython && python::absent() {
-            // A libpython loaded after tracing started (a program that embeds Python).
-            python::init(config::python_frames());
-            self.announce_python();
-            python::heap::arm();
-        }
-    }
-
-    /// Writes the buffer out. False (after one line on stderr, and with recording switched
-    /// off) if the collector has gone away.
-    fn flush(&mut self) -> bool {
-        if !self.buf.is_empty() && !socket::still_ours(self.sock) {
-            STATE.store(DISABLED, Release);
-            eprintln!(
-                "gpushim: the program closed or reused the collector's socket (fd {}); recording stopped after {} events",
-                self.sock, self.events
-            );
-            self.sock = -1;
-            return false;
-        }
-        let mut off = 0;
-        while off < self.buf.len() {
-            let rest = &self.buf[off..];
-            // SAFETY: writing from a valid buffer to our socket; MSG_NOSIGNAL turns a closed peer
-            // into EPIPE instead of SIGPIPE.
-            let n = unsafe { libc::send(self.sock, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                STATE.store(DISABLED, Release);
-                eprintln!(
-                    "gpushim: lost the collector ({e}); recording stopped after {} events; the program goes on unrecorded",
-                    self.events
-                );
-                return false;
-            }
-            off += n as usize;
-        }
-        self.buf.clear();
-        true
-    }
-
-    /// Ends the stream and waits until the collector has read it all and exited (it closes its
-    /// end of the socket when done). The collector writes an empty line back once it has read
-    /// the stream to its end (after any answers to API snapshots, each a line of its own); if
-    /// the socket closes without it, the collector died or is not `gpushim` (one line on stderr
-    /// says so).
-    fn close_and_wait(&mut self) {
-        let fd: RawFd = self.sock;
-        if !socket::still_ours(fd) {
-            return;
-        }
-        // SAFETY: shutting down the write side of our own socket.
-        unsafe { libc::shutdown(fd, libc::SHUT_WR) };
-        let mut b = [0u8; 4096];
-        let mut confirmed = false;
-        loop {
-            // SAFETY: reading into a valid buffer from our socket.
-            let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
-            if n > 0 {
-                // The confirmation is an empty line; answers to API snapshots may come first.
-                self.answer_buf.extend_from_slice(&b[..n as usize]);
-                confirmed |= self.take_answers(false);
-                continue;
-            }
-            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            break;
-        }
-        if !confirmed {
-            eprintln!(
-                "gpushim: the collector ended without confirming that it read the {} events; its report may be missing or incomplete",
-                self.events
-            );
-        }
-    }
 }
 
 impl Drop for Writer {
     /// Closes the socket if, and only if, it is still ours.
     fn drop(&mut self) {
         socket::close_if_ours(self.sock);
-    }
-}
-
-/// The order key of ring `r`'s next event, if it has one before `head` and it is numbered below
-/// `below`: its sequence number, 0 for an event without one (it goes with the thread's next).
-fn next_key(r: &Ring, head: u32, below: u64) -> Option<u64> {
-    let t = r.tail();
-    // Signed: a nested drain may have taken the ring past the `head` loaded before it.
-    if (head.wrapping_sub(t) as i32) <= 0 {
-        return None;
-    }
-    // SAFETY: only the writer thread reads the rings, and `t` is in `[tail, head)`.
-    match ring::seq_of(unsafe { r.peek(t) }) {
-        Some(s) if s >= below => None,
-        Some(s) => Some(s),
-        None => Some(0),
     }
 }
 
