@@ -5,19 +5,21 @@
 //! (`gpushim report`) and to compare two (`gpushim diff`). The binary only parses the command
 //! line and calls the subcommands re-exported here.
 //!
-//! The modules are layers, each a folder, and a module uses only its own layer and those below
-//! it (the order: docs/ARCHITECTURE.md, "Layers"; checked by tests/layers.rs):
+//! The modules are layers, each a folder, and a module uses only its own layer and those below it
+//! (the order is written once, in docs/ARCHITECTURE.md, "Layers", and checked by
+//! tests/layers.rs). What each holds:
+//! - `account`: the live set and its counts, in sequence order;
 //! - `cmd`: one module per subcommand;
 //! - `collect`: the collection of one stream: decoding and ordering, the driving loop, and the
 //!   writer of every kind of report;
-//! - `metrics`: the Prometheus endpoint, a copy of the live set's numbers;
 //! - `compare`: reports read back and compared (`diff`, the job view);
-//! - `render`: one file per output format;
+//! - `error`: exit codes;
 //! - `explain`: the live set made into a report (symbols, frame classes, owners, suspects'
 //!   causes, the driver's view, who holds the memory, reachability, a process's identity);
-//! - `account`: the live set and its counts, in sequence order;
+//! - `metrics`: the Prometheus endpoint, a copy of the live set's numbers;
+//! - `render`: one file per output format;
 //! - `report`: the report's types, its wording and how it is written as JSON and to files;
-//! - `error`: exit codes.
+//! - `settings`: every environment variable the collector reads, read once.
 //!
 //! Invariants:
 //! - Events are applied in sequence-number order, whatever order they arrive in: a snapshot
@@ -43,6 +45,7 @@ mod explain;
 mod metrics;
 mod render;
 mod report;
+mod settings;
 
 pub use cmd::collect::run as collect;
 pub use cmd::diff::run as diff;

@@ -135,7 +135,7 @@ macro_rules! for_each_hook {
                 => custom(vmm::mem_create, NOT_INITIALIZED);
             /// `CUresult cuMemRelease(CUmemGenericAllocationHandle handle)`: gives back one
             /// reference to a handle; the physical memory goes once every reference is released
-            /// and every mapping unmapped (the collector counts both: collector/src/vmm.rs).
+            /// and every mapping unmapped (the collector counts both: collector/src/account/vmm.rs).
             CuMemRelease = cuMemRelease(handle: u64) in driver("cuMemRelease", 0, any)
                 => free(CuMemRelease) { addr = handle; stream = 0 };
             /// `CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,

@@ -69,7 +69,7 @@ pub const RECENT_SHARE: f64 = 0.10;
 const SLICES: u64 = 8;
 
 /// What the ranking knows about sites beyond their timing, from their symbolized stacks
-/// (collector/src/owners.rs) and the stream.
+/// (collector/src/explain/owners.rs) and the stream.
 #[derive(Clone, Debug, Default)]
 pub struct Hints {
     /// Per site: the line of the program's own code it came from (`owners::user_line`). Sites

@@ -26,6 +26,7 @@
 use std::sync::OnceLock;
 
 use crate::report::{Class, Frame};
+use crate::settings::Settings;
 
 /// What one rule of the table looks at.
 #[derive(Clone, Copy, Debug)]
@@ -184,12 +185,8 @@ impl Table {
     pub fn global() -> &'static Table {
         static T: OnceLock<Table> = OnceLock::new();
         T.get_or_init(|| {
-            let var = |k: &str| std::env::var(k).ok();
-            Table::new(
-                var("GPUSHIM_USER_MODULES").as_deref(),
-                var("GPUSHIM_INTERNAL_MODULES").as_deref(),
-                var("TORCHINDUCTOR_CACHE_DIR").as_deref(),
-            )
+            let s = Settings::global();
+            Table::new(s.user_modules.as_deref(), s.internal_modules.as_deref(), s.torchinductor_cache_dir.as_deref())
         })
     }
 

@@ -1,4 +1,4 @@
-//! Where the GPU memory is: per device, live bytes per owner (collector/src/owners.rs), then the
+//! Where the GPU memory is: per device, live bytes per owner (collector/src/explain/owners.rs), then the
 //! driver's view of the process's device memory ([`crate::explain::nvml`]) and the untraced remainder,
 //! and the finding when the untraced part grew over the run.
 //!

@@ -234,17 +234,18 @@ impl Sampler {
     /// Starts sampling `pid` (one sample now, then every `GPUSHIM_NVML_INTERVAL_MS`), or
     /// records why it cannot.
     pub fn start(pid: u32) -> Sampler {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let (nvml, unavailable) = if env("GPUSHIM_NVML").as_deref() == Some("0") {
+        let s = crate::settings::Settings::global();
+        let set = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+        let (nvml, unavailable) = if set(&s.nvml).as_deref() == Some("0") {
             (None, Some("NVML sampling is off (GPUSHIM_NVML=0)".to_string()))
         } else {
-            match Nvml::load(&env("GPUSHIM_NVML_LIB").unwrap_or_else(|| "libnvidia-ml.so.1".into())) {
+            match Nvml::load(&set(&s.nvml_lib).unwrap_or_else(|| "libnvidia-ml.so.1".into())) {
                 Ok(n) => (Some(n), None),
                 Err((true, e)) => (None, Some(format!("{NO_NVML}: {e}"))),
                 Err((false, e)) => (None, Some(format!("NVML is not available: {e}"))),
             }
         };
-        let interval = env("GPUSHIM_NVML_INTERVAL_MS")
+        let interval = set(&s.nvml_interval_ms)
             .and_then(|v| v.trim().parse::<u64>().ok())
             .filter(|&ms| ms > 0)
             .unwrap_or(DEFAULT_INTERVAL_MS);

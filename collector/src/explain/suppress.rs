@@ -105,8 +105,9 @@ impl Suppressions {
     pub fn global() -> &'static Suppressions {
         static S: OnceLock<Suppressions> = OnceLock::new();
         S.get_or_init(|| {
-            let defaults = std::env::var("GPUSHIM_DEFAULT_SUPPRESSIONS").map_or(true, |v| v.trim() != "0");
-            Suppressions::load(defaults, std::env::var("GPUSHIM_SUPPRESSIONS").ok().as_deref())
+            let s = crate::settings::Settings::global();
+            let defaults = s.default_suppressions.as_deref().is_none_or(|v| v.trim() != "0");
+            Suppressions::load(defaults, s.suppressions.as_deref())
         })
     }
 

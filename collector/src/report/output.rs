@@ -66,7 +66,7 @@ pub fn write_new_with(
     write: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<Written> {
     let mut dirs = vec![dir.to_path_buf()];
-    if let Some(t) = std::env::var_os("TMPDIR").filter(|t| !t.is_empty()) {
+    if let Some(t) = crate::settings::Settings::global().tmpdir.as_ref().filter(|t| !t.is_empty()) {
         dirs.push(PathBuf::from(t));
     }
     dirs.push(PathBuf::from("/tmp"));

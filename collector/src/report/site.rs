@@ -41,7 +41,7 @@ pub struct Site {
     pub frames: Vec<Frame>,
     /// Who made the allocations: the allocator or library of the innermost frames
     /// (`PyTorch caching allocator (cuBLAS workspace)`), or `user code (direct calls)`
-    /// (collector/src/owners.rs). Empty in reports of older collectors.
+    /// (collector/src/explain/owners.rs). Empty in reports of older collectors.
     #[serde(default)]
     pub owner: String,
     /// Present only when the target ran Python whose frames were recorded: true if and only if

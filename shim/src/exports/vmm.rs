@@ -1,6 +1,6 @@
 //! Virtual memory management: `cuMemCreate`, whose device comes from its properties rather
 //! than the current context, and the calls the collector needs to know when its physical
-//! memory goes (collector/src/vmm.rs): `cuMemMap`, `cuMemUnmap`,
+//! memory goes (collector/src/account/vmm.rs): `cuMemMap`, `cuMemUnmap`,
 //! `cuMemRetainAllocationHandle` and `cuMemImportFromShareableHandle`. `cuMemRelease` is a
 //! plain free in the hook list.
 
