@@ -1,69 +1,15 @@
-//! The gauges the live set keeps: live bytes, live count and their peak ([`Gauge`]) for the
-//! whole process ([`Totals`], with its counters), per kind and per device (a [`Gauge`] each,
-//! held by [`State`](crate::account::live::State)), and per site ([`SiteStats`], with its live bytes
-//! over time in a [`SiteSeries`]).
+//! What the live set keeps per site ([`SiteStats`], with its live bytes over time in a
+//! [`SiteSeries`]); the gauges themselves ([`Gauge`]: live bytes, live count and their peak) and
+//! the process's counters are the report's types (`crate::report::Gauge`, `crate::report::Totals`),
+//! declared once.
 
 use gpushim_wire::{Api, Kind};
 
 use crate::account::series::Series;
+use crate::report::Gauge;
 
 /// At most this many points are kept in a site's [`SiteSeries`].
 pub const SERIES_MAX: usize = 256;
-
-/// Live bytes and count with their high-water mark.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Gauge {
-    /// Bytes currently allocated.
-    pub live_bytes: u64,
-    /// Allocations currently live.
-    pub live_count: u64,
-    /// Highest `live_bytes` ever reached, bytes.
-    pub peak_live_bytes: u64,
-}
-
-impl Gauge {
-    /// Counts a new live allocation of `size` bytes.
-    pub(crate) fn add(&mut self, size: u64) {
-        self.live_bytes = self.live_bytes.saturating_add(size);
-        self.live_count += 1;
-        self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
-    }
-
-    /// Takes out a live allocation of `size` bytes (freed, or replaced by a new one).
-    pub(crate) fn sub(&mut self, size: u64) {
-        self.live_bytes = self.live_bytes.saturating_sub(size);
-        self.live_count = self.live_count.saturating_sub(1);
-    }
-}
-
-/// Process-wide counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Totals {
-    /// Live bytes, count and peak over all kinds.
-    pub gauge: Gauge,
-    /// Successful allocations.
-    pub alloc_count: u64,
-    /// Bytes of all successful allocations.
-    pub alloc_bytes: u64,
-    /// Successful frees of known allocations.
-    pub free_count: u64,
-    /// Failed allocation calls.
-    pub failed_count: u64,
-    /// Free calls (successful or not) of an address or handle that was not live.
-    pub unknown_free_count: u64,
-    /// Free calls of a live allocation that returned an error (it stays live).
-    pub failed_free_count: u64,
-    /// Allocations that returned an address that was still live: a free was missed.
-    pub replaced_count: u64,
-    /// Sequence numbers given up on because the reorder buffer was full (the events after
-    /// them were applied without waiting longer; see [`crate::account::reorder::Tracker`]).
-    pub reorder_overflow: u64,
-    /// Events of those numbers that arrived afterwards and were applied then, out of order.
-    pub late_count: u64,
-    /// Sites (distinct stacks) forgotten because more than the bound were kept, none of them
-    /// with a live allocation (see [`crate::account::live::State::set_max_stacks`]).
-    pub evicted_stacks: u64,
-}
 
 /// A site's live bytes over time (bytes, at monotonic ns), at most [`SERIES_MAX`] points,
 /// evenly thinned (see [`Series`]), so memory per site is bounded.

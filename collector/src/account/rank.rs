@@ -99,7 +99,7 @@ struct Track<'a> {
     /// The site reported (the union's member with most live bytes).
     id: u32,
     /// Live bytes and count (a teardown's sweep counted as live) and peak live bytes.
-    gauge: crate::account::gauge::Gauge,
+    gauge: crate::report::Gauge,
     alloc_count: u64,
     free_count: u64,
     swept_count: u64,
@@ -163,7 +163,7 @@ fn track<'a>(sites: &[&'a SiteStats], live: &[(u64, u64)], pool: bool) -> Track<
     times.dedup();
     let first = times.first().copied().unwrap_or(0);
     let grown = live.iter().filter(|&&(t, _)| t > first).map(|&(_, size)| size).fold(0, u64::saturating_add);
-    let mut gauge = crate::account::gauge::Gauge::default();
+    let mut gauge = crate::report::Gauge::default();
     for s in sites {
         gauge.live_count = gauge.live_count.saturating_add(s.gauge.live_count).saturating_add(s.swept_count);
         gauge.live_bytes = gauge.live_bytes.saturating_add(s.gauge.live_bytes).saturating_add(s.swept_bytes);

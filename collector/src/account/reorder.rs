@@ -211,7 +211,7 @@ impl Tracker {
         if seq < self.next_seq {
             if self.take_overflowed(seq) {
                 self.lost = self.lost.saturating_sub(1);
-                self.state.totals.late_count += 1;
+                self.state.totals.late_events += 1;
                 self.state.apply_late(&op);
                 if self.overflowed.is_empty() {
                     self.state.set_late_events_expected(false);
@@ -326,7 +326,7 @@ impl Tracker {
 
     /// The buffer is full: releases the oldest waiting events in order, giving up on the
     /// numbers missing among them, until the next number to apply is at least `to`. The numbers
-    /// given up on are counted in [`crate::account::gauge::Totals::reorder_overflow`] and remembered, so
+    /// given up on are counted in [`crate::report::Totals::reorder_overflow`] and remembered, so
     /// that their events are applied if they come later.
     fn overflow(&mut self, to: u64, obs: &mut dyn Observer) {
         while self.next_seq < to {
@@ -394,8 +394,9 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::account::gauge::{Gauge, Totals};
     use crate::account::live::tests::{alloc, apply_all, failed, free};
+    use crate::report::Gauge;
+    use crate::report::Totals;
     use gpushim_wire::Kind;
 
     fn scenario() -> Vec<Op> {
@@ -684,7 +685,7 @@ mod tests {
         let tot = &t.state().totals;
         assert_eq!((tot.alloc_count, tot.free_count, tot.gauge.live_bytes, tot.gauge.live_count), (100, 100, 0, 0));
         assert_eq!((tot.replaced_count, tot.unknown_free_count), (0, 0));
-        assert_eq!((tot.reorder_overflow, tot.late_count), (2, 2));
+        assert_eq!((tot.reorder_overflow, tot.late_events), (2, 2));
         assert_eq!((t.lost(), t.duplicates()), (0, 0));
         // Without a bound on the window all 197 events after the missing one waited.
         let mut big = Tracker::new();
@@ -738,7 +739,7 @@ mod tests {
         t.finish(&mut none);
         let tot = &t.state().totals;
         assert_eq!((tot.alloc_count, tot.free_count, tot.gauge.live_count), (19, 2, 17));
-        assert_eq!((tot.replaced_count, tot.unknown_free_count, tot.late_count), (0, 0, 2));
+        assert_eq!((tot.replaced_count, tot.unknown_free_count, tot.late_events), (0, 0, 2));
         assert_eq!(t.lost(), 0);
     }
 }

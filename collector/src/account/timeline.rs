@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::account::gauge::Gauge;
 use crate::account::series::Series;
 use crate::report;
+use crate::report::Gauge;
 
 /// At most this many points are held (the report adds one more: the state at its end).
 pub const TIMELINE_MAX: usize = 2000;

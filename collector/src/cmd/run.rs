@@ -98,10 +98,10 @@ fn leak_check(dir: &Path, reports: &[std::path::PathBuf], pid: u32, limit: Optio
     if !r.suspects.is_empty() {
         why.push(format!("{} leak suspect{}", r.suspects.len(), if r.suspects.len() == 1 { "" } else { "s" }));
     }
-    if let Some(max) = limit.filter(|&m| r.totals.live_bytes > m) {
+    if let Some(max) = limit.filter(|&m| r.totals.gauge.live_bytes > m) {
         why.push(format!(
             "{} live at exit, over --fail-on-leak={}",
-            crate::report::words::fmt_bytes(r.totals.live_bytes),
+            crate::report::words::fmt_bytes(r.totals.gauge.live_bytes),
             crate::report::words::fmt_bytes(max)
         ));
     }

@@ -224,7 +224,7 @@ mod tests {
         assert_eq!(String::from_utf8(answers).unwrap(), want);
         let r = Report::read(&first).unwrap();
         assert_eq!((r.snapshot, r.label.as_deref()), (Some(1), Some("_._after_one")));
-        assert_eq!(r.totals.live_bytes, 3 << 20);
+        assert_eq!(r.totals.gauge.live_bytes, 3 << 20);
         assert_eq!(Report::read(&second).unwrap().label, None);
         let err = String::from_utf8(err).unwrap();
         assert!(!err.contains("snapshot 1 written") && !err.contains("snapshot 2 written"), "{err}");
@@ -246,8 +246,8 @@ mod tests {
         assert_eq!(r.reason, Reason::Exit);
         assert_eq!(r.snapshot, None);
         assert_eq!(r.command, vec!["./render", "--frames", "30"]);
-        assert_eq!(r.totals.live_count, 31);
-        assert_eq!(r.totals.live_bytes, 30 * (1 << 20) + 10);
+        assert_eq!(r.totals.gauge.live_count, 31);
+        assert_eq!(r.totals.gauge.live_bytes, 30 * (1 << 20) + 10);
         assert_eq!(r.totals.alloc_count, 61);
         assert_eq!(r.totals.free_count, 30);
         assert_eq!(r.totals.unknown_free_count, 0);
@@ -268,7 +268,7 @@ mod tests {
 
         let s = Report::read(&out.snapshots[0]).unwrap();
         assert_eq!((s.reason, s.snapshot), (Reason::Snapshot, Some(1)));
-        assert_eq!((s.totals.live_count, s.totals.live_bytes), (10, 10 << 20));
+        assert_eq!((s.totals.gauge.live_count, s.totals.gauge.live_bytes), (10, 10 << 20));
         assert_eq!((s.totals.alloc_count, s.totals.free_count), (20, 10));
 
         let lines: Vec<&str> = err.lines().collect();
@@ -322,7 +322,7 @@ mod tests {
         let r = Report::read(&out.report.unwrap()).unwrap();
         assert_eq!(r.reason, Reason::Killed);
         assert_eq!(r.totals.alloc_count, 60);
-        assert_eq!(r.totals.live_count, 30);
+        assert_eq!(r.totals.gauge.live_count, 30);
         assert_eq!(
             r.notes,
             vec!["event stream broken: event stream ends in the middle of a frame; the report holds what was received before"]
@@ -412,8 +412,8 @@ mod tests {
         assert!((o.ts_s - 0.009).abs() < 1e-9, "{}", o.ts_s);
         assert!(o.frames[0].function.ends_with("collect::tests::events"), "{:?}", o.frames);
         // The live set as of seq 9: six allocations, one freed, two more (seqs 7, 8).
-        assert_eq!(r.totals.live_count, 7);
-        assert_eq!(r.totals.live_bytes, (5 + 1 + 2) << 20);
+        assert_eq!(r.totals.gauge.live_count, 7);
+        assert_eq!(r.totals.gauge.live_bytes, (5 + 1 + 2) << 20);
         assert_eq!(r.totals.alloc_count, 8);
         assert_eq!(r.totals.failed_count, 1);
         assert_eq!(r.failures.len(), 1);
@@ -427,7 +427,7 @@ mod tests {
         // The second report: the failure of result 1 is listed but wrote no report.
         let r2 = Report::read(&out.ooms[1]).unwrap();
         assert_eq!(r2.totals.failed_count, 3);
-        assert_eq!(r2.totals.live_count, 8);
+        assert_eq!(r2.totals.gauge.live_count, 8);
         assert_eq!(r2.oom.unwrap().size, 16 << 30);
 
         let fin = Report::read(&out.report.unwrap()).unwrap();
@@ -461,12 +461,12 @@ mod tests {
         assert_eq!(names, ["gpushim-4242-interval-5.json", "gpushim-4242-interval-6.json"], "{:?}", out.report);
         let r = Report::read(&d.0.join("gpushim-4242-interval-6.json")).unwrap();
         assert_eq!((r.reason, r.interval, r.snapshot), (Reason::Interval, Some(6), None));
-        assert_eq!((r.totals.live_count, r.totals.live_bytes), (31, 30 * (1 << 20) + 10));
+        assert_eq!((r.totals.gauge.live_count, r.totals.gauge.live_bytes), (31, 30 * (1 << 20) + 10));
         let r5 = Report::read(&d.0.join("gpushim-4242-interval-5.json")).unwrap();
         assert_eq!(r5.interval, Some(5));
         assert!(r5.totals.alloc_count < r.totals.alloc_count);
         // The final report is unchanged by them.
-        assert_eq!(Report::read(&out.report.unwrap()).unwrap().totals.live_count, 31);
+        assert_eq!(Report::read(&out.report.unwrap()).unwrap().totals.gauge.live_count, 31);
     }
 
     #[test]
@@ -519,7 +519,7 @@ mod tests {
         // 112, ..., 299 sites made: 19 times.
         assert_eq!(r.totals.evicted_stacks, 19 * 11);
         assert_eq!(r.sites.len(), 300 - 19 * 11);
-        assert_eq!((r.totals.alloc_count, r.totals.free_count, r.totals.live_count), (300, 299, 1));
+        assert_eq!((r.totals.alloc_count, r.totals.free_count, r.totals.gauge.live_count), (300, 299, 1));
         let leak = r.sites.iter().find(|s| s.id == 0).unwrap();
         assert!(leak.frames[0].function.ends_with("collect::tests::events"), "{:?}", leak.frames);
         assert_eq!(r.notes.iter().filter(|n| n.starts_with("note ")).count(), MAX_NOTES);

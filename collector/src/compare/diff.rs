@@ -12,7 +12,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::report::words::{first_user_frame, fmt_bytes, fmt_bytes_delta, fmt_seconds, frame_label};
-use crate::report::{Frame, KindTotals, Report, Site};
+use crate::report::{Frame, Gauge, Report, Site};
 
 /// The formats `gpushim diff` offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -310,8 +310,8 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
     }
     writeln!(out, "totals:")?;
     let (a, b) = (&old.totals, &new.totals);
-    line(out, "live", a.live_bytes, b.live_bytes, Some((a.live_count, b.live_count)))?;
-    line(out, "peak", a.peak_live_bytes, b.peak_live_bytes, None)?;
+    line(out, "live", a.gauge.live_bytes, b.gauge.live_bytes, Some((a.gauge.live_count, b.gauge.live_count)))?;
+    line(out, "peak", a.gauge.peak_live_bytes, b.gauge.peak_live_bytes, None)?;
     for ((name, ka), (_, kb)) in old.kinds.iter().into_iter().zip(new.kinds.iter()) {
         kind_line(out, name, ka, kb)?;
     }
@@ -364,7 +364,7 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
 }
 
 /// Per device ordinal in either report: (ordinal, old, new).
-fn device_pairs(old: &Report, new: &Report) -> Vec<(i32, KindTotals, KindTotals)> {
+fn device_pairs(old: &Report, new: &Report) -> Vec<(i32, Gauge, Gauge)> {
     let mut ordinals: Vec<i32> = old.devices.iter().chain(&new.devices).map(|d| d.ordinal).collect();
     ordinals.sort_unstable();
     ordinals.dedup();
@@ -372,17 +372,13 @@ fn device_pairs(old: &Report, new: &Report) -> Vec<(i32, KindTotals, KindTotals)
         r.devices
             .iter()
             .find(|d| d.ordinal == o)
-            .map(|d| KindTotals {
-                live_bytes: d.live_bytes,
-                live_count: d.live_count,
-                peak_live_bytes: d.peak_live_bytes,
-            })
+            .map(|d| Gauge { live_bytes: d.live_bytes, live_count: d.live_count, peak_live_bytes: d.peak_live_bytes })
             .unwrap_or_default()
     };
     ordinals.into_iter().map(|o| (o, get(old, o), get(new, o))).collect()
 }
 
-fn kind_line(out: &mut dyn Write, name: &str, a: &KindTotals, b: &KindTotals) -> io::Result<()> {
+fn kind_line(out: &mut dyn Write, name: &str, a: &Gauge, b: &Gauge) -> io::Result<()> {
     line(out, name, a.live_bytes, b.live_bytes, Some((a.live_count, b.live_count)))
 }
 
@@ -516,9 +512,9 @@ pub fn diff_json(old: &Report, new: &Report, top: usize, out: &mut dyn Write) ->
         unchanged_sites: rows.iter().filter(|r| !r.changed()).count(),
         sites,
         totals: JsonTotals {
-            live_bytes: Change::of(a.live_bytes, b.live_bytes),
-            live_count: Change::of(a.live_count, b.live_count),
-            peak_live_bytes: Change::of(a.peak_live_bytes, b.peak_live_bytes),
+            live_bytes: Change::of(a.gauge.live_bytes, b.gauge.live_bytes),
+            live_count: Change::of(a.gauge.live_count, b.gauge.live_count),
+            peak_live_bytes: Change::of(a.gauge.peak_live_bytes, b.gauge.peak_live_bytes),
             alloc_count: Change::of(a.alloc_count, b.alloc_count),
             free_count: Change::of(a.free_count, b.free_count),
             failed_count: Change::of(a.failed_count, b.failed_count),
@@ -602,7 +598,7 @@ mod tests {
             duration_s: 1.0,
             shim_version: "0.1.0".into(),
             collector_version: "0.1.0".into(),
-            totals: Totals { live_bytes: live, ..Totals::default() },
+            totals: Totals { gauge: Gauge { live_bytes: live, ..Gauge::default() }, ..Totals::default() },
             kinds: Default::default(),
             devices: vec![],
             vmm: vec![],

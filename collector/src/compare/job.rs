@@ -287,8 +287,8 @@ pub fn build(reports: &[(PathBuf, Report)]) -> JobView {
             local_rank: id.and_then(|i| i.local_rank),
             reason: r.reason.name().to_string(),
             command: r.command.clone(),
-            live_bytes: r.totals.live_bytes,
-            peak_live_bytes: r.totals.peak_live_bytes,
+            live_bytes: r.totals.gauge.live_bytes,
+            peak_live_bytes: r.totals.gauge.peak_live_bytes,
             suspects: r.suspects.len(),
             own_ordinal,
             own_from,
@@ -471,7 +471,7 @@ mod tests {
             .iter()
             .map(|&(o, b)| DeviceTotals { ordinal: o, live_bytes: b, live_count: 1, peak_live_bytes: b })
             .collect();
-        r.totals.live_bytes = devs.iter().map(|d| d.1).sum();
+        r.totals.gauge.live_bytes = devs.iter().map(|d| d.1).sum();
         r.sites = leaks
             .iter()
             .enumerate()

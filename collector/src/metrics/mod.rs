@@ -34,13 +34,13 @@ use std::time::{Duration, Instant};
 
 use gpushim_wire::NO_STACK;
 
-use crate::account::gauge::Gauge;
 use crate::account::live::State;
 use crate::account::rank;
 use crate::explain::frames;
 use crate::explain::symbolize::Symbolizer;
 use crate::report::Class;
-use crate::report::{Identity, PhysicalDevice};
+use crate::report::Gauge;
+use crate::report::{Identity, PhysicalDevice, Totals};
 use serve::{readable, serve, write_sd};
 
 /// Sites shown by `gpushim_site_live_bytes` when `GPUSHIM_METRICS_TOP` is not set.
@@ -142,20 +142,10 @@ pub struct Snapshot {
     pub labels: Vec<(String, String)>,
     /// Per kind (device, managed, pinned host).
     pub kinds: [Gauge; 3],
-    /// All kinds together.
-    pub total: Gauge,
+    /// The process's counters, as a report's (`lost_events` as of the latest event).
+    pub totals: Totals,
     /// Per GPU ordinal, ascending.
     pub gpus: Vec<GpuSample>,
-    /// Successful allocations.
-    pub alloc_count: u64,
-    /// Their bytes.
-    pub alloc_bytes: u64,
-    /// Successful frees of known allocations.
-    pub free_count: u64,
-    /// Failed allocation calls.
-    pub failed_count: u64,
-    /// Events given up as lost.
-    pub lost_events: u64,
     /// The sites with most live bytes, most first (at most [`Config::top`]).
     pub sites: Vec<SiteSample>,
     /// Live bytes of all other sites.
@@ -397,17 +387,12 @@ impl Publisher {
         let mut snap = Snapshot {
             labels: self.labels.clone(),
             kinds: state.kinds,
-            total: state.totals.gauge,
+            totals: Totals { lost_events: src.lost, ..state.totals },
             gpus: state
                 .devices
                 .iter()
                 .map(|(&ordinal, &gauge)| GpuSample { ordinal, gpu: gpu_name(src, ordinal), gauge })
                 .collect(),
-            alloc_count: state.totals.alloc_count,
-            alloc_bytes: state.totals.alloc_bytes,
-            free_count: state.totals.free_count,
-            failed_count: state.totals.failed_count,
-            lost_events: src.lost,
             ..Snapshot::default()
         };
         // The top sites: one pass over the sites, a partial sort of those with live bytes.

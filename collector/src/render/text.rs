@@ -33,9 +33,9 @@ impl Render for Text {
         writeln!(
             out,
             "live: {} in {}; peak {}; {}, {}, {} failed",
-            fmt_bytes(t.live_bytes),
-            count(t.live_count, "allocation"),
-            fmt_bytes(t.peak_live_bytes),
+            fmt_bytes(t.gauge.live_bytes),
+            count(t.gauge.live_count, "allocation"),
+            fmt_bytes(t.gauge.peak_live_bytes),
             count(t.alloc_count, "allocation"),
             count(t.free_count, "free"),
             t.failed_count,
@@ -365,10 +365,10 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         "gpushim: pid {} ({}): {} allocation{} live, {}{kinds}; peak {}",
         r.pid,
         r.reason.name(),
-        t.live_count,
-        if t.live_count == 1 { "" } else { "s" },
-        fmt_bytes(t.live_bytes),
-        fmt_bytes(t.peak_live_bytes),
+        t.gauge.live_count,
+        if t.gauge.live_count == 1 { "" } else { "s" },
+        fmt_bytes(t.gauge.live_bytes),
+        fmt_bytes(t.gauge.peak_live_bytes),
     )?;
     if let Some(t) = &r.interpreter_teardown {
         writeln!(

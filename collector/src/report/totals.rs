@@ -5,15 +5,14 @@ use serde::{Deserialize, Serialize};
 
 use super::is_zero;
 
-/// Process-wide counters.
+/// Process-wide counters: the one declaration the live set counts into
+/// ([`State::totals`](crate::account::live::State)), the report writes and the metrics endpoint
+/// shows. `lost_events` and `unknown_unmap_count` are filled in when a report or a scrape is made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
-    /// Bytes live at the end.
-    pub live_bytes: u64,
-    /// Allocations live at the end.
-    pub live_count: u64,
-    /// Highest live bytes at any moment, bytes.
-    pub peak_live_bytes: u64,
+    /// Live bytes and allocations at the end, and the peak of live bytes.
+    #[serde(flatten)]
+    pub gauge: Gauge,
     /// Successful allocations.
     pub alloc_count: u64,
     /// Bytes of all successful allocations.
@@ -49,31 +48,47 @@ pub struct Totals {
     pub evicted_stacks: u64,
 }
 
-/// Live bytes and count with their peak.
+/// Live bytes and count with their high-water mark: of the process, of one kind of memory, of
+/// one device or of one site.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KindTotals {
-    /// Bytes live at the end.
+pub struct Gauge {
+    /// Bytes live (at the end, in a report).
     pub live_bytes: u64,
-    /// Allocations live at the end.
+    /// Allocations live.
     pub live_count: u64,
-    /// Highest live bytes at any moment, bytes.
+    /// Highest `live_bytes` ever reached, bytes.
     pub peak_live_bytes: u64,
+}
+
+impl Gauge {
+    /// Counts a new live allocation of `size` bytes.
+    pub(crate) fn add(&mut self, size: u64) {
+        self.live_bytes = self.live_bytes.saturating_add(size);
+        self.live_count += 1;
+        self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
+    }
+
+    /// Takes out a live allocation of `size` bytes (freed, or replaced by a new one).
+    pub(crate) fn sub(&mut self, size: u64) {
+        self.live_bytes = self.live_bytes.saturating_sub(size);
+        self.live_count = self.live_count.saturating_sub(1);
+    }
 }
 
 /// Per-kind totals; all three are always present.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Kinds {
     /// Device memory.
-    pub device: KindTotals,
+    pub device: Gauge,
     /// Managed (unified) memory.
-    pub managed: KindTotals,
+    pub managed: Gauge,
     /// Pinned host memory.
-    pub pinned_host: KindTotals,
+    pub pinned_host: Gauge,
 }
 
 impl Kinds {
     /// The three kinds with their report names, in report order.
-    pub fn iter(&self) -> [(&'static str, &KindTotals); 3] {
+    pub fn iter(&self) -> [(&'static str, &Gauge); 3] {
         [("device", &self.device), ("managed", &self.managed), ("pinned_host", &self.pinned_host)]
     }
 }

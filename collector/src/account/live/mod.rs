@@ -17,9 +17,11 @@ pub use graphs::{GraphStats, NodeInfo};
 pub use op::Op;
 pub use teardown::ContextReset;
 
-use crate::account::gauge::{Gauge, SiteSeries, SiteStats, Totals};
+use crate::account::gauge::{SiteSeries, SiteStats};
 use crate::account::timeline::Timeline;
 use crate::account::vmm::{Released, Vmm};
+use crate::report::Gauge;
+use crate::report::Totals;
 
 /// At most this many failed allocations are kept individually; the rest are only counted.
 pub const MAX_FAILURES: usize = 1000;

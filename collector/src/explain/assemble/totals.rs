@@ -5,43 +5,21 @@ use std::collections::BTreeMap;
 
 use gpushim_wire::{Kind, MemInfo};
 
-use crate::account::gauge::Gauge;
 use crate::account::live::State;
-use crate::report::{DeviceTotals, KindTotals, Kinds, MemInfoRecord, TeardownRecord, Totals, VmmTotals};
-
-fn kind_totals(g: &Gauge) -> KindTotals {
-    KindTotals { live_bytes: g.live_bytes, live_count: g.live_count, peak_live_bytes: g.peak_live_bytes }
-}
+use crate::report::{DeviceTotals, Kinds, MemInfoRecord, TeardownRecord, Totals, VmmTotals};
 
 /// The process-wide counters; `lost_events`: sequence numbers that never arrived.
 pub(super) fn totals(state: &State, lost_events: u64) -> Totals {
-    let t = &state.totals;
-    Totals {
-        live_bytes: t.gauge.live_bytes,
-        live_count: t.gauge.live_count,
-        peak_live_bytes: t.gauge.peak_live_bytes,
-        alloc_count: t.alloc_count,
-        alloc_bytes: t.alloc_bytes,
-        free_count: t.free_count,
-        failed_count: t.failed_count,
-        unknown_free_count: t.unknown_free_count,
-        failed_free_count: t.failed_free_count,
-        replaced_count: t.replaced_count,
-        lost_events,
-        unknown_unmap_count: state.vmm.unknown_unmap_count,
-        reorder_overflow: t.reorder_overflow,
-        late_events: t.late_count,
-        evicted_stacks: t.evicted_stacks,
-    }
+    Totals { lost_events, unknown_unmap_count: state.vmm.unknown_unmap_count, ..state.totals }
 }
 
 /// Live bytes per kind of memory.
 pub(super) fn kinds(state: &State) -> Kinds {
     let k = &state.kinds;
     Kinds {
-        device: kind_totals(&k[Kind::Device as usize]),
-        managed: kind_totals(&k[Kind::Managed as usize]),
-        pinned_host: kind_totals(&k[Kind::PinnedHost as usize]),
+        device: k[Kind::Device as usize],
+        managed: k[Kind::Managed as usize],
+        pinned_host: k[Kind::PinnedHost as usize],
     }
 }
 
