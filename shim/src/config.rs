@@ -21,8 +21,8 @@ static BACKTRACES: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_UNWIND` is not `libgcc`: the cached unwinder is used.
 static FAST_UNWIND: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_UNWIND_CACHE` is not `0`: the hot path's per-thread caches are used (the unwinder's
-/// memo of rules, the thread's previous stack, the Python frames' code ids; issue 18). Off, every
-/// event is captured as before them; the reports are the same either way.
+/// memo of rules, the thread's previous stack, the Python frames' code ids). Off, every event is
+/// captured without them; the reports are the same either way.
 static UNWIND_CACHE: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_MAX_FRAMES`, 1 to 256 (default 64).
 static MAX_FRAMES: AtomicUsize = AtomicUsize::new(64);
@@ -47,7 +47,7 @@ static HEAP_WALK_NATIVE: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_TORCH_STACKS=1`: in a CPython program using PyTorch's CUDA caching allocator, the
 /// shim turns on PyTorch's record of each live block's Python stack (python/heap.rs). Off by
 /// default: PyTorch's first snapshot with stacks then imports `torch._dynamo` and
-/// `torch._inductor` into the program (5 to 6 s on the H200, torch 2.11, measured 2026-12-01),
+/// `torch._inductor` into the program (seconds of CPU: README),
 /// which the exit heap walk would add to every program's exit.
 static TORCH_STACKS: AtomicBool = AtomicBool::new(false);
 /// `GPUSHIM_HEAP_WALK_MS`: the cap on one heap walk, milliseconds (default 2000), also the

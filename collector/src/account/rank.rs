@@ -15,7 +15,7 @@
 //!      at most twice its own cadence (its live span over the gaps between its live
 //!      allocations) or [`RECENT_SHARE`] of the run, whichever is longer. This catches a leak
 //!      that grows only at the end of a run dominated by framework start-up (seconds of imports
-//!      and context creation), as measured with PyTorch on the H200 (docs/gpu-matrix.md).
+//!      and context creation), as PyTorch's is (docs/gpu-matrix.md).
 //!
 //! Allocations that a context teardown (`cudaDeviceReset`, the last `cuDevicePrimaryCtxRelease`,
 //! `cuCtxDestroy`) freed while they were live count as live here: the program never freed
@@ -75,7 +75,7 @@ pub struct Hints {
     /// Per site: the line of the program's own code it came from (`owners::user_line`). Sites
     /// of one kind that share a line are also judged together, as one union: a pool's segments
     /// for one line of code come from changing native stacks as the pool grows, so each site
-    /// alone sees only a few allocations (issue 13, the new-stream-per-iteration case).
+    /// alone sees only a few allocations (as when a program makes a new stream per iteration).
     pub line: HashMap<u32, String>,
     /// Sites whose memory a caching pool holds (`owners::Owner::pool`). A pool grows to its
     /// working set and then holds still: such a site (or union) that is no longer growing at
@@ -249,10 +249,9 @@ pub fn suspects_with(state: &State, run_start_ns: u64, run_end_ns: u64, hints: &
 /// True if and only if every site of a line's union made one allocation, still live, and no two
 /// of them have the same size: the line made one of each thing it needs (a library handle's
 /// workspace, its state and its caches at their first use), an initialization rather than
-/// growth. Measured on the H200 (docs/gpu-matrix.md, H_train): a training loop's first step
-/// creates cuBLAS's handle and workspaces, 1 KiB, 128 KiB, 64 MiB, 32 MiB and 2 MiB from five
-/// stacks under the forward's line, and the same again under the backward's line on the
-/// autograd thread; after 3.5 s of start-up and a 0.2 s loop they fell in the run's last tenth.
+/// growth: a training loop's first step creates cuBLAS's handle and workspaces, five sizes from
+/// five stacks under the forward's line, and the same again under the backward's line on the
+/// autograd thread, late in a run dominated by start-up (docs/gpu-matrix.md, H_train).
 /// Growth repeats its allocations: the same size again, or a site that allocates again.
 fn one_of_each(group: &[&SiteStats], live_times: &HashMap<u32, Vec<(u64, u64)>>) -> bool {
     let mut sizes = HashSet::new();
@@ -518,7 +517,7 @@ mod tests {
         assert!(suspects(&s, 0, 0).is_empty());
     }
 
-    /// S1's shape, measured on the H200: 5.5 s of start-up, then a caching-allocator site
+    /// S1's shape (docs/gpu-matrix.md): 5.5 s of start-up, then a caching-allocator site
     /// that adds a 20 MiB segment every 12 ms until the end; beside it a burst of three blocks
     /// at start-up that is then held for the whole run.
     #[test]
@@ -693,8 +692,8 @@ mod tests {
         assert_eq!(got.iter().map(|x| (x.site, x.live_bytes)).collect::<Vec<_>>(), vec![(2, 48 * MIB)]);
     }
 
-    /// A training loop's first step under one line, late in a run with a long start-up (the
-    /// H200's H_train): five stacks allocate once each, five different sizes, in a 0.6 ms
+    /// A training loop's first step under one line, late in a run with a long start-up
+    /// (docs/gpu-matrix.md, H_train): five stacks allocate once each, five different sizes, in a 0.6 ms
     /// burst at 93% of the run. An initialization, not growth; the same sizes repeated are.
     #[test]
     fn one_allocation_of_each_size_per_site_of_a_line_is_an_initialization() {

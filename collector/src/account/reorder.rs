@@ -19,8 +19,7 @@ use crate::account::live::{Op, State};
 /// preempted between taking a number and queueing its event. With 64 threads allocating on 2
 /// cores, events arrived up to 700,000 places late (measured with the stand-ins;
 /// `faults::threads_and_signals::sixty_four_threads_give_exact_totals_without_deadlock`), past
-/// an earlier bound of 2^18 events, which turned late events into "lost" ones and wrong totals.
-/// (The buffer before issue 14 was a map capped at 2^22 events: about 400 MiB.)
+/// a bound of 2^18 events, which would turn late events into "lost" ones and wrong totals.
 pub const DEFAULT_REORDER_BYTES: usize = 64 << 20;
 
 /// At most this many ranges of sequence numbers given up on because the buffer was full are

@@ -2,7 +2,7 @@
 //! allocations by handle, their references and the virtual address ranges that map them.
 //!
 //! CUDA's rule (CUDA Driver API, "Virtual Memory Management", `cuMemRelease` and `cuMemUnmap`;
-//! measured on an H200 with CUDA 13.0, docs/gpu-matrix.md): the physical memory of a handle
+//! CUDA 13.0's driver does so, docs/gpu-matrix.md): the physical memory of a handle
 //! lives until every reference to it is released *and* every mapping of it is unmapped. A
 //! reference is the `cuMemCreate` (or import) that made the handle, plus one per successful
 //! `cuMemRetainAllocationHandle`, which returns the same handle value; each `cuMemRelease`

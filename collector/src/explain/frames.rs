@@ -49,15 +49,14 @@ use Test::{Function, FunctionIs, Name, Package, Path};
 
 /// The built-in table, first match wins. Sources for the names: the file lists of the CUDA
 /// 13.0 toolkit's `lib64/` and of NVIDIA's `nvidia-*` wheels (`site-packages/nvidia/<lib>/lib/`),
-/// PyTorch 2.11's `torch/lib/`, and the stacks measured on the H200 (docs/gpu-matrix.md).
+/// PyTorch 2.11's `torch/lib/`, and the stacks of the GPU matrix (docs/gpu-matrix.md).
 const RULES: &[(Class, Test)] = &[
     // The CUDA runtime and driver.
     (Runtime, Name("libcudart")),
     (Runtime, Name("libcuda.")),
     (Runtime, Name("libcuda-")),
     (Runtime, Name("libnvidia-")),
-    // nvcc 13.0 names the static runtime's internal functions `libcudart_static_<hash>` (seen
-    // on the H200).
+    // nvcc 13.0 names the static runtime's internal functions `libcudart_static_<hash>`.
     (Runtime, Function("__cudart")),
     (Runtime, Function("cudart::")),
     (Runtime, Function("libcudart_static_")),
@@ -382,8 +381,8 @@ pub fn headline(frames: &[Frame], thread_name: Option<&str>) -> Option<Headline>
         }
         // A function compiled by torch.compile runs as one graph: its memory is allocated inside
         // the generated code, at whichever line of the function the graph was entered from, so
-        // its lines are one cause (measured on the H200: a compiled model's kept output and the
-        // activations its graph saved came at two lines of its forward).
+        // its lines are one cause (a compiled model's kept output and the activations its graph
+        // saved come at two lines of its forward).
         let table = Table::global();
         let key = if frames[..i].iter().any(|f| f.python && table.is_generated(f)) {
             format!("user {} {} (compiled)", user.function, user.file.as_deref().unwrap_or(&user.module))
@@ -600,7 +599,7 @@ mod tests {
     #[test]
     fn lines_of_a_function_that_runs_compiled_code_are_one_cause() {
         // A compiled model's blocks come at whichever line of its forward the graph was entered
-        // from (603 and 604 on the H200): one key; its own lines, not compiled, stay apart.
+        // from (two lines here): one key; its own lines, not compiled, stay apart.
         let generated = |line| {
             vec![
                 py("/tmp/torchinductor_root/x3/cx3abc.py", "Runner.call", 1269),

@@ -3,8 +3,7 @@
 //! and the finding when the untraced part grew over the run.
 //!
 //! Untraced memory is device memory the driver counts for the process that no allocation call
-//! made: the context itself (hundreds of MiB on an H200, measured with a process that only
-//! creates one: docs/gpu-matrix.md), the code and data of loaded modules (kernels loaded
+//! made: the context itself (hundreds of MiB: docs/gpu-matrix.md), the code and data of loaded modules (kernels loaded
 //! lazily at first use, or compiled at run time, as JAX does per static argument), local memory
 //! for kernel stacks, and memory of calls the shim does not see. A caching allocator's cached
 //! but free memory is traced (it was allocated by a call the shim saw), never untraced.
@@ -160,7 +159,7 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert!(f[0].starts_with("GPU 0: untraced device memory grew by 80.0 MiB over the run (500.0 MiB to 580.0 MiB, about 53.3 MiB per second)"), "{}", f[0]);
 
-        // The JAX case on the H200: after the exit heap walk the interpreter's teardown
+        // The JAX case: after the exit heap walk the interpreter's teardown
         // freed the pool (the driver's count fell to the context alone) while the report
         // still counts it live; that sample is left out.
         let late = DriverView {

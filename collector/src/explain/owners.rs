@@ -10,7 +10,7 @@
 //! `getNewWorkspace` took from its caching allocator. A stack no rule matches is the user's
 //! code calling CUDA directly ([`USER_OWNER`]).
 //!
-//! The function names are those of the frameworks' native code as symbolized on the H200
+//! The function names are those of the frameworks' native code as symbolized in the GPU matrix
 //! (docs/gpu-matrix.md: PyTorch 2.11's `c10::cuda::CUDACachingAllocator::…`, its pinned host
 //! allocator `at::cuda::…CachingHostAllocator…`, XLA's `tsl::BFCAllocator`); module names are
 //! the libraries' file names as NVIDIA's wheels and the CUDA toolkit ship them.

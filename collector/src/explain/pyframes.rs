@@ -148,7 +148,7 @@ impl Python {
     /// inner to the first Python frame of the user's own code (not a framework package) that
     /// belong to the interpreter, ctypes or a framework package are marked internal, so that
     /// the first frame shown is the user's Python line: with PyTorch, `nn.Module.__call__`
-    /// runs through `_PyObject_Call_Prepend` between the model's frames (seen on the H200).
+    /// runs through `_PyObject_Call_Prepend` between the model's frames.
     pub fn merge(&mut self, id: u32, native: Vec<Frame>) -> Vec<Frame> {
         let mut out = self.merge_frames(id, native);
         let first_user = out.iter().position(|f| f.python && !f.internal);
@@ -468,7 +468,7 @@ mod tests {
             .collect()
     }
 
-    /// PyTorch's shape, from S1 on the H200: a framework Python frame (internal), then the
+    /// PyTorch's shape, from S1 (docs/gpu-matrix.md): a framework Python frame (internal), then the
     /// interpreter's `_PyObject_Call_Prepend` of `nn.Module.__call__`, then the user's line.
     #[test]
     fn first_shown_frame_is_the_users_python_line() {

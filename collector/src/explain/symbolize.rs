@@ -379,7 +379,7 @@ pub(crate) mod tests {
         assert!(!is_internal_source("/work/main/examples/cudarc-leak/src/main.rs"));
         assert!(is_internal("/w/app", "libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c"));
         assert!(is_internal("/t/libtorch_cpu.so", "at::detail::empty_generic(c10::ArrayRef<long>)"));
-        // PyTorch's operators are framework code, libc is a runtime (issue 13): neither heads a site.
+        // PyTorch's operators are framework code, libc is a runtime: neither heads a site.
         assert!(is_internal("/t/libtorch_cpu.so", "at::native::linear(at::Tensor const&)"));
         assert!(is_internal("/usr/lib/libc.so.6", "malloc"));
         assert!(!is_internal("/w/libmylib.so", "render_frame"));

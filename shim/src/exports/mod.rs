@@ -143,7 +143,7 @@ macro_rules! hook_body {
         // Asked first: on a capturing stream the shim may make no call the capture does not
         // support. `cuStreamGetDevice` (the `device` of these entries) is one: it fails with
         // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and the program's capture ends with
-        // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (measured on the H200, CUDA 13.0). The current
+        // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (CUDA 13.0; docs/gpu-matrix.md). The current
         // device (`cuCtxGetDevice`, allowed) stands in; the node's own device comes with the
         // instantiation.
         let capturing = real::capturing($cap);

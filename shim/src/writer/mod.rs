@@ -199,8 +199,8 @@ impl Writer {
     /// on the writer thread: off the program's path).
     fn describe_device(&mut self, ordinal: i32) {
         // Every device the driver shows, once, at the first allocation: an allocation's device
-        // may be known only to the collector (from its context), as on the H200 for memory
-        // made after `cudaSetDevice(1)` on another thread (2026-12-01: GPU 1 went undescribed).
+        // may be known only to the collector (from its context), as for memory made after
+        // `cudaSetDevice(1)` on another thread.
         if !self.devices_listed {
             self.devices_listed = true;
             for o in 0..crate::real::device_count().min(64) {
@@ -249,7 +249,7 @@ impl Writer {
     fn run(mut self, rx: Receiver<Msg>) {
         // While idle the writer sleeps instead of blocking on the channel: a sender then never
         // has to wake it (a futex call of several microseconds on the program's thread for
-        // every allocation, measured on the H200 with scripts/bench-gpu.sh), at the price of up
+        // every allocation, docs/performance.md), at the price of up
         // to IDLE_MAX of latency.
         let mut idle = IDLE_MIN;
         let mut last_alone_check = 0u64;

@@ -1030,8 +1030,8 @@ pub(crate) mod tests {
 
     #[test]
     fn an_unlaunched_node_whose_address_a_later_node_takes_is_still_counted_unlaunched() {
-        // On the H200 the driver gave the next graph's node the address of a captured node
-        // whose graph was destroyed unlaunched: the report lost the unlaunched 32 MiB.
+        // A real driver gives the next graph's node the address of a captured node whose graph
+        // was destroyed unlaunched: the unlaunched 32 MiB must still be counted.
         let a = 0x7000_0000;
         let ops = vec![
             node(0, a, 32 * MIB, Api::CudaMallocAsync, 4),

@@ -14,8 +14,8 @@ use crate::report::{Site, Suppressed, Suspect};
 /// suppression hides taken out (grouped the same way, by suppression), the others grouped
 /// (`rank::group`) by headline key, each group with its headline, its number of distinct
 /// threads, and its live bytes per kind in its reason when it holds more than one kind (a NCCL
-/// communicator's device buffers and pinned host buffers are one cause: one suspect, measured
-/// on the H200, docs/gpu-matrix.md `fault_nccl_cycles`).
+/// communicator's device buffers and pinned host buffers are one cause: one suspect,
+/// docs/gpu-matrix.md `fault_nccl_cycles`).
 pub(super) fn by_cause(
     suspects: Vec<Suspect>,
     state: &State,
@@ -35,9 +35,8 @@ pub(super) fn by_cause(
         .collect();
     // A suspect whose segments hold PyTorch blocks mostly allocated at one line of user code is
     // named by that line: a caching allocator's segment is made by whichever call found the
-    // pool full, while the blocks inside it say whose memory it holds (issue 13, the kept
-    // logits: three suspects, each named by the call that made its segments, become one at the
-    // model's line).
+    // pool full, while the blocks inside it say whose memory it holds (kept logits: three
+    // suspects, each named by the call that made its segments, are one at the model's line).
     let mut by_blocks: HashSet<u32> = HashSet::new();
     for x in &suspects {
         let members = std::iter::once(x.site).chain(x.line_sites.iter().copied());
@@ -99,7 +98,7 @@ pub(super) fn by_cause(
     }
     // A suspect whose segments of PyTorch's caching allocator are mostly free blocks at exit,
     // beside a suspect whose segments hold tensors, is the pool growing around memory held
-    // elsewhere (measured on the H200: kept logits fragment the pool, whose new segments, made
+    // elsewhere (kept logits fragment the pool, whose new segments, made
     // by the backward pass and the optimizer, end up free), not a cause of its own. Alone, it
     // stays: the program may have let go of what it held only at the end (a loop inside
     // `main()` whose list is gone at exit).
