@@ -198,7 +198,7 @@ class Compare:
                 for opts in (["--top", "1", "--depth", "3"], ["--all-frames"], ["--top", "50", "--depth", "40"]):
                     self.both(f"report {f.name} {' '.join(opts)}", ["report", str(f), *opts], d)
             self.both(f"report {d.name}/ (job view)", ["report", str(d)], d)
-            for a, b in zip(files, files[1:], strict=False):
+            for a, b in itertools.pairwise(files):
                 for fmt in ("text", "json", "html"):
                     self.both(f"diff {a.name} {b.name} --format {fmt}", ["diff", str(a), str(b), "--format", fmt], d)
 
