@@ -4,7 +4,7 @@
 //!
 //! Outputs (all in one directory; executables and libcudart carry RUNPATH
 //! `$ORIGIN`, so they find each other there):
-//! - `libcuda.so.1`          driver stand-in (standins/cuda.c, cuda_table.c, cuda_arrays.c, cuda_contexts.c, cuda_vmm.c)
+//! - `libcuda.so.1`          driver stand-in (standins/cuda.c, cuda_table.c, cuda_arrays.c, cuda_current.c, cuda_contexts.c, cuda_vmm.c, cuda_graphs.c)
 //! - `libcudart.so.13`       runtime stand-in, shared (standins/cudart.c), version `libcudart.so.13`
 //! - `libcudart.so.12`       the same source as a second runtime (version `libcudart.so.12`)
 //! - `libcudart_static.a`    runtime stand-in, static archive (same source)
@@ -115,6 +115,7 @@ fn main() {
         "standins/cuda_table.c",
         "standins/cuda_table.h",
         "standins/cuda_arrays.c",
+        "standins/cuda_current.c",
         "standins/cuda_contexts.c",
         "standins/cuda_vmm.c",
         "standins/cuda_graphs.c",
@@ -152,6 +153,7 @@ fn main() {
     a.push(ctx.src("standins/cuda.c"));
     a.push(ctx.src("standins/cuda_table.c"));
     a.push(ctx.src("standins/cuda_arrays.c"));
+    a.push(ctx.src("standins/cuda_current.c"));
     a.push(ctx.src("standins/cuda_contexts.c"));
     a.push(ctx.src("standins/cuda_vmm.c"));
     a.push(ctx.src("standins/cuda_graphs.c"));

@@ -1,5 +1,6 @@
 /*
- * The driver stand-in's contexts (see cuda_table.h): a primary context per device ordinal
+ * The driver stand-in's context API (see cuda_table.h; the state itself is cuda_current.c's): a
+ * primary context per device ordinal
  * (0 to 15) with its retain count, contexts the program creates (cuCtxCreate), each thread's
  * current context with a push/pop stack, streams 0x5000 + N of device N's primary context, and
  * memory pools 0x7000 + N located on device N.  Every allocation belongs to a context and a
@@ -13,60 +14,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define MAX_DEVICES 16
-#define STACK_DEPTH 16
-
-struct standin_ctx {
-    int device;
-    int primary;
-    int refs; /* primary contexts: the retain count */
-};
-
-static struct standin_ctx primaries[MAX_DEVICES] = {
-    {0, 1, 0}, {1, 1, 0}, {2, 1, 0},  {3, 1, 0},  {4, 1, 0},  {5, 1, 0},  {6, 1, 0},  {7, 1, 0},
-    {8, 1, 0}, {9, 1, 0}, {10, 1, 0}, {11, 1, 0}, {12, 1, 0}, {13, 1, 0}, {14, 1, 0}, {15, 1, 0},
-};
-
-static __thread struct standin_ctx *stack[STACK_DEPTH];
-static __thread int depth; /* stack[depth - 1] is current; none: device 0's primary context */
-/* The context of the allocation in progress on this thread, when a stream or pool names it. */
-static __thread struct standin_ctx *owner_override;
-
-static struct standin_ctx *current(void) { return depth > 0 ? stack[depth - 1] : &primaries[0]; }
-
-void *standin_primary(int device) { return device >= 0 && device < MAX_DEVICES ? &primaries[device] : NULL; }
-
-void standin_owner(void **ctx, int *device)
-{
-    struct standin_ctx *c = owner_override != NULL ? owner_override : current();
-    *ctx = c;
-    *device = c->device;
-}
-
-void standin_set_owner(void *ctx) { owner_override = ctx; }
-
-void *standin_stream_ctx(CUstream s)
-{
-    uintptr_t h = (uintptr_t)s;
-    return h >= 0x5000 && h < 0x5000 + MAX_DEVICES ? &primaries[h - 0x5000] : current();
-}
-
-void *standin_pool_ctx(CUmemoryPool pool)
-{
-    uintptr_t h = (uintptr_t)pool;
-    return h >= 0x7000 && h < 0x7000 + MAX_DEVICES ? &primaries[h - 0x7000] : NULL;
-}
-
-int standin_current_device(void) { return current()->device; }
-
-/* The primary context of `ctx`'s device: where stream-ordered (pool) memory lives. */
-void *standin_primary_of(void *ctx) { return &primaries[((struct standin_ctx *)ctx)->device & (MAX_DEVICES - 1)]; }
-
 #define API __attribute__((visibility("default")))
 
 API CUresult cuDeviceGet(int *device, int ordinal)
 {
-    if (device == NULL || ordinal < 0 || ordinal >= MAX_DEVICES)
+    if (device == NULL || ordinal < 0 || ordinal >= STANDIN_MAX_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
     *device = ordinal;
     return CUDA_SUCCESS;
@@ -76,7 +28,7 @@ API CUresult cuDeviceGet(int *device, int ordinal)
  * 0xA0 + d, 1, 2, ..., 15 (a real driver gives the board's). */
 API CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, int dev)
 {
-    if (pciBusId == NULL || len <= 0 || dev < 0 || dev >= MAX_DEVICES)
+    if (pciBusId == NULL || len <= 0 || dev < 0 || dev >= STANDIN_MAX_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
     snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x10 + dev);
     return CUDA_SUCCESS;
@@ -84,7 +36,7 @@ API CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, int dev)
 
 API CUresult cuDeviceGetUuid_v2(unsigned char *uuid, int dev)
 {
-    if (uuid == NULL || dev < 0 || dev >= MAX_DEVICES)
+    if (uuid == NULL || dev < 0 || dev >= STANDIN_MAX_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
     for (int i = 0; i < 16; i++)
         uuid[i] = (unsigned char)(i == 0 ? 0xA0 + dev : i);
@@ -93,29 +45,29 @@ API CUresult cuDeviceGetUuid_v2(unsigned char *uuid, int dev)
 
 API CUresult cuDevicePrimaryCtxRetain(void **ctx, int device)
 {
-    if (ctx == NULL || device < 0 || device >= MAX_DEVICES)
+    if (ctx == NULL || device < 0 || device >= STANDIN_MAX_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
     lock_table();
-    primaries[device].refs++;
+    standin_primaries[device].refs++;
     unlock_table();
-    *ctx = &primaries[device];
+    *ctx = &standin_primaries[device];
     return CUDA_SUCCESS;
 }
 
 /* The last release destroys the primary context: its allocations are freed. */
 CUresult impl_cuDevicePrimaryCtxRelease_v2(int device)
 {
-    if (device < 0 || device >= MAX_DEVICES)
+    if (device < 0 || device >= STANDIN_MAX_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
     lock_table();
-    int refs = primaries[device].refs;
+    int refs = standin_primaries[device].refs;
     if (refs > 0)
-        primaries[device].refs--;
+        standin_primaries[device].refs--;
     unlock_table();
     if (refs == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (refs == 1) {
-        reset_ctx_entries(&primaries[device]);
+        reset_ctx_entries(&standin_primaries[device]);
         if (device == 0)
             vmm_reset_device();
     }
@@ -124,10 +76,10 @@ CUresult impl_cuDevicePrimaryCtxRelease_v2(int device)
 
 API CUresult cuDevicePrimaryCtxGetState(int device, unsigned int *flags, int *active)
 {
-    if (flags == NULL || active == NULL || device < 0 || device >= MAX_DEVICES)
+    if (flags == NULL || active == NULL || device < 0 || device >= STANDIN_MAX_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
     lock_table();
-    *active = primaries[device].refs > 0;
+    *active = standin_primaries[device].refs > 0;
     unlock_table();
     *flags = 0;
     return CUDA_SUCCESS;
@@ -135,9 +87,9 @@ API CUresult cuDevicePrimaryCtxGetState(int device, unsigned int *flags, int *ac
 
 CUresult impl_cuDevicePrimaryCtxReset_v2(int device)
 {
-    if (device < 0 || device >= MAX_DEVICES)
+    if (device < 0 || device >= STANDIN_MAX_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
-    reset_ctx_entries(&primaries[device]);
+    reset_ctx_entries(&standin_primaries[device]);
     if (device == 0)
         vmm_reset_device(); /* the stand-in's VMM memory is on device 0 */
     return CUDA_SUCCESS;
@@ -146,7 +98,7 @@ CUresult impl_cuDevicePrimaryCtxReset_v2(int device)
 /* A new context of `dev`, made current (pushed) on the calling thread. */
 CUresult standin_ctx_create(void **pctx, int dev)
 {
-    if (pctx == NULL || dev < 0 || dev >= MAX_DEVICES || depth == STACK_DEPTH)
+    if (pctx == NULL || dev < 0 || dev >= STANDIN_MAX_DEVICES || standin_depth == STANDIN_STACK_DEPTH)
         return CUDA_ERROR_INVALID_VALUE;
     struct standin_ctx *c = malloc(sizeof *c);
     if (c == NULL)
@@ -154,7 +106,7 @@ CUresult standin_ctx_create(void **pctx, int dev)
     c->device = dev;
     c->primary = 0;
     c->refs = 1;
-    stack[depth++] = c;
+    standin_stack[standin_depth++] = c;
     *pctx = c;
     return CUDA_SUCCESS;
 }
@@ -165,14 +117,14 @@ CUresult impl_cuCtxDestroy_v2(void *ctx)
     if (c == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     reset_ctx_entries(c);
-    if (c == &primaries[0])
+    if (c == &standin_primaries[0])
         vmm_reset_device();
     /* Off this thread's stack; other threads' stacks are the program's business. */
-    for (int i = 0; i < depth; i++)
-        if (stack[i] == c) {
-            for (int j = i; j + 1 < depth; j++)
-                stack[j] = stack[j + 1];
-            depth--;
+    for (int i = 0; i < standin_depth; i++)
+        if (standin_stack[i] == c) {
+            for (int j = i; j + 1 < standin_depth; j++)
+                standin_stack[j] = standin_stack[j + 1];
+            standin_depth--;
             break;
         }
     if (!c->primary)
@@ -187,7 +139,7 @@ CUresult impl_cuCtxGetDevice(int *device)
     atomic_fetch_add_explicit(&standin_ctx_device_calls, 1, memory_order_relaxed);
     if (device == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    *device = current()->device;
+    *device = standin_current()->device;
     return CUDA_SUCCESS;
 }
 
@@ -195,35 +147,35 @@ API CUresult cuCtxGetCurrent(void **pctx)
 {
     if (pctx == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    *pctx = current();
+    *pctx = standin_current();
     return CUDA_SUCCESS;
 }
 
 API CUresult cuCtxSetCurrent(void *ctx)
 {
     if (ctx == NULL) {
-        depth = 0;
+        standin_depth = 0;
         return CUDA_SUCCESS;
     }
-    if (depth == 0)
-        depth = 1;
-    stack[depth - 1] = ctx;
+    if (standin_depth == 0)
+        standin_depth = 1;
+    standin_stack[standin_depth - 1] = ctx;
     return CUDA_SUCCESS;
 }
 
 API CUresult cuCtxPushCurrent_v2(void *ctx)
 {
-    if (ctx == NULL || depth == STACK_DEPTH)
+    if (ctx == NULL || standin_depth == STANDIN_STACK_DEPTH)
         return CUDA_ERROR_INVALID_VALUE;
-    stack[depth++] = ctx;
+    standin_stack[standin_depth++] = ctx;
     return CUDA_SUCCESS;
 }
 
 API CUresult cuCtxPopCurrent_v2(void **pctx)
 {
-    if (depth == 0)
+    if (standin_depth == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
-    void *c = stack[--depth];
+    void *c = standin_stack[--standin_depth];
     if (pctx != NULL)
         *pctx = c;
     return CUDA_SUCCESS;
@@ -251,7 +203,7 @@ API CUresult cuStreamGetCtx(CUstream stream, void **pctx)
 API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
     if (pool == NULL || props == NULL || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-        props->location.id < 0 || props->location.id >= MAX_DEVICES)
+        props->location.id < 0 || props->location.id >= STANDIN_MAX_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
     *pool = (CUmemoryPool)(uintptr_t)(0x7000 + props->location.id);
     return CUDA_SUCCESS;

@@ -374,7 +374,7 @@ CUresult impl_cuStreamEndCapture(CUstream s, CUgraph *out)
 
 CUresult impl_cuStreamEndCapture_ptsz(CUstream s, CUgraph *out) { return impl_cuStreamEndCapture(PER_THREAD(s), out); }
 
-/* A call the driver does not support on a capturing stream (measured on the H200 with CUDA 13.0:
+/* A call the driver does not support on a capturing stream (CUDA 13.0:
  * cuStreamGetDevice returns 900, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture's end
  * then fails with 901, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED): 1 if `s` is capturing, which it
  * invalidates. */

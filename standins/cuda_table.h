@@ -49,9 +49,21 @@ void reset_ctx_entries(const void *ctx);
 int entry_device(uintptr_t key);
 size_t live_bytes_of(int device);
 
-/* Contexts (cuda_contexts.c). The owner is the context and device an allocation made now on
- * this thread belongs to: the one set by standin_set_owner (a stream's or pool's, NULL to
- * clear), else the current context. */
+/* Contexts: their state (cuda_current.c) and their API (cuda_contexts.c). The owner is the
+ * context and device an allocation made now on this thread belongs to: the one set by
+ * standin_set_owner (a stream's or pool's, NULL to clear), else the current context. */
+#define STANDIN_MAX_DEVICES 16
+#define STANDIN_STACK_DEPTH 16
+struct standin_ctx {
+    int device;
+    int primary;
+    int refs; /* primary contexts: the retain count */
+};
+extern struct standin_ctx standin_primaries[STANDIN_MAX_DEVICES];
+/* standin_stack[standin_depth - 1] is current; none: device 0's primary context. */
+extern __thread struct standin_ctx *standin_stack[STANDIN_STACK_DEPTH];
+extern __thread int standin_depth;
+struct standin_ctx *standin_current(void);
 void standin_owner(void **ctx, int *device);
 void standin_set_owner(void *ctx);
 void *standin_stream_ctx(CUstream s);

@@ -4,8 +4,8 @@
  * cuMemExportToShareableHandle/cuMemImportFromShareableHandle (POSIX file descriptors) and
  * cuMemGetAllocationPropertiesFromHandle.
  *
- * As the real driver (CUDA Driver API, "Virtual Memory Management"; measured on an H200 with
- * CUDA 13.0): a physical allocation lives until every reference to it is released and every
+ * As the real driver (CUDA Driver API, "Virtual Memory Management"; CUDA 13.0's
+ * driver does so): a physical allocation lives until every reference to it is released and every
  * mapping of it is unmapped. A reference is the cuMemCreate or import that made a handle, or
  * a retain; cuMemRetainAllocationHandle returns the handle value that is mapped at the address
  * (the cuMemCreate's). Each physical allocation is a memfd; a reserved range is an

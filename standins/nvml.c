@@ -4,7 +4,7 @@
  * "<pid> <used bytes>" per process (without that variable, nvmlInit_v2 fails as with no
  * driver).  Each query appends one line to "<file>.queries", so a
  * test program can wait until the collector has sampled.  Only the four entry points the
- * collector uses (collector/src/nvml.rs), with NVML's signatures (nvml.h).
+ * collector uses (collector/src/explain/nvml.rs), with NVML's signatures (nvml.h).
  */
 #define _GNU_SOURCE
 #include <stdio.h>

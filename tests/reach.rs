@@ -1,4 +1,4 @@
-//! The reachability scan (shim/src/reach.rs, collector/src/reach.rs): which live allocations no
+//! The reachability scan (shim/src/reach.rs, collector/src/explain/reach.rs): which live allocations no
 //! pointer in the program's memory refers to any more. Each scenario of tests/programs/reach.c
 //! runs to a normal exit under the shim; the final report's classes and counts are exact.
 //!

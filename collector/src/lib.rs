@@ -3,18 +3,23 @@
 //! `gpushim collect`; this crate decodes that stream, keeps the live set, symbolizes stacks,
 //! ranks leak suspects and writes reports, then reads reports back to render them
 //! (`gpushim report`) and to compare two (`gpushim diff`). The binary only parses the command
-//! line and calls [`cmd`].
+//! line and calls the subcommands re-exported here.
 //!
-//! The way through: [`collect`] decodes the stream (its format is the `gpushim-wire` crate) and
-//! hands the allocation events to the [`reorder`] buffer, which applies them to the [`live`]
-//! set; the live set keeps its [`gauge`]s and the [`vmm`] handles and mappings, their live bytes over time in thinned [`series`],
-//! and the [`timeline`]. At a snapshot boundary, at an out-of-memory failure and at the end of
-//! the stream, the state becomes a [`report`]: [`symbolize`] turns stacks into frames (Python
-//! frames from [`pyframes`]), [`frames`] classes each frame and names each site, [`owners`]
-//! names who made each live allocation, [`rank`] picks the leak suspects and groups them by
-//! cause, less those [`suppress`] hides, and [`gpumem`] says where the GPU memory is, with the
-//! driver's view that [`nvml`] samples while the stream is read. [`render`] writes a report in
-//! each output format and [`diff`] compares two, both in the wording of [`words`].
+//! The modules are layers, each a folder, and a module uses only its own layer and those below it
+//! (the order is written once, in docs/ARCHITECTURE.md, "Layers", and checked by
+//! tests/layers.rs). What each holds:
+//! - `account`: the live set and its counts, in sequence order;
+//! - `cmd`: one module per subcommand;
+//! - `collect`: the collection of one stream: decoding and ordering, the driving loop, and the
+//!   writer of every kind of report;
+//! - `compare`: reports read back and compared (`diff`, the job view);
+//! - `error`: exit codes;
+//! - `explain`: the live set made into a report (symbols, frame classes, owners, suspects'
+//!   causes, the driver's view, who holds the memory, reachability, a process's identity);
+//! - `metrics`: the Prometheus endpoint, a copy of the live set's numbers;
+//! - `render`: one file per output format;
+//! - `report`: the report's types, its wording and how it is written as JSON and to files;
+//! - `settings`: every environment variable the collector reads, read once.
 //!
 //! Invariants:
 //! - Events are applied in sequence-number order, whatever order they arrive in: a snapshot
@@ -22,57 +27,34 @@
 //!   up to and including its failure.
 //! - Memory stays bounded however long the stream: series are thinned, the reorder buffer gives
 //!   a missing number up as lost past a bound, failures and listed sites are capped.
-//! - The accounting ([`live`], [`vmm`], [`reorder`], [`gauge`], [`series`], [`timeline`], [`rank`]) is
-//!   pure: no I/O, no clocks.
+//! - The accounting (`account`) is pure: no I/O, no clocks.
 //! - A stream that breaks after its Hello event still gets a report of everything valid received
 //!   before the break. Report files never replace a file and never follow a symlink, and what is
-//!   written ([`report::Report`]) can always be read back.
-//! - Exit codes are those of [`error`].
-//! - No module imports one that imports it back. [`series`], [`report`], [`words`] and
-//!   [`error`] import no other module of the crate but `report`; the accounting imports only
-//!   those and itself, in the order series, gauge, timeline, vmm, live, reorder, rank; [`holders`]
-//!   (who holds the memory: a heap walk attributed to the live set) builds on `live`, `report`
-//!   and `words`; [`owners`] imports only `report`, [`nvml`] nothing of the crate, and
-//!   [`gpumem`] builds on `nvml`, `report` and `words`; [`identity`] (rank, job id, file names,
-//!   a rank's own GPU) builds on `report`; [`symbolize`] builds on those; [`reach`] (definitely
-//!   lost: the shim's reachability scan matched with the live set) builds on `live`, `report`,
-//!   `words` and `symbolize`; [`metrics`] (Prometheus: a copy of the live set's numbers served on a
-//!   thread of its own) builds on `live`, `rank`, `frames`, `symbolize`, `identity` and `words`;
-//!   [`render`], [`diff`] and [`collect`] build on those; [`job`] (the
-//!   job view of several processes' reports) on `diff`, `identity` and `words`; [`cmd`] builds
-//!   on everything, and nothing imports it.
+//!   written (the report's types) can always be read back.
+//! - Exit codes are those of the `error` module: 0 success, 1 a broken event stream, 2 usage
+//!   or input errors, 3 `run --fail-on-leak` found a leak; `run` passes the program's own on.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-mod assemble;
-pub mod cmd;
-pub mod collect;
-pub mod diff;
-pub mod error;
-pub mod frames;
-pub mod gauge;
-pub mod gpumem;
-pub mod holders;
-pub mod identity;
-pub mod job;
-mod json;
-pub mod live;
-pub mod metrics;
-pub mod nvml;
-mod oom;
-mod output;
-pub mod owners;
-#[cfg(test)]
-mod perf_tests;
-pub mod pyframes;
-pub mod rank;
-pub mod reach;
-pub mod render;
-pub mod reorder;
-pub mod report;
-pub mod series;
-pub mod suppress;
-pub mod symbolize;
-pub mod timeline;
-pub mod vmm;
-pub mod words;
+mod account;
+mod cmd;
+mod collect;
+mod compare;
+mod error;
+mod explain;
+mod metrics;
+mod render;
+mod report;
+mod settings;
+
+pub use cmd::collect::run as collect;
+pub use cmd::diff::run as diff;
+pub use cmd::kernel::{install as install_kernel, Options as KernelOptions, Place as KernelPlace};
+pub use cmd::preload::run as preload_path;
+pub use cmd::report::run as report;
+pub use cmd::run::{parse_bytes, run, Options as RunOptions};
+pub use cmd::snapshot::{run as snapshot, Signal};
+pub use compare::diff::DiffFormat;
+pub use error::{coded, exit_code, is_broken_pipe, USAGE};
+pub use render::format::Format;
+pub use render::TextOptions;

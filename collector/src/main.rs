@@ -2,7 +2,7 @@
 //! reports the memory it never freed.
 //!
 //! This binary only reads the command line and hands each subcommand to the library
-//! (`gpushim_collector::cmd`). Exit codes (`gpushim_collector::error`): 0 success; 1 `collect`
+//! (`gpushim_collector`). Exit codes: 0 success; 1 `collect`
 //! read a broken event stream (the report is still written); 2 usage or input errors; `run`
 //! exits with the program's own status (the same signal if a signal ended it, which a shell
 //! shows as 128 + signal; 126 if it could not be executed, 127 if it was not found).
@@ -16,11 +16,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use gpushim_collector::cmd::{self, snapshot::Signal};
-use gpushim_collector::diff::DiffFormat;
-use gpushim_collector::error;
-use gpushim_collector::render::format::Format;
-use gpushim_collector::render::TextOptions;
+use gpushim_collector::{self as collector, DiffFormat, Format, Signal, TextOptions};
 
 /// Find GPU memory leaks: trace a program's CUDA allocations and report what it never freed.
 #[derive(Debug, Parser)]
@@ -153,10 +149,10 @@ fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
-            if error::is_broken_pipe(&err) {
+            if collector::is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
-            let code = error::exit_code(&err);
+            let code = collector::exit_code(&err);
             let _ = writeln!(io::stderr(), "gpushim: {err:#}");
             ExitCode::from(code)
         }
@@ -169,22 +165,25 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             let fail_on_leak = match fail_on_leak.as_deref() {
                 None => None,
                 Some("") => Some(None),
-                Some(v) => Some(Some(cmd::run::parse_bytes(v).ok_or_else(|| {
-                    error::coded(error::USAGE, format!("--fail-on-leak={v}: not a number of bytes (like 16MiB)"))
+                Some(v) => Some(Some(collector::parse_bytes(v).ok_or_else(|| {
+                    collector::coded(
+                        collector::USAGE,
+                        format!("--fail-on-leak={v}: not a number of bytes (like 16MiB)"),
+                    )
                 })?)),
             };
-            cmd::run::run(&cmd::run::Options { output, command, fail_on_leak })
+            collector::run(&collector::RunOptions { output, command, fail_on_leak })
         }
         Command::Report { file, format, output, top, depth, all_frames } => {
-            cmd::report::run(&file, format, output.as_deref(), TextOptions { top, depth, all_frames })
+            collector::report(&file, format, output.as_deref(), TextOptions { top, depth, all_frames })
         }
-        Command::Diff { old, new, top, format } => cmd::diff::run(&old, &new, top, format),
-        Command::Snapshot { pid, signal, timeout } => cmd::snapshot::run(pid, signal, timeout),
-        Command::PreloadPath => cmd::preload::run(),
-        Command::Collect { input, output, .. } => cmd::collect::run(input, output),
+        Command::Diff { old, new, top, format } => collector::diff(&old, &new, top, format),
+        Command::Snapshot { pid, signal, timeout } => collector::snapshot(pid, signal, timeout),
+        Command::PreloadPath => collector::preload_path(),
+        Command::Collect { input, output, .. } => collector::collect(input, output),
         Command::Kernel { action: KernelAction::Install { name, display_name, user: _, prefix, python } } => {
-            let place = prefix.map_or(cmd::kernel::Place::User, cmd::kernel::Place::Prefix);
-            cmd::kernel::install(&cmd::kernel::Options { name, display_name, place, python })
+            let place = prefix.map_or(collector::KernelPlace::User, collector::KernelPlace::Prefix);
+            collector::install_kernel(&collector::KernelOptions { name, display_name, place, python })
         }
     }
 }

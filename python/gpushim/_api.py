@@ -29,7 +29,7 @@ import time
 #: Seconds ``snapshot`` waits for the collector's confirmation by default.
 DEFAULT_TIMEOUT_S = 30.0
 
-# Results of gpushim_snapshot below 0 (shim/src/api.rs).
+# Results of gpushim_snapshot below 0 (shim/src/exports/api.rs).
 _REASONS = {
     -1: "recording is off in this process (the collector could not be started or went away, or the program is exiting)",
     -2: "the collector did not confirm the snapshot in time (the file may still appear)",

@@ -1,9 +1,9 @@
 //! The shim's global allocator: the system's `malloc` and `free`, as without it, plus one thing.
 //! While [`watch`] runs a closure, it remembers the largest block allocated, so that the writer
-//! knows where the event channel's buffer lies: the reachability scan (`reach.rs`) must leave
-//! that buffer out, since its slots hold copies of the addresses of recent allocations. (Found
-//! by the block's size in `/proc/self/maps` before, which failed whenever `malloc` served the
-//! buffer from a heap rather than a mapping of its own: measured on the stand-ins, 2026-12-01.)
+//! knows where the event channel's buffer lies: the reachability scan (`reach`) must leave
+//! that buffer out, since its slots hold copies of the addresses of recent allocations. (The
+//! block's size in `/proc/self/maps` would not find it when `malloc` serves the buffer from a
+//! heap rather than a mapping of its own.)
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};

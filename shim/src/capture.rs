@@ -53,16 +53,17 @@ const INVALIDATED: c_int = 901;
 /// Whether some capture may be in progress in the process: false only when every capture that
 /// began has ended (one load).
 #[inline]
-pub fn any() -> bool {
-    ACTIVE.load(Acquire) != 0 && still_any()
+pub fn any(driver_has: impl Fn(&std::ffi::CStr) -> bool) -> bool {
+    ACTIVE.load(Acquire) != 0 && still_any(driver_has)
 }
 
 /// [`any`] once the count is not 0: the first call checks the loaded driver for begin functions
-/// the shim does not wrap (called after a stream-ordered call returned, so the driver is loaded;
-/// without a driver, nothing can capture) and drops the count's initial 1 if it has none.
+/// the shim does not wrap (`driver_has`: whether the driver exports a name; called after a
+/// stream-ordered call returned, so the driver is loaded; without a driver, nothing can capture)
+/// and drops the count's initial 1 if it has none.
 #[inline(never)]
-fn still_any() -> bool {
-    if !CHECKED.swap(true, AcqRel) && !UNWRAPPED_BEGINS.iter().any(|n| crate::real::driver_has(n)) {
+fn still_any(driver_has: impl Fn(&std::ffi::CStr) -> bool) -> bool {
+    if !CHECKED.swap(true, AcqRel) && !UNWRAPPED_BEGINS.iter().any(|n| driver_has(n)) {
         ACTIVE.fetch_sub(1, SeqCst);
     }
     ACTIVE.load(Acquire) != 0
@@ -106,84 +107,32 @@ fn remove(k: u64) {
     }
 }
 
-/// Runs the real begin `call` of a capture on origin `stream` with the slot taken first.
-fn begin(stream: *mut c_void, call: impl FnOnce() -> c_int) -> c_int {
+/// Runs the real begin `call` of a capture on origin `stream` with the slot taken first;
+/// `capturing_now` asks the driver whether a stream captures.
+pub fn begin(
+    stream: *mut c_void,
+    capturing_now: impl FnOnce(*mut c_void) -> bool,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
     let k = key(stream);
     let took = k != 0 && insert(k);
     let r = call();
     // A failed begin: the slot goes unless the stream captures (another thread's begin on the
     // same stream won). The legacy stream (0, 1) cannot capture and is not asked.
-    if r != 0 && took && ((stream as usize) <= 1 || !crate::real::capturing_now(stream)) {
+    if r != 0 && took && ((stream as usize) <= 1 || !capturing_now(stream)) {
         remove(k);
     }
     r
 }
 
 /// Runs the real end `call` of the capture on origin `stream`; its slot goes if the capture ended.
-fn end(stream: *mut c_void, call: impl FnOnce() -> c_int) -> c_int {
+pub fn end(stream: *mut c_void, call: impl FnOnce() -> c_int) -> c_int {
     let r = call();
     if r == 0 || r == INVALIDATED {
         remove(key(stream));
     }
     r
 }
-
-/// `CUresult cuStreamBeginCapture(CUstream hStream)` (CUDA 10.0's ABI, `cuGetProcAddress`
-/// versions before 10010).
-pub type Begin1 = unsafe extern "C" fn(*mut c_void) -> c_int;
-/// `CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)`.
-pub type Begin2 = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
-/// `CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode
-/// *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies,
-/// CUstreamCaptureMode mode)`.
-pub type BeginToGraph =
-    unsafe extern "C" fn(*mut c_void, *mut c_void, *const *mut c_void, *const c_void, usize, c_int) -> c_int;
-/// `CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)`.
-pub type End = unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> c_int;
-
-/// Defines a handler `$name(f, args...)` for `custom` entries of `hook.rs`: the capture's origin
-/// is the first argument (`ptsz`: of a per-thread-default-stream ABI, where 0 means
-/// `CU_STREAM_PER_THREAD`).
-macro_rules! handler {
-    ($(#[doc = $doc:literal])* $name:ident: $ty:ty, $what:ident, ptsz = $ptsz:literal, ($s:ident $(, $a:ident: $aty:ty)*)) => {
-        $(#[doc = $doc])*
-        ///
-        /// # Safety
-        /// The caller's contract for `f`, the real function; arguments are forwarded unchanged.
-        pub unsafe fn $name(f: $ty, $s: *mut c_void $(, $a: $aty)*) -> c_int {
-            let origin = if $ptsz { crate::real::per_thread($s) } else { $s };
-            // SAFETY: the caller's arguments, unchanged, to the real function.
-            $what(origin, || unsafe { f($s $(, $a)*) })
-        }
-    };
-}
-
-handler!(
-    /// `cuStreamBeginCapture`'s handler.
-    begin1: Begin1, begin, ptsz = false, (s));
-handler!(
-    /// `cuStreamBeginCapture_ptsz`'s handler.
-    begin1_ptsz: Begin1, begin, ptsz = true, (s));
-handler!(
-    /// `cuStreamBeginCapture_v2`'s handler.
-    begin2: Begin2, begin, ptsz = false, (s, mode: c_int));
-handler!(
-    /// `cuStreamBeginCapture_v2_ptsz`'s handler.
-    begin2_ptsz: Begin2, begin, ptsz = true, (s, mode: c_int));
-handler!(
-    /// `cuStreamBeginCaptureToGraph`'s handler.
-    begin_to_graph: BeginToGraph, begin, ptsz = false,
-    (s, graph: *mut c_void, deps: *const *mut c_void, data: *const c_void, n: usize, mode: c_int));
-handler!(
-    /// `cuStreamBeginCaptureToGraph_ptsz`'s handler.
-    begin_to_graph_ptsz: BeginToGraph, begin, ptsz = true,
-    (s, graph: *mut c_void, deps: *const *mut c_void, data: *const c_void, n: usize, mode: c_int));
-handler!(
-    /// `cuStreamEndCapture`'s handler.
-    end_capture: End, end, ptsz = false, (s, graph: *mut *mut c_void));
-handler!(
-    /// `cuStreamEndCapture_ptsz`'s handler.
-    end_capture_ptsz: End, end, ptsz = true, (s, graph: *mut *mut c_void));
 
 #[cfg(test)]
 mod tests {
@@ -197,26 +146,26 @@ mod tests {
     #[test]
     fn a_capture_counts_from_its_begin_to_an_end_that_ends_it() {
         let s = h(0x7000_1000);
-        assert!(!any());
-        assert_eq!(begin(s, || 0), 0);
-        assert!(any());
+        assert!(!any(|_| false));
+        assert_eq!(begin(s, |_| false, || 0), 0);
+        assert!(any(|_| false));
         // The runtime's hook and the driver's for one begin: one slot.
-        assert_eq!(begin(s, || 0), 0);
+        assert_eq!(begin(s, |_| false, || 0), 0);
         assert_eq!(ACTIVE.load(SeqCst), 1);
         // An end that fails otherwise (unjoined, 904) leaves the capture counted.
         assert_eq!(end(s, || 904), 904);
-        assert!(any());
+        assert!(any(|_| false));
         assert_eq!(end(s, || INVALIDATED), INVALIDATED);
-        assert!(!any());
+        assert!(!any(|_| false));
         // A failed begin on the legacy stream takes nothing.
-        assert_eq!(begin(std::ptr::null_mut(), || 900), 900);
-        assert_eq!(begin(h(1), || 900), 900);
-        assert!(!any());
+        assert_eq!(begin(std::ptr::null_mut(), |_| false, || 900), 900);
+        assert_eq!(begin(h(1), |_| false, || 900), 900);
+        assert!(!any(|_| false));
         // Per-thread default streams of two threads are two origins.
-        assert_eq!(begin(h(2), || 0), 0);
+        assert_eq!(begin(h(2), |_| false, || 0), 0);
         let (began, wait) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
         let other = std::thread::spawn(move || {
-            assert_eq!(begin(h(2), || 0), 0);
+            assert_eq!(begin(h(2), |_| false, || 0), 0);
             began.0.send(()).unwrap();
             wait.1.recv().unwrap();
             assert_eq!(end(h(2), || 0), 0);
@@ -227,6 +176,6 @@ mod tests {
         assert_eq!(ACTIVE.load(SeqCst), 1);
         wait.0.send(()).unwrap();
         other.join().unwrap();
-        assert!(!any());
+        assert!(!any(|_| false));
     }
 }

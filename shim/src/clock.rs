@@ -1,7 +1,6 @@
-//! Event time stamps on the hot path (issue 18). `clock_gettime(CLOCK_MONOTONIC)` goes through
-//! the vDSO already, but measured on the development VM (KVM guest, clocksource `tsc`) one call
-//! takes about 90 ns against about 38 ns for `rdtsc`: two calls a pair were a third of the shim's
-//! added cost on the pool-hit loop (docs/performance.md). So `Alloc` and `Free` messages carry a
+//! Event time stamps on the hot path. `clock_gettime(CLOCK_MONOTONIC)` goes through the vDSO
+//! already, but one call costs about twice an `rdtsc`, and two calls a pair are a large share of
+//! the shim's added cost on the pool-hit loop (docs/performance.md has the numbers). So `Alloc` and `Free` messages carry a
 //! *stamp*: the time-stamp counter where the kernel itself keeps time with it, else monotonic ns;
 //! the writer thread turns stamps into monotonic ns ([`StampClock`]) before encoding, so the
 //! stream and the reports carry `CLOCK_MONOTONIC` nanoseconds as before.

@@ -21,8 +21,8 @@ static BACKTRACES: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_UNWIND` is not `libgcc`: the cached unwinder is used.
 static FAST_UNWIND: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_UNWIND_CACHE` is not `0`: the hot path's per-thread caches are used (the unwinder's
-/// memo of rules, the thread's previous stack, the Python frames' code ids; issue 18). Off, every
-/// event is captured as before them; the reports are the same either way.
+/// memo of rules, the thread's previous stack, the Python frames' code ids). Off, every event is
+/// captured without them; the reports are the same either way.
 static UNWIND_CACHE: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_MAX_FRAMES`, 1 to 256 (default 64).
 static MAX_FRAMES: AtomicUsize = AtomicUsize::new(64);
@@ -47,14 +47,14 @@ static HEAP_WALK_NATIVE: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_TORCH_STACKS=1`: in a CPython program using PyTorch's CUDA caching allocator, the
 /// shim turns on PyTorch's record of each live block's Python stack (python/heap.rs). Off by
 /// default: PyTorch's first snapshot with stacks then imports `torch._dynamo` and
-/// `torch._inductor` into the program (5 to 6 s on the H200, torch 2.11, measured 2026-12-01),
+/// `torch._inductor` into the program (seconds of CPU: README),
 /// which the exit heap walk would add to every program's exit.
 static TORCH_STACKS: AtomicBool = AtomicBool::new(false);
 /// `GPUSHIM_HEAP_WALK_MS`: the cap on one heap walk, milliseconds (default 2000), also the
 /// longest the shim waits for a walk to start.
 static HEAP_WALK_MS: AtomicU64 = AtomicU64::new(2000);
 /// `GPUSHIM_REACHABILITY` is not `0`: the shim scans the program's memory for references to
-/// live allocations at each snapshot, out-of-memory report and normal exit (reach.rs).
+/// live allocations at each snapshot, out-of-memory report and normal exit (`reach`).
 static REACHABILITY: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_REACHABILITY_MS`: the cap on one reachability scan (both passes), milliseconds
 /// (default 3000); 0 cuts every scan at once.
@@ -63,7 +63,7 @@ static REACHABILITY_MS: AtomicU64 = AtomicU64::new(3000);
 /// process may run on, at most 8; reach/roots.rs).
 static REACHABILITY_THREADS: AtomicU64 = AtomicU64::new(0);
 /// `GPUSHIM_REACHABILITY_CUDA_DATA=1`: the CUDA libraries' data and the heap blocks it reaches
-/// are read as the program's roots, like any module's (reach.rs; for measuring what leaving them
+/// are read as the program's roots, like any module's (`reach`; for measuring what leaving them
 /// out does, docs/gpu-matrix.md). Off by default.
 static REACHABILITY_CUDA_DATA: AtomicBool = AtomicBool::new(false);
 /// Where reports go ([`Config::output_dir`]), kept for the line the exit path says when its

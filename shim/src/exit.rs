@@ -37,7 +37,7 @@ static DESTRUCTOR: extern "C" fn() = at_unload;
 
 extern "C" fn at_unload() {
     // Where the program's frames end on this thread: the reachability scan of the exit
-    // (reach.rs) reads this thread's stack from here up, not the shim's frames below (the
+    // (`reach`) reads this thread's stack from here up, not the shim's frames below (the
     // exit path's own channel, whose padding holds stale bytes).
     let here = 0u8;
     state::EXIT_SP.store(std::hint::black_box(&here) as *const u8 as u64, Release);

@@ -135,7 +135,7 @@ macro_rules! for_each_hook {
                 => custom(vmm::mem_create, NOT_INITIALIZED);
             /// `CUresult cuMemRelease(CUmemGenericAllocationHandle handle)`: gives back one
             /// reference to a handle; the physical memory goes once every reference is released
-            /// and every mapping unmapped (the collector counts both: collector/src/vmm.rs).
+            /// and every mapping unmapped (the collector counts both: collector/src/account/vmm.rs).
             CuMemRelease = cuMemRelease(handle: u64) in driver("cuMemRelease", 0, any)
                 => free(CuMemRelease) { addr = handle; stream = 0 };
             /// `CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
@@ -279,31 +279,31 @@ macro_rules! for_each_hook {
 
             /// `CUresult cuStreamBeginCapture(CUstream hStream)`: CUDA 10.0's ABI.
             CuStreamBeginCapture = cuStreamBeginCapture(s: *mut c_void) in driver("cuStreamBeginCapture", 10000, no)
-                => custom(crate::capture::begin1, NOT_INITIALIZED);
+                => custom(capture::begin1, NOT_INITIALIZED);
             /// `cuStreamBeginCapture`, per-thread default stream ABI.
             CuStreamBeginCapturePtsz = cuStreamBeginCapture_ptsz(s: *mut c_void) in driver("cuStreamBeginCapture", 10000, yes)
-                => custom(crate::capture::begin1_ptsz, NOT_INITIALIZED);
+                => custom(capture::begin1_ptsz, NOT_INITIALIZED);
             /// `CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)`
             /// (`cuStreamBeginCapture` in CUDA 13.0's `cuda.h`).
             CuStreamBeginCaptureV2 = cuStreamBeginCapture_v2(s: *mut c_void, mode: c_int) in driver("cuStreamBeginCapture", 10010, no)
-                => custom(crate::capture::begin2, NOT_INITIALIZED);
+                => custom(capture::begin2, NOT_INITIALIZED);
             /// `cuStreamBeginCapture_v2`, per-thread default stream ABI.
             CuStreamBeginCaptureV2Ptsz = cuStreamBeginCapture_v2_ptsz(s: *mut c_void, mode: c_int) in driver("cuStreamBeginCapture", 10010, yes)
-                => custom(crate::capture::begin2_ptsz, NOT_INITIALIZED);
+                => custom(capture::begin2_ptsz, NOT_INITIALIZED);
             /// `CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const
             /// CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t
             /// numDependencies, CUstreamCaptureMode mode)` (CUDA 12.3).
             CuStreamBeginCaptureToGraph = cuStreamBeginCaptureToGraph(s: *mut c_void, graph: *mut c_void, deps: *const *mut c_void, data: *const c_void, n: usize, mode: c_int) in driver("cuStreamBeginCaptureToGraph", 12030, no)
-                => custom(crate::capture::begin_to_graph, NOT_INITIALIZED);
+                => custom(capture::begin_to_graph, NOT_INITIALIZED);
             /// `cuStreamBeginCaptureToGraph`, per-thread default stream ABI.
             CuStreamBeginCaptureToGraphPtsz = cuStreamBeginCaptureToGraph_ptsz(s: *mut c_void, graph: *mut c_void, deps: *const *mut c_void, data: *const c_void, n: usize, mode: c_int) in driver("cuStreamBeginCaptureToGraph", 12030, yes)
-                => custom(crate::capture::begin_to_graph_ptsz, NOT_INITIALIZED);
+                => custom(capture::begin_to_graph_ptsz, NOT_INITIALIZED);
             /// `CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)`.
             CuStreamEndCapture = cuStreamEndCapture(s: *mut c_void, graph: *mut *mut c_void) in driver("cuStreamEndCapture", 10000, no)
-                => custom(crate::capture::end_capture, NOT_INITIALIZED);
+                => custom(capture::end_capture, NOT_INITIALIZED);
             /// `cuStreamEndCapture`, per-thread default stream ABI.
             CuStreamEndCapturePtsz = cuStreamEndCapture_ptsz(s: *mut c_void, graph: *mut *mut c_void) in driver("cuStreamEndCapture", 10000, yes)
-                => custom(crate::capture::end_capture_ptsz, NOT_INITIALIZED);
+                => custom(capture::end_capture_ptsz, NOT_INITIALIZED);
 
             // Contexts torn down: every allocation in them goes (exports/contexts.rs).
 

@@ -1,4 +1,4 @@
-//! Each thread's previous allocation stack (issue 18): an allocation whose native and Python
+//! Each thread's previous allocation stack: an allocation whose native and Python
 //! frames are the same as its thread's previous recorded allocation's sends no frames, only
 //! "the same stack as this thread's previous allocation" (`Msg::Alloc::same`); the writer keeps
 //! each thread's previous stack id and uses it. A loop that allocates from one place then pays

@@ -2,7 +2,7 @@
 //! and free of device, managed and pinned host memory, with the native backtrace of the caller,
 //! and streams the events to the `gpushim` collector.
 //!
-//! How an allocation reaches us (measured on the GPU machine; docs/gpu-matrix.md has the results):
+//! How an allocation reaches us (docs/gpu-matrix.md has what the frameworks use):
 //! - by symbol: the runtime and driver entry points are exported from this library, so a
 //!   program that links `libcudart.so`/`libcuda.so` dynamically binds to them first;
 //! - by `dlsym(handle, name)`: our `dlsym` hands out our wrapper for the exact names we wrap
@@ -24,21 +24,13 @@
 //!   intercepted name finds nothing, as without the shim.
 //! - The signal handler touches atomics only.
 //!
-//! Modules, from the exports down to the platform helpers (each imports only those below it):
-//! - `exports` (every exported symbol, generated from the list in `hook`), `init` (the
-//!   constructor, the snapshot signal handler, the fork handlers), `api` (the C entry points of
-//!   the Python API: `gpushim_snapshot`, `gpushim_is_tracing`, `gpushim_report_path`);
-//! - `record` (the hot path), `exit` (the end of the stream at exit);
-//! - `writer` (the writer thread), `launch` (starting the collector), `socket` (the socket's
-//!   identity), `inflight` (frees in progress, for snapshots);
-//! - `route` (which of several CUDA runtimes a call reaches), `real` (the real functions behind
-//!   our exports), `python` (Python frames), `unwind` (native backtraces);
-//! - `hook` (the one list of intercepted functions), `config` (settings), `state` (process-wide
-//!   atomics), `event` (the hot path's event), `loader` (the dynamic loader), `hash`, `sys`.
+//! Its modules are layers whose order is written once, in docs/ARCHITECTURE.md ("Layers"), and
+//! checked by tests/layers.rs: `exports` holds every exported symbol (the CUDA ones generated from
+//! the list in `hook`), `record` the hot path, `writer` the writer thread, `config` the settings,
+//! read once.
 #![allow(clippy::missing_safety_doc)] // each export has its `# Safety` section in exports/
 
 mod alloc_watch;
-mod api;
 mod capture;
 mod clock;
 mod config;

@@ -1,4 +1,4 @@
-//! Per-thread caches of the hot path (issue 18) live on the heap, not in thread-local storage:
+//! Per-thread caches of the hot path live on the heap, not in thread-local storage:
 //! a library loaded at start-up (`LD_PRELOAD`) has its thread-local storage carved out of every
 //! thread's stack (glibc's static TLS), and the caches take kilobytes, which a program's small
 //! thread stacks must not lose. Each thread gets its block on first use (one heap allocation)

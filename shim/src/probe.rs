@@ -1,5 +1,5 @@
 //! Time-stamp-counter laps through the hot path, for a breakdown of the shim's cost per step on a
-//! machine without a profiler (issue 18: the device machines have no `perf`). Built only with
+//! machine without a profiler (no `perf`). Built only with
 //! `--features probe` (`scripts/bench-gpu-ab.sh` prints the table of a build named `probe…`); without it the [`probe!`] marks
 //! compile to nothing and this module is empty.
 //!

@@ -316,7 +316,7 @@ static DEVICES: AtomicI32 = AtomicI32::new(0);
 pub fn one_device() -> bool {
     match DEVICES.load(Relaxed) {
         1 => true,
-        0 if !crate::capture::any() => {
+        0 if !crate::capture::any(driver_has) => {
             let n = device_count();
             if n > 0 {
                 DEVICES.store(n, Relaxed);
@@ -530,7 +530,7 @@ pub fn per_thread(stream: *mut c_void) -> *mut c_void {
 /// process (`capture.rs`: no stream captures then; one load instead of a driver call).
 #[inline]
 pub fn capturing(stream: *mut c_void) -> bool {
-    crate::capture::any() && capturing_now(stream)
+    crate::capture::any(driver_has) && capturing_now(stream)
 }
 
 /// [`capturing`], asked of the driver whatever the captures seen. The legacy default stream

@@ -263,8 +263,8 @@ fn alloc_stack(ok: bool) -> (Box<[u64]>, crate::event::PyFrames, bool) {
 }
 
 /// Runs the recording of a successful allocation: with cancellation left as the program has it
-/// once this thread has recorded an allocation while tracing runs (issue 18: the two
-/// `pthread_setcancelstate` calls, each a locked compare-exchange in glibc, were left out of
+/// once this thread has recorded an allocation while tracing runs (the two
+/// `pthread_setcancelstate` calls, each a locked compare-exchange in glibc, are left out of
 /// the free path the same way, see [`free_begin`]); else, and for failures (which ask the
 /// driver for its free memory), with cancellation off as everywhere ([`sys::guarded`]).
 /// Panics are caught either way.
@@ -486,8 +486,8 @@ pub struct FreeTicket {
 /// Takes the sequence number for a free of `addr` by `api` (0 frees nothing and is not
 /// recorded), and marks the free as in progress for the writer's snapshots (see `inflight`).
 ///
-/// Cancellation is left as the program has it once tracing runs (issue 18: two of the pair's
-/// six `pthread_setcancelstate` calls on the free's way in, two on its way out): nothing on
+/// Cancellation is left as the program has it once tracing runs (no
+/// `pthread_setcancelstate` calls on the free's way in or out): nothing on
 /// the free path is then a cancellation point (atomics, `gettid` and `getpid` by `syscall`,
 /// the clock, a heap block for the thread's ring or in-progress slot, and `futex` by `syscall`
 /// when the ring or the channel is full; the panic hook's one line turns cancellation off

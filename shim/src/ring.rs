@@ -1,9 +1,8 @@
-//! Per-thread single-producer rings (issue 18): a thread's events (every event its hooks make,
+//! Per-thread single-producer rings: a thread's events (every event its hooks make,
 //! and the heap walk's result when the walk ran on it) go to the writer through a ring that only
 //! this thread writes and only the writer thread reads, instead of the shared channel, where
 //! every send was a locked compare-exchange on the channel's shared tail and slot stamps that
-//! the writer's core read back. On the development VM it saves about 10 ns a pair; on the H200
-//! the host's noise hid any change (docs/performance.md "Per-thread rings").
+//! the writer's core read back (docs/performance.md, "Per-thread rings", has what it saves).
 //!
 //! - **Order**: one thread's events reach the writer in the order it queued them, as through
 //!   the one channel before (the collector's `teardown_from_ns` needs the exit heap walk's
@@ -42,8 +41,8 @@ use crate::state::{self, DISABLED, STATE, TRACED_PID};
 use crate::sys;
 
 /// Events a thread may have queued before it waits for the writer (a power of two). The writer
-/// sleeps 0.5 ms at least when it finds nothing: at 3 events a microsecond (the pool-hit loop on
-/// the H200, about 700 ns a pair), 1,500 events; half the ring holds them, so a thread that
+/// sleeps 0.5 ms at least when it finds nothing: at 3 events a microsecond (a pool-hit loop on a
+/// real GPU, docs/performance.md), 1,500 events; half the ring holds them, so a thread that
 /// allocates without pause never has to wake the writer.
 pub const SLOTS: u32 = 4096;
 const MASK: u32 = SLOTS - 1;

@@ -13,7 +13,7 @@
 //! Code without CFI (JIT code) is crossed through its frame pointer when `rbp` points into the
 //! stack, else the backtrace ends there. On any other stack the fast walk does not start.
 //!
-//! Per-thread memo (issue 18): each thread remembers its previous walk (`MEMO`, on the heap:
+//! Per-thread memo: each thread remembers its previous walk (`MEMO`, on the heap:
 //! `per_thread`): where it started (stack and frame pointer), and for every frame the slots read
 //! (the return address, and the saved frame pointer where the rule reads one) with the values
 //! found there, and the state they led to. The next walk that starts at the same stack and frame
@@ -238,9 +238,9 @@ fn from_cfi(m: &Cfi, addr: u64) -> Option<u64> {
 pub const MEMO_FRAMES: usize = 256 + 16;
 
 /// One frame of a walk, as the replay reads it (16 bytes, so that a 49-frame replay reads 13
-/// cache lines of the memo, not 37: on the H200 the real CUDA call between two hooks leaves
-/// little of the shim's data in the first-level cache, and the replay's cost was its memory
-/// reads, docs/performance.md): the return address, its slot's offset from the walk's
+/// cache lines of the memo, not 37: the real CUDA call between two hooks leaves little of the
+/// shim's data in the first-level cache, and the replay's cost is its memory reads,
+/// docs/performance.md): the return address, its slot's offset from the walk's
 /// starting stack pointer, and [`Seen::bp`]: whether a saved frame pointer was read and
 /// where, and whether the rule used the incoming frame pointer.
 #[derive(Clone, Copy, Default)]

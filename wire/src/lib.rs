@@ -37,10 +37,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod answer; // the collector's answers on the socket
 mod decode; // Decoder, decode_body, WireError
 mod encode; // write_header, encode
 mod event; // Event, its structs, Kind, Api, LineTableFormat
 
+pub use answer::{answer_line, parse_answer, END_OF_STREAM};
 pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use super::signals;
 use crate::collect;
 use crate::error::{BROKEN_STREAM, OK};
+use crate::settings::Settings;
 
 /// Collects the stream in `input` (standard input if `None` or `-`), writing the reports into
 /// `output` (the directory the stream names if `None`); with `GPUSHIM_HTML=1` in the
@@ -21,29 +22,23 @@ use crate::error::{BROKEN_STREAM, OK};
 /// Those of [`collect::collect`], and exit code 2 if `input` cannot be opened. A stream that
 /// broke after its Hello event is no error: the exit code is 1 then.
 pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> {
-    let html = std::env::var_os("GPUSHIM_HTML").is_some_and(|v| v == "1");
+    let s = Settings::global();
+    let html = s.html.as_deref() == Some("1");
     let live = input.as_ref().is_none_or(|p| p.as_os_str() == "-");
     let mut err = io::stderr().lock();
-    check_settings(&|name| std::env::var(name).ok(), &mut err);
-    let interval = intervals(
-        std::env::var("GPUSHIM_REPORT_INTERVAL").ok().as_deref(),
-        std::env::var("GPUSHIM_REPORT_KEEP").ok().as_deref(),
-        &mut err,
-    );
-    let metrics = crate::metrics::config(
-        std::env::var("GPUSHIM_METRICS").ok().as_deref(),
-        std::env::var("GPUSHIM_METRICS_TOP").ok().as_deref(),
-        &mut err,
-    )
-    .map(|m| crate::metrics::Config { input_fd: live.then_some(0), ..m });
+    check_settings(s, &mut err);
+    let interval = intervals(s.report_interval.as_deref(), s.report_keep.as_deref(), &mut err);
+    let metrics = crate::metrics::config(s.metrics.as_deref(), s.metrics_top.as_deref(), &mut err)
+        .map(|m| crate::metrics::Config { input_fd: live.then_some(0), ..m });
     let opts = collect::Options {
         output_dir: output,
         html,
         sample_driver: live,
         interval,
         metrics,
-        reorder_bytes: env_count("GPUSHIM_REORDER_MIB", &mut err).map(|m| m.saturating_mul(1 << 20)),
-        max_stacks: env_count("GPUSHIM_MAX_STACKS", &mut err),
+        reorder_bytes: count_setting("GPUSHIM_REORDER_MIB", s.reorder_mib.as_deref(), &mut err)
+            .map(|m| m.saturating_mul(1 << 20)),
+        max_stacks: count_setting("GPUSHIM_MAX_STACKS", s.max_stacks.as_deref(), &mut err),
     };
     signals::ignore_file_size_signal();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {
@@ -113,35 +108,31 @@ fn intervals(every: Option<&str>, keep: Option<&str>, err: &mut dyn Write) -> Op
 /// Says in one line on `err` each collector setting whose value it does not take, with what is
 /// used instead: the switches `GPUSHIM_HTML`, `GPUSHIM_NVML`, `GPUSHIM_DEFAULT_SUPPRESSIONS`
 /// (`0` or `1`) and `GPUSHIM_NVML_INTERVAL_MS` (a whole number of ms above 0), which were taken
-/// silently. `get` reads a variable.
-fn check_settings(get: &dyn Fn(&str) -> Option<String>, err: &mut dyn Write) {
-    for (name, what) in [
-        ("GPUSHIM_HTML", "no HTML reports"),
-        ("GPUSHIM_NVML", "NVML is sampled"),
-        ("GPUSHIM_DEFAULT_SUPPRESSIONS", "the built-in suppressions are used"),
+/// silently.
+fn check_settings(s: &Settings, err: &mut dyn Write) {
+    for (name, value, what) in [
+        ("GPUSHIM_HTML", &s.html, "no HTML reports"),
+        ("GPUSHIM_NVML", &s.nvml, "NVML is sampled"),
+        ("GPUSHIM_DEFAULT_SUPPRESSIONS", &s.default_suppressions, "the built-in suppressions are used"),
     ] {
-        if let Some(v) = get(name).filter(|v| !v.is_empty() && v.trim() != "0" && v.trim() != "1") {
+        if let Some(v) = value.as_ref().filter(|v| !v.is_empty() && v.trim() != "0" && v.trim() != "1") {
             let _ = writeln!(err, "gpushim: {name}={v} is not 0 or 1; {what}");
         }
     }
-    if let Some(v) = get("GPUSHIM_NVML_INTERVAL_MS").filter(|v| !v.is_empty()) {
+    if let Some(v) = s.nvml_interval_ms.as_ref().filter(|v| !v.is_empty()) {
         if !v.trim().parse::<u64>().is_ok_and(|ms| ms > 0) {
             let _ = writeln!(
                 err,
                 "gpushim: GPUSHIM_NVML_INTERVAL_MS={v} is not a whole number of ms above 0; using {}",
-                crate::nvml::DEFAULT_INTERVAL_MS
+                crate::explain::nvml::DEFAULT_INTERVAL_MS
             );
         }
     }
 }
 
-/// A bound set in the environment (`GPUSHIM_REORDER_MIB`, `GPUSHIM_MAX_STACKS`): a whole
-/// number of at least 1, or `None` (the default) when unset; a bad value is said in one line
-/// on `err` and the default is used.
-fn env_count(name: &str, err: &mut dyn Write) -> Option<usize> {
-    count_setting(name, std::env::var(name).ok().as_deref(), err)
-}
-
+/// A bound set in the environment (`GPUSHIM_REORDER_MIB`, `GPUSHIM_MAX_STACKS`, `value`): a
+/// whole number of at least 1, or `None` (the default) when unset; a bad value is said in one
+/// line on `err` and the default is used.
 fn count_setting(name: &str, value: Option<&str>, err: &mut dyn Write) -> Option<usize> {
     let v = value.filter(|v| !v.is_empty())?;
     match v.trim().replace('_', "").parse::<usize>() {
@@ -162,7 +153,7 @@ fn count_setting(name: &str, value: Option<&str>, err: &mut dyn Write) -> Option
 fn confirm_to_shim() {
     use std::os::fd::{AsFd, AsRawFd};
     if let Ok(fd) = io::stdin().as_fd().try_clone_to_owned() {
-        let _ = File::from(fd).write_all(b"\n");
+        let _ = File::from(fd).write_all(gpushim_wire::END_OF_STREAM);
     }
     // SAFETY: shutdown on our own standard input; on anything but a socket it fails (ENOTSOCK)
     // and changes nothing.
@@ -186,12 +177,15 @@ mod tests {
         };
         let mut err = Vec::new();
         check_settings(
-            &env(&[
-                ("GPUSHIM_HTML", "x"),
-                ("GPUSHIM_NVML", "maybe"),
-                ("GPUSHIM_DEFAULT_SUPPRESSIONS", "x"),
-                ("GPUSHIM_NVML_INTERVAL_MS", "0"),
-            ]),
+            &Settings::read(
+                &env(&[
+                    ("GPUSHIM_HTML", "x"),
+                    ("GPUSHIM_NVML", "maybe"),
+                    ("GPUSHIM_DEFAULT_SUPPRESSIONS", "x"),
+                    ("GPUSHIM_NVML_INTERVAL_MS", "0"),
+                ]),
+                None,
+            ),
             &mut err,
         );
         assert_eq!(
@@ -201,12 +195,15 @@ mod tests {
                  gpushim: GPUSHIM_NVML=maybe is not 0 or 1; NVML is sampled\n\
                  gpushim: GPUSHIM_DEFAULT_SUPPRESSIONS=x is not 0 or 1; the built-in suppressions are used\n\
                  gpushim: GPUSHIM_NVML_INTERVAL_MS=0 is not a whole number of ms above 0; using {}\n",
-                crate::nvml::DEFAULT_INTERVAL_MS
+                crate::explain::nvml::DEFAULT_INTERVAL_MS
             )
         );
         let mut err = Vec::new();
         check_settings(
-            &env(&[("GPUSHIM_HTML", "1"), ("GPUSHIM_NVML", "0"), ("GPUSHIM_NVML_INTERVAL_MS", "250")]),
+            &Settings::read(
+                &env(&[("GPUSHIM_HTML", "1"), ("GPUSHIM_NVML", "0"), ("GPUSHIM_NVML_INTERVAL_MS", "250")]),
+                None,
+            ),
             &mut err,
         );
         assert!(err.is_empty());

@@ -1,6 +1,6 @@
 //! `gpushim diff OLD NEW`: reads two reports (and their heap walks' companion files, when there)
 //! and prints which sites and which holders grew from one to the other, as text or JSON; the
-//! comparison itself is [`crate::diff`].
+//! comparison itself is [`crate::compare::diff`].
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::{read_report, write_output};
-use crate::diff::{self, DiffFormat};
+use crate::compare::diff::{self, DiffFormat};
 
 /// Compares the reports `old` and `new` and writes up to `top` changed sites in `format` on
 /// standard output; what looks wrong about the comparison ([`diff::warnings`]: two programs,

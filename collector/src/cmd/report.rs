@@ -27,16 +27,16 @@ pub fn run(file: &Path, format: Format, output: Option<&Path>, opts: TextOptions
     Ok(ExitCode::SUCCESS)
 }
 
-/// `gpushim report DIR`: the job view of every final report in `DIR` ([`crate::job`]), as text
+/// `gpushim report DIR`: the job view of every final report in `DIR` ([`crate::compare::job`]), as text
 /// or JSON.
 ///
 /// # Errors
 /// Exit code 2 for another format, or a directory without a final report; those of
 /// [`write_output`].
 fn job(dir: &Path, format: Format, output: Option<&Path>) -> Result<ExitCode> {
-    let write: fn(&crate::job::JobView, &mut dyn std::io::Write) -> std::io::Result<()> = match format {
-        Format::Text => crate::job::write_text,
-        Format::Json => crate::job::write_json,
+    let write: fn(&crate::compare::job::JobView, &mut dyn std::io::Write) -> std::io::Result<()> = match format {
+        Format::Text => crate::compare::job::write_text,
+        Format::Json => crate::compare::job::write_json,
         _ => {
             return Err(crate::error::coded(
                 crate::error::USAGE,
@@ -44,7 +44,7 @@ fn job(dir: &Path, format: Format, output: Option<&Path>) -> Result<ExitCode> {
             ))
         }
     };
-    let view = crate::job::build(&crate::job::read_dir(dir)?);
+    let view = crate::compare::job::build(&crate::compare::job::read_dir(dir)?);
     write_output(output, &mut |out| write(&view, out))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -52,8 +52,8 @@ fn job(dir: &Path, format: Format, output: Option<&Path>) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diff;
-    use crate::output::tests::TempDir;
+    use crate::compare::diff;
+    use crate::report::output::tests::TempDir;
     use clap::ValueEnum;
 
     /// `gpushim report FILE --format F -o OUT` for every format, and `gpushim diff --format

@@ -23,7 +23,7 @@
 //! library in the program. Each collector holds that write end until its report is written, then
 //! sends the report's path ([`tell_run_the_report`]): so `run` waits for the reports of the whole
 //! process tree (forked workers, ranks of a launcher) and, when there are several, prints one
-//! job summary (`crate::job`).
+//! job summary (`crate::compare::job`).
 //!
 //! The collectors write their lines (the exit summary) on `run`'s own stderr, not on the
 //! program's fd 2, which the program may have pointed elsewhere by its first allocation
@@ -89,7 +89,7 @@ fn leak_check(dir: &Path, reports: &[std::path::PathBuf], pid: u32, limit: Optio
     let named = reports.iter().find(|p| {
         p.file_name()
             .and_then(|n| n.to_str())
-            .and_then(crate::identity::final_report_name)
+            .and_then(crate::explain::identity::final_report_name)
             .is_some_and(|(p, _)| p == pid)
     });
     let path = named.cloned().unwrap_or_else(|| dir.join(format!("gpushim-{pid}.json")));
@@ -98,11 +98,11 @@ fn leak_check(dir: &Path, reports: &[std::path::PathBuf], pid: u32, limit: Optio
     if !r.suspects.is_empty() {
         why.push(format!("{} leak suspect{}", r.suspects.len(), if r.suspects.len() == 1 { "" } else { "s" }));
     }
-    if let Some(max) = limit.filter(|&m| r.totals.live_bytes > m) {
+    if let Some(max) = limit.filter(|&m| r.totals.gauge.live_bytes > m) {
         why.push(format!(
             "{} live at exit, over --fail-on-leak={}",
-            crate::words::fmt_bytes(r.totals.live_bytes),
-            crate::words::fmt_bytes(max)
+            crate::report::words::fmt_bytes(r.totals.gauge.live_bytes),
+            crate::report::words::fmt_bytes(max)
         ));
     }
     (!why.is_empty()).then(|| format!("gpushim: leak check failed: {} ({})", why.join("; "), path.display()))
@@ -230,7 +230,7 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
         }
     };
     if heard.reports.len() > 1 {
-        let _ = crate::job::print_run_summary(&heard.reports, &mut io::stderr().lock());
+        let _ = crate::compare::job::print_run_summary(&heard.reports, &mut io::stderr().lock());
     }
     if let (Some(limit), Some(0)) = (opts.fail_on_leak, status.code()) {
         let dir = match &opts.output {

@@ -293,7 +293,7 @@ fn ignores(status: &str, sig: libc::c_int) -> bool {
 }
 
 /// Names of the snapshot files of `pid` in `dir` (`gpushim-PID-snapshot-N.json`, or
-/// `gpushim-rankR-PID-snapshot-N.json` for a process with a rank: `crate::identity`), not
+/// `gpushim-rankR-PID-snapshot-N.json` for a process with a rank: `crate::explain::identity`), not
 /// their companion files (heap walk, reachability scan).
 fn snapshot_names(dir: &Path, pid: i32) -> io::Result<HashSet<OsString>> {
     let tail = format!("{pid}-snapshot-");
@@ -318,7 +318,7 @@ fn snapshot_names(dir: &Path, pid: i32) -> io::Result<HashSet<OsString>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::tests::TempDir;
+    use crate::report::output::tests::TempDir;
 
     #[test]
     fn finds_only_this_pids_snapshot_reports_not_their_holders_files() {

@@ -136,9 +136,9 @@ pub fn render(s: &Snapshot, openmetrics: bool) -> String {
         f.sample(&[("kind", k)], g.live_count);
     }
     w.family("gpushim_process_live_bytes", false, "bytes", "Bytes allocated and not yet freed, all kinds.")
-        .sample(&[], s.total.live_bytes);
+        .sample(&[], s.totals.gauge.live_bytes);
     w.family("gpushim_process_peak_live_bytes", false, "bytes", "Highest live bytes reached so far, all kinds.")
-        .sample(&[], s.total.peak_live_bytes);
+        .sample(&[], s.totals.gauge.peak_live_bytes);
 
     let mut f = w.family(
         "gpushim_gpu_live_bytes",
@@ -184,13 +184,14 @@ pub fn render(s: &Snapshot, openmetrics: bool) -> String {
         None => f.sample(&[], 0),
     }
 
-    w.family("gpushim_allocations", true, "", "Successful allocations.").sample(&[], s.alloc_count);
+    w.family("gpushim_allocations", true, "", "Successful allocations.").sample(&[], s.totals.alloc_count);
     w.family("gpushim_allocated_bytes", true, "bytes", "Bytes of all successful allocations.")
-        .sample(&[], s.alloc_bytes);
-    w.family("gpushim_frees", true, "", "Successful frees of known allocations.").sample(&[], s.free_count);
-    w.family("gpushim_allocation_failures", true, "", "Allocation calls that failed.").sample(&[], s.failed_count);
+        .sample(&[], s.totals.alloc_bytes);
+    w.family("gpushim_frees", true, "", "Successful frees of known allocations.").sample(&[], s.totals.free_count);
+    w.family("gpushim_allocation_failures", true, "", "Allocation calls that failed.")
+        .sample(&[], s.totals.failed_count);
     w.family("gpushim_lost_events", true, "", "Events that never reached the collector (gaps in sequence numbers).")
-        .sample(&[], s.lost_events);
+        .sample(&[], s.totals.lost_events);
     if openmetrics {
         w.out.push_str("# EOF\n");
     }
@@ -201,13 +202,12 @@ pub fn render(s: &Snapshot, openmetrics: bool) -> String {
 mod tests {
     use super::*;
     use crate::metrics::{GpuSample, SiteSample, TopSuspect};
+    use crate::report::Totals;
 
     fn snapshot() -> Snapshot {
         let mut s = Snapshot {
             labels: vec![("pid".into(), "42".into()), ("rank".into(), "3".into())],
-            alloc_count: 5,
-            alloc_bytes: 5 << 20,
-            free_count: 2,
+            totals: Totals { alloc_count: 5, alloc_bytes: 5 << 20, free_count: 2, ..Totals::default() },
             suspects: 1,
             ..Snapshot::default()
         };

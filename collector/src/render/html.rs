@@ -13,8 +13,8 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use super::Render;
+use crate::report::words::{first_user_frame, frame_label, shell_words};
 use crate::report::{Report, Timeline, TimelinePoint};
-use crate::words::{first_user_frame, frame_label, shell_words};
 
 /// Most timeline points the page holds (the report holds up to 2001).
 pub const MAX_TIMELINE_POINTS: usize = 600;

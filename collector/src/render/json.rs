@@ -10,7 +10,7 @@ pub struct Json;
 
 impl Render for Json {
     fn render(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
-        crate::json::to_writer(out, report)?;
+        crate::report::json::to_writer(out, report)?;
         writeln!(out)
     }
 }

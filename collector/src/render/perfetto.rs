@@ -12,8 +12,8 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use super::Render;
+use crate::report::words::{first_user_frame, fmt_bytes, frame_label, shell_words};
 use crate::report::Report;
-use crate::words::{first_user_frame, fmt_bytes, frame_label, shell_words};
 
 /// At most this many suspects get a track of their own.
 pub const MAX_SUSPECT_TRACKS: usize = 10;
@@ -53,7 +53,7 @@ pub fn events(r: &Report) -> Vec<Value> {
         let Some(site) = r.site(s.site) else { continue };
         let at = first_user_frame(site)
             .map_or_else(String::new, |f| format!(" {}", f.function.split('(').next().unwrap_or(&f.function)));
-        let name = format!("suspect #{} site {}{at}", i + 1, crate::words::site_id_name(s.site));
+        let name = format!("suspect #{} site {}{at}", i + 1, crate::report::words::site_id_name(s.site));
         for &(t, v) in &site.series {
             ev.push(json!({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": us(t),
                            "args": {"live bytes": v}}));
@@ -95,11 +95,13 @@ fn thread_tracks(r: &Report, ev: &mut Vec<Value>) {
                                    "args": {"name": name}}));
                 }
                 let start = us(t.first_alloc_s);
-                ev.push(json!({"name": format!("suspect #{} site {}", i + 1, crate::words::site_id_name(site.id)),
+                ev.push(
+                    json!({"name": format!("suspect #{} site {}", i + 1, crate::report::words::site_id_name(site.id)),
                                "ph": "X", "pid": pid, "tid": t.tid, "ts": start,
                                "dur": (us(t.last_alloc_s) - start).max(1.0),
                                "args": {"allocations": t.alloc_count, "bytes": t.alloc_bytes,
-                                        "at": s.headline}}));
+                                        "at": s.headline}}),
+                );
             }
         }
     }

@@ -8,8 +8,8 @@ use inferno::flamegraph::color::{BasicPalette, Palette};
 use inferno::flamegraph::{self, Options};
 
 use super::{Render, TextOptions};
+use crate::report::words::{fmt_bytes, shell_words};
 use crate::report::Report;
-use crate::words::{fmt_bytes, shell_words};
 
 /// The SVG format.
 pub struct Svg(pub TextOptions);
@@ -37,8 +37,8 @@ impl Render for Svg {
         opts.subtitle = Some(format!(
             "{}: {} live in {}; width is live bytes",
             shell_words(&r.command),
-            fmt_bytes(r.totals.live_bytes),
-            crate::words::count(r.totals.live_count, "allocation")
+            fmt_bytes(r.totals.gauge.live_bytes),
+            crate::report::words::count(r.totals.gauge.live_count, "allocation")
         ));
         opts.count_name = "bytes".to_string();
         opts.name_type = "Function:".to_string();

@@ -6,10 +6,10 @@
 use std::io::{self, Write};
 
 use super::{Render, TextOptions};
-use crate::report::{Frame, Report, Site, Suspect, VmmTotals};
-use crate::words::{
+use crate::report::words::{
     count, first_user_frame, fmt_bytes, fmt_seconds, frame_label, shell_words, site_id_name, site_name,
 };
+use crate::report::{Frame, Report, Site, Suspect, VmmTotals};
 
 /// The report for a person.
 pub struct Text(pub TextOptions);
@@ -33,9 +33,9 @@ impl Render for Text {
         writeln!(
             out,
             "live: {} in {}; peak {}; {}, {}, {} failed",
-            fmt_bytes(t.live_bytes),
-            count(t.live_count, "allocation"),
-            fmt_bytes(t.peak_live_bytes),
+            fmt_bytes(t.gauge.live_bytes),
+            count(t.gauge.live_count, "allocation"),
+            fmt_bytes(t.gauge.peak_live_bytes),
             count(t.alloc_count, "allocation"),
             count(t.free_count, "free"),
             t.failed_count,
@@ -140,7 +140,7 @@ impl Render for Text {
                     fmt_bytes(s.peak_live_bytes),
                 )?;
                 if let Some((w, h)) = r.holders.as_ref().and_then(|h| Some((h.walk.status.as_str(), h.site(s.id)?))) {
-                    for l in crate::holders::site_lines(h, 5, w) {
+                    for l in crate::explain::holders::site_lines(h, 5, w) {
                         writeln!(out, "      {l}")?;
                     }
                 }
@@ -244,12 +244,12 @@ fn suspect_holder_lines(r: &Report, s: &crate::report::Suspect, max: usize) -> V
     };
     if let [one] = members.as_slice() {
         if one.site == Some(s.site) {
-            return crate::holders::site_lines(one, max, &h.walk.status);
+            return crate::explain::holders::site_lines(one, max, &h.walk.status);
         }
     }
     let mut out = Vec::new();
     for m in members {
-        let mut lines = crate::holders::site_lines(m, max, &h.walk.status);
+        let mut lines = crate::explain::holders::site_lines(m, max, &h.walk.status);
         if let Some(first) = lines.first_mut() {
             *first = format!("site {}: {first}", m.site.map_or_else(String::new, site_id_name));
         }
@@ -338,7 +338,7 @@ pub fn gpu_memory_lines(r: &Report) -> Vec<String> {
 /// The collector's closing lines on stderr (each starting `gpushim: `): totals, up to three
 /// suspects or "no leak suspects", and where the report went.
 pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::Result<()> {
-    if let Some(l) = r.reachability.as_ref().and_then(crate::reach::lead_line) {
+    if let Some(l) = r.reachability.as_ref().and_then(crate::explain::reach::lead_line) {
         writeln!(out, "gpushim: pid {}: {l}", r.pid)?;
     }
     let t = &r.totals;
@@ -365,16 +365,16 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         "gpushim: pid {} ({}): {} allocation{} live, {}{kinds}; peak {}",
         r.pid,
         r.reason.name(),
-        t.live_count,
-        if t.live_count == 1 { "" } else { "s" },
-        fmt_bytes(t.live_bytes),
-        fmt_bytes(t.peak_live_bytes),
+        t.gauge.live_count,
+        if t.gauge.live_count == 1 { "" } else { "s" },
+        fmt_bytes(t.gauge.live_bytes),
+        fmt_bytes(t.gauge.peak_live_bytes),
     )?;
     if let Some(t) = &r.interpreter_teardown {
         writeln!(
             out,
             "gpushim: {} ({}) {} freed only by the interpreter's teardown, after the exit heap walk",
-            crate::words::count(t.count, "allocation"),
+            crate::report::words::count(t.count, "allocation"),
             fmt_bytes(t.bytes),
             if t.count == 1 { "was" } else { "were" }
         )?;
@@ -382,14 +382,14 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
     for v in &r.vmm {
         writeln!(out, "gpushim: {}", vmm_line(v))?;
     }
-    if let Some(x) = r.reachability.as_ref().filter(|x| crate::reach::worth_a_line(x)) {
-        writeln!(out, "gpushim: {}", crate::reach::scan_line(x))?;
+    if let Some(x) = r.reachability.as_ref().filter(|x| crate::explain::reach::worth_a_line(x)) {
+        writeln!(out, "gpushim: {}", crate::explain::reach::scan_line(x))?;
         if let Some(n) = &x.note {
             writeln!(out, "gpushim: reachability: {n}")?;
         }
     }
     // Without an NVIDIA driver (the stand-ins) the table says nothing the first line does not.
-    let no_driver = format!("unknown: {}", crate::nvml::NO_NVML);
+    let no_driver = format!("unknown: {}", crate::explain::nvml::NO_NVML);
     if !r.gpu_memory.iter().all(|g| g.driver_note.starts_with(&no_driver)) || !r.findings.is_empty() {
         for l in gpu_memory_lines(r) {
             writeln!(out, "gpushim: {l}")?;

@@ -102,7 +102,7 @@ fn frame(f: &Frame) -> TorchFrame {
 /// PyTorch's segments from others), leaving out the runtime's (the CUDA runtime and driver,
 /// libc, CPython's C frames, `libffi.so.8 ??`); all of them when nothing else is left.
 fn frames(stack: &[Frame]) -> Vec<TorchFrame> {
-    let user: Vec<TorchFrame> = stack.iter().filter(|f| f.class != crate::frames::Class::Runtime).map(frame).collect();
+    let user: Vec<TorchFrame> = stack.iter().filter(|f| f.class != crate::report::Class::Runtime).map(frame).collect();
     if user.is_empty() {
         stack.iter().map(frame).collect()
     } else {

@@ -7,14 +7,17 @@
 //! forward at once if this thread is already inside an intercepted call), call the real function
 //! with the caller's arguments unchanged, record a small event, and return the real result
 //! unchanged. `custom` entries do the same in
-//! a handler of their own (`vmm.rs`, `procaddr.rs`). The other exports are `dlsym` (dlsym.rs)
-//! and the exits that run no atexit handler (quick.rs).
+//! a handler of their own (`vmm.rs`, `procaddr.rs`, `capture.rs`). The other exports are `dlsym`
+//! (dlsym.rs), the exits that run no atexit handler (quick.rs) and the C entry points of the
+//! Python API (api.rs).
 //!
 //! Signatures are those of CUDA 13.0's `cuda_runtime_api.h` and `cuda.h`; the `_ptsz` variants
 //! are the per-thread-default-stream ABIs of the same functions.
 #![allow(non_snake_case)]
 
+mod api;
 mod arrays;
+mod capture;
 mod contexts;
 mod dlsym;
 mod graphs;
@@ -140,7 +143,7 @@ macro_rules! hook_body {
         // Asked first: on a capturing stream the shim may make no call the capture does not
         // support. `cuStreamGetDevice` (the `device` of these entries) is one: it fails with
         // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and the program's capture ends with
-        // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (measured on the H200, CUDA 13.0). The current
+        // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (CUDA 13.0; docs/gpu-matrix.md). The current
         // device (`cuCtxGetDevice`, allowed) stands in; the node's own device comes with the
         // instantiation.
         let capturing = real::capturing($cap);

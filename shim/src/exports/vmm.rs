@@ -1,6 +1,6 @@
 //! Virtual memory management: `cuMemCreate`, whose device comes from its properties rather
 //! than the current context, and the calls the collector needs to know when its physical
-//! memory goes (collector/src/vmm.rs): `cuMemMap`, `cuMemUnmap`,
+//! memory goes (collector/src/account/vmm.rs): `cuMemMap`, `cuMemUnmap`,
 //! `cuMemRetainAllocationHandle` and `cuMemImportFromShareableHandle`. `cuMemRelease` is a
 //! plain free in the hook list.
 
@@ -100,7 +100,7 @@ pub(super) unsafe fn mem_unmap(f: unsafe extern "C" fn(u64, usize) -> c_int, ptr
 }
 
 /// `cuMemRetainAllocationHandle`'s handler: the returned handle (the same value `cuMemCreate`
-/// gave, measured on the H200) gains a reference.
+/// gave, as the driver does: docs/gpu-matrix.md) gains a reference.
 ///
 /// # Safety
 /// `f` is the real function; the arguments are the caller's.

@@ -101,7 +101,7 @@ const NO_MEMO: Memo = Memo { code: 0, check: [usize::MAX; 4], id: 0 };
 
 thread_local! {
     /// Per frame number (innermost first), the code object the thread's previous capture met
-    /// there and its id (issue 18): a frame whose code address and check fields are the ones
+    /// there and its id: a frame whose code address and check fields are the ones
     /// remembered takes the id without the shared cache's lock and hash lookup. Sound for the
     /// same reason as the shared cache: a code object is immutable, and one freed with another
     /// allocated at its address is told apart by the same check fields (first line, and the

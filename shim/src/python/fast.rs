@@ -1,4 +1,4 @@
-//! The capture of the hot path (issue 18): the frame walk and the code ids in one, with each
+//! The capture of the hot path: the frame walk and the code ids in one, with each
 //! thread's memo of its previous capture, so that the outer frames that did not change since are
 //! not worked out again.
 //!

@@ -37,9 +37,8 @@
 //! them are the libraries' own (their allocation tables): those blocks are neither roots nor
 //! followed from the program's roots. Without this, the driver's record of every allocation
 //! makes everything look reachable (the stand-in driver keeps one `malloc`ed entry per
-//! allocation, as the real driver keeps its own; what the real driver does is measured on the
-//! H200, docs/gpu-matrix.md). `GPUSHIM_REACHABILITY_CUDA_DATA=1` reads them as roots instead,
-//! to measure that.
+//! allocation, as the real driver keeps its own: docs/gpu-matrix.md).
+//! `GPUSHIM_REACHABILITY_CUDA_DATA=1` reads them as roots instead, to measure that.
 //!
 //! **The main heap.** glibc's main arena (the `[heap]` mapping) is walked chunk by chunk
 //! (`malloc.c`'s boundary tags: size with flags in the word before a block, in use if the next
@@ -67,6 +66,7 @@ mod maps;
 mod new;
 mod pass;
 mod roots;
+mod words;
 
 use std::collections::HashMap;
 
@@ -199,7 +199,7 @@ struct Scan {
     /// What `process_vm_readv` reads into.
     rbuf: Buf<u8>,
     /// What the calling thread finds in a pass, and the helper threads' memory (`roots`).
-    acc: pass::Acc,
+    acc: words::Acc,
     helpers: Vec<roots::Helper>,
     /// Pagemap entries (`roots`), and the pagemap, if it can be read.
     entries: Buf<u64>,
@@ -229,7 +229,7 @@ pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32) -> wire::R
     };
     if table.is_empty() {
         // Nothing live: no word can refer to anything, and the exit need not wait for a read of
-        // the whole process (43 MB in 50 to 83 ms for a CUDA program on the H200).
+        // the whole process (docs/performance.md, "Reachability scan").
         r.status = ReachStatus::Complete;
         r.note = "nothing was live: nothing to scan for".into();
         r.elapsed_ns = sys::now_ns().saturating_sub(t0);

@@ -7,8 +7,8 @@ use gpushim_wire::{Kind, ReachRegion};
 use super::buf::Buf;
 use super::heap::own_arena;
 use super::maps::{blocked_threads, is_cuda_library, own_stack, parse_maps_line, Region, Role};
-use super::pass::Acc;
 use super::roots::{readers, Helper, Shared};
+use super::words::Acc;
 use super::{Mode, Own, Scan, Table, HIDE, READ_BYTES, RED_ZONE, WINDOW};
 use crate::{config, loader, state, sys};
 

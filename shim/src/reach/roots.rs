@@ -22,7 +22,7 @@ use gpushim_wire::ReachRegion;
 
 use super::buf::Buf;
 use super::maps::{Region, Role};
-use super::pass::{read_range, Acc, View};
+use super::words::{read_range, Acc, View};
 use super::{Mode, PAGE};
 
 /// Bytes one reader takes at a time.

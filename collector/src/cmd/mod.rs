@@ -1,0 +1,66 @@
+//! The subcommands of `gpushim`, one module each: what the command line asks for, done with the
+//! rest of the library. Each returns the exit code, or an error that carries one
+//! ([`crate::error`]).
+
+pub mod collect;
+pub mod diff;
+pub mod kernel;
+pub mod preload;
+pub mod report;
+pub mod run;
+mod signals;
+pub mod snapshot;
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+
+use crate::error::file_cause;
+use crate::report::Report;
+
+/// Reads the report at `path`, or on standard input for `-`, with the heap walk's companion
+/// file beside it (none for standard input). The error names the file and the real cause
+/// ("is a directory", "no such file", "not a directory").
+fn read_report(path: &Path) -> Result<Report> {
+    let stdin = path == Path::new("-");
+    let name = if stdin { "standard input".to_string() } else { path.display().to_string() };
+    let bytes = if stdin {
+        let mut b = Vec::new();
+        io::stdin().lock().read_to_end(&mut b).map(|_| b)
+    } else {
+        std::fs::read(path)
+    }
+    .map_err(|e| anyhow!("cannot read report {name}: {}", file_cause(&e)))?;
+    if stdin && bytes.is_empty() {
+        return Err(anyhow!("cannot read report {name}: it is empty"));
+    }
+    let mut report = Report::from_slice(&bytes).with_context(|| format!("cannot read report {name}"))?;
+    if !stdin {
+        // A damaged companion file costs only itself: the report is shown without it.
+        match crate::explain::holders::read_beside(path) {
+            Ok(h) => report.holders = h,
+            Err(e) => eprintln!("gpushim: {e:#}; the report is shown without who holds its memory"),
+        }
+    }
+    Ok(report)
+}
+
+/// Runs `write` on a buffered standard output, or on `path` (created or truncated) if given;
+/// a failure to write names the file.
+fn write_output(path: Option<&Path>, write: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>) -> Result<()> {
+    match path {
+        None => {
+            let mut out = BufWriter::new(io::stdout().lock());
+            write(&mut out)?;
+            out.flush()?;
+        }
+        Some(p) => {
+            let f = File::create(p).map_err(|e| anyhow!("cannot create {}: {}", p.display(), file_cause(&e)))?;
+            let mut out = BufWriter::new(f);
+            write(&mut out).and_then(|()| out.flush()).with_context(|| format!("cannot write {}", p.display()))?;
+        }
+    }
+    Ok(())
+}
