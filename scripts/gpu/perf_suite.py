@@ -7,7 +7,7 @@ Rows:
   `backend:cudaMallocAsync`: steps/s, the median of the per-repetition ratios;
 - pool-pair: the pool-hit pair in one process (scripts/bench-gpu-ab.sh, scripts/bench/paired.c),
   with the floor rows beside it (ns added per pair);
-- gpt2: `GPT2LMHeadModel(GPT2Config())`, training steps and `generate` (work_gpt2.py): wall time,
+- gpt2: `GPT2LMHeadModel(GPT2Config())`, 5 training steps and `generate` (work_gpt2.py): wall time,
   and the exit (from the program's last act to waitpid's return, shim median minus bare median);
 - lightning: a Lightning `fit` (work_lightning.py): wall time, the exit;
 - heap4g: a program with a 4 GiB host heap (work_heap.py): the exit.
@@ -212,7 +212,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--only", default="")
-    ap.add_argument("--exit-reps", type=int, default=5, help="runs of gpt2 (lightning and heap4g: at most 3)")
+    ap.add_argument("--exit-reps", type=int, default=5, help="runs of gpt2 (lightning and heap4g: at most 2)")
     ap.add_argument("--budget", type=float, default=540, help="seconds after which the rows not started are left out")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
@@ -238,22 +238,22 @@ def main():
 
     trains = [w for w in want if w in TRAIN]
     if trains:
-        step("training", lambda: train_rows(trains, reps, 150))
+        step("training", lambda: train_rows(trains, reps, 100))
     if "pool-pair" in want:
         step("pool-pair", lambda: pool_rows(reps))
     if "gpt2" in want:
-        step("gpt2", lambda: exit_rows("gpt2", ["python3", os.path.join(GPU, "work_gpt2.py"), "10"], a.exit_reps))
+        step("gpt2", lambda: exit_rows("gpt2", ["python3", os.path.join(GPU, "work_gpt2.py"), "5"], a.exit_reps))
     if "lightning" in want:
         step(
             "lightning",
             lambda: exit_rows(
-                "lightning", ["python3", os.path.join(GPU, "work_lightning.py"), "2"], min(3, a.exit_reps)
+                "lightning", ["python3", os.path.join(GPU, "work_lightning.py"), "1"], min(2, a.exit_reps)
             ),
         )
     if "heap4g" in want:
         step(
             "heap4g",
-            lambda: exit_rows("heap4g", ["python3", os.path.join(GPU, "work_heap.py"), "4"], min(3, a.exit_reps)),
+            lambda: exit_rows("heap4g", ["python3", os.path.join(GPU, "work_heap.py"), "4"], min(2, a.exit_reps)),
         )
     for name in left_out:
         rows.append((name, "", "", "not run", f"past the suite's budget of {a.budget:.0f} s"))
