@@ -327,6 +327,25 @@ API cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size
     return map_error(r);
 }
 
+/* Linear 3D memory: height x depth rows of the width's pitch, one cuMemAllocPitch as the real
+ * runtime's (which the shim then sees below a statically linked runtime). */
+API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
+{
+    REQUIRE(drv.memAllocPitch);
+    if (pitchedDevPtr == NULL || (extent.height != 0 && extent.depth > SIZE_MAX / extent.height))
+        return cudaErrorInvalidValue;
+    CUdeviceptr d = 0;
+    size_t pitch = 0;
+    CUresult r = drv.memAllocPitch(&d, &pitch, extent.width, extent.height * extent.depth, 4);
+    if (r == CUDA_SUCCESS) {
+        pitchedDevPtr->ptr = (void *)(uintptr_t)d;
+        pitchedDevPtr->pitch = pitch;
+        pitchedDevPtr->xsize = extent.width;
+        pitchedDevPtr->ysize = extent.height;
+    }
+    return map_error(r);
+}
+
 API cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
     REQUIRE(drv.memAllocHost);

@@ -49,6 +49,13 @@ struct cudaChannelFormatDesc {
 struct cudaExtent {
     size_t width, height, depth;
 };
+/* What cudaMalloc3D writes: the address, the pitch (bytes per row), the logical width (bytes)
+ * and height asked for. */
+struct cudaPitchedPtr {
+    void *ptr;
+    size_t pitch, xsize, ysize;
+};
+cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent);
 cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, size_t width,
                             size_t height, unsigned int flags);
 cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
