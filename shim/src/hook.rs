@@ -72,6 +72,13 @@ macro_rules! for_each_hook {
                     out = ptr; size = pitched(if pitch.is_null() { width } else { *pitch }, height);
                     req = pitched(width, height); device = DEV_CURRENT; stream = 0
                 };
+            /// `cudaError_t cudaMalloc3D(cudaPitchedPtr *pitchedDevPtr, cudaExtent extent)`: linear
+            /// 3D memory, `extent.width` in bytes; recorded size is pitch × height × depth bytes.
+            CudaMalloc3D = cudaMalloc3D(ptr: *mut PitchedPtr, extent: Extent) in runtime
+                => alloc(Device, CudaMalloc3D) {
+                    out = ptr; size = pitched(if ptr.is_null() { extent.width() } else { (*ptr).pitch }, extent.rows());
+                    req = pitched(extent.width(), extent.rows()); device = DEV_CURRENT; stream = 0
+                };
             /// `cudaError_t cudaMallocHost(void **ptr, size_t size)`: pinned host memory.
             CudaMallocHost = cudaMallocHost(ptr: *mut *mut c_void, size: usize) in runtime
                 => alloc(PinnedHost, CudaMallocHost) { out = ptr; size = size as u64; req = size as u64; device = -1; stream = 0 };

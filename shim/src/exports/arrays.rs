@@ -27,6 +27,19 @@ pub struct Extent {
     depth: usize,
 }
 
+impl Extent {
+    /// The width: bytes for linear memory (`cudaMalloc3D`), elements for arrays.
+    pub fn width(self) -> usize {
+        self.width
+    }
+
+    /// Rows of linear 3D memory (`cudaMalloc3D`): height × depth, saturating (the caller may
+    /// pass any extent; the real function rejects those that overflow).
+    pub fn rows(self) -> usize {
+        self.height.saturating_mul(self.depth)
+    }
+}
+
 /// `CUDA_ARRAY_DESCRIPTOR` (cuda.h).
 #[repr(C)]
 pub struct ArrayDesc {

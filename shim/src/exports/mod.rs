@@ -73,6 +73,31 @@ impl OutPtr for *mut DevPtr {
     }
 }
 
+/// `struct cudaPitchedPtr` (driver_types.h), which `cudaMalloc3D` writes: the allocation's
+/// address, its pitch (bytes per row) and the logical width and height asked for.
+#[repr(C)]
+pub struct PitchedPtr {
+    ptr: *mut c_void,
+    pitch: usize,
+    /// Read by no one: the layout's.
+    #[allow(dead_code)]
+    xsize: usize,
+    /// Read by no one: the layout's.
+    #[allow(dead_code)]
+    ysize: usize,
+}
+
+impl OutPtr for *mut PitchedPtr {
+    unsafe fn value(self) -> u64 {
+        if self.is_null() {
+            0
+        } else {
+            // SAFETY: non-NULL and written by the real call (the caller's contract).
+            unsafe { (*self).ptr as u64 }
+        }
+    }
+}
+
 /// Bytes of a pitched allocation, `row × height`; saturates instead of overflowing, because
 /// the caller may pass any sizes (the real function rejects those that overflow) and an
 /// overflow would panic inside the hook in a debug build.

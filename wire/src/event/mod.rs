@@ -128,6 +128,7 @@ apis! {
     CuMemImportFromShareableHandle = 39, "cuMemImportFromShareableHandle", false;
     CuDevicePrimaryCtxRelease = 60, "cuDevicePrimaryCtxRelease", true;
     CuCtxCreate = 61, "cuCtxCreate", false;
+    CudaMalloc3D = 62, "cudaMalloc3D", false;
     CudaGraphAddMemAllocNode = 46, "cudaGraphAddMemAllocNode", false;
     CuGraphAddMemAllocNode = 47, "cuGraphAddMemAllocNode", false;
     CudaGraphInstantiate = 48, "cudaGraphInstantiate", false;
