@@ -97,6 +97,22 @@ fn static_runtime_is_caught_through_cu_get_proc_address() {
 }
 
 #[test]
+fn malloc_3d_is_named_by_the_runtime_and_seen_below_a_static_one() {
+    for (target, api) in [("target_dynamic", "cudaMalloc3D"), ("target_static", "cuMemAllocPitch")] {
+        let run = Target::new(target, &format!("malloc3d-{target}")).args(&["malloc3d"]).run();
+        run.success();
+        let r = run.report();
+        // pitch 1024 × 10 × 3 kept; 512 × 4 × 2 freed by cudaFree; the zero height failed.
+        assert_eq!(kind(&r, "device", "live_bytes"), 30720, "{run}");
+        assert_eq!(total(&r, "alloc_count"), 2, "{run}");
+        assert_eq!(total(&r, "free_count"), 1, "{run}");
+        assert_eq!(total(&r, "failed_count"), 1, "{run}");
+        assert_eq!(the_site(&r, "malloc3d_freed", &run)["free_count"].as_u64(), Some(1), "{run}");
+        assert_apis(&r, &run, &[("malloc3d_kept", api), ("malloc3d_freed", api)]);
+    }
+}
+
+#[test]
 fn driver_by_dlsym_handle_and_proc_address_keeps_abi_variants() {
     let run = Target::new("driver_dlsym", "dlsym").run();
     run.success();

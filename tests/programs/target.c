@@ -88,7 +88,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: target kinds | threads N M | leak N | snapshot | kill | fork | "
                     "forkexec | errors | none | sleep-snapshot | pause N | sigint-exit | "
-                    "burst N | churn N | query | forkexec-tools | reap | pitch-overflow | "
+                    "burst N | churn N | query | forkexec-tools | reap | pitch-overflow | malloc3d | "
                     "dlreload | odd-rbp | stuck-exit | paths N [fork] | ring-threads N M | "
                     "ring-exit N K | ring-snap N M | ring-fork N\n");
 }
@@ -138,6 +138,8 @@ int main(int argc, char **argv)
         rc = scenario_forkexec_tools();
     } else if (strcmp(s, "reap") == 0) {
         rc = scenario_reap();
+    } else if (strcmp(s, "malloc3d") == 0) {
+        rc = scenario_malloc3d();
     } else if (strcmp(s, "pitch-overflow") == 0) {
         rc = scenario_pitch_overflow();
     } else if (strcmp(s, "dlreload") == 0) {

@@ -45,6 +45,7 @@ int scenario_pause(int argc, char **argv);
 int scenario_burst(int argc, char **argv);
 int scenario_churn(int argc, char **argv);
 int scenario_query(void);
+int scenario_malloc3d(void);
 
 /* Processes: signals, fork, exec, reaping, reloads, cancellation, exits
  * (target_processes.c). */

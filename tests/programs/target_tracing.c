@@ -115,6 +115,46 @@ int scenario_kinds(void)
     return 0;
 }
 
+/* ------------------------------------------------------------- malloc3d */
+
+/* cudaMalloc3D of 1000 x 10 x 3 bytes: pitch 1024, so 30720 bytes. */
+NOINLINE void *malloc3d_kept(void)
+{
+    struct cudaPitchedPtr pp = {0};
+    struct cudaExtent e = {1000, 10, 3};
+    check("cudaMalloc3D", cudaMalloc3D(&pp, e));
+    if (pp.pitch != 1024 || pp.xsize != 1000 || pp.ysize != 10) {
+        fprintf(stderr, "target: cudaMalloc3D gave pitch %zu, xsize %zu, ysize %zu\n", pp.pitch, pp.xsize,
+                pp.ysize);
+        exit(1);
+    }
+    print_alloc("cudaMalloc3D", pp.pitch * 10 * 3, pp.ptr);
+    return pp.ptr;
+}
+
+NOINLINE void *malloc3d_freed(void)
+{
+    struct cudaPitchedPtr pp = {0};
+    struct cudaExtent e = {512, 4, 2};
+    check("cudaMalloc3D", cudaMalloc3D(&pp, e));
+    print_alloc("cudaMalloc3D", pp.pitch * 4 * 2, pp.ptr);
+    return pp.ptr;
+}
+
+/* malloc3d: one kept (30720 bytes), one freed by cudaFree (4096 bytes), one failed (a zero
+ * height, 0 bytes asked). */
+int scenario_malloc3d(void)
+{
+    (void)malloc3d_kept();
+    check("cudaFree", cudaFree(malloc3d_freed()));
+    struct cudaPitchedPtr pp = {0};
+    struct cudaExtent zero = {256, 0, 1};
+    cudaError_t e = cudaMalloc3D(&pp, zero);
+    if (e != cudaErrorInvalidValue)
+        fail("cudaMalloc3D(256, 0, 1)", e, cudaErrorInvalidValue);
+    return 0;
+}
+
 /* -------------------------------------------------------------- threads */
 
 static long thread_iterations;
