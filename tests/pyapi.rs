@@ -251,21 +251,31 @@ fn gpushim_run_of_pytest_prints_the_exit_summary_on_its_stderr() {
 
 /// Without the shim the plugin measures nothing and says why; every test passes.
 #[test]
-fn pytest_plugin_without_the_shim_says_tracing_is_off() {
+fn pytest_plugin_without_the_shim_fails_the_run_unless_told_to_skip_the_limits() {
     let py = venv_python();
     assert_imports(&py, "pytest");
-    let t = Target::new(&py, "pyapi_pytest_off").preload(None);
-    let file = t.dir.path().join("test_leaks.py");
-    std::fs::write(&file, PYTEST_FILE).unwrap();
-    let run = t
-        .args(&["-m", "pytest", "-p", "gpushim.pytest_plugin", "--gpushim", "-p", "no:cacheprovider", "-q"])
-        .args(&[file.to_str().unwrap()])
-        .env("CUDART", standin("libcudart.so.13").display())
-        .env("PYTHONPATH", package_dir().display())
-        .run();
-    assert_eq!(run.status.code(), Some(0), "{run}");
-    assert!(run.stdout.contains("3 passed"), "{run}");
-    assert!(run.stdout.contains("tracing is off: run pytest under gpushim"), "{run}");
+    let run = |name: &str, extra: &[&str]| {
+        let t = Target::new(&py, name).preload(None);
+        let file = t.dir.path().join("test_leaks.py");
+        std::fs::write(&file, PYTEST_FILE).unwrap();
+        t.args(&["-m", "pytest", "-p", "gpushim.pytest_plugin", "--gpushim", "-p", "no:cacheprovider", "-q", "-rs"])
+            .args(extra)
+            .args(&[file.to_str().unwrap()])
+            .env("CUDART", standin("libcudart.so.13").display())
+            .env("PYTHONPATH", package_dir().display())
+            .run()
+    };
+    // Asked for and not traced: a usage error (pytest's 4), one line, no test run.
+    let r = run("pyapi_pytest_off", &[]);
+    assert_eq!(r.status.code(), Some(4), "{r}");
+    assert!(r.stderr.contains("gpushim: --gpushim asked for, but this pytest is not traced"), "{r}");
+    assert!(!r.stdout.contains("passed"), "{r}");
+    // Told to go on: the tests with a limit are skipped, each saying why.
+    let r = run("pyapi_pytest_optional", &["--gpushim-optional"]);
+    assert_eq!(r.status.code(), Some(0), "{r}");
+    assert!(r.stdout.contains("1 passed, 2 skipped"), "{r}");
+    assert!(r.stdout.contains("tracing is off, so this test's CUDA memory limit cannot be checked"), "{r}");
+    assert!(r.stdout.contains("tracing is off: run pytest under gpushim"), "{r}");
 }
 
 /// Runs cells in a Jupyter kernel found by name (argv[1]) through `JUPYTER_PATH`, and prints

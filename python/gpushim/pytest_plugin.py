@@ -2,8 +2,10 @@
 
 Enabled with ``pytest --gpushim`` (the wheel registers this module under the ``pytest11`` entry
 point) or ``pytest -p gpushim.pytest_plugin --gpushim``; the process must run under gpushim
-(``gpushim run -- pytest --gpushim``), else the plugin says once that tracing is off and measures
-nothing.
+(``gpushim run -- pytest --gpushim``). Asked for and not traced, the run stops at once with one
+line (pytest's usage error, exit status 4): a limit that checks nothing must not pass in CI.
+``--gpushim-optional`` runs the tests anyway: the tests with a limit are skipped, each with the
+reason, and the summary says tracing is off.
 
 For each test, a snapshot (``gpushim.snapshot``) is taken just before and just after the test
 function runs; the test's leak is the growth of live CUDA memory (device, managed and pinned host
@@ -99,6 +101,17 @@ class _Plugin:
         path = _api.snapshot(label, timeout=self.timeout)
         return _read(path) if path else None
 
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        if self.tracing:
+            return
+        skip = pytest.mark.skip(
+            reason="gpushim: tracing is off, so this test's CUDA memory limit cannot be checked "
+            "(run pytest under gpushim: gpushim run -- pytest --gpushim)"
+        )
+        for item in items:
+            if item.get_closest_marker("gpushim_limit_leaks") is not None:
+                item.add_marker(skip)
+
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
         if not self.tracing:
@@ -147,6 +160,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="report the CUDA memory each test left live (run pytest under `gpushim run`)",
     )
     group.addoption(
+        "--gpushim-optional",
+        action="store_true",
+        default=False,
+        help="with --gpushim outside gpushim: run anyway, skipping the tests with a gpushim_limit_leaks limit",
+    )
+    group.addoption(
         "--gpushim-timeout",
         default=30.0,
         type=float,
@@ -161,4 +180,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "memory live (with --gpushim)",
     )
     if config.getoption("gpushim"):
-        config.pluginmanager.register(_Plugin(config), "gpushim-plugin")
+        plugin = _Plugin(config)
+        if not plugin.tracing and not config.getoption("gpushim_optional"):
+            raise pytest.UsageError(
+                "gpushim: --gpushim asked for, but this pytest is not traced: run it as "
+                "`gpushim run -- pytest --gpushim` (or add --gpushim-optional to run untraced, "
+                "skipping the tests with a CUDA memory limit)"
+            )
+        config.pluginmanager.register(plugin, "gpushim-plugin")
