@@ -190,7 +190,15 @@ impl Report {
         let value: serde_json::Value = serde_json::from_slice(bytes).context("not valid JSON")?;
         match value.get("schema").map(|s| s.as_str()) {
             Some(Some(SCHEMA)) => {}
+            Some(Some(holders::HOLDERS_SCHEMA)) => bail!(
+                "a gpushim holders file (who holds each site's memory), not a report: give the report beside it \
+                 (the same name without .holders), which shows its holders"
+            ),
             Some(Some(other)) => bail!("schema is {other:?}, this gpushim reads {SCHEMA:?}"),
+            _ if value.get("reachability").is_some() && value.get("sites").is_some() => bail!(
+                "a gpushim reachability file (a snapshot's scan), not a report: give the snapshot's report \
+                 beside it (the same name without .reach), which shows its scan"
+            ),
             _ => bail!("not a gpushim report (no \"schema\" string)"),
         }
         serde_json::from_value(value).context("malformed gpushim report")
@@ -274,6 +282,8 @@ mod tests {
             (b"", "not valid JSON"),
             (b"{\"schema\": ", "not valid JSON"),
             (b"[1, 2]", "not a gpushim report"),
+            (br#"{"schema": "gpushim.holders.v1", "sites": {}}"#, "a gpushim holders file"),
+            (br#"{"reachability": {}, "sites": {}}"#, "a gpushim reachability file"),
             (b"{}", "not a gpushim report"),
             (b"{\"schema\": \"other.v9\"}", "schema is \"other.v9\""),
             (b"{\"schema\": \"gpushim.report.v1\", \"pid\": -1}", "malformed gpushim report"),
