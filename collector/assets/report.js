@@ -16,6 +16,16 @@
     while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
     return (n < 0 ? "-" : "") + (i === 0 ? v : v.toFixed(1)) + " " + units[i];
   }
+  // Ticks of the bytes axis at round binary steps (a power of two bytes: 256 MiB, 512 MiB, 1 GiB,
+  // ...), about five of them.
+  function binarySplits(u, axisIdx, min, max) {
+    const span = max - min;
+    if (!(span > 0)) return [min];
+    const step = Math.pow(2, Math.ceil(Math.log2(span / 5)));
+    const out = [];
+    for (let v = Math.ceil(min / step) * step; v <= max; v += step) out.push(v);
+    return out;
+  }
   // n and a noun, with an "s" unless n is 1.
   function count(n, noun) {
     return n + " " + noun + (n === 1 ? "" : "s");
@@ -119,10 +129,16 @@
     data.push(values);
     series.push({ label, stroke: colors[(series.length - 1) % colors.length], width: 1.5, dash, value: (u, v) => bytes(v) });
   };
+  // A line drawn over another with the same values would hide it: a GPU whose line is the
+  // device total (the only GPU, nothing managed) is named in the total's label instead.
+  const devs = R.timeline.devices;
+  const same = (i, k) => pts.every((p) => (p.devices[i] || 0) === (p.kinds[k] || 0));
+  const merged = devs.length === 1 && same(0, 0);
   ["device", "managed", "pinned host"].forEach((k, i) => {
-    if (pts.some((p) => p.kinds[i])) add(k, pts.map((p) => p.kinds[i]));
+    const label = i === 0 && merged ? "device (GPU " + devs[0] + ")" : k;
+    if (pts.some((p) => p.kinds[i])) add(label, pts.map((p) => p.kinds[i]));
   });
-  R.timeline.devices.forEach((d, i) => add("GPU " + d, pts.map((p) => p.devices[i])));
+  if (!merged) devs.forEach((d, i) => add("GPU " + d, pts.map((p) => p.devices[i])));
   // Suspect sites as their own lines: a series holds exact observations, so the value at a time
   // is the latest observation at or before it.
   R.suspects.slice(0, 5).forEach((sp, k) => {
@@ -141,9 +157,12 @@
       width: Math.max(400, chartBox.clientWidth || 1000),
       height: 320,
       scales: { x: { time: false } },
-      axes: [{ label: "seconds after the first event" }, { size: 80, values: (u, vals) => vals.map(bytes) }],
+      axes: [{ label: "seconds after the first event" }, { size: 80, splits: binarySplits, values: (u, vals) => vals.map((v) => bytes(v).replace(".0 ", " ")) }],
       series,
       hooks: {
+        // The legend shows the values at the end while the pointer is not over the chart.
+        ready: [(u) => u.setLegend({ idx: xs.length - 1 })],
+        setCursor: [(u) => { if (u.cursor.idx == null) u.setLegend({ idx: xs.length - 1 }); }],
         draw: [(u) => {
           const ctx = u.ctx;
           ctx.save();

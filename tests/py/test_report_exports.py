@@ -182,6 +182,15 @@ def test_html_report_in_a_browser(demo, tmp_path):
 
         canvas = page.locator("#chart canvas").first.bounding_box()
         assert canvas and canvas["width"] > 0 and canvas["height"] > 0
+        # The bytes axis ticks at round binary steps, labelled as such (not 476.8 MiB).
+        splits = page.evaluate("() => window.gpushimChart.axes[1]._splits")
+        assert len(splits) >= 2
+        step = int(splits[1] - splits[0])
+        assert step == splits[1] - splits[0] and step > 0 and step & (step - 1) == 0, splits
+        # The legend shows values without a pointer over the chart, one line per series drawn.
+        legend = page.locator(".u-legend").inner_text()
+        assert "MiB" in legend, legend
+        assert "GPU 0" in legend and legend.count("GPU 0") == 1, legend
         flame = page.locator("#flame svg").first.bounding_box()
         assert flame and flame["width"] > 0 and flame["height"] > 0
         func = top_suspect_function(report)
