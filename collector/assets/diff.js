@@ -25,9 +25,16 @@
   app.append(el("div", { class: "sub" }, "old: " + side(D.old) + " \u2192 new: " + side(D.new) + (D.same_process ? " \u00b7 same process" : "")));
 
   const totals = el("table", { id: "totals" }, el("tr", {}, el("th", {}, ""), el("th", { class: "num" }, "old"), el("th", { class: "num" }, "new"), el("th", { class: "num" }, "growth")));
+  // The totals' rows in words (the JSON field's name as the row's title).
+  const words = {
+    live_bytes: "live memory", live_count: "live allocations", peak_live_bytes: "peak live memory",
+    alloc_count: "allocations made", alloc_bytes: "memory allocated", free_count: "frees",
+    failed_count: "failed allocations", unknown_free_count: "frees of unknown pointers",
+  };
+  const name = (k) => words[k] || k.replace(/_/g, " ");
   for (const [k, c] of Object.entries(D.totals)) {
     const f = /bytes$/.test(k) ? bytes : (v) => v;
-    totals.append(el("tr", {}, el("td", {}, k), el("td", { class: "num" }, f(c.old)), el("td", { class: "num" }, f(c.new)), el("td", { class: "num" }, (c.growth > 0 ? "+" : "") + f(c.growth))));
+    totals.append(el("tr", {}, el("td", { title: k }, name(k)), el("td", { class: "num" }, f(c.old)), el("td", { class: "num" }, f(c.new)), el("td", { class: "num" }, (c.growth > 0 ? "+" : "") + f(c.growth))));
   }
   app.append(el("h2", {}, "Totals"), totals);
 
