@@ -300,6 +300,8 @@ CELLS = [
     "%gpushim snapshot mine",
     "%gpushim report",
     "import gpushim\nprint('tracing', gpushim.is_tracing())",
+    "def leak_one():\n    p = ctypes.c_void_p()\n    assert cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(4 << 20)) == 0\n    kept.append(Buf(p.value))",
+    "leak_one()\n%gpushim diff",
 ]
 
 km, kc = start_new_kernel(kernel_name=sys.argv[1], startup_timeout=120)
@@ -395,6 +397,12 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     // Since the snapshot after cell 2 (before either leak): both.
     let since = cell_output(&run.stdout, 5, &run);
     assert!(since.contains("live         0 B -> 16.0 MiB (+16.0 MiB) in 0 -> 2 allocations"), "{since}{run}");
+    // `%gpushim diff` at the end of the cell that leaks: that cell's 4 MiB (not the previous
+    // cell's diff again), at the cell that ran it (In [11] line 1), in the function In [10]
+    // defined (line 3).
+    let end = cell_output(&run.stdout, 10, &run);
+    assert!(end.contains("live         16.0 MiB -> 20.0 MiB (+4.0 MiB)"), "{end}{run}");
+    assert!(end.ends_with("left alive by notebook cells:\n  +4.0 MiB at In [11] line 1 (in In [10] line 3)\n"), "{end}{run}");
     let mine = PathBuf::from(cell_output(&run.stdout, 6, &run).trim());
     assert!(mine.to_str().unwrap().ends_with("-mine.json") && mine.starts_with(&dir), "{run}");
     assert_eq!(total(&read_json(&mine, &run), "live_bytes"), 16 << 20, "{run}");

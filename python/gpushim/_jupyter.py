@@ -10,7 +10,9 @@ runs). Without it the magic says that tracing is off.
   kernel's working directory).
 - ``%gpushim snapshot [LABEL]``: a snapshot now; prints its path.
 - ``%gpushim diff``: what the last cell left alive (``gpushim diff`` of the snapshots before and
-  after it, then each grown site's line in a notebook cell: ``+8.0 MiB at In [4] line 2``);
+  after it, then each grown site's line in a notebook cell: ``+8.0 MiB at In [4] line 2``, the
+  line of the cell that ran it, with the cell that defined the function, if another, after
+  ``in``); at the end of a cell that also runs code, what that cell has left alive so far;
   ``%gpushim diff LABEL``: what was left alive since the snapshot ``LABEL`` (one taken
   with ``%gpushim snapshot LABEL``, or ``cellN``). When the heap walk's files exist (CPython,
   ``GPUSHIM_HEAP_WALK`` not 0) the diff also lists the holders that grew, with their retention
@@ -42,9 +44,9 @@ class _Session:
     def __init__(self) -> None:
         self.snaps: list[tuple[str, str]] = []
 
-    def take(self, label: str) -> str | None:
+    def take(self, label: str, keep: bool = True) -> str | None:
         path = _api.snapshot(label, timeout=SNAPSHOT_TIMEOUT_S)
-        if path is not None:
+        if path is not None and keep:
             self.snaps.append((label, path))
         return path
 
@@ -57,6 +59,8 @@ class _Session:
 
 _session: _Session | None = None
 _ipython = None
+#: The source of the cell running now (IPython's ``pre_run_cell``).
+_running_cell: str | None = None
 
 
 def _collector() -> str | None:
@@ -100,18 +104,26 @@ def _cell_lines(ipython, old: str, new: str) -> list[str]:
     except (OSError, subprocess.SubprocessError, ValueError):
         return []
     cells = getattr(getattr(ipython, "compile", None), "_filename_map", None) or {}
+
+    def cell_of(f: dict) -> str | None:
+        file = f.get("file") or ""
+        in_cell_dir = os.path.basename(os.path.dirname(file)).startswith("ipykernel_")
+        if not (f.get("python") and (file in cells or in_cell_dir)):
+            return None
+        n = cells.get(file)
+        return f"In [{n}] line {f.get('line')}" if n is not None else f"{file} line {f.get('line')}"
+
     lines = []
     for s in sites:
         grown = s.get("growth_bytes", 0)
         if grown <= 0:
             continue
-        for f in s.get("frames", []):
-            file = f.get("file") or ""
-            if f.get("python") and (file in cells or "/ipykernel_" in file):
-                n = cells.get(file)
-                where = f"In [{n}] line {f.get('line')}" if n is not None else f"{file} line {f.get('line')}"
-                lines.append(f"  +{_api.fmt_bytes(grown)} at {where}")
-                break
+        # Innermost first: the outermost cell frame is the cell that ran it, the innermost the
+        # cell whose function allocated.
+        found = [w for w in (cell_of(f) for f in s.get("frames", [])) if w is not None]
+        if found:
+            ran, made = found[-1], found[0]
+            lines.append(f"  +{_api.fmt_bytes(grown)} at {ran}" + (f" (in {made})" if made != ran else ""))
     return lines
 
 
@@ -125,6 +137,12 @@ def _wait_holders(*paths: str) -> None:
 def _only_magic(cell: str | None) -> bool:
     lines = [line.strip() for line in (cell or "").splitlines() if line.strip()]
     return bool(lines) and all(line.startswith("%gpushim") for line in lines)
+
+
+def _pre_run_cell(info) -> None:
+    """IPython's ``pre_run_cell`` event: the cell about to run. Never raises."""
+    global _running_cell
+    _running_cell = getattr(info, "raw_cell", None)
 
 
 def _post_run_cell(result) -> None:
@@ -170,6 +188,15 @@ def gpushim_magic(line: str) -> None:
                 print(f"gpushim: no snapshot labelled {rest[0]!r} (known: {known})")
                 return
             new = _session.snaps[-1][1]
+        elif _running_cell is not None and not _only_magic(_running_cell):
+            # At the end of a cell that also runs code: what it has left alive so far, from the
+            # snapshot after the previous cell to one taken now (not kept: the snapshot after
+            # this cell follows it).
+            old = _session.snaps[-1][1]
+            new = _session.take("cell-so-far", keep=False)
+            if new is None:
+                print("gpushim: no snapshot written")
+                return
         else:
             if len(_session.snaps) < 2:
                 print("gpushim: no cell has run since the extension was loaded")
@@ -205,6 +232,7 @@ def load(ipython) -> None:
         return
     if _session is None:
         _session = _Session()
+        ipython.events.register("pre_run_cell", _pre_run_cell)
         ipython.events.register("post_run_cell", _post_run_cell)
     _session.take("load")
 
@@ -213,5 +241,6 @@ def unload(ipython) -> None:
     """Stops the snapshots after each cell."""
     global _session
     if _session is not None:
+        ipython.events.unregister("pre_run_cell", _pre_run_cell)
         ipython.events.unregister("post_run_cell", _post_run_cell)
         _session = None
