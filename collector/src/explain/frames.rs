@@ -75,6 +75,16 @@ const RULES: &[(Class, Test)] = &[
     (Runtime, Name("libffi")),
     (Runtime, FunctionIs("_start")),
     (Runtime, Path("<frozen ")),
+    // The notebook's machinery: a cell's frames are the user's, the kernel's around them not.
+    (Runtime, Package("IPython")),
+    (Runtime, Package("ipykernel")),
+    (Runtime, Name("ipykernel_launcher")),
+    (Runtime, Package("jupyter_client")),
+    (Runtime, Package("jupyter_core")),
+    (Runtime, Package("traitlets")),
+    (Runtime, Package("tornado")),
+    (Runtime, Package("zmq")),
+    (Runtime, Package("comm")),
     // Vendor libraries, by file name wherever they are installed.
     (Vendor, Name("libcublas")),
     (Vendor, Name("libcudnn")),
@@ -527,6 +537,12 @@ mod tests {
 
     #[test]
     fn the_settings_extend_the_table() {
+        let t = Table::new(None, None, None);
+        let sp = "/venv/lib/python3.11/site-packages";
+        assert_eq!(t.classify(&format!("{sp}/IPython/core/interactiveshell.py"), "run_code"), Class::Runtime);
+        assert_eq!(t.classify(&format!("{sp}/ipykernel/kernelbase.py"), "dispatch_shell"), Class::Runtime);
+        assert_eq!(t.classify(&format!("{sp}/ipykernel_launcher.py"), "<module>"), Class::Runtime);
+        assert_eq!(t.classify("/tmp/ipykernel_4711/2849048635.py", "<module>"), Class::User);
         let t = Table::new(Some("libmine.so*, */site-packages/torch/nn/*"), Some("libengine*,*/vendored/*.py"), None);
         assert_eq!(t.classify("/opt/x/libengine.so.2", "run"), Class::Framework);
         assert_eq!(t.classify("/home/u/proj/vendored/lib.py", "f"), Class::Framework);
