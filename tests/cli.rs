@@ -510,8 +510,11 @@ fn bad_settings_warn_in_one_line_each_and_go_into_the_reports_notes() {
         "GPUSHIM_MAX_FRAMES=1000 is above 256; using 256",
         "GPUSHIM_PYTHON=x is not 0 or 1; Python frames stay on",
         "GPUSHIM_EXIT_TIMEOUT=0 is not a whole number of seconds above 0; using 60",
+        // A misspelt name was ignored without a word.
+        "GPUSHIM_OUPTUT is no gpushim setting (did you mean GPUSHIM_OUTPUT?); it is ignored",
     ];
     let run = Target::new("leak_example", "cli-bad-settings")
+        .env("GPUSHIM_OUPTUT", "/tmp/elsewhere")
         .args(&["3"])
         .env("GPUSHIM_BACKTRACE", "maybe")
         .env("GPUSHIM_MAX_FRAMES", "1000")
@@ -530,6 +533,22 @@ fn bad_settings_warn_in_one_line_each_and_go_into_the_reports_notes() {
         assert!(notes.contains(&w), "{w} in notes {notes:?}{run}");
     }
     assert_eq!(total(&r, "live_bytes"), 3 * MIB + 32 * MIB, "backtraces on, the program traced as usual{run}");
+}
+
+#[test]
+fn the_readme_lists_every_setting_the_misspelling_check_knows() {
+    // The settings' table and the list a misspelt name is checked against (wire's
+    // `setting::KNOWN`) are the same names.
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let mut rows: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `GPUSHIM_"))
+        .filter_map(|l| l.split('`').next())
+        .collect();
+    rows.sort_unstable();
+    let mut known: Vec<&str> = gpushim_wire::setting::KNOWN.iter().map(|k| k.trim_start_matches("GPUSHIM_")).collect();
+    known.sort_unstable();
+    assert_eq!(rows, known);
 }
 
 #[test]

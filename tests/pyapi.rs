@@ -402,7 +402,10 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     // defined (line 3).
     let end = cell_output(&run.stdout, 10, &run);
     assert!(end.contains("live         16.0 MiB -> 20.0 MiB (+4.0 MiB)"), "{end}{run}");
-    assert!(end.ends_with("left alive by notebook cells:\n  +4.0 MiB at In [11] line 1 (in In [10] line 3)\n"), "{end}{run}");
+    assert!(
+        end.ends_with("left alive by notebook cells:\n  +4.0 MiB at In [11] line 1 (in In [10] line 3)\n"),
+        "{end}{run}"
+    );
     let mine = PathBuf::from(cell_output(&run.stdout, 6, &run).trim());
     assert!(mine.to_str().unwrap().ends_with("-mine.json") && mine.starts_with(&dir), "{run}");
     assert_eq!(total(&read_json(&mine, &run), "live_bytes"), 16 << 20, "{run}");

@@ -288,11 +288,7 @@ pub const IDENTITY_VARS: &[&str] = &[
 /// A switch: `0`, `false`, `no`, `off` are off; `1`, `true`, `yes`, `on` are on (any case);
 /// anything else is `None`.
 fn switch(v: &str) -> Option<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "0" | "false" | "no" | "off" => Some(false),
-        "1" | "true" | "yes" | "on" => Some(true),
-        _ => None,
-    }
+    gpushim_wire::setting::switch(v)
 }
 
 /// Reads the switch `name` into `flag` (left as it is when unset); a bad value is said in
@@ -385,6 +381,12 @@ impl Config {
                     "GPUSHIM_EXIT_TIMEOUT={v} is not a whole number of seconds above 0; using {}",
                     EXIT_TIMEOUT_S.load(Relaxed)
                 )),
+            }
+        }
+        // A misspelt setting would otherwise be ignored without a word.
+        for (name, _) in std::env::vars_os() {
+            if let Some(line) = name.to_str().and_then(gpushim_wire::setting::unknown) {
+                warnings.push(line);
             }
         }
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));

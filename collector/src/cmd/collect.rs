@@ -23,7 +23,7 @@ use crate::settings::Settings;
 /// broke after its Hello event is no error: the exit code is 1 then.
 pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> {
     let s = Settings::global();
-    let html = s.html.as_deref() == Some("1");
+    let html = s.html.as_deref().and_then(gpushim_wire::setting::switch) == Some(true);
     let live = input.as_ref().is_none_or(|p| p.as_os_str() == "-");
     let mut err = io::stderr().lock();
     check_settings(s, &mut err);
@@ -107,7 +107,7 @@ fn intervals(every: Option<&str>, keep: Option<&str>, err: &mut dyn Write) -> Op
 
 /// Says in one line on `err` each collector setting whose value it does not take, with what is
 /// used instead: the switches `GPUSHIM_HTML`, `GPUSHIM_NVML`, `GPUSHIM_DEFAULT_SUPPRESSIONS`
-/// (`0` or `1`) and `GPUSHIM_NVML_INTERVAL_MS` (a whole number of ms above 0), which were taken
+/// (`gpushim_wire::setting::switch`: `0`/`1`, `off`/`on`, `false`/`true`, `no`/`yes`) and `GPUSHIM_NVML_INTERVAL_MS` (a whole number of ms above 0), which were taken
 /// silently.
 fn check_settings(s: &Settings, err: &mut dyn Write) {
     for (name, value, what) in [
@@ -115,7 +115,7 @@ fn check_settings(s: &Settings, err: &mut dyn Write) {
         ("GPUSHIM_NVML", &s.nvml, "NVML is sampled"),
         ("GPUSHIM_DEFAULT_SUPPRESSIONS", &s.default_suppressions, "the built-in suppressions are used"),
     ] {
-        if let Some(v) = value.as_ref().filter(|v| !v.is_empty() && v.trim() != "0" && v.trim() != "1") {
+        if let Some(v) = value.as_ref().filter(|v| !v.is_empty() && gpushim_wire::setting::switch(v).is_none()) {
             let _ = writeln!(err, "gpushim: {name}={v} is not 0 or 1; {what}");
         }
     }

@@ -236,7 +236,7 @@ impl Sampler {
     pub fn start(pid: u32) -> Sampler {
         let s = crate::settings::Settings::global();
         let set = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
-        let (nvml, unavailable) = if set(&s.nvml).as_deref() == Some("0") {
+        let (nvml, unavailable) = if set(&s.nvml).as_deref().and_then(gpushim_wire::setting::switch) == Some(false) {
             (None, Some("NVML sampling is off (GPUSHIM_NVML=0)".to_string()))
         } else {
             match Nvml::load(&set(&s.nvml_lib).unwrap_or_else(|| "libnvidia-ml.so.1".into())) {

@@ -106,7 +106,7 @@ impl Suppressions {
         static S: OnceLock<Suppressions> = OnceLock::new();
         S.get_or_init(|| {
             let s = crate::settings::Settings::global();
-            let defaults = s.default_suppressions.as_deref().is_none_or(|v| v.trim() != "0");
+            let defaults = s.default_suppressions.as_deref().and_then(gpushim_wire::setting::switch) != Some(false);
             Suppressions::load(defaults, s.suppressions.as_deref())
         })
     }
