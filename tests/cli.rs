@@ -540,11 +540,8 @@ fn the_readme_lists_every_setting_the_misspelling_check_knows() {
     // The settings' table and the list a misspelt name is checked against (wire's
     // `setting::KNOWN`) are the same names.
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let mut rows: Vec<&str> = readme
-        .lines()
-        .filter_map(|l| l.strip_prefix("| `GPUSHIM_"))
-        .filter_map(|l| l.split('`').next())
-        .collect();
+    let mut rows: Vec<&str> =
+        readme.lines().filter_map(|l| l.strip_prefix("| `GPUSHIM_")).filter_map(|l| l.split('`').next()).collect();
     rows.sort_unstable();
     let mut known: Vec<&str> = gpushim_wire::setting::KNOWN.iter().map(|k| k.trim_start_matches("GPUSHIM_")).collect();
     known.sort_unstable();

@@ -408,9 +408,12 @@ pub fn seq_of(m: &Msg) -> Option<u64> {
         | Msg::GraphLaunch { seq, .. }
         | Msg::GraphExecDestroy { seq, .. }
         | Msg::GraphMemTrim { seq, .. } => Some(*seq),
-        Msg::ThreadName { .. } | Msg::HeapWalk(_) | Msg::ApiSnapshot(_) | Msg::Exit { .. } | Msg::QuickExit { .. } => {
-            None
-        }
+        Msg::ThreadName { .. }
+        | Msg::HeapWalk(_)
+        | Msg::ApiSnapshot(_)
+        | Msg::Exit { .. }
+        | Msg::ExitScan { .. }
+        | Msg::QuickExit { .. } => None,
     }
 }
 

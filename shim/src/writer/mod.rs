@@ -148,6 +148,8 @@ struct Writer {
     reach: Option<reach::Table>,
     /// What of the shim's own memory the scans leave out.
     reach_own: reach::Own,
+    /// The exit's scan was made, after the Python exit walk (`Msg::ExitScan`).
+    exit_scanned: bool,
 }
 
 impl Writer {
@@ -177,6 +179,7 @@ impl Writer {
             devices_listed: false,
             reach: config::reachability().then(reach::Table::default),
             reach_own: reach::Own::default(),
+            exit_scanned: false,
         }
     }
 
@@ -274,9 +277,17 @@ impl Writer {
                 return;
             }
             match msg {
+                Ok(Msg::ExitScan { done }) => {
+                    if !self.exit_scanned {
+                        self.exit_scanned = true;
+                        self.reachability(wire::WalkReason::Exit, 0);
+                    }
+                    let _ = done.send(());
+                }
                 Ok(Msg::Exit { ts_ns, done }) => {
                     let got = sys::now_ns();
-                    let scan = self.reachability(wire::WalkReason::Exit, 0);
+                    // Made after the Python exit walk already, if there was one.
+                    let scan = if self.exit_scanned { None } else { self.reachability(wire::WalkReason::Exit, 0) };
                     let scanned = sys::now_ns();
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
                     if self.flush() {
@@ -467,7 +478,7 @@ impl Writer {
                 let name = String::from_utf8_lossy(&name[..usize::from(len).min(name.len())]).into_owned();
                 self.push(&Event::ThreadName(wire::ThreadName { tid, name }));
             }
-            Msg::Exit { .. } | Msg::QuickExit { .. } => {} // handled in run
+            Msg::Exit { .. } | Msg::ExitScan { .. } | Msg::QuickExit { .. } => {} // handled in run
         }
     }
 }
