@@ -7,6 +7,7 @@ mod util;
 
 mod cli; // gpushim run / report / diff / snapshot from outside
 mod concurrency; // many threads, exact totals
+mod consistency; // the first screen: stderr, text, HTML and JSON of one run agree
 mod corpus; // the labelled leak corpus's stand-in programs, run and scored end to end
 mod examples; // the bundled C and Rust examples
 mod faults; // whatever fails on our side, the program is unharmed (docs/guarantees.md)

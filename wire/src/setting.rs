@@ -14,7 +14,7 @@ pub fn switch(v: &str) -> Option<bool> {
 
 /// Every `GPUSHIM_*` variable the shim, the collector or the Python package reads (the README
 /// lists them). `gpushim run`'s own plumbing (`GPUSHIM_RUN_*`) and the tests' and tools'
-/// (`GPUSHIM_TEST_*`, `GPUSHIM_FUZZ_*`, `GPUSHIM_SUITE_*`, `GPUSHIM_STANDIN*`) are prefixes of
+/// (`GPUSHIM_TEST_*`, `GPUSHIM_FUZZ_*`, `GPUSHIM_SUITE_*`, `GPUSHIM_STANDIN*`, the examples' `GPUSHIM_EXAMPLE_*`, the scripts' `GPUSHIM_BIN`) are prefixes of
 /// their own.
 pub const KNOWN: &[&str] = &[
     "GPUSHIM_BACKTRACE",
@@ -51,7 +51,15 @@ pub const KNOWN: &[&str] = &[
 ];
 
 /// Prefixes of variables that are no user's settings (see [`KNOWN`]).
-const OTHERS: &[&str] = &["GPUSHIM_RUN_", "GPUSHIM_TEST_", "GPUSHIM_FUZZ_", "GPUSHIM_SUITE_", "GPUSHIM_STANDIN"];
+const OTHERS: &[&str] = &[
+    "GPUSHIM_RUN_",
+    "GPUSHIM_TEST_",
+    "GPUSHIM_FUZZ_",
+    "GPUSHIM_SUITE_",
+    "GPUSHIM_STANDIN",
+    "GPUSHIM_EXAMPLE_",
+    "GPUSHIM_BIN",
+];
 
 /// The line for an environment variable `name` that looks like a setting of ours and is none:
 /// `None` for a known one, another program's, or plumbing.
