@@ -3,8 +3,6 @@
 
 use std::sync::atomic::AtomicU8;
 
-use gpushim_wire::ReachRegion;
-
 use super::buf::Buf;
 use super::maps::Role;
 use super::roots::{read_roots, read_unreached};
@@ -16,10 +14,11 @@ impl Scan {
     /// the program's roots and the blocks they reach, then the shim's own memory (marking what
     /// is left of the blocks it reaches as not the program's), then the blocks nothing reached.
     pub(super) fn pass(&mut self) -> Vec<Hit> {
-        self.marks = (0..self.chunks.len).map(|_| AtomicU8::new(0)).collect();
+        self.marks = self.init.iter().map(|&m| AtomicU8::new(m)).collect();
         self.acc.clear(self.ranges.len);
         let regions = self.regions.clone();
-        let roots: Vec<_> = regions.iter().filter(|g| matches!(g.role, Role::Root(..))).copied().collect();
+        let roots: Vec<_> =
+            regions.iter().filter(|g| matches!(g.role, Role::Root(..) | Role::Possible)).copied().collect();
         let Scan { rbuf, acc, helpers, entries, pagemap, work, shared, .. } = self;
         let rbuf = rbuf.full();
         // The view borrows only what the readers do not change, field by field.
@@ -37,13 +36,13 @@ impl Scan {
         for g in regions.iter().filter(|g| g.role == Role::Cuda) {
             read_range(&view, acc, rbuf, g.start, g.end, Mode::Cuda);
         }
-        drain(&view, acc, rbuf, Mode::Cuda);
+        drain(&view, acc, rbuf);
         read_roots(&view, acc, rbuf, helpers, &roots, pagemap.as_ref(), entries, work, shared);
-        drain(&view, acc, rbuf, Mode::Root(ReachRegion::Heap as u8, 0));
+        drain(&view, acc, rbuf);
         for g in regions.iter().filter(|g| g.role == Role::Own) {
             read_range(&view, acc, rbuf, g.start, g.end, Mode::Cuda);
         }
-        drain(&view, acc, rbuf, Mode::Cuda);
+        drain(&view, acc, rbuf);
         // Indirectly lost: referred to from blocks nothing reached.
         if !acc.cut {
             read_unreached(&view, acc, rbuf, helpers, shared);
