@@ -116,6 +116,16 @@ impl Scan {
                 }
                 let free = nsz & 1 == 0 || freed_to_tcache;
                 self.init.push(if free { mark::FREE } else { mark::UNREACHED });
+                // The words malloc wrote over: a cache's `next` and `key`; a bin's `fd`, `bk`,
+                // and in a large bin's chunk (1 KiB or more) `fd_nextsize`, `bk_nextsize`.
+                let large = nsz & 1 == 0 && size >= 1024;
+                self.reused.push(if !free {
+                    0
+                } else if large {
+                    4
+                } else {
+                    2
+                });
             }
             want = if size > SMALL_WINDOW as u64 { SMALL_WINDOW } else { WINDOW };
             p = next;
@@ -185,9 +195,11 @@ impl Scan {
             return true;
         }
         free.sort_unstable();
-        for (c, init) in self.chunks.as_slice().iter().zip(self.init.iter_mut()) {
+        for ((c, init), reused) in self.chunks.as_slice().iter().zip(self.init.iter_mut()).zip(self.reused.iter_mut()) {
             if free.binary_search(&c.0).is_ok() {
+                // A fastbin's chunk: only its `fd` was written over.
                 *init = mark::FREE;
+                *reused = 1;
             }
         }
         true

@@ -49,8 +49,10 @@
 //! also points to (a library handle the program keeps, such as a cuBLAS handle holding its
 //! workspace; one level: the blocks it points to stay the library's); a freed block of the main
 //! heap that a module's data still points to, and the freed blocks it points to (a static C++
-//! container whose destructor ran before the exit's scan; the words malloc reuses for its
-//! lists, the first two or four, are not read); the part of a blocked thread's given stack below
+//! container whose destructor ran before the exit's scan); at the exit's scan, every freed block
+//! of the main heap (the program's static containers were torn down just before it, by C++
+//! static destructors and atexit handlers, whatever the globals still say); of a freed block
+//! the words malloc wrote over for its lists (one to four) are not read; the part of a blocked thread's given stack below
 //! its stack pointer. A stale copy of the address of such a block (the driver's record of a
 //! recent allocation, left in a block the program reaches) makes what it holds possibly lost:
 //! the safe side. Each heap block carries a mark per pass (`mark`) that only moves towards
@@ -196,8 +198,12 @@ struct Scan {
     marks: Vec<std::sync::atomic::AtomicU8>,
     /// Per chunk, its mark at the start of a pass ([`mark::UNREACHED`] or [`mark::FREE`]).
     init: Vec<u8>,
+    /// Per chunk, the words at its start malloc wrote over when it was freed (0 in use).
+    reused: Vec<u8>,
     /// The heap walk's window.
     win: Buf<u8>,
+    /// The scan of the exit: every freed block of the main heap is read without trust.
+    exit: bool,
     /// Where a heap walk that did not add up stopped, bytes from the heap's start.
     walk_failed_at: u64,
     /// The main heap's top chunk (free), found by the walk; 0 before it.
@@ -267,6 +273,7 @@ pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32) -> wire::R
         r.elapsed_ns = sys::now_ns().saturating_sub(t0);
         return r;
     }
+    s.exit = reason == WalkReason::Exit;
     let first = s.pass();
     let any_lost = first.iter().any(|h| h.refs == 0);
     let second = if any_lost && !s.cut { Some(s.pass()) } else { None };

@@ -1,13 +1,13 @@
 //! One pass of the scan: the CUDA libraries' data, the program's roots (`roots`), the shim's own
 //! memory and the blocks nothing reached, each read word by word (`words`).
 
-use std::sync::atomic::AtomicU8;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use super::buf::Buf;
 use super::maps::Role;
 use super::roots::{read_roots, read_unreached};
-use super::words::{drain, read_range, View};
-use super::{Hit, Mode, Scan};
+use super::words::{drain, read_block, read_range, View};
+use super::{mark, Hit, Mode, Scan};
 
 impl Scan {
     /// One pass over everything: CUDA libraries' data first (marking their heap blocks), then
@@ -17,6 +17,7 @@ impl Scan {
         self.marks = self.init.iter().map(|&m| AtomicU8::new(m)).collect();
         self.acc.clear(self.ranges.len);
         let regions = self.regions.clone();
+        let exit = self.exit;
         let roots: Vec<_> =
             regions.iter().filter(|g| matches!(g.role, Role::Root(..) | Role::Possible)).copied().collect();
         let Scan { rbuf, acc, helpers, entries, pagemap, work, shared, .. } = self;
@@ -27,6 +28,7 @@ impl Scan {
             &self.skip,
             &self.chunks,
             &self.marks,
+            &self.reused,
             &self.pages,
             self.page_shift,
             self.heap,
@@ -43,6 +45,17 @@ impl Scan {
             read_range(&view, acc, rbuf, g.start, g.end, Mode::Cuda);
         }
         drain(&view, acc, rbuf);
+        // At exit the program's static containers have been torn down (C++ static destructors
+        // and atexit handlers run before the scan): what freed blocks still hold may be pointers
+        // the program kept for its whole run, read without trust.
+        if exit && view.heap.1 > view.heap.0 && !acc.cut {
+            for c in 0..view.chunks.len() {
+                if view.marks[c].compare_exchange(mark::FREE, mark::FREE_READ, Relaxed, Relaxed).is_ok() {
+                    read_block(&view, acc, rbuf, c);
+                    drain(&view, acc, rbuf);
+                }
+            }
+        }
         // Indirectly lost: referred to from blocks nothing reached.
         if !acc.cut {
             read_unreached(&view, acc, rbuf, helpers, shared);
@@ -64,6 +77,7 @@ fn view_of<'a>(
     skip: &'a Buf<(u64, u64)>,
     chunks: &'a Buf<(u64, u64)>,
     marks: &'a [AtomicU8],
+    reused: &'a [u8],
     pages: &'a [u32],
     page_shift: u32,
     heap: (u64, u64),
@@ -75,6 +89,7 @@ fn view_of<'a>(
         skip: skip.as_slice(),
         chunks: chunks.as_slice(),
         marks,
+        reused,
         pages,
         page_shift,
         heap,

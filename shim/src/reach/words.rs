@@ -30,6 +30,8 @@ pub(super) struct View<'a> {
     /// The main heap's blocks (in use and free) and their [`mark`]s.
     pub(super) chunks: &'a [(u64, u64)],
     pub(super) marks: &'a [AtomicU8],
+    /// Per block, the words at its start malloc wrote over when it was freed.
+    pub(super) reused: &'a [u8],
     pub(super) pages: &'a [u32],
     pub(super) page_shift: u32,
     pub(super) heap: (u64, u64),
@@ -115,16 +117,14 @@ pub(super) fn drain(v: &View, acc: &mut Acc, buf: &mut [u8]) {
 }
 
 /// Reads heap block `c` as its mark says: the program's (from a root), a CUDA library's, or
-/// without trust; of a free block only the words malloc does not reuse for its lists (the
-/// first two, four in a chunk of a large bin: `fd`, `bk`, `fd_nextsize`, `bk_nextsize`, or a
-/// cache's `next` and `key`).
+/// without trust; of a free block only the words malloc did not write over (`View::reused`).
 pub(super) fn read_block(v: &View, acc: &mut Acc, buf: &mut [u8], c: usize) {
     // A block's last word is the next chunk's `prev_size` field, which it may use.
     let (a, b) = v.chunks[c];
     let (a, mode) = match v.marks[c].load(Relaxed) {
         mark::PROGRAM => (a, Mode::Root(gpushim_wire::ReachRegion::Heap as u8, 0)),
         mark::CUDA => (a, Mode::Cuda),
-        mark::FREE_READ => (a + if b - a + 16 >= 1024 { 32 } else { 16 }, Mode::Possible),
+        mark::FREE_READ => (a + 8 * u64::from(v.reused.get(c).copied().unwrap_or(4)), Mode::Possible),
         _ => (a, Mode::Possible),
     };
     read_range(v, acc, buf, a, b + 8, mode);
