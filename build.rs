@@ -235,7 +235,7 @@ fn main() {
     let mut a = os(PROGRAM);
     a.push(ctx.src("tests/programs/reach.c"));
     a.push(ctx.lib_dir());
-    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-lpthread"]));
+    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-lpthread", "-ldl"]));
     a.extend(os(RUNPATH_ORIGIN));
     ctx.cc("reach", &a);
 

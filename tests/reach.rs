@@ -99,7 +99,11 @@ fn pointers_left_in_freed_heap_blocks_do_not_count_as_references() {
     // block's chunk still looks in use in both, and its stale words are not references.
     let (r, d) = reach("freed-small-blocks", &[]);
     assert_eq!(scan(&r)["status"], "complete", "{d}");
-    assert_eq!(classes(&r), (12, 0, 0), "{d}");
+    // None is reachable. Changed from 12 definitely lost: the exit's scan reads freed blocks
+    // without trust (the program's static containers are torn down before it, and what their
+    // freed blocks hold may be pointers kept for the whole run), so the 12 are possibly lost.
+    assert_eq!(lost_possibly_reachable(&r), (0, 12, 0), "{d}");
+    assert_eq!(classes(&r).1, 0, "{d}");
     // glibc's main arena, whose fastbins list the freed blocks, was found.
     assert!(!scan(&r)["note"].as_str().unwrap_or("").contains("main arena was not found"), "{d}");
 }
@@ -271,4 +275,48 @@ fn an_out_of_memory_report_gets_its_scan_beside_it() {
     let lost: Vec<u64> = sites.values().map(|v| n(v, "definitely_lost_count")).collect();
     assert_eq!(lost, [1, 0], "{d}");
     assert!(d.stderr.contains("definitely lost: 8.0 KiB in 1 allocation"), "{d}");
+}
+
+/// (definitely lost, possibly lost, reachable) of the whole scan.
+fn lost_possibly_reachable(r: &Value) -> (u64, u64, u64) {
+    let s = scan(r);
+    (n(s, "definitely_lost_count"), n(s, "possibly_lost_count"), n(s, "reachable_count"))
+}
+
+#[test]
+fn a_library_block_the_program_also_points_to_makes_possibly_lost_not_definitely() {
+    // reach.c's `library-block`: 3 handles malloc'd by a library named as cuBLAS is, kept by its
+    // data and by the program, each holding a device workspace; 2 of the program's dropped.
+    // The library's blocks are its bookkeeping (not read as the program's), but one the program
+    // points to is read without trust: 5 definitely lost before, 2 after.
+    let (r, d) = reach("library-block", &[]);
+    assert_eq!(scan(&r)["status"], "complete", "{d}");
+    assert_eq!(lost_possibly_reachable(&r), (2, 3, 0), "{d}");
+    assert_eq!(n(scan(&r), "possibly_lost_bytes"), 3 << 20, "{d}");
+    assert!(d.stderr.contains(", 3 possibly lost, "), "{d}");
+}
+
+#[test]
+fn a_static_table_torn_down_at_exit_leaves_its_pointers_possibly_lost() {
+    // reach.c's `static-table`: a tree of 6 nodes and an array of 16 pointers freed by an atexit
+    // handler (as C++ static destructors do) before the exit's scan, the globals still pointing
+    // at them; 2 dropped. The freed blocks the program's data still points to are read without
+    // trust; malloc's own words in the array's block took its first 2 (24 definitely lost
+    // before).
+    let (r, d) = reach("static-table", &[]);
+    assert_eq!(scan(&r)["status"], "complete", "{d}");
+    // At times one of the 2 dropped is possibly lost too (the stale copy of the driver's record
+    // of `pointers_left_in_freed_heap_blocks_do_not_count_as_references`).
+    let (lost, possibly, reachable) = lost_possibly_reachable(&r);
+    assert_eq!((lost + possibly, reachable), (24, 0), "{d}");
+    assert!((3..=4).contains(&lost), "{d}");
+}
+
+#[test]
+fn a_blocked_thread_on_a_stack_the_program_gave_it_leaves_the_memory_below_possibly_lost() {
+    // reach.c's `custom-stack`: 3 pointers in a mapping the program gave a thread as its stack,
+    // below the blocked thread's stack pointer; 1 dropped (4 definitely lost before).
+    let (r, d) = reach("custom-stack", &[]);
+    assert_eq!(scan(&r)["status"], "complete", "{d}");
+    assert_eq!(lost_possibly_reachable(&r), (1, 3, 0), "{d}");
 }

@@ -1370,7 +1370,8 @@ def site_reach(r, function, without_module=None):
 def reach_line(x):
     return (
         f"{x['status']}: {x['definitely_lost_count']} lost, {x['indirectly_lost_count']} indirectly lost, "
-        f"{x['reachable_count']} reachable, {x['unknown_count']} unknown; {x['scanned_bytes'] / MIB:.0f} MiB "
+        f"{x.get('possibly_lost_count', 0)} possibly lost, {x['reachable_count']} reachable, "
+        f"{x['unknown_count']} unknown; {x['scanned_bytes'] / MIB:.0f} MiB "
         f"in {x['elapsed_ms']:.0f} ms"
     )
 

@@ -5,6 +5,7 @@
  * memory, as NCCL's communicators keep beside their device buffers) and keeps them: a handle never
  * destroyed leaks it. */
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "cudart_standin.h"
 
@@ -48,5 +49,24 @@ EXPORT int cublasCreate_v2(void **out) {
     handles[i].state = stream_state_alloc();
     handles[i].cache = heuristics_cache_alloc();
     *out = &handles[i];
+    return 0;
+}
+
+/* A handle in a malloc'd block of the library's own, which the library's data also points to,
+ * as the real libraries keep theirs (`cublasLtHandle_t cublasLtCreate(...)`): the program keeps
+ * the handle, and the handle keeps the device workspace (1 MiB). The reachability scan's test of
+ * a block that a CUDA library and the program both point to (tests/reach.rs). */
+static struct handle *lt_handles[64];
+static int lt_used;
+
+EXPORT int cublasLtCreate(void **out) {
+    int i = __atomic_fetch_add(&lt_used, 1, __ATOMIC_RELAXED);
+    struct handle *h = i < 64 ? calloc(1, sizeof *h) : NULL;
+    if (h == NULL) {
+        return 3;
+    }
+    h->workspace = workspace_alloc();
+    lt_handles[i] = h;
+    *out = h;
     return 0;
 }

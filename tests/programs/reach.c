@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "cudart_standin.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -302,6 +303,137 @@ static NOINLINE int shared_anon(void)
     return 0;
 }
 
+/* A CUDA library's handle, in a malloc'd block of the library's that its data points to too
+ * (the stand-in cuBLAS's cublasLtCreate): the program keeps 3 handles, each holding a device
+ * workspace; 2 allocations of the program's own are dropped.  The handles are the library's
+ * bookkeeping and the program's at once: their workspaces are possibly lost, not definitely. */
+void *volatile lib_kept[3];
+static NOINLINE int library_block(void)
+{
+    void *lib = dlopen("libcublas.so.13", RTLD_NOW);
+    int (*create)(void **) = lib != NULL ? (int (*)(void **))dlsym(lib, "cublasLtCreate") : NULL;
+    if (create == NULL) {
+        fprintf(stderr, "reach: no cublasLtCreate: %s\n", dlerror());
+        return 1;
+    }
+    for (int i = 0; i < 3; i++) {
+        void *h;
+        if (create(&h) != 0)
+            return 1;
+        lib_kept[i] = h;
+    }
+    for (int i = 0; i < 2; i++) {
+        void *p;
+        if (cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+            return 1;
+        p = NULL;
+    }
+    return 0;
+}
+
+/* Static containers torn down at exit, as C++'s std::map and std::vector destructors do: the
+ * nodes and the array are freed and the globals still point at them.  A tree of 6 nodes laid
+ * out as std::map's (each value at byte 40), an array of 16 pointers; 2 allocations dropped.
+ * The exit's scan runs after the teardown: malloc reuses a freed block's first two words for its
+ * lists, so the array's first 2 are gone; the other 20 pointers are left only in freed blocks
+ * the program's data still points to (possibly lost). */
+struct node {
+    int color;
+    struct node *parent, *left, *right;
+    long key;
+    void *dev;
+    char rest[184]; /* a size of its own: a block the exit path mallocs does not reuse one */
+};
+struct node *volatile table_root;
+void **volatile table_vec;
+static void teardown(void)
+{
+    for (struct node *n = table_root; n != NULL;) {
+        struct node *next = n->right;
+        free(n);
+        n = next;
+    }
+    free(table_vec);
+}
+static NOINLINE int static_table(void)
+{
+    struct node *last = NULL;
+    for (int i = 0; i < 6; i++) {
+        struct node *n = calloc(1, sizeof *n);
+        if (n == NULL || cudaMalloc(&n->dev, 8 * KiB) != cudaSuccess)
+            return 1;
+        n->key = i;
+        n->parent = last;
+        if (last == NULL)
+            table_root = n;
+        else
+            last->right = n;
+        last = n;
+    }
+    void **vec = malloc(16 * sizeof *vec);
+    if (vec == NULL)
+        return 1;
+    for (int i = 0; i < 16; i++)
+        if (cudaMalloc(&vec[i], 8 * KiB) != cudaSuccess)
+            return 1;
+    table_vec = vec;
+    for (int i = 0; i < 2; i++) {
+        void *p;
+        if (cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+            return 1;
+        p = NULL;
+    }
+    return atexit(teardown);
+}
+
+/* A thread on a stack the program gave it (pthread_attr_setstack on a mapping of its own, as a
+ * fiber arena is), blocked on a condition; the mapping's low end, below the thread's stack
+ * pointer, holds 3 device pointers (another fiber's data); 1 allocation dropped.  Below a
+ * blocked thread's stack pointer the scan reads dead frames of stacks glibc made only: here it
+ * may be data, and the 3 are possibly lost. */
+static NOINLINE void *thread_on_given_stack(void *arg)
+{
+    (void)arg;
+    sleeper = (pid_t)syscall(SYS_gettid);
+    pthread_mutex_lock(&mu);
+    allocated = 1;
+    pthread_cond_broadcast(&cv);
+    while (allocated)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+static NOINLINE int custom_stack(void)
+{
+    size_t size = 1u << 20;
+    void **arena = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena == MAP_FAILED)
+        return 1;
+    for (int i = 0; i < 4; i++) {
+        void *p;
+        if (cudaMalloc(&p, 8 * KiB) != cudaSuccess)
+            return 1;
+        if (i < 3)
+            arena[64 * i] = p;
+        p = NULL;
+    }
+    pthread_attr_t attr;
+    pthread_t t;
+    if (pthread_attr_init(&attr) != 0 || pthread_attr_setstack(&attr, arena, size) != 0 ||
+        pthread_create(&t, &attr, thread_on_given_stack, NULL) != 0)
+        return 1;
+    pthread_mutex_lock(&mu);
+    while (!allocated)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < 10000 && !sleeping(sleeper); i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    clear_stack();
+    return 0;
+}
+
 /* Three allocations, all freed: nothing to scan for. */
 static NOINLINE int all_freed(void)
 {
@@ -349,6 +481,12 @@ int main(int argc, char **argv)
         rc = spread();
     else if (strcmp(s, "shared-anon") == 0)
         rc = shared_anon();
+    else if (strcmp(s, "library-block") == 0)
+        rc = library_block();
+    else if (strcmp(s, "static-table") == 0)
+        rc = static_table();
+    else if (strcmp(s, "custom-stack") == 0)
+        rc = custom_stack();
     else {
         fprintf(stderr, "reach: unknown scenario %s\n", s);
         return 2;

@@ -337,7 +337,7 @@ mod tests {
     fn golden_bytes() {
         let mut buf = Vec::new();
         write_header(&mut buf);
-        assert_eq!(buf, b"GPUSHIM\0\x02\x00\x00\x00");
+        assert_eq!(buf, b"GPUSHIM\0\x03\x00\x00\x00");
         buf.clear();
         encode(
             &Event::Free(Free { seq: 1, ts_ns: 2, addr: 3, api: Api::CudaFree, stream: 4, tid: 5, result: -1 }),
@@ -433,5 +433,43 @@ mod tests {
             &mut buf,
         );
         assert_eq!(buf, [18, 0, 0, 0, 22, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0x10, 0, 0, 0, 1]);
+    }
+    /// A scan's entry of each class: the class is the byte after the address; "possibly lost"
+    /// (4) came with version 3.
+    #[test]
+    fn golden_bytes_of_a_reach_entry_of_each_class() {
+        use crate::{Reach, ReachClass, ReachEntry, ReachRegion, ReachStatus, WalkReason};
+        for (class, byte) in [
+            (ReachClass::Lost, 0u8),
+            (ReachClass::IndirectlyLost, 1),
+            (ReachClass::Reachable, 2),
+            (ReachClass::Unknown, 3),
+            (ReachClass::PossiblyLost, 4),
+        ] {
+            let entry =
+                ReachEntry { addr: 9, class, refs: 0, interior: false, region: ReachRegion::None, tid: 0, from: 0 };
+            let r = Reach {
+                reason: WalkReason::Exit,
+                number: 0,
+                status: ReachStatus::Complete,
+                ts_ns: 0,
+                elapsed_ns: 0,
+                cpu_ns: 0,
+                scanned_bytes: 0,
+                unreadable_bytes: 0,
+                note: String::new(),
+                entries: vec![entry],
+            };
+            let mut buf = Vec::new();
+            encode(&Event::Reach(r.clone()), &mut buf);
+            #[rustfmt::skip]
+            let want: Vec<u8> = [
+                &[82u8, 0, 0, 0, 65, 3], &[0; 4][..], &[0], &[0; 40], &[0; 4], &1u32.to_le_bytes(),
+                &9u64.to_le_bytes(), &[byte], &[0; 4], &[0], &[0], &[0; 4], &[0; 8],
+            ]
+            .concat();
+            assert_eq!(buf, want, "{class:?}");
+            assert_eq!(crate::decode_body(&buf[4..]).unwrap(), Some(Event::Reach(r)));
+        }
     }
 }

@@ -56,7 +56,7 @@ pub use event::{
 /// The first eight bytes of every stream.
 pub const MAGIC: [u8; 8] = *b"GPUSHIM\0";
 /// The version of this format; a reader refuses any other.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Length of the stream header in bytes: magic, version (u16), reserved (u16).
 pub const HEADER_LEN: usize = 12;
 /// Largest frame a reader accepts, in bytes. Frames are small (a stack of 256 frames is about

@@ -120,6 +120,12 @@ pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sy
                 r.indirectly_lost_count += 1;
                 r.indirectly_lost_bytes += e.size;
             }
+            ReachClass::PossiblyLost => {
+                s.possibly_lost_count += 1;
+                s.possibly_lost_bytes += e.size;
+                r.possibly_lost_count += 1;
+                r.possibly_lost_bytes += e.size;
+            }
             ReachClass::Reachable => {
                 s.reachable_count += 1;
                 r.reachable_count += 1;
@@ -190,13 +196,27 @@ pub fn apply(report: &mut Report, file: ReachFile) {
     // allocations alone (the summary's lead line and its `reach` counts say them), so that the
     // suspects' meaning (and `--fail-on-leak`) stays that of rank.rs. A suspect of several sites
     // (one cause) counts over all of them.
+    //
+    // A suspect of one line's sites (`line_sites`: a union that grew as a whole) is not moved up
+    // by its members' lost allocations: the lost ones of one site (a library's workspace made
+    // at the line's first call) would otherwise make the whole line's growth the top suspect.
+    // Its reason still says them.
+    let mut rank_by: HashMap<u32, u64> = HashMap::new();
     for x in &mut report.suspects {
         let members: Vec<u32> = if x.sites.is_empty() { vec![x.site] } else { x.sites.clone() };
-        let (mut lost, mut lost_bytes, mut scanned) = (0u64, 0u64, 0u64);
+        let (mut lost, mut lost_bytes, mut scanned, mut possibly) = (0u64, 0u64, 0u64, 0u64);
         for s in members.iter().filter_map(|id| file.sites.get(id)) {
             lost += s.definitely_lost_count;
             lost_bytes = lost_bytes.saturating_add(s.definitely_lost_bytes);
             scanned += s.scanned_count;
+            possibly += s.possibly_lost_count;
+        }
+        if possibly > 0 {
+            x.reason = format!(
+                "{possibly} of {scanned} allocations possibly lost (a pointer left only in memory the scan cannot \
+                 trust); {}",
+                x.reason
+            );
         }
         if lost == 0 {
             continue;
@@ -204,9 +224,12 @@ pub fn apply(report: &mut Report, file: ReachFile) {
         x.reason = format!("{lost} of {scanned} allocations definitely lost (no pointer left); {}", x.reason);
         x.definitely_lost_count = lost;
         x.definitely_lost_bytes = lost_bytes;
+        if x.line_sites.is_empty() {
+            rank_by.insert(x.site, lost_bytes);
+        }
     }
     // Stable: growth-only suspects keep their order below the definitely-lost ones.
-    report.suspects.sort_by_key(|s| std::cmp::Reverse(s.definitely_lost_bytes));
+    report.suspects.sort_by_key(|s| std::cmp::Reverse(rank_by.get(&s.site).copied().unwrap_or(0)));
     report.reachability = Some(file.reachability);
 }
 
@@ -231,14 +254,19 @@ pub fn worth_a_line(r: &Reachability) -> bool {
     r.status != "complete"
         || r.definitely_lost_count > 0
         || r.indirectly_lost_count > 0
+        || r.possibly_lost_count > 0
         || !r.framework_held.is_empty()
         || r.note.is_some()
 }
 
 /// One line about the scan for the summary: what it found, or that it was cut.
 pub fn scan_line(r: &Reachability) -> String {
+    // "possibly lost" only when there is any, so that the line of a scan without it reads as it
+    // always did.
+    let possibly =
+        if r.possibly_lost_count > 0 { format!(", {} possibly lost", r.possibly_lost_count) } else { String::new() };
     let mut s = format!(
-        "reachability scan {}: {} lost, {} indirectly lost, {} reachable ({} read in {:.0} ms)",
+        "reachability scan {}: {} lost, {} indirectly lost{possibly}, {} reachable ({} read in {:.0} ms)",
         r.status,
         r.definitely_lost_count,
         r.indirectly_lost_count,
@@ -310,6 +338,36 @@ mod tests {
         let s = &report.suspects[0];
         assert_eq!(s.reason, "3 of 6 allocations definitely lost (no pointer left); +1 MiB");
         assert_eq!((s.definitely_lost_count, s.definitely_lost_bytes), (3, 3072));
+    }
+
+    /// A suspect of one line's sites is not moved above a growth suspect by one member's lost
+    /// allocations (a library's workspace made at the line's first call): it says them only.
+    #[test]
+    fn lost_allocations_do_not_move_a_suspect_of_one_lines_sites_up() {
+        let mut report = crate::render::tests::sample();
+        let growth = Suspect { site: 1, score: 0.9, reason: "+1 MiB".into(), ..Suspect::default() };
+        let union =
+            Suspect { site: 2, score: 0.5, line_sites: vec![2, 3, 4], reason: "+9 MiB".into(), ..Suspect::default() };
+        report.suspects = vec![growth, union];
+        let mut file = ReachFile::default();
+        let lost = SiteReach {
+            definitely_lost_count: 3,
+            definitely_lost_bytes: 64 << 20,
+            scanned_count: 3,
+            ..SiteReach::default()
+        };
+        file.sites.insert(2, lost);
+        let possibly = SiteReach { possibly_lost_count: 1, scanned_count: 1, ..SiteReach::default() };
+        file.sites.insert(1, possibly);
+        apply(&mut report, file);
+        let got: Vec<(u32, &str)> = report.suspects.iter().map(|s| (s.site, s.reason.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (1, "1 of 1 allocations possibly lost (a pointer left only in memory the scan cannot trust); +1 MiB"),
+                (2, "3 of 3 allocations definitely lost (no pointer left); +9 MiB")
+            ]
+        );
     }
 
     #[test]

@@ -34,6 +34,14 @@ pub struct Reachability {
     pub indirectly_lost_count: u64,
     /// Their bytes.
     pub indirectly_lost_bytes: u64,
+    /// Live allocations referred to only from memory the scan reads without trusting it (a
+    /// CUDA library's block the program also points to, a freed block the program still points
+    /// to, a blocked thread's custom stack below its stack pointer): the program may hold them.
+    #[serde(default)]
+    pub possibly_lost_count: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub possibly_lost_bytes: u64,
     /// Live allocations a reachable word refers to (framework allocators' segments excluded).
     pub reachable_count: u64,
     /// Their bytes.
@@ -94,6 +102,12 @@ pub struct SiteReach {
     pub indirectly_lost_count: u64,
     /// Their bytes.
     pub indirectly_lost_bytes: u64,
+    /// Live allocations referred to only from memory the scan does not trust.
+    #[serde(default)]
+    pub possibly_lost_count: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub possibly_lost_bytes: u64,
     /// Live allocations a reachable word refers to.
     pub reachable_count: u64,
     /// Of those, the ones referred to only by interior pointers.

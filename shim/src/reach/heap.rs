@@ -2,7 +2,7 @@
 //! fastbins and the threads' caches.
 
 use super::buf::read_word;
-use super::{Scan, MIN_CHUNK, WINDOW};
+use super::{mark, Scan, MIN_CHUNK, WINDOW};
 
 /// Bytes read for the boundary tags after a block larger than this.
 const SMALL_WINDOW: usize = 4096;
@@ -108,21 +108,37 @@ impl Scan {
             // The heap's first block is the main thread's `tcache_perthread_struct` (0x290
             // bytes with its header): malloc's own list of freed blocks, not the program's.
             let tcache_struct = p == s && size == 0x290;
-            if nsz & 1 == 1 && !freed_to_tcache && !tcache_struct && !self.chunks.push((p + 16, next)) {
-                return false;
+            // Free blocks are kept too, marked so: their stale words are read (without trust)
+            // only if something points into them.
+            if !tcache_struct {
+                if !self.chunks.push((p + 16, next)) {
+                    return false;
+                }
+                let free = nsz & 1 == 0 || freed_to_tcache;
+                self.init.push(if free { mark::FREE } else { mark::UNREACHED });
+                // The words malloc wrote over: a cache's `next` and `key`; a bin's `fd`, `bk`,
+                // and in a large bin's chunk (1 KiB or more) `fd_nextsize`, `bk_nextsize`.
+                let large = nsz & 1 == 0 && size >= 1024;
+                self.reused.push(if !free {
+                    0
+                } else if large {
+                    4
+                } else {
+                    2
+                });
             }
             want = if size > SMALL_WINDOW as u64 { SMALL_WINDOW } else { WINDOW };
             p = next;
         }
     }
 
-    /// Leaves out of [`Scan::chunks`] the blocks freed into the main arena's fastbins: their
-    /// chunks look in use (a fastbin chunk keeps the next chunk's `PREV_INUSE` bit, malloc.c),
+    /// Marks as free ([`mark::FREE`]) the blocks of [`Scan::chunks`] freed into the main
+    /// arena's fastbins: their chunks look in use (a fastbin chunk keeps the next chunk's `PREV_INUSE` bit, malloc.c),
     /// and their stale words would count as references from memory nothing reaches. The lists
     /// start in glibc's `main_arena` (not exported), found in libc's writable data as the one
     /// `struct malloc_state` whose `top` is the walk's top chunk and whose 127 bin heads each
     /// point at themselves (an empty bin) or into the heap. False if it was not found (then
-    /// nothing is left out).
+    /// nothing is marked).
     pub(super) fn drop_fastbin_blocks(&mut self, heap: (u64, u64), libc_data: &[(u64, u64)]) -> bool {
         if self.top == 0 {
             return false;
@@ -179,15 +195,13 @@ impl Scan {
             return true;
         }
         free.sort_unstable();
-        let mut kept = 0;
-        for i in 0..self.chunks.len {
-            let c = self.chunks.as_slice()[i];
-            if free.binary_search(&c.0).is_err() {
-                self.chunks.as_mut_slice()[kept] = c;
-                kept += 1;
+        for ((c, init), reused) in self.chunks.as_slice().iter().zip(self.init.iter_mut()).zip(self.reused.iter_mut()) {
+            if free.binary_search(&c.0).is_ok() {
+                // A fastbin's chunk: only its `fd` was written over.
+                *init = mark::FREE;
+                *reused = 1;
             }
         }
-        self.chunks.len = kept;
         true
     }
 

@@ -45,6 +45,11 @@ pub(super) enum Role {
     Own,
     /// glibc's main heap, walked chunk by chunk.
     Heap,
+    /// Memory that may hold the program's pointers but is not trusted to: the part below a
+    /// blocked thread's stack pointer of a stack the program gave it (`pthread_attr_setstack`, a
+    /// fiber arena), which may be other data rather than dead frames. What it holds is
+    /// "possibly lost".
+    Possible,
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -30,7 +30,10 @@
 //!   buffers;
 //! - the stacks of threads blocked in a system call below their stack pointer
 //!   (`/proc/self/task/N/syscall` gives it; 128 bytes of red zone are kept): dead frames hold
-//!   stale copies of pointers. A running thread's stack is read whole.
+//!   stale copies of pointers. A running thread's stack is read whole. Only in a stack glibc
+//!   made (a guard page below it) or the main thread's: in memory the program gave a thread as
+//!   its stack (`pthread_attr_setstack`, a fiber arena, malloc'd blocks the kernel merged into
+//!   one mapping) the part below is read without trust (see "Possibly lost").
 //!
 //! **The CUDA libraries' own bookkeeping.** By mapping origin: the data and bss of the CUDA
 //! libraries ([`is_cuda_library`]) are not roots, and the main heap's blocks reachable from
@@ -39,6 +42,21 @@
 //! makes everything look reachable (the stand-in driver keeps one `malloc`ed entry per
 //! allocation, as the real driver keeps its own: docs/gpu-matrix.md).
 //! `GPUSHIM_REACHABILITY_CUDA_DATA=1` reads them as roots instead, to measure that.
+//!
+//! **Possibly lost.** Memory that may hold the program's pointers but cannot be trusted to is
+//! read too, and what only it refers to is "possibly lost" (valgrind's word), never "definitely
+//! lost": a CUDA library's heap block that the program's data or memory it reaches (not a stack)
+//! also points to (a library handle the program keeps, such as a cuBLAS handle holding its
+//! workspace; one level: the blocks it points to stay the library's); a freed block of the main
+//! heap that a module's data still points to, and the freed blocks it points to (a static C++
+//! container whose destructor ran before the exit's scan); at the exit's scan, every freed block
+//! of the main heap (the program's static containers were torn down just before it, by C++
+//! static destructors and atexit handlers, whatever the globals still say); of a freed block
+//! the words malloc wrote over for its lists (one to four) are not read; the part of a blocked thread's given stack below
+//! its stack pointer. A stale copy of the address of such a block (the driver's record of a
+//! recent allocation, left in a block the program reaches) makes what it holds possibly lost:
+//! the safe side. Each heap block carries a mark per pass (`mark`) that only moves towards
+//! more trust.
 //!
 //! **The main heap.** glibc's main arena (the `[heap]` mapping) is walked chunk by chunk
 //! (`malloc.c`'s boundary tags: size with flags in the word before a block, in use if the next
@@ -161,6 +179,8 @@ struct Hit {
     refs: u32,
     interior_only: bool,
     indirect: u32,
+    /// Words in memory read without trust (`Mode::Possible`).
+    possible: u32,
     region: u8,
     tid: u32,
     from: u64,
@@ -174,10 +194,16 @@ struct Scan {
     skip: Buf<(u64, u64)>,
     /// In-use chunks of the main heap: `[start, end)` of each block's bytes.
     chunks: Buf<(u64, u64)>,
-    /// Per chunk: 0 not reached, 1 reached from the program, 2 the CUDA libraries' own.
+    /// Per chunk, its [`mark`] in this pass.
     marks: Vec<std::sync::atomic::AtomicU8>,
+    /// Per chunk, its mark at the start of a pass ([`mark::UNREACHED`] or [`mark::FREE`]).
+    init: Vec<u8>,
+    /// Per chunk, the words at its start malloc wrote over when it was freed (0 in use).
+    reused: Vec<u8>,
     /// The heap walk's window.
     win: Buf<u8>,
+    /// The scan of the exit: every freed block of the main heap is read without trust.
+    exit: bool,
     /// Where a heap walk that did not add up stopped, bytes from the heap's start.
     walk_failed_at: u64,
     /// The main heap's top chunk (free), found by the walk; 0 before it.
@@ -247,6 +273,7 @@ pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32) -> wire::R
         r.elapsed_ns = sys::now_ns().saturating_sub(t0);
         return r;
     }
+    s.exit = reason == WalkReason::Exit;
     let first = s.pass();
     let any_lost = first.iter().any(|h| h.refs == 0);
     let second = if any_lost && !s.cut { Some(s.pass()) } else { None };
@@ -260,6 +287,8 @@ pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32) -> wire::R
             ReachClass::Reachable
         } else if s.cut {
             ReachClass::Unknown
+        } else if a.possible > 0 || b.possible > 0 {
+            ReachClass::PossiblyLost
         } else if a.indirect > 0 || b.indirect > 0 {
             ReachClass::IndirectlyLost
         } else {
@@ -310,6 +339,29 @@ enum Mode {
     Root(u8, u32),
     /// Read from a block nothing reached.
     Indirect,
+    /// Read from memory the scan does not trust (`marks`): what it finds is "possibly lost".
+    Possible,
+}
+
+/// A heap block's mark in a pass ([`Scan::marks`]): who reached it, and so how it is read.
+mod mark {
+    /// Not reached (yet): read as indirect at the end of the pass.
+    pub const UNREACHED: u8 = 0;
+    /// Reached from the program's roots: read as the program's.
+    pub const PROGRAM: u8 = 1;
+    /// Reached from a CUDA library's data (or the shim's own memory) only: not read again.
+    pub const CUDA: u8 = 2;
+    /// In use, reached only from memory read without trust: read as such.
+    pub const POSSIBLE: u8 = 3;
+    /// Free (a free chunk, or one freed into a thread's cache or a fastbin), not reached.
+    pub const FREE: u8 = 4;
+    /// Free, and a word the scan reads points into it (a container the program tore down, such
+    /// as a static C++ map whose destructor ran before the exit's scan): its stale words, less
+    /// those malloc reuses, are read without trust.
+    pub const FREE_READ: u8 = 5;
+    /// A CUDA library's block the program also points to (a library handle the program keeps):
+    /// read without trust, one level (the blocks it points to stay the library's).
+    pub const CUDA_SHARED: u8 = 6;
 }
 
 #[cfg(test)]

@@ -78,8 +78,13 @@ impl Scan {
         let mut regions = Vec::new();
         let mut heap = (0u64, 0u64);
         let mut libc_data: Vec<(u64, u64)> = Vec::new();
+        // The end of the previous mapping if it could be a guard page (no access), as glibc puts
+        // below every thread stack it makes.
+        let mut guard_end = 0u64;
         for line in maps.lines() {
             let Some((s, e, rw, path)) = parse_maps_line(line) else { continue };
+            let guarded = guard_end == s;
+            guard_end = if line.split(' ').nth(1).is_some_and(|p| p.starts_with("---")) { e } else { 0 };
             if !rw
                 || path.starts_with("[vvar")
                 || path.starts_with("[vsyscall")
@@ -120,6 +125,13 @@ impl Scan {
                         if let Some(&(tid, Some(sp))) = sp {
                             role = Role::Root(ReachRegion::Stack, tid);
                             start = sp.saturating_sub(RED_ZONE).max(at) & !7;
+                            // Below the stack pointer of a stack glibc made (a guard page below
+                            // it) or the main thread's are dead frames. In other memory (a stack
+                            // the program gave the thread: a fiber arena, malloc'd blocks the
+                            // kernel merged into one mapping) it may be the program's data.
+                            if path != "[stack]" && !(guarded && at == s) && start > at {
+                                regions.push(Region { start: at, end: start, role: Role::Possible });
+                            }
                         }
                         // The exiting thread waits inside the shim until this scan is done
                         // (running, as it spins before it sleeps, or blocked): its frames
@@ -175,10 +187,13 @@ impl Scan {
             chunks: Buf::new(4096)?,
             win: Buf::new(WINDOW)?,
             walk_failed_at: 0,
+            exit: false,
             top: 0,
             pages: Vec::new(),
             page_shift: 12,
             marks: Vec::new(),
+            init: Vec::new(),
+            reused: Vec::new(),
             regions,
             lo,
             hi,

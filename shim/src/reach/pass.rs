@@ -1,25 +1,25 @@
 //! One pass of the scan: the CUDA libraries' data, the program's roots (`roots`), the shim's own
 //! memory and the blocks nothing reached, each read word by word (`words`).
 
-use std::sync::atomic::AtomicU8;
-
-use gpushim_wire::ReachRegion;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use super::buf::Buf;
 use super::maps::Role;
 use super::roots::{read_roots, read_unreached};
-use super::words::{drain, read_range, View};
-use super::{Hit, Mode, Scan};
+use super::words::{drain, read_block, read_range, View};
+use super::{mark, Hit, Mode, Scan};
 
 impl Scan {
     /// One pass over everything: CUDA libraries' data first (marking their heap blocks), then
     /// the program's roots and the blocks they reach, then the shim's own memory (marking what
     /// is left of the blocks it reaches as not the program's), then the blocks nothing reached.
     pub(super) fn pass(&mut self) -> Vec<Hit> {
-        self.marks = (0..self.chunks.len).map(|_| AtomicU8::new(0)).collect();
+        self.marks = self.init.iter().map(|&m| AtomicU8::new(m)).collect();
         self.acc.clear(self.ranges.len);
         let regions = self.regions.clone();
-        let roots: Vec<_> = regions.iter().filter(|g| matches!(g.role, Role::Root(..))).copied().collect();
+        let exit = self.exit;
+        let roots: Vec<_> =
+            regions.iter().filter(|g| matches!(g.role, Role::Root(..) | Role::Possible)).copied().collect();
         let Scan { rbuf, acc, helpers, entries, pagemap, work, shared, .. } = self;
         let rbuf = rbuf.full();
         // The view borrows only what the readers do not change, field by field.
@@ -28,6 +28,7 @@ impl Scan {
             &self.skip,
             &self.chunks,
             &self.marks,
+            &self.reused,
             &self.pages,
             self.page_shift,
             self.heap,
@@ -37,13 +38,24 @@ impl Scan {
         for g in regions.iter().filter(|g| g.role == Role::Cuda) {
             read_range(&view, acc, rbuf, g.start, g.end, Mode::Cuda);
         }
-        drain(&view, acc, rbuf, Mode::Cuda);
+        drain(&view, acc, rbuf);
         read_roots(&view, acc, rbuf, helpers, &roots, pagemap.as_ref(), entries, work, shared);
-        drain(&view, acc, rbuf, Mode::Root(ReachRegion::Heap as u8, 0));
+        drain(&view, acc, rbuf);
         for g in regions.iter().filter(|g| g.role == Role::Own) {
             read_range(&view, acc, rbuf, g.start, g.end, Mode::Cuda);
         }
-        drain(&view, acc, rbuf, Mode::Cuda);
+        drain(&view, acc, rbuf);
+        // At exit the program's static containers have been torn down (C++ static destructors
+        // and atexit handlers run before the scan): what freed blocks still hold may be pointers
+        // the program kept for its whole run, read without trust.
+        if exit && view.heap.1 > view.heap.0 && !acc.cut {
+            for c in 0..view.chunks.len() {
+                if view.marks[c].compare_exchange(mark::FREE, mark::FREE_READ, Relaxed, Relaxed).is_ok() {
+                    read_block(&view, acc, rbuf, c);
+                    drain(&view, acc, rbuf);
+                }
+            }
+        }
         // Indirectly lost: referred to from blocks nothing reached.
         if !acc.cut {
             read_unreached(&view, acc, rbuf, helpers, shared);
@@ -65,6 +77,7 @@ fn view_of<'a>(
     skip: &'a Buf<(u64, u64)>,
     chunks: &'a Buf<(u64, u64)>,
     marks: &'a [AtomicU8],
+    reused: &'a [u8],
     pages: &'a [u32],
     page_shift: u32,
     heap: (u64, u64),
@@ -76,6 +89,7 @@ fn view_of<'a>(
         skip: skip.as_slice(),
         chunks: chunks.as_slice(),
         marks,
+        reused,
         pages,
         page_shift,
         heap,

@@ -18,11 +18,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 
-use gpushim_wire::ReachRegion;
-
 use super::buf::Buf;
 use super::maps::{Region, Role};
-use super::words::{read_range, Acc, View};
+use super::words::{read_block, read_range, Acc, View};
 use super::{Mode, PAGE};
 
 /// Bytes one reader takes at a time.
@@ -221,13 +219,12 @@ unsafe impl Sync for Shared {}
 /// through `sh` and taking theirs, until every reader is idle with nothing left anywhere (or
 /// the scan was cut). Only busy readers hand blocks over, so once every reader is idle and the
 /// queue is empty, nothing more can come.
-fn drain_shared(v: &View, acc: &mut Acc, buf: &mut [u8], mode: Mode, sh: &Shared) {
+fn drain_shared(v: &View, acc: &mut Acc, buf: &mut [u8], sh: &Shared) {
     loop {
         while acc.todo.len > 0 && !sh.stop.load(Relaxed) {
             acc.todo.len -= 1;
             let c = acc.todo.as_slice_full()[acc.todo.len];
-            let (a, b) = v.chunks[c as usize];
-            read_range(v, acc, buf, a, b + 8, mode);
+            read_block(v, acc, buf, c as usize);
             if acc.cut {
                 sh.stop.store(true, Relaxed);
             }
@@ -326,13 +323,14 @@ pub(super) fn read_roots(
 ) {
     work.len = 0;
     for g in roots {
-        if let Role::Root(region, tid) = g.role {
-            slices(pagemap, entries, g.start, g.end, Mode::Root(region as u8, tid), work);
+        match g.role {
+            Role::Root(region, tid) => slices(pagemap, entries, g.start, g.end, Mode::Root(region as u8, tid), work),
+            Role::Possible => slices(pagemap, entries, g.start, g.end, Mode::Possible, work),
+            _ => {}
         }
     }
     let work = work.as_slice();
     let next = AtomicUsize::new(0);
-    let heap = Mode::Root(ReachRegion::Heap as u8, 0);
     sh.idle.store(0, SeqCst);
     sh.queued.store(0, SeqCst);
     sh.stop.store(false, Relaxed);
@@ -349,11 +347,10 @@ pub(super) fn read_roots(
             while acc.todo.len > 0 && !sh.stop.load(Relaxed) {
                 acc.todo.len -= 1;
                 let c = acc.todo.as_slice_full()[acc.todo.len];
-                let (a, b) = v.chunks[c as usize];
-                read_range(v, acc, buf, a, b + 8, heap);
+                read_block(v, acc, buf, c as usize);
             }
         }
-        drain_shared(v, acc, buf, heap, sh);
+        drain_shared(v, acc, buf, sh);
     };
     together(acc, rbuf, helpers, work.len().saturating_sub(1), v.ranges.len(), sh, &run);
 }

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use super::buf::Buf;
-use super::{Hit, Mode, PAGE};
+use super::{mark, Hit, Mode, PAGE};
 use crate::sys;
 use crate::sys::read_own as read;
 
@@ -15,6 +15,9 @@ use crate::sys::read_own as read;
 /// how a Python program keeps a pointer it got as an int (cuda-python's `cudaMalloc`, ctypes'
 /// `c_void_p.value`). Read as the address it stands for, it is a reference like any other.
 const DIGIT: u64 = (1 << 30) - 1;
+/// [`Mode::Root`]'s regions told apart when a block is marked.
+const DATA: u8 = gpushim_wire::ReachRegion::Data as u8;
+const STACK: u8 = gpushim_wire::ReachRegion::Stack as u8;
 /// The bits a word of two digits has clear.
 const INT_TOP_BITS: u64 = 0xc000_0000_c000_0000;
 
@@ -24,10 +27,11 @@ pub(super) struct View<'a> {
     pub(super) ranges: &'a [(u64, u64)],
     /// Never read, sorted and merged.
     pub(super) skip: &'a [(u64, u64)],
-    /// The main heap's in-use blocks and their marks (0 not reached, 1 the program's, 2 the
-    /// CUDA libraries' or the shim's).
+    /// The main heap's blocks (in use and free) and their [`mark`]s.
     pub(super) chunks: &'a [(u64, u64)],
     pub(super) marks: &'a [AtomicU8],
+    /// Per block, the words at its start malloc wrote over when it was freed.
+    pub(super) reused: &'a [u8],
     pub(super) pages: &'a [u32],
     pub(super) page_shift: u32,
     pub(super) heap: (u64, u64),
@@ -75,6 +79,7 @@ impl Acc {
     /// address among equals (the first a single reader would have met in the same regions).
     pub(super) fn merge(&mut self, o: &Acc) {
         for (h, &x) in self.hits.as_mut_slice().iter_mut().zip(o.hits.as_slice()) {
+            h.possible = h.possible.saturating_add(x.possible);
             if x.refs == 0 {
                 h.indirect = h.indirect.saturating_add(x.indirect);
                 continue;
@@ -103,14 +108,26 @@ fn rank(r: u8) -> u8 {
 }
 
 /// Reads the heap blocks `acc` marked and has yet to read, and those they reach.
-pub(super) fn drain(v: &View, acc: &mut Acc, buf: &mut [u8], mode: Mode) {
+pub(super) fn drain(v: &View, acc: &mut Acc, buf: &mut [u8]) {
     while acc.todo.len > 0 {
         acc.todo.len -= 1;
         let c = acc.todo.as_slice_full()[acc.todo.len];
-        // A block's last word is the next chunk's `prev_size` field, which it may use.
-        let (a, b) = v.chunks[c as usize];
-        read_range(v, acc, buf, a, b + 8, mode);
+        read_block(v, acc, buf, c as usize);
     }
+}
+
+/// Reads heap block `c` as its mark says: the program's (from a root), a CUDA library's, or
+/// without trust; of a free block only the words malloc did not write over (`View::reused`).
+pub(super) fn read_block(v: &View, acc: &mut Acc, buf: &mut [u8], c: usize) {
+    // A block's last word is the next chunk's `prev_size` field, which it may use.
+    let (a, b) = v.chunks[c];
+    let (a, mode) = match v.marks[c].load(Relaxed) {
+        mark::PROGRAM => (a, Mode::Root(gpushim_wire::ReachRegion::Heap as u8, 0)),
+        mark::CUDA => (a, Mode::Cuda),
+        mark::FREE_READ => (a + 8 * u64::from(v.reused.get(c).copied().unwrap_or(4)), Mode::Possible),
+        _ => (a, Mode::Possible),
+    };
+    read_range(v, acc, buf, a, b + 8, mode);
 }
 
 /// Reads `[a, b)` less the ranges never read, word by word.
@@ -193,6 +210,7 @@ fn device_word(v: &View, acc: &mut Acc, w: u64, at: u64, mode: Mode) {
     match mode {
         Mode::Cuda => {}
         Mode::Indirect => h.indirect = h.indirect.saturating_add(1),
+        Mode::Possible => h.possible = h.possible.saturating_add(1),
         Mode::Root(region, tid) => {
             // Where it is held: the first reference of the most telling region.
             if h.refs == 0 || rank(region) > rank(h.region) {
@@ -208,11 +226,9 @@ fn device_word(v: &View, acc: &mut Acc, w: u64, at: u64, mode: Mode) {
 
 #[inline]
 fn heap_word(v: &View, acc: &mut Acc, w: u64, mode: Mode) {
-    let mark = match mode {
-        Mode::Cuda => 2,
-        Mode::Root(..) => 1,
-        Mode::Indirect => return,
-    };
+    if let Mode::Indirect = mode {
+        return;
+    }
     let c = v.chunks;
     // The last block starting at or before the start of w's page, then forward.
     let Some(&first) = v.pages.get(((w - v.heap.0) >> v.page_shift) as usize) else { return };
@@ -223,8 +239,29 @@ fn heap_word(v: &View, acc: &mut Acc, w: u64, mode: Mode) {
     if i >= c.len() || w < c[i].0 || w >= c[i].1 {
         return;
     }
-    // One reader marks a block: the one that reads it.
-    if v.marks[i].compare_exchange(0, mark, Relaxed, Relaxed).is_ok() {
-        acc.todo.push(i as u32);
+    // One reader marks a block: the one that reads it. A block's mark only moves towards more
+    // trust, so each is read at most twice.
+    for _ in 0..4 {
+        let cur = v.marks[i].load(Relaxed);
+        let new = match (mode, cur) {
+            (Mode::Cuda, mark::UNREACHED) => mark::CUDA,
+            (Mode::Root(..), mark::UNREACHED | mark::POSSIBLE) => mark::PROGRAM,
+            // A library's block the program keeps (a handle) is pointed to from the program's
+            // data or memory it reaches; not from a stack, where a stale copy of the address of
+            // the block a library call just made (the driver's record of an allocation) is common.
+            (Mode::Root(r, _), mark::CUDA) if r != STACK => mark::CUDA_SHARED,
+            // A freed block pointed to from a module's data (a static container's global), and
+            // the freed blocks it points to; not from a stack, the heap or other anonymous
+            // memory, where stale copies of freed blocks' addresses are common (dead frames,
+            // registers spilled, malloc's and the program's own structures).
+            (Mode::Possible, mark::FREE) => mark::FREE_READ,
+            (Mode::Root(r, _), mark::FREE) if r == DATA => mark::FREE_READ,
+            (Mode::Possible, mark::UNREACHED) => mark::POSSIBLE,
+            _ => return,
+        };
+        if v.marks[i].compare_exchange(cur, new, Relaxed, Relaxed).is_ok() {
+            acc.todo.push(i as u32);
+            return;
+        }
     }
 }

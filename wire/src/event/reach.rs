@@ -40,6 +40,12 @@ pub enum ReachClass {
     Reachable = 2,
     /// Not decided (the scan was cut before it found a reference).
     Unknown = 3,
+    /// No word of the program's own memory held an address inside it, but a word of memory the
+    /// scan reads without trusting it did (in either pass): a block of a CUDA library's that
+    /// the program also points to, a freed heap block the program still points to, the part of
+    /// a blocked thread's custom stack below its stack pointer. As valgrind's "possibly lost":
+    /// the program may still hold it.
+    PossiblyLost = 4,
 }
 
 impl ReachClass {
@@ -49,6 +55,7 @@ impl ReachClass {
             1 => ReachClass::IndirectlyLost,
             2 => ReachClass::Reachable,
             3 => ReachClass::Unknown,
+            4 => ReachClass::PossiblyLost,
             _ => return Err(WireError::BadValue("reach class", u64::from(v))),
         })
     }
