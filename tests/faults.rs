@@ -15,4 +15,5 @@ mod jobs; // ranks of a launcher, forked workers: identity, file names, the run 
 mod metrics; // GPUSHIM_METRICS: /metrics while the program runs, ports, the SD files, a real Prometheus
 mod output; // an unwritable output directory, a file-size limit, files and symlinks in the report's way
 mod processes; // fork/exec, reaping, fork at start, dlclose/reload, odd arguments, cancel, descriptors, quick exits
+mod schedulers; // SIGTERM to the collector alone, to the whole job, a graceful shutdown under run
 mod threads_and_signals; // 64 threads, SIGUSR1 bursts, SIGINT to the process group

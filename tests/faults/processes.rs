@@ -138,3 +138,21 @@ fn quick_ends_keep_every_event() {
         assert_eq!(r["reason"], "exit", "{how}{d}");
     }
 }
+
+/// A program that closes every inherited descriptor with `close_range(3, ~0U, 0)` and runs
+/// on: its report said `killed` ("0 allocations live") for a program that exited 0. The
+/// collector sees the program still running at the end of its stream: `disconnected`.
+#[test]
+fn close_range_of_the_shims_socket_is_reported_as_disconnected_not_killed() {
+    let t = Target::new("target_dynamic", "close-range").args(&["close-range"]);
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "closed");
+    let d = live.finish();
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, ["closed", "ok"], "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(r["reason"], "disconnected", "{d}");
+    assert!(total(&r, "alloc_count") <= 4, "{d}");
+    assert!(r["notes"].to_string().contains("closed the shim's socket and ran on"), "{d}");
+    assert!(d.stderr.contains(" (disconnected): "), "{d}");
+}

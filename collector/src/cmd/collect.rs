@@ -39,6 +39,7 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
         reorder_bytes: count_setting("GPUSHIM_REORDER_MIB", s.reorder_mib.as_deref(), &mut err)
             .map(|m| m.saturating_mul(1 << 20)),
         max_stacks: count_setting("GPUSHIM_MAX_STACKS", s.max_stacks.as_deref(), &mut err),
+        live,
     };
     signals::ignore_file_size_signal();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {
@@ -47,7 +48,7 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
             collect::collect(f, &opts, &mut err)?
         }
         None => {
-            signals::ignore_interrupts();
+            signals::hold_stop_signals();
             let run = super::run::tell_run_a_collector_started();
             // Snapshots asked for through the shim's C API are answered on the same socket;
             // the program's exit is released as soon as the stream is read, after any answers

@@ -19,7 +19,7 @@ impl Render for Text {
         let opts = self.0;
         let what = match r.snapshot {
             Some(n) => format!("snapshot {n}"),
-            None => r.reason.name().to_string(),
+            None => r.reason_words(),
         };
         writeln!(
             out,
@@ -364,7 +364,7 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         out,
         "gpushim: pid {} ({}): {} allocation{} live, {}{kinds}; peak {}",
         r.pid,
-        r.reason.name(),
+        r.reason_words(),
         t.gauge.live_count,
         if t.gauge.live_count == 1 { "" } else { "s" },
         fmt_bytes(t.gauge.live_bytes),
