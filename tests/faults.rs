@@ -8,6 +8,7 @@
 //! (pidfd) or, where no event exists, a /proc condition polled against a deadline.
 
 mod collector; // the collector killed, not executable, stalled; the exit not held up; memory bounded
+mod containers; // PID namespaces: the program as PID 1, under an init, gpushim run inside and outside
 mod frame_classes; // vendor frames, one suspect per cause, threads per site, suppressions
 mod hostile_input; // damaged and random wire streams, malformed and extreme report JSON
 mod hostile_programs; // fork handlers, pipes, sigwait, coroutines, cleanup frees, local runtimes, blocked frees

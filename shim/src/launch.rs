@@ -51,7 +51,10 @@ impl Exec {
             CString::new("--pid").ok()?,
             CString::new(crate::sys::getpid_raw().to_string()).ok()?,
         ];
-        const ARGS: usize = 6;
+        if cannot_outlive_the_program() {
+            strings.push(CString::new("--hold-exit").ok()?);
+        }
+        let args = strings.len();
         for (k, v) in std::env::vars_os() {
             if k == "LD_PRELOAD" {
                 continue;
@@ -63,12 +66,36 @@ impl Exec {
                 strings.push(c);
             }
         }
-        let mut argv: Vec<*const c_char> = strings[..ARGS].iter().map(|s| s.as_ptr()).collect();
+        let mut argv: Vec<*const c_char> = strings[..args].iter().map(|s| s.as_ptr()).collect();
         argv.push(std::ptr::null());
-        let mut envp: Vec<*const c_char> = strings[ARGS..].iter().map(|s| s.as_ptr()).collect();
+        let mut envp: Vec<*const c_char> = strings[args..].iter().map(|s| s.as_ptr()).collect();
         envp.push(std::ptr::null());
         Some(Exec { path, argv, envp, stderr: config::run_stderr(), _strings: strings })
     }
+}
+
+/// Whether the collector dies with the program: the program is PID 1 of its PID namespace
+/// (`docker run` without `--init`, a Kubernetes container's entrypoint), or its parent is PID 1
+/// of a namespace that is not the machine's, an init that exits when its child does (tini,
+/// `docker run --init`, `sh -c 'prog; …'`). When PID 1 of a namespace exits, the kernel kills
+/// every other process of it, the collector included: the collector then confirms the end of
+/// the stream only once the report is written (`--hold-exit`), so that the program's exit waits
+/// for the report, bounded by `GPUSHIM_EXIT_TIMEOUT`. Elsewhere the exit waits only until the
+/// stream is read.
+fn cannot_outlive_the_program() -> bool {
+    // SAFETY: getpid and getppid have no arguments and cannot fail.
+    let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
+    pid == 1 || (ppid == 1 && in_a_child_pid_namespace())
+}
+
+/// Whether this process's PID namespace is not the machine's: the inode of
+/// `/proc/self/ns/pid` is not the initial namespace's, which the kernel fixes
+/// (`PROC_PID_INIT_INO`). (`NSpid` in /proc/self/status does not tell: a container's own
+/// /proc lists only its own pids.) Unreadable: taken as the machine's.
+fn in_a_child_pid_namespace() -> bool {
+    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() != PROC_PID_INIT_INO)
 }
 
 /// `program` itself when it names a path, else the first executable file of that name in

@@ -8,6 +8,7 @@ pub mod kernel;
 pub mod preload;
 pub mod report;
 pub mod run;
+mod run_pipe;
 mod signals;
 pub mod snapshot;
 
