@@ -398,6 +398,7 @@ fn wait_for_eof(read: OwnedFd, limit: Duration) -> Waited {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cmd::run_pipe::pipe;
 
     #[test]
     fn sizes_as_people_write_them() {
