@@ -156,3 +156,16 @@ fn close_range_of_the_shims_socket_is_reported_as_disconnected_not_killed() {
     assert!(r["notes"].to_string().contains("closed the shim's socket and ran on"), "{d}");
     assert!(d.stderr.contains(" (disconnected): "), "{d}");
 }
+
+/// A child subreaper (supervisors, systemd user services) that reaps with `wait()` until
+/// ECHILD: the collector, orphaned by its intermediate, came back to the program as its child,
+/// and the wait hung until the program's own timeout (here `alarm(20)`: SIGALRM).
+#[test]
+fn a_subreaper_that_reaps_every_child_does_not_wait_for_the_collector() {
+    let t = Target::new("target_dynamic", "reap-subreaper").args(&["subreaper-reap"]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, ["reaped 1 others 0", "ok"], "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!((r["reason"].as_str(), total(&r, "live_bytes")), (Some("exit"), MIB), "{d}");
+}

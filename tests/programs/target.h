@@ -62,6 +62,7 @@ int scenario_close_fds(int argc, char **argv);
 int scenario_quick_end(int argc, char **argv);
 int scenario_graceful_term(void);
 int scenario_close_range(void);
+int scenario_subreaper_reap(void);
 
 /* Odd calls: failing calls, overflowing sizes, frames without CFI
  * (target_odd.c). */

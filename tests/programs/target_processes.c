@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -525,4 +526,17 @@ int scenario_close_range(void)
     printf("closed\n");
     fflush(stdout);
     return read_to_eof(NULL);
+}
+
+/* subreaper-reap: reap as a child subreaper (PR_SET_CHILD_SUBREAPER, as supervisors and
+ * systemd user services are), its wait() bounded by alarm(20) so that a wait for the
+ * collector ends the program (SIGALRM) instead of hanging. */
+int scenario_subreaper_reap(void)
+{
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+        perror("target: prctl");
+        return 1;
+    }
+    alarm(20);
+    return scenario_reap();
 }
