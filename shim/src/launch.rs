@@ -203,12 +203,14 @@ pub fn collector(cfg: &Config) -> Option<RawFd> {
         }
         // The intermediate has exited or is about to; reap it (it has no exit signal, so
         // only __WALL or __WCLONE waits for it). A sibling collector is not ours to reap.
-        while !sibling {
-            let mut status = 0;
-            // SAFETY: waiting for our own child; `status` is a valid out-pointer.
-            let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::__WALL) };
-            if r >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                break;
+        if !sibling {
+            loop {
+                let mut status = 0;
+                // SAFETY: waiting for our own child; `status` is a valid out-pointer.
+                let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::__WALL) };
+                if r >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                    break;
+                }
             }
         }
     }
