@@ -95,3 +95,25 @@ fn gpushim_run_inside_and_outside_a_pid_namespace_gets_the_report() {
         assert_eq!((r["reason"].as_str(), total(&r, "live_bytes")), (Some("exit"), 3 * MIB), "{name}{d}");
     }
 }
+
+#[test]
+fn in_a_pid_namespace_the_untraced_figure_is_marked_unknown() {
+    // NVML lists the machine's pids, not the container's: the program's figure would be
+    // another process's or none, silently. (The stand-in lists the pid the program sees.)
+    let t = Target::new("hostile", "nvml-container").args(&["nvml-growth"]);
+    let file = t.dir.path().join("nvml.txt");
+    // No query will come: the program need not wait for one.
+    std::fs::write(t.dir.path().join("nvml.txt.queries"), "").unwrap();
+    let t = t
+        .env("GPUSHIM_STANDIN_NVML", file.display())
+        .env("GPUSHIM_NVML_LIB", standin("libnvidia-ml.so.1").display())
+        .env("GPUSHIM_NVML_INTERVAL_MS", 5);
+    let d = Live::spawn(t.command_under(&UNSHARE), format!("unshare … {}", t.describe())).finish();
+    assert!(d.status.success(), "{d}");
+    let r = d.report_in(t.dir.path());
+    let g = &r["gpu_memory"][0];
+    assert_eq!(g["traced_bytes"], 21 * MIB, "{d}");
+    assert_eq!((&g["driver_bytes"], &g["untraced_bytes"]), (&serde_json::Value::Null, &serde_json::Value::Null), "{d}");
+    let note = g["driver_note"].as_str().unwrap_or_default();
+    assert!(note.starts_with("unknown: the program runs in a PID namespace of its own"), "{note}{d}");
+}
