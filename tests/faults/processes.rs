@@ -147,6 +147,16 @@ fn close_range_of_the_shims_socket_is_reported_as_disconnected_not_killed() {
     let t = Target::new("target_dynamic", "close-range").args(&["close-range"]);
     let mut live = Live::start(&t);
     assert_eq!(live.line(), "closed");
+    // The collector writes its report at the end of the stream, while the program still waits
+    // for stdin: once it is there, the program may end.
+    let report = t.dir.path().join(format!("gpushim-{}.json", live.pid));
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !report.exists() {
+        if std::time::Instant::now() > deadline {
+            live.abort("no report while the program ran on after closing the socket");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let d = live.finish();
     assert!(d.status.success(), "{d}");
     assert_eq!(d.stdout, ["closed", "ok"], "{d}");
