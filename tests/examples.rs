@@ -28,12 +28,18 @@ fn c_example_render_leak_is_the_top_suspect() {
     // no NVIDIA driver: no GPU memory line), led by what the reachability scan found lost.
     let lines: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("gpushim: ")).collect();
     assert_eq!(lines.len(), 5, "{run}");
-    assert!(lines[0].contains(": definitely lost: 232.0 MiB in 201 allocations (no pointer left"), "{run}");
+    // A conservative scan promises that lost is never more than the truth (201 allocations no
+    // pointer is left to); a stale word on a stack may keep one or two reachable (200 lost
+    // and 1 reachable, seen once on a fresh clone), so the counts are bounded, not exact.
+    let lost_in = |l: &str, pat: &str| -> u64 {
+        let at = l.find(pat).unwrap_or_else(|| panic!("no {pat:?} in {l:?}{run}")) + pat.len();
+        l[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    let lead = lost_in(lines[0], " in ");
+    assert!(lines[0].contains(": definitely lost: ") && (190..=201).contains(&lead), "{run}");
     assert!(lines[1].contains(" (exit): 201 allocations live, 232.0 MiB (device 232.0 MiB on GPU 0); peak "), "{run}");
-    assert!(
-        lines[2].starts_with("gpushim: reachability scan complete: 201 lost, 0 indirectly lost, 0 reachable"),
-        "{run}"
-    );
+    let scanned = lost_in(lines[2], "scan complete: ");
+    assert!((190..=201).contains(&scanned) && lines[2].contains(" lost, 0 indirectly lost, "), "{run}");
     assert!(
         lines[3].starts_with("gpushim: suspect #1 site ") && lines[3].contains("at render (examples/leak.c:"),
         "{run}"
@@ -41,7 +47,8 @@ fn c_example_render_leak_is_the_top_suspect() {
     assert!(lines[4].starts_with("gpushim: report written to "), "{run}");
     // Each scratch buffer's pointer is a local of render(): at exit no pointer to any is left,
     // and the shim's own copies (its event channel) are not taken for references.
-    assert_eq!(render["reach"]["definitely_lost_count"].as_u64(), Some(200), "{run}");
+    let lost = render["reach"]["definitely_lost_count"].as_u64().unwrap_or(0);
+    assert!((190..=200).contains(&lost), "at most the 200 lost, nearly all found: {lost}{run}");
     assert_eq!(r["reachability"]["status"], "complete", "{run}");
     assert!(r["reachability"].get("note").is_none_or(|n| n.is_null()), "{run}");
 }

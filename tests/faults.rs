@@ -8,6 +8,7 @@
 //! (pidfd) or, where no event exists, a /proc condition polled against a deadline.
 
 mod collector; // the collector killed, not executable, stalled; the exit not held up; memory bounded
+mod containers; // PID namespaces: the program as PID 1, under an init, gpushim run inside and outside
 mod frame_classes; // vendor frames, one suspect per cause, threads per site, suppressions
 mod hostile_input; // damaged and random wire streams, malformed and extreme report JSON
 mod hostile_programs; // fork handlers, pipes, sigwait, coroutines, cleanup frees, local runtimes, blocked frees
@@ -15,4 +16,5 @@ mod jobs; // ranks of a launcher, forked workers: identity, file names, the run 
 mod metrics; // GPUSHIM_METRICS: /metrics while the program runs, ports, the SD files, a real Prometheus
 mod output; // an unwritable output directory, a file-size limit, files and symlinks in the report's way
 mod processes; // fork/exec, reaping, fork at start, dlclose/reload, odd arguments, cancel, descriptors, quick exits
+mod schedulers; // SIGTERM to the collector alone, to the whole job, a graceful shutdown under run
 mod threads_and_signals; // 64 threads, SIGUSR1 bursts, SIGINT to the process group

@@ -118,6 +118,12 @@ enum Command {
         /// process's command line.
         #[arg(long, value_name = "PID")]
         pid: Option<u32>,
+        /// Confirm the end of the stream to the shim only once the report is written, so that
+        /// the program's exit waits for it (the shim passes it when the collector cannot
+        /// outlive the program: PID 1 of a PID namespace, or a child of an init that exits
+        /// with it).
+        #[arg(long)]
+        hold_exit: bool,
     },
 }
 
@@ -180,7 +186,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Diff { old, new, top, format } => collector::diff(&old, &new, top, format),
         Command::Snapshot { pid, signal, timeout } => collector::snapshot(pid, signal, timeout),
         Command::PreloadPath => collector::preload_path(),
-        Command::Collect { input, output, .. } => collector::collect(input, output),
+        Command::Collect { input, output, hold_exit, .. } => collector::collect(input, output, hold_exit),
         Command::Kernel { action: KernelAction::Install { name, display_name, user: _, prefix, python } } => {
             let place = prefix.map_or(collector::KernelPlace::User, collector::KernelPlace::Prefix);
             collector::install_kernel(&collector::KernelOptions { name, display_name, place, python })

@@ -51,7 +51,10 @@ impl Exec {
             CString::new("--pid").ok()?,
             CString::new(crate::sys::getpid_raw().to_string()).ok()?,
         ];
-        const ARGS: usize = 6;
+        if cannot_outlive_the_program() {
+            strings.push(CString::new("--hold-exit").ok()?);
+        }
+        let args = strings.len();
         for (k, v) in std::env::vars_os() {
             if k == "LD_PRELOAD" {
                 continue;
@@ -63,12 +66,36 @@ impl Exec {
                 strings.push(c);
             }
         }
-        let mut argv: Vec<*const c_char> = strings[..ARGS].iter().map(|s| s.as_ptr()).collect();
+        let mut argv: Vec<*const c_char> = strings[..args].iter().map(|s| s.as_ptr()).collect();
         argv.push(std::ptr::null());
-        let mut envp: Vec<*const c_char> = strings[ARGS..].iter().map(|s| s.as_ptr()).collect();
+        let mut envp: Vec<*const c_char> = strings[args..].iter().map(|s| s.as_ptr()).collect();
         envp.push(std::ptr::null());
         Some(Exec { path, argv, envp, stderr: config::run_stderr(), _strings: strings })
     }
+}
+
+/// Whether the collector dies with the program: the program is PID 1 of its PID namespace
+/// (`docker run` without `--init`, a Kubernetes container's entrypoint), or its parent is PID 1
+/// of a namespace that is not the machine's, an init that exits when its child does (tini,
+/// `docker run --init`, `sh -c 'prog; …'`). When PID 1 of a namespace exits, the kernel kills
+/// every other process of it, the collector included: the collector then confirms the end of
+/// the stream only once the report is written (`--hold-exit`), so that the program's exit waits
+/// for the report, bounded by `GPUSHIM_EXIT_TIMEOUT`. Elsewhere the exit waits only until the
+/// stream is read.
+fn cannot_outlive_the_program() -> bool {
+    // SAFETY: getpid and getppid have no arguments and cannot fail.
+    let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
+    pid == 1 || (ppid == 1 && in_a_child_pid_namespace())
+}
+
+/// Whether this process's PID namespace is not the machine's: the inode of
+/// `/proc/self/ns/pid` is not the initial namespace's, which the kernel fixes
+/// (`PROC_PID_INIT_INO`). (`NSpid` in /proc/self/status does not tell: a container's own
+/// /proc lists only its own pids.) Unreadable: taken as the machine's.
+fn in_a_child_pid_namespace() -> bool {
+    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() != PROC_PID_INIT_INO)
 }
 
 /// `program` itself when it names a path, else the first executable file of that name in
@@ -131,13 +158,27 @@ pub fn collector(cfg: &Config) -> Option<RawFd> {
         return None;
     }
     let (err_r, err_w) = (ep[0], ep[1]);
-    // SAFETY: a raw clone with no flags and no exit signal duplicates this process as fork()
-    // does, without running fork handlers; the child runs `intermediate`, which makes system
-    // calls only and never returns.
-    let pid = unsafe { libc::syscall(libc::SYS_clone, 0 as libc::c_long, 0, 0, 0, 0) };
+    // A child subreaper (supervisors, systemd user services) gets every orphan of its
+    // descendants, the collector too: its `wait()` until ECHILD would wait for it. There the
+    // collector is started as the program's sibling (`CLONE_PARENT`: a child of the program's
+    // parent, which reaps it after the program); elsewhere through the intermediate, which
+    // exits so that the collector is reparented away. (PID 1 of a namespace may not use
+    // `CLONE_PARENT`; every orphan of its namespace is its own.)
+    let sibling = is_a_subreaper_not_pid_1();
+    let flags = if sibling { libc::CLONE_PARENT as libc::c_long } else { 0 };
+    // SAFETY: a raw clone with no exit signal (or the program's own, as a sibling) duplicates
+    // this process as fork() does, without running fork handlers; the child runs
+    // `intermediate` or `collector_child`, which make system calls only and never return.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0, 0, 0, 0) };
     if pid == 0 {
-        // SAFETY: in the new child; see `intermediate`.
-        unsafe { intermediate(&exec, theirs, err_w) };
+        // SAFETY: in the new child; see `intermediate` and `collector_child`.
+        unsafe {
+            if sibling {
+                collector_child(&exec, theirs, err_w)
+            } else {
+                intermediate(&exec, theirs, err_w)
+            }
+        };
     }
     let clone_error = (pid < 0).then(std::io::Error::last_os_error);
     close(theirs);
@@ -161,13 +202,15 @@ pub fn collector(cfg: &Config) -> Option<RawFd> {
             failure = Some(std::io::Error::from_raw_os_error(i32::from_ne_bytes(buf)));
         }
         // The intermediate has exited or is about to; reap it (it has no exit signal, so
-        // only __WALL or __WCLONE waits for it).
-        loop {
-            let mut status = 0;
-            // SAFETY: waiting for our own child; `status` is a valid out-pointer.
-            let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::__WALL) };
-            if r >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                break;
+        // only __WALL or __WCLONE waits for it). A sibling collector is not ours to reap.
+        if !sibling {
+            loop {
+                let mut status = 0;
+                // SAFETY: waiting for our own child; `status` is a valid out-pointer.
+                let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::__WALL) };
+                if r >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                    break;
+                }
             }
         }
     }
@@ -179,6 +222,18 @@ pub fn collector(cfg: &Config) -> Option<RawFd> {
             say(e);
             None
         }
+    }
+}
+
+/// Whether the program is a child subreaper (`PR_SET_CHILD_SUBREAPER`) and not PID 1 of its
+/// PID namespace.
+fn is_a_subreaper_not_pid_1() -> bool {
+    let mut subreaper: c_int = 0;
+    // SAFETY: getpid has no arguments; PR_GET_CHILD_SUBREAPER writes one int.
+    unsafe {
+        libc::getpid() != 1
+            && libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut subreaper as *mut c_int) == 0
+            && subreaper != 0
     }
 }
 
@@ -245,7 +300,8 @@ unsafe fn intermediate(exec: &Exec, theirs: RawFd, err_w: RawFd) -> ! {
 /// 0, 1, 2 and the error pipe closed, an empty signal mask, its own process group.
 ///
 /// # Safety
-/// Only in the grandchild made by [`intermediate`]: system calls only.
+/// Only in the child made by [`intermediate`], or by [`collector`] itself as the program's
+/// sibling: system calls only.
 unsafe fn collector_child(exec: &Exec, theirs: RawFd, err_w: RawFd) -> ! {
     // SAFETY: system calls on this process's own descriptors and attributes; the pointers in
     // `exec` were prepared before the clone and stay valid in this copy of the memory.

@@ -446,3 +446,33 @@ fn report_rejects_malformed_json_in_one_line_and_never_panics() {
         }
     }
 }
+
+/// `gpushim report` on an endless input (`/dev/zero`, as a file and on standard input) grew
+/// without bound; it stops past 1 GiB, more than any report, with one line. The address space
+/// is capped at 4 GiB so that the old behaviour fails here instead of taking the machine.
+#[test]
+fn report_on_an_endless_input_stops_with_one_line() {
+    use std::os::unix::process::CommandExt;
+    for stdin in [false, true] {
+        let mut cmd = std::process::Command::new(collector());
+        cmd.arg("report").arg(if stdin { "-" } else { "/dev/zero" });
+        if stdin {
+            cmd.stdin(std::fs::File::open("/dev/zero").unwrap());
+        }
+        // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+        unsafe {
+            cmd.pre_exec(|| {
+                let lim = libc::rlimit { rlim_cur: 4 << 30, rlim_max: 4 << 30 };
+                if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains("it is larger than 1024 MiB, more than any report"), "stdin {stdin}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}

@@ -63,7 +63,11 @@ fn output_beyond_the_file_size_limit_leaves_no_file_and_says_so() {
     let d = Live::spawn(cmd, format!("ulimit -f 1; {}", t.describe())).finish();
     assert!(d.status.success(), "{d}");
     assert_eq!(d.stdout, plain, "{d}");
+    // The summary's lines (the totals: the data is not kept, its numbers are said), then one
+    // line that names every directory tried.
     let err = d.stderr_lines();
+    assert!(err.iter().any(|l| l.starts_with("gpushim: pid ") && l.contains(" (exit): ")), "the totals line{d}");
+    let err: Vec<&str> = err.into_iter().filter(|l| l.contains("cannot write")).collect();
     assert_eq!(err.len(), 1, "{d}");
     let pid = err[0]
         .strip_prefix("gpushim: cannot write the report of pid ")

@@ -138,3 +138,44 @@ fn quick_ends_keep_every_event() {
         assert_eq!(r["reason"], "exit", "{how}{d}");
     }
 }
+
+/// A program that closes every inherited descriptor with `close_range(3, ~0U, 0)` and runs
+/// on: its report said `killed` ("0 allocations live") for a program that exited 0. The
+/// collector sees the program still running at the end of its stream: `disconnected`.
+#[test]
+fn close_range_of_the_shims_socket_is_reported_as_disconnected_not_killed() {
+    let t = Target::new("target_dynamic", "close-range").args(&["close-range"]);
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "closed");
+    // The collector writes its report at the end of the stream, while the program still waits
+    // for stdin: once it is there, the program may end.
+    let report = t.dir.path().join(format!("gpushim-{}.json", live.pid));
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !report.exists() {
+        if std::time::Instant::now() > deadline {
+            live.abort("no report while the program ran on after closing the socket");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let d = live.finish();
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, ["closed", "ok"], "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(r["reason"], "disconnected", "{d}");
+    assert!(total(&r, "alloc_count") <= 4, "{d}");
+    assert!(r["notes"].to_string().contains("closed the shim's socket and ran on"), "{d}");
+    assert!(d.stderr.contains(" (disconnected): "), "{d}");
+}
+
+/// A child subreaper (supervisors, systemd user services) that reaps with `wait()` until
+/// ECHILD: the collector, orphaned by its intermediate, came back to the program as its child,
+/// and the wait hung until the program's own timeout (here `alarm(20)`: SIGALRM).
+#[test]
+fn a_subreaper_that_reaps_every_child_does_not_wait_for_the_collector() {
+    let t = Target::new("target_dynamic", "reap-subreaper").args(&["subreaper-reap"]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, ["reaped 1 others 0", "ok"], "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!((r["reason"].as_str(), total(&r, "live_bytes")), (Some("exit"), MIB), "{d}");
+}

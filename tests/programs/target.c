@@ -90,7 +90,7 @@ static void usage(void)
                     "forkexec | errors | none | sleep-snapshot | pause N | sigint-exit | "
                     "burst N | churn N | query | forkexec-tools | reap | pitch-overflow | malloc3d | "
                     "dlreload | odd-rbp | stuck-exit | paths N [fork] | ring-threads N M | "
-                    "ring-exit N K | ring-snap N M | ring-fork N\n");
+                    "ring-exit N K | ring-snap N M | ring-fork N | graceful-term | close-range | subreaper-reap\n");
 }
 
 int main(int argc, char **argv)
@@ -158,6 +158,12 @@ int main(int argc, char **argv)
         rc = scenario_close_fds(argc, argv);
     } else if (strcmp(s, "quick-end") == 0) {
         rc = scenario_quick_end(argc, argv);
+    } else if (strcmp(s, "subreaper-reap") == 0) {
+        rc = scenario_subreaper_reap();
+    } else if (strcmp(s, "close-range") == 0) {
+        rc = scenario_close_range();
+    } else if (strcmp(s, "graceful-term") == 0) {
+        rc = scenario_graceful_term();
     } else if (strncmp(s, "ring-", 5) == 0) {
         rc = scenario_rings(argc, argv);
     } else {

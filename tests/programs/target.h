@@ -61,6 +61,9 @@ int scenario_fork_start(void);
 int scenario_cancel(int argc, char **argv);
 int scenario_close_fds(int argc, char **argv);
 int scenario_quick_end(int argc, char **argv);
+int scenario_graceful_term(void);
+int scenario_close_range(void);
+int scenario_subreaper_reap(void);
 
 /* Odd calls: failing calls, overflowing sizes, frames without CFI
  * (target_odd.c). */

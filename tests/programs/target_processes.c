@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -475,4 +477,66 @@ int scenario_quick_end(int argc, char **argv)
     if (strcmp(how, "quick_exit") == 0)
         quick_exit(5);
     _exit(5);
+}
+
+/* graceful-term: a program that shuts down gracefully on SIGTERM, as a training job does
+ * when its scheduler stops it: allocates 3 MiB (pause_before), prints "ready", waits for
+ * SIGTERM, frees nothing and exits 0 through exit(). */
+static volatile sig_atomic_t term_seen;
+
+static void on_term(int sig)
+{
+    (void)sig;
+    term_seen = 1;
+}
+
+int scenario_graceful_term(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    (void)pause_before();
+    printf("ready\n");
+    fflush(stdout);
+    while (!term_seen)
+        sigsuspend(&old);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    printf("stopping\n");
+    return 0;
+}
+
+/* close-range: 4 allocations of 1 MiB, then close_range(3, ~0U, 0) (a daemon's or a
+ * sandbox's way of closing every inherited descriptor), prints "closed", waits for stdin's
+ * end, frees nothing and exits 0. */
+int scenario_close_range(void)
+{
+    void *p;
+    for (int i = 0; i < 4; i++)
+        check("cudaMalloc", cudaMalloc(&p, MiB));
+    if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
+        perror("target: close_range");
+        return 1;
+    }
+    printf("closed\n");
+    fflush(stdout);
+    return read_to_eof(NULL);
+}
+
+/* subreaper-reap: reap as a child subreaper (PR_SET_CHILD_SUBREAPER, as supervisors and
+ * systemd user services are), its wait() bounded by alarm(20) so that a wait for the
+ * collector ends the program (SIGALRM) instead of hanging. */
+int scenario_subreaper_reap(void)
+{
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+        perror("target: prctl");
+        return 1;
+    }
+    alarm(20);
+    return scenario_reap();
 }

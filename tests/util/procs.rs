@@ -107,3 +107,21 @@ pub fn status_kb(pid: i32, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field)?.trim().strip_suffix(" kB")?.parse().ok())
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
+
+/// Waits until process `pid` catches `sig` (its handler is installed: `SigCgt` in
+/// /proc/PID/status), polling against [`super::DEADLINE`]; panics past it.
+pub fn wait_catches(pid: i32, sig: i32) {
+    let deadline = std::time::Instant::now() + super::DEADLINE;
+    loop {
+        let s = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let caught = s
+            .lines()
+            .find_map(|l| u64::from_str_radix(l.strip_prefix("SigCgt:")?.trim(), 16).ok())
+            .is_some_and(|m| m & (1 << (sig - 1)) != 0);
+        if caught {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "process {pid} never caught signal {sig}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}

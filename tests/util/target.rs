@@ -67,6 +67,16 @@ impl Target {
         }
         c
     }
+    /// The same command run by `wrapper` (`unshare --pid --fork --mount-proc`, `sh -c …`),
+    /// which gets the environment, the shim included.
+    pub fn command_under(&self, wrapper: &[&str]) -> Command {
+        let mut c = Command::new(wrapper[0]);
+        c.args(&wrapper[1..]).arg(&self.program).args(&self.args).envs(&self.env).env_remove("LD_PRELOAD");
+        if let Some(p) = &self.preload {
+            c.env("LD_PRELOAD", p);
+        }
+        c
+    }
     /// Runs to completion. Reading stderr to its end also waits for the collector, which
     /// inherits the target's stderr and holds it until its report is written.
     pub fn run(self) -> Outcome {

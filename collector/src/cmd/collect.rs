@@ -21,7 +21,10 @@ use crate::settings::Settings;
 /// # Errors
 /// Those of [`collect::collect`], and exit code 2 if `input` cannot be opened. A stream that
 /// broke after its Hello event is no error: the exit code is 1 then.
-pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> {
+///
+/// With `hold_exit` (the collector cannot outlive the program) the end of the stream is
+/// confirmed to the shim only once the report is written and `gpushim run` told.
+pub fn run(input: Option<PathBuf>, output: Option<PathBuf>, hold_exit: bool) -> Result<ExitCode> {
     let s = Settings::global();
     let html = s.html.as_deref().and_then(gpushim_wire::setting::switch) == Some(true);
     let live = input.as_ref().is_none_or(|p| p.as_os_str() == "-");
@@ -39,6 +42,7 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
         reorder_bytes: count_setting("GPUSHIM_REORDER_MIB", s.reorder_mib.as_deref(), &mut err)
             .map(|m| m.saturating_mul(1 << 20)),
         max_stacks: count_setting("GPUSHIM_MAX_STACKS", s.max_stacks.as_deref(), &mut err),
+        live,
     };
     signals::ignore_file_size_signal();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {
@@ -47,7 +51,7 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
             collect::collect(f, &opts, &mut err)?
         }
         None => {
-            signals::ignore_interrupts();
+            signals::hold_stop_signals();
             let run = super::run::tell_run_a_collector_started();
             // Snapshots asked for through the shim's C API are answered on the same socket;
             // the program's exit is released as soon as the stream is read, after any answers
@@ -58,14 +62,16 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>) -> Result<ExitCode> 
             };
             let mut confirmed = false;
             let outcome = collect::collect_with(io::stdin().lock(), &opts, &mut err, &mut answers, &mut || {
-                confirm_to_shim();
-                confirmed = true;
+                if !hold_exit {
+                    confirm_to_shim();
+                    confirmed = true;
+                }
             });
-            if !confirmed {
-                confirm_to_shim();
-            }
             if let (Some(run), Ok(o)) = (run, &outcome) {
                 super::run::tell_run_the_report(run, o.report.as_deref());
+            }
+            if !confirmed {
+                confirm_to_shim();
             }
             outcome?
         }

@@ -8,6 +8,7 @@ pub mod kernel;
 pub mod preload;
 pub mod report;
 pub mod run;
+mod run_pipe;
 mod signals;
 pub mod snapshot;
 
@@ -20,19 +21,30 @@ use anyhow::{anyhow, Context, Result};
 use crate::error::file_cause;
 use crate::report::Report;
 
+/// The largest report `gpushim report` reads, bytes.
+const MAX_REPORT_BYTES: u64 = 1 << 30;
+
 /// Reads the report at `path`, or on standard input for `-`, with the heap walk's companion
 /// file beside it (none for standard input). The error names the file and the real cause
 /// ("is a directory", "no such file", "not a directory").
 fn read_report(path: &Path) -> Result<Report> {
     let stdin = path == Path::new("-");
     let name = if stdin { "standard input".to_string() } else { path.display().to_string() };
-    let bytes = if stdin {
-        let mut b = Vec::new();
-        io::stdin().lock().read_to_end(&mut b).map(|_| b)
+    // At most MAX_REPORT_BYTES and one more: an endless input (`yes | gpushim report -`,
+    // `/dev/zero`) grew without bound.
+    let mut bytes = Vec::new();
+    let read = if stdin {
+        io::stdin().lock().take(MAX_REPORT_BYTES + 1).read_to_end(&mut bytes)
     } else {
-        std::fs::read(path)
+        std::fs::File::open(path).and_then(|f| f.take(MAX_REPORT_BYTES + 1).read_to_end(&mut bytes))
+    };
+    read.map_err(|e| anyhow!("cannot read report {name}: {}", file_cause(&e)))?;
+    if bytes.len() as u64 > MAX_REPORT_BYTES {
+        return Err(anyhow!(
+            "cannot read report {name}: it is larger than {} MiB, more than any report (an endless input?)",
+            MAX_REPORT_BYTES >> 20
+        ));
     }
-    .map_err(|e| anyhow!("cannot read report {name}: {}", file_cause(&e)))?;
     if stdin && bytes.is_empty() {
         return Err(anyhow!("cannot read report {name}: it is empty"));
     }

@@ -17,8 +17,9 @@
 //!
 //! So that `run` can say when the run made no CUDA allocation (no collector, no report), every
 //! collector started under it, also those of the program's own children (which do not hold the
-//! pipe), writes one byte into the same pipe at its start: `GPUSHIM_RUN_NOTIFY` names the read
-//! end as `/proc/PID/fd/N:DEV:INODE`, reopened for writing after its identity is checked
+//! pipe), writes one byte into the same pipe at its start: `GPUSHIM_RUN_NOTIFY` names it as
+//! `PATH:DEV:INODE`, a named pipe in a private directory (`run_pipe`; else the read end as
+//! `/proc/PID/fd/N`), reopened for writing after its identity is checked
 //! ([`tell_run_a_collector_started`]). The message comes from `run` alone, never from the
 //! library in the program. Each collector holds that write end until its report is written, then
 //! sends the report's path ([`tell_run_the_report`]): so `run` waits for the reports of the whole
@@ -34,7 +35,7 @@ use std::env;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -156,13 +157,18 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
         cmd.env("GPUSHIM_OUTPUT", abs);
     }
 
-    let (done_read, done_write) = pipe().context("cannot create a pipe")?;
+    let mut run_pipe = super::run_pipe::RunPipe::new().context("cannot create a pipe")?;
+    let (Some(done_read), Some(done_write)) = (run_pipe.read.take(), run_pipe.write.take()) else {
+        unreachable!("a new pipe has both ends")
+    };
     let write_fd = done_write.as_raw_fd();
     // The shim keeps this descriptor open in the collector it starts (which closes every other
     // one) and out of the program's own children: it names it by number and identity.
     let id = std::fs::metadata(format!("/proc/self/fd/{write_fd}")).context("cannot inspect the pipe")?;
     cmd.env("GPUSHIM_RUN_FD", format!("{write_fd}:{}:{}", id.dev(), id.ino()));
-    cmd.env(NOTIFY_VAR, format!("/proc/{}/fd/{}:{}:{}", std::process::id(), done_read.as_raw_fd(), id.dev(), id.ino()));
+    let mut notify = run_pipe.path.clone().into_os_string();
+    notify.push(format!(":{}:{}", id.dev(), id.ino()));
+    cmd.env(NOTIFY_VAR, notify);
     // A copy of our stderr for the collectors (`GPUSHIM_RUN_STDERR`): the program may point its
     // own fd 2 elsewhere before its first allocation starts one (pytest captures it), and the
     // exit summary is for whoever runs us. Without a stderr, or without a copy, they use the
@@ -213,7 +219,9 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
         }
     })?;
     let status = child.wait().context("waiting for the program")?;
-    let heard = match wait_for_eof(done_read, COLLECTOR_WAIT) {
+    let waited = wait_for_eof(done_read, COLLECTOR_WAIT);
+    drop(run_pipe);
+    let heard = match waited {
         Waited::Eof(h) => {
             if h.started == 0 {
                 let _ = writeln!(io::stderr(), "gpushim: no CUDA allocations: no report");
@@ -261,17 +269,6 @@ fn preload_value(lib: &OsStr, existing: Option<&OsStr>) -> OsString {
         v.push(e);
     }
     v
-}
-
-/// A pipe, both ends close-on-exec: (read, write).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 succeeded, so both are fresh descriptors that nothing else owns.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// The environment variable that names `run`'s pipe to the collectors (see the module doc).
@@ -401,6 +398,7 @@ fn wait_for_eof(read: OwnedFd, limit: Duration) -> Waited {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cmd::run_pipe::pipe;
 
     #[test]
     fn sizes_as_people_write_them() {

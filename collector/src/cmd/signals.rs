@@ -42,10 +42,24 @@ pub(crate) fn ignore_file_size_signal() {
     ignore(&[libc::SIGXFSZ]);
 }
 
-/// For `gpushim collect` as spawned by the shim: keeps going (and writes the report) when the
-/// terminal sends SIGINT, SIGQUIT or SIGHUP; the end of the event stream ends it.
-pub(crate) fn ignore_interrupts() {
-    ignore(&[libc::SIGINT, libc::SIGQUIT, libc::SIGHUP]);
+/// For `gpushim collect` as spawned by the shim: keeps going (and writes the report) when a
+/// scheduler's stop (SIGTERM to every process of the job: `systemctl stop`, `scancel`, a pod's
+/// teardown) or the terminal (SIGINT, SIGQUIT, SIGHUP) reaches it; the end of the event stream
+/// ends it. SIGTERM, SIGHUP and SIGINT are recorded ([`crate::collect::ending::STOP`]): the
+/// report's reason says the program was stopped.
+pub(crate) fn hold_stop_signals() {
+    ignore(&[libc::SIGQUIT]);
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+        let mut sa = empty_sigaction();
+        sa.sa_sigaction = record_stop as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        // SAFETY: a valid sigaction whose handler only stores atomics and reads the clock.
+        unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) };
+    }
+}
+
+extern "C" fn record_stop(sig: libc::c_int) {
+    crate::collect::ending::STOP.record(sig);
 }
 
 /// The process [`forward`]'s handler passes signals to (0: none yet).

@@ -8,6 +8,7 @@ use anyhow::Result;
 use gpushim_wire::{Event, Hello, WalkReason};
 
 use super::decode::{self, Stream};
+use super::ending::{self, Watch, STOP};
 use super::sink::{Ending, Sink};
 use super::write::{Kind, Writer};
 use super::{Options, Outcome, MAX_NOTES, MAX_THREAD_NAMES};
@@ -45,6 +46,10 @@ pub(super) struct Drive<'a, 'o, R> {
     exit_ts: Option<u64>,
     /// The target time at which the next interval report is due (set at the first timed event).
     interval_due: Option<u64>,
+    /// The program, watched while its stream is open (a live stream only).
+    watch: Watch,
+    /// The stop signal received before the stream's end was read ([`STOP`]; live streams).
+    stop: Option<i32>,
 }
 
 impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
@@ -57,7 +62,19 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
         let metrics = opts.metrics.clone().map(Publisher::new);
         let mut tracker = Tracker::with_bound(opts.reorder_bytes.unwrap_or(DEFAULT_REORDER_BYTES));
         tracker.state_mut().set_max_stacks(opts.max_stacks.unwrap_or(0));
-        Drive { dec, sink, tracker, metrics, opts, dropped_notes: 0, exit_ts: None, interval_due: None }
+        let watch = Watch::open(sink.hello.pid, opts.live);
+        Drive {
+            dec,
+            sink,
+            tracker,
+            metrics,
+            opts,
+            dropped_notes: 0,
+            exit_ts: None,
+            interval_due: None,
+            watch,
+            stop: None,
+        }
     }
 
     /// Reads the stream to its end (or its break), calls `stream_read`, and writes the final
@@ -70,6 +87,9 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
                 Err(e) => break Some(e.to_string()),
             }
         };
+        if self.exit_ts.is_none() && self.opts.live {
+            self.stop = STOP.now();
+        }
         self.sink.lost = self.tracker.lost();
         self.tracker.finish(&mut self.sink);
         stream_read();
@@ -112,7 +132,10 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
                 sink.labels.insert(n, decode::sanitize_label(&s.label));
                 self.tracker.request_snapshot(s.boundary, s.ts_ns, sink);
             }
-            Event::Exit(x) => self.exit_ts = Some(x.ts_ns),
+            Event::Exit(x) => {
+                self.exit_ts = Some(x.ts_ns);
+                self.stop = self.stop.or_else(|| self.opts.live.then(|| STOP.now()).flatten());
+            }
             Event::Module(m) => sink.sym.add_module(m),
             Event::Stack(s) => {
                 sink.stacks.insert(s.id, s.frames);
@@ -223,20 +246,46 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
         notes
     }
 
+    /// Why the stream ended (docs/report-schema.md, `reason`), with the stop signal's name, and
+    /// a note that says what the program did after a stop signal.
+    fn reason(&self, notes: &mut Vec<String>) -> (Reason, Option<String>) {
+        if let Some(sig) = self.stop {
+            let name = ending::signal_name(sig);
+            notes.push(if self.exit_ts.is_some() {
+                format!("stopped by {name}: the program ran its exit path after it")
+            } else {
+                format!("stopped by {name}: the stream ended without an exit event (the signal or a later kill ended the program)")
+            });
+            return (Reason::Stopped, Some(name));
+        }
+        if self.exit_ts.is_some() {
+            return (Reason::Exit, None);
+        }
+        if self.watch.runs_on() == Some(true) {
+            notes.push(
+                "the program closed the shim's socket and ran on: events not sent before that are not recorded"
+                    .to_string(),
+            );
+            return (Reason::Disconnected, None);
+        }
+        (Reason::Killed, None)
+    }
+
     /// Builds and writes the final report, the stream read to its end or its break.
     fn finish(mut self, broken: Option<String>) -> Result<Outcome> {
         let lost = self.tracker.lost();
-        let notes = self.final_notes(broken.as_ref(), lost);
+        let mut notes = self.final_notes(broken.as_ref(), lost);
+        let (reason, signal) = self.reason(&mut notes);
         let sink = &mut self.sink;
         let pid = sink.hello.pid;
         sink.driver = sink.sampler.take().map(|s| s.view_now());
-        let reason = if self.exit_ts.is_some() { Reason::Exit } else { Reason::Killed };
         // The state's own latest event time is used if later.
         let ending = Ending {
             work_end_ns: sink.work_end.or(sink.pause_start),
             ..Ending::now(reason, self.exit_ts.unwrap_or(0), lost, notes)
         };
         let mut report = sink.build_report(self.tracker.state(), ending);
+        report.signal = signal;
         if let Some(r) = sink.exit_reach.take() {
             let f = reach::classify(&r, self.tracker.state(), &sink.stacks, &mut sink.sym);
             reach::apply(&mut report, f);

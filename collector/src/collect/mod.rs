@@ -12,6 +12,7 @@
 
 mod decode;
 mod drive;
+pub mod ending;
 mod sink;
 mod write;
 
@@ -44,6 +45,10 @@ pub struct Options {
     /// The most sites (distinct stacks) kept (`GPUSHIM_MAX_STACKS`; `None`:
     /// [`crate::account::live::DEFAULT_MAX_STACKS`]); see [`State::set_max_stacks`](crate::account::live::State::set_max_stacks).
     pub max_stacks: Option<usize>,
+    /// The stream comes from a running program (`gpushim collect` on the shim's socket): the
+    /// final report's reason takes a stop signal the collector received ([`ending::STOP`]) and
+    /// whether the program still runs after a stream without an exit event.
+    pub live: bool,
 }
 
 /// At most this many thread names are kept (a long-running service may start threads without

@@ -102,6 +102,10 @@ impl<'a> Writer<'a> {
                 }
             }
             Kind::Final { pid, holders } => {
+                if written.is_err() {
+                    // The totals at least, before the line that says where nothing went.
+                    let _ = text::summary_lines(report, self.err);
+                }
                 let path = written.with_context(|| format!("cannot write the report of pid {pid}"))?;
                 if let Some(h) = holders {
                     let stem = format!("{stem}.holders");

@@ -591,6 +591,7 @@ mod tests {
             command: vec!["app".into()],
             cwd: "/".into(),
             reason: Reason::Exit,
+            signal: None,
             snapshot: None,
             label: None,
             interval: None,

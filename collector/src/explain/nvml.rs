@@ -73,6 +73,21 @@ fn sym(lib: *mut c_void, name: &str) -> Option<*mut c_void> {
 /// stderr summary leaves the GPU memory lines out then (`render::text::summary`).
 pub const NO_NVML: &str = "no NVML (no NVIDIA driver)";
 
+/// Why the driver's view is unknown in a PID namespace of its own (a container): NVML lists
+/// the machine's pids (nvidia-docker issues 179 and 1483), and the program's pid there is not
+/// known from inside, so its figure would be another process's or none.
+pub const IN_A_CONTAINER: &str =
+    "the program runs in a PID namespace of its own (a container), and NVML lists the machine's pids";
+
+/// Whether this process's PID namespace is not the machine's: the inode of
+/// `/proc/self/ns/pid` is not the initial namespace's, which the kernel fixes
+/// (`PROC_PID_INIT_INO`). Unreadable: taken as the machine's.
+fn in_a_child_pid_namespace() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+    std::fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() != PROC_PID_INIT_INO)
+}
+
 impl Nvml {
     /// Loads and initializes NVML from `path`, or says why not: `Err((true, why))` when there
     /// is no driver to ask (see [`NO_NVML`]), `Err((false, why))` for an NVML without the entry
@@ -238,6 +253,8 @@ impl Sampler {
         let set = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
         let (nvml, unavailable) = if set(&s.nvml).as_deref().and_then(gpushim_wire::setting::switch) == Some(false) {
             (None, Some("NVML sampling is off (GPUSHIM_NVML=0)".to_string()))
+        } else if in_a_child_pid_namespace() {
+            (None, Some(IN_A_CONTAINER.to_string()))
         } else {
             match Nvml::load(&set(&s.nvml_lib).unwrap_or_else(|| "libnvidia-ml.so.1".into())) {
                 Ok(n) => (Some(n), None),

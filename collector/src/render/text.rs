@@ -19,7 +19,7 @@ impl Render for Text {
         let opts = self.0;
         let what = match r.snapshot {
             Some(n) => format!("snapshot {n}"),
-            None => r.reason.name().to_string(),
+            None => r.reason_words(),
         };
         writeln!(
             out,
@@ -338,6 +338,13 @@ pub fn gpu_memory_lines(r: &Report) -> Vec<String> {
 /// The collector's closing lines on stderr (each starting `gpushim: `): totals, up to three
 /// suspects or "no leak suspects", and where the report went.
 pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::Result<()> {
+    summary_lines(r, out)?;
+    writeln!(out, "gpushim: report written to {}", path.display())
+}
+
+/// The summary's lines but the last (where the report went): also printed when no directory
+/// took the report, so the totals are not lost with it.
+pub fn summary_lines(r: &Report, out: &mut dyn Write) -> io::Result<()> {
     if let Some(l) = r.reachability.as_ref().and_then(crate::explain::reach::lead_line) {
         writeln!(out, "gpushim: pid {}: {l}", r.pid)?;
     }
@@ -364,7 +371,7 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
         out,
         "gpushim: pid {} ({}): {} allocation{} live, {}{kinds}; peak {}",
         r.pid,
-        r.reason.name(),
+        r.reason_words(),
         t.gauge.live_count,
         if t.gauge.live_count == 1 { "" } else { "s" },
         fmt_bytes(t.gauge.live_bytes),
@@ -418,7 +425,7 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
     if !r.suppressed.is_empty() {
         writeln!(out, "gpushim: {}", suppressed_line(r))?;
     }
-    writeln!(out, "gpushim: report written to {}", path.display())
+    Ok(())
 }
 
 #[cfg(test)]

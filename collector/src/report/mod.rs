@@ -34,8 +34,16 @@ pub const SCHEMA: &str = "gpushim.report.v1";
 pub enum Reason {
     /// The target ran its exit path.
     Exit,
-    /// The stream ended without an exit event (killed, crashed, or the stream broke).
+    /// The stream ended without an exit event and the program was gone (killed, crashed, or
+    /// the stream broke as it ended).
     Killed,
+    /// A stop signal (SIGTERM, SIGHUP, SIGINT: a scheduler's or a terminal's stop) reached the
+    /// job's collector before the stream ended; the report's `signal` names it, and its notes
+    /// say whether the program still ran its exit path.
+    Stopped,
+    /// The stream ended without an exit event while the program went on running (it closed the
+    /// shim's socket, e.g. with `close_range`): what came after is not recorded.
+    Disconnected,
     /// A snapshot was requested (SIGUSR1 or `gpushim snapshot`).
     Snapshot,
     /// An allocation failed with out of memory (the report's `oom` says which).
@@ -51,6 +59,8 @@ impl Reason {
         match self {
             Reason::Exit => "exit",
             Reason::Killed => "killed",
+            Reason::Stopped => "stopped",
+            Reason::Disconnected => "disconnected",
             Reason::Snapshot => "snapshot",
             Reason::Oom => "oom",
             Reason::Interval => "interval",
@@ -75,6 +85,10 @@ pub struct Report {
     pub cwd: String,
     /// Why the report was written.
     pub reason: Reason,
+    /// For reason `stopped`: the stop signal's name (`SIGTERM`, `SIGHUP`, `SIGINT`); absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
     /// The snapshot's number (1, 2, …) for snapshots; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<u32>,
@@ -205,6 +219,15 @@ impl Report {
     }
 
     /// The site with id `id`, if the report lists it.
+    /// The reason in words for a summary: its name, and for `stopped` the signal
+    /// (`stopped by SIGTERM`).
+    pub fn reason_words(&self) -> String {
+        match (&self.reason, &self.signal) {
+            (Reason::Stopped, Some(sig)) => format!("stopped by {sig}"),
+            (r, _) => r.name().to_string(),
+        }
+    }
+
     pub fn site(&self, id: u32) -> Option<&Site> {
         self.sites.iter().find(|s| s.id == id)
     }
@@ -222,6 +245,7 @@ mod tests {
             command: vec!["a".into()],
             cwd: "/".into(),
             reason: Reason::Snapshot,
+            signal: None,
             snapshot: Some(2),
             label: None,
             interval: None,

@@ -87,6 +87,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         command: ctx.hello.command.clone(),
         cwd: ctx.hello.cwd.clone(),
         reason: ctx.reason,
+        signal: None,
         snapshot: ctx.snapshot,
         label: None,
         interval: None,
