@@ -111,17 +111,19 @@ fn capture_into_slow(out: &mut [PyFrame; MAX_PY_FRAMES], memo: bool) -> Option<u
     let ts = unsafe { (l.get_tstate)() } as usize;
     // On a PyTorch autograd engine thread with no Python frames of its own, the frames of the
     // thread waiting for its backward pass stand for the thread's (borrow.rs), remembered while
-    // that thread waits.
-    let engine = memo && borrow::engine_thread();
+    // that thread waits. Asked only of a thread with no frames of its own.
+    let mut engine = false;
     if ts != 0 && memo {
         // SAFETY: as below; inside the hooks' guard (`memo`). Every pointer is checked as `walk`
         // checks it.
         match unsafe { fast::capture(l, ts, out) } {
             fast::Outcome::Done(Some(n)) if n > 0 => return Some(n),
             // No frames of its own (or none readable): an engine thread borrows below.
-            fast::Outcome::Done(None | Some(_)) if engine => {}
+            fast::Outcome::Done(None | Some(_)) if borrow::engine_thread() => engine = true,
             fast::Outcome::Done(None | Some(_)) | fast::Outcome::TooLong => fast::changed(),
         }
+    } else if ts == 0 {
+        engine = memo && borrow::engine_thread();
     }
     let mut raw = [Raw::default(); MAX_PY_FRAMES];
     let n = if ts == 0 {

@@ -53,6 +53,13 @@ impl<T: Copy> Buf<T> {
         true
     }
 
+    /// The last element, removed.
+    pub(super) fn pop(&mut self) -> Option<T> {
+        self.len = self.len.checked_sub(1)?;
+        // SAFETY: the element at the old `len - 1` was written.
+        Some(unsafe { self.ptr.add(self.len).read() })
+    }
+
     pub(super) fn as_slice(&self) -> &[T] {
         // SAFETY: the first `len` elements were written.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
@@ -61,13 +68,6 @@ impl<T: Copy> Buf<T> {
     pub(super) fn as_mut_slice(&mut self) -> &mut [T] {
         // SAFETY: as above, and we hold the only reference.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-
-    /// The first `len` elements and those after them up to the capacity (the mapping starts
-    /// zeroed, so every one is initialised).
-    pub(super) fn as_slice_full(&self) -> &[T] {
-        // SAFETY: `cap` elements of the mapping, all initialised (zeroed or written).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.cap) }
     }
 
     /// The whole capacity, as written (the mapping starts zeroed).

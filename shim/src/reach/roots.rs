@@ -221,9 +221,8 @@ unsafe impl Sync for Shared {}
 /// queue is empty, nothing more can come.
 fn drain_shared(v: &View, acc: &mut Acc, buf: &mut [u8], sh: &Shared) {
     loop {
-        while acc.todo.len > 0 && !sh.stop.load(Relaxed) {
-            acc.todo.len -= 1;
-            let c = acc.todo.as_slice_full()[acc.todo.len];
+        while !sh.stop.load(Relaxed) {
+            let Some(c) = acc.todo.pop() else { break };
             read_block(v, acc, buf, c as usize);
             if acc.cut {
                 sh.stop.store(true, Relaxed);
@@ -231,9 +230,10 @@ fn drain_shared(v: &View, acc: &mut Acc, buf: &mut [u8], sh: &Shared) {
             if acc.todo.len > KEEP && sh.idle.load(SeqCst) > 0 {
                 sh.locked(|q| {
                     while acc.todo.len > KEEP / 2 && q.len < q.cap {
-                        acc.todo.len -= 1;
-                        q.push(acc.todo.as_slice_full()[acc.todo.len]);
-                        sh.queued.fetch_add(1, SeqCst);
+                        if let Some(c) = acc.todo.pop() {
+                            q.push(c);
+                            sh.queued.fetch_add(1, SeqCst);
+                        }
                     }
                 });
             }
@@ -247,9 +247,8 @@ fn drain_shared(v: &View, acc: &mut Acc, buf: &mut [u8], sh: &Shared) {
             if sh.queued.load(SeqCst) > 0 {
                 let took = sh.locked(|q| {
                     let take = q.len.min(KEEP);
-                    for _ in 0..take {
-                        q.len -= 1;
-                        acc.todo.push(q.as_slice_full()[q.len]);
+                    for c in std::iter::from_fn(|| q.pop()).take(take) {
+                        acc.todo.push(c);
                     }
                     sh.queued.fetch_sub(take, SeqCst);
                     take
@@ -344,9 +343,8 @@ pub(super) fn read_roots(
                 break;
             }
             // The blocks this slice reached, before the next slice (handing some to idle readers).
-            while acc.todo.len > 0 && !sh.stop.load(Relaxed) {
-                acc.todo.len -= 1;
-                let c = acc.todo.as_slice_full()[acc.todo.len];
+            while !sh.stop.load(Relaxed) {
+                let Some(c) = acc.todo.pop() else { break };
                 read_block(v, acc, buf, c as usize);
             }
         }

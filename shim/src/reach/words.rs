@@ -109,9 +109,7 @@ fn rank(r: u8) -> u8 {
 
 /// Reads the heap blocks `acc` marked and has yet to read, and those they reach.
 pub(super) fn drain(v: &View, acc: &mut Acc, buf: &mut [u8]) {
-    while acc.todo.len > 0 {
-        acc.todo.len -= 1;
-        let c = acc.todo.as_slice_full()[acc.todo.len];
+    while let Some(c) = acc.todo.pop() {
         read_block(v, acc, buf, c as usize);
     }
 }
