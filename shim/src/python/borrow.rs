@@ -220,9 +220,14 @@ pub(crate) fn backward_frames(
         return None;
     }
     let api = API.get()?.as_ref()?;
-    // SAFETY: both only read the interpreter's fields (the main interpreter lives until the
-    // process ends; its list head is a pointer read).
-    let mut ts = unsafe { (api.head)((api.main)()) } as usize;
+    // SAFETY: it only reads the runtime's field; NULL once the interpreter's finalization has
+    // cleared it (an engine thread can still allocate then).
+    let main = unsafe { (api.main)() };
+    if main.is_null() {
+        return None;
+    }
+    // SAFETY: a pointer read of the main interpreter's list head.
+    let mut ts = unsafe { (api.head)(main) } as usize;
     let m = Checked;
     for _ in 0..MAX_THREADS {
         if !plausible(ts) {
