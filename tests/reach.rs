@@ -158,8 +158,13 @@ fn a_large_heap_is_scanned_whole_within_its_cap() {
     let (r, d) = reach("large-heap", &[("GPUSHIM_REACHABILITY_MS", "60000")]);
     let s = scan(&r);
     assert_eq!(s["status"], "complete", "{d}");
-    // 3 kept in the global array, 3 dropped.
-    assert_eq!(classes(&r), (3, 0, 3), "{d}");
+    // 3 kept in the global array: reachable. 3 dropped: lost, each definitely or, where a stale
+    // copy lies in memory the scan reads without trust (the freed blocks it reads at exit),
+    // possibly; never more definitely lost than the truth (a new user's run under load gave
+    // 3 possibly lost).
+    let (lost, indirect, reachable) = classes(&r);
+    assert_eq!((indirect, reachable), (0, 3), "{d}");
+    assert!(lost <= 3 && lost + n(s, "possibly_lost_count") == 3, "{d}");
     assert!(n(s, "scanned_bytes") >= 64 * MIB, "{d}");
 }
 
