@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 
 use crate::state::{self, SEQ, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS};
-use crate::{config, exit, loader, record, socket, sys};
+use crate::{config, exit, loader, own_tls, record, socket, sys};
 
 /// The signal's previous disposition, written once by the constructor before our handler is
 /// installed and only read afterwards.
@@ -34,6 +34,7 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 extern "C" fn constructor() {
     let _ = std::panic::catch_unwind(|| {
         quiet_panics();
+        own_tls::register();
         loader::init_real_dlsym();
         // SAFETY: registering plain functions as the fork handlers.
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };

@@ -44,6 +44,7 @@ mod init;
 mod last_stack;
 mod launch;
 mod loader;
+mod own_tls;
 mod per_thread;
 mod probe;
 mod python;

@@ -143,6 +143,10 @@ pub struct ModuleInfo {
     pub bias: u64,
     /// Absolute `[start, end)` of each `PT_LOAD` segment.
     pub ranges: Vec<(usize, usize)>,
+    /// Of an object with thread-local storage (`PT_TLS`): the calling thread's block and the
+    /// segment's size in memory, bytes; `None` also when the loader has not given the calling
+    /// thread a block yet.
+    pub tls: Option<(u64, u64)>,
 }
 
 /// The shim's fork lock: thread id of the shim thread inside `dl_iterate_phdr` or starting the
@@ -216,15 +220,15 @@ pub fn for_each_module(mut f: impl FnMut(&ModuleInfo)) {
 /// Every loaded object, listed inside `dl_iterate_phdr` with no call into the loader.
 pub fn modules() -> Vec<ModuleInfo> {
     let mut all = Vec::new();
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
         // SAFETY: `data` is the `&mut dyn FnMut` passed below; `info` is valid for this call.
-        let f = unsafe { &mut *(data as *mut &mut dyn FnMut(&libc::dl_phdr_info)) };
+        let f = unsafe { &mut *(data as *mut &mut dyn FnMut(&libc::dl_phdr_info, usize)) };
         // SAFETY: `info` is valid for the duration of this callback.
         let info = unsafe { &*info };
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(info)));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(info, size)));
         0
     }
-    let mut each = |info: &libc::dl_phdr_info| {
+    let mut each = |info: &libc::dl_phdr_info, size: usize| {
         let name = if info.dlpi_name.is_null() {
             String::new()
         } else {
@@ -237,17 +241,22 @@ pub fn modules() -> Vec<ModuleInfo> {
             name
         };
         let mut ranges = Vec::new();
+        let mut tls = None;
+        // The loader's structure is as long as `size` says (older ones end before the TLS fields).
+        let has_tls_data = size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_tls_data) + 8;
         for i in 0..info.dlpi_phnum as usize {
             // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
             let ph = unsafe { &*info.dlpi_phdr.add(i) };
             if ph.p_type == libc::PT_LOAD {
                 let s = (info.dlpi_addr as usize).wrapping_add(ph.p_vaddr as usize);
                 ranges.push((s, s + ph.p_memsz as usize));
+            } else if ph.p_type == libc::PT_TLS && has_tls_data && !info.dlpi_tls_data.is_null() {
+                tls = Some((info.dlpi_tls_data as u64, ph.p_memsz));
             }
         }
-        all.push(ModuleInfo { path, bias: info.dlpi_addr, ranges });
+        all.push(ModuleInfo { path, bias: info.dlpi_addr, ranges, tls });
     };
-    let mut dynf: &mut dyn FnMut(&libc::dl_phdr_info) = &mut each;
+    let mut dynf: &mut dyn FnMut(&libc::dl_phdr_info, usize) = &mut each;
     // SAFETY: the callback only reads the loader's data for the duration of each call.
     unsafe { iterate_phdr(cb, &mut dynf as *mut _ as *mut c_void) };
     all

@@ -12,7 +12,7 @@ use gpushim_wire::{Api, Kind};
 use crate::event::Msg;
 use crate::ring::{self, Ring};
 use crate::state::{self, DISABLED, ENABLED, FINISHED, SEQ, STARTING, STATE, UNINIT};
-use crate::{clock, config, inflight, last_stack, loader, python, real, sys, unwind, writer};
+use crate::{clock, config, inflight, last_stack, loader, own_tls, python, real, sys, unwind, writer};
 
 pub use crate::real::DEV_CURRENT;
 
@@ -80,6 +80,7 @@ fn tid() -> u32 {
     TID.try_with(|t| {
         if t.get() == 0 {
             t.set(sys::gettid());
+            own_tls::register();
         }
         t.get()
     })

@@ -27,7 +27,8 @@
 //! - the shim's own memory: its module's data and bss, the writer thread's stack, the event
 //!   channel's buffer (found at the writer's first event by the timestamp of that event, see
 //!   `alloc_watch::watch`), the writer's wire buffer (zeroed before a scan) and the scan's own
-//!   buffers;
+//!   buffers; its thread-local storage in each thread that ran its code (`own_tls`) is read as
+//!   the shim's, like the writer thread's stack;
 //! - the stacks of threads blocked in a system call below their stack pointer
 //!   (`/proc/self/task/N/syscall` gives it; 128 bytes of red zone are kept): dead frames hold
 //!   stale copies of pointers. A running thread's stack is read whole. Only in a stack glibc

@@ -4,13 +4,13 @@ use std::sync::atomic::Ordering::Acquire;
 
 use gpushim_wire::{Kind, ReachRegion};
 
-use super::buf::Buf;
+use super::buf::{read_word, Buf};
 use super::heap::own_arena;
 use super::maps::{blocked_threads, is_cuda_library, own_stack, parse_maps_line, Region, Role};
 use super::roots::{readers, Helper, Shared};
 use super::words::Acc;
 use super::{Mode, Own, Scan, Table, HIDE, READ_BYTES, RED_ZONE, WINDOW};
-use crate::{config, loader, state, sys};
+use crate::{config, loader, own_tls, state, sys};
 
 impl Scan {
     pub(super) fn new(table: &Table, own: Own, deadline: u64, note: &mut String) -> Option<Scan> {
@@ -156,24 +156,13 @@ impl Scan {
                 g.role = Role::Own;
             }
         }
-        // The writer thread's own stack (this thread's): read as the shim's, so that the
-        // blocks it reaches are the shim's too.
-        if let Some((ws, we)) = writer_stack {
-            let mut out = Vec::with_capacity(regions.len() + 2);
-            for g in regions.drain(..) {
-                if g.end <= ws || g.start >= we {
-                    out.push(g);
-                    continue;
-                }
-                if g.start < ws {
-                    out.push(Region { end: ws, ..g });
-                }
-                if g.end > we {
-                    out.push(Region { start: we, ..g });
-                }
-            }
-            out.push(Region { start: ws, end: we, role: Role::Own });
-            regions = out;
+        // The writer thread's own stack (this thread's), and the shim's thread-local storage in
+        // every thread that ran its code (`own_tls`): read as the shim's, so that the blocks
+        // they reach are the shim's too.
+        let mut mine: Vec<(u64, u64)> = writer_stack.into_iter().collect();
+        mine.extend(own_tls_blocks(&modules, (own_s, own_e), heap));
+        for (s, e) in mine {
+            regions = carve_own(regions, s, e);
         }
         let rbuf: Buf<u8> = Buf::new(READ_BYTES)?;
         let acc = Acc::new(ranges.len)?;
@@ -277,4 +266,41 @@ impl Scan {
         drop(devmask);
         Some(scan)
     }
+}
+
+/// `regions` with `[s, e)` taken out of every region and added as the shim's own.
+fn carve_own(regions: Vec<Region>, s: u64, e: u64) -> Vec<Region> {
+    let mut out = Vec::with_capacity(regions.len() + 2);
+    for g in regions {
+        if g.end <= s || g.start >= e {
+            out.push(g);
+            continue;
+        }
+        if g.start < s {
+            out.push(Region { end: s, ..g });
+        }
+        if g.end > e {
+            out.push(Region { start: e, ..g });
+        }
+    }
+    out.push(Region { start: s, end: e, role: Role::Own });
+    out
+}
+
+/// `[start, end)` of the shim's thread-local block of each thread registered in `own_tls` whose
+/// mark still holds its value, outside the main heap `heap` (whose chunks are walked, not cut).
+/// The mark's offset in the block is the writer thread's (the same in every thread).
+fn own_tls_blocks(modules: &[loader::ModuleInfo], (own_s, own_e): (u64, u64), heap: (u64, u64)) -> Vec<(u64, u64)> {
+    let mine = modules
+        .iter()
+        .find(|m| m.ranges.iter().any(|&(ms, me)| (ms as u64) < own_e && (me as u64) > own_s))
+        .and_then(|m| m.tls);
+    let (Some((data, size)), Some(mark)) = (mine, own_tls::mine()) else { return Vec::new() };
+    let Some(off) = mark.checked_sub(data).filter(|&o| o + 8 <= size) else { return Vec::new() };
+    own_tls::marks()
+        .into_iter()
+        .filter(|&m| read_word(m) == Some(own_tls::MAGIC))
+        .map(|m| (m - off, m - off + size))
+        .filter(|&(s, e)| e <= heap.0 || s >= heap.1)
+        .collect()
 }
