@@ -196,13 +196,35 @@ fn holder_changes(old: &Report, new: &Report) -> Vec<HolderChange> {
     v
 }
 
-/// Notes about the holders' comparison: a side without a heap walk.
+/// Notes about the holders' comparison: a side without a heap walk, and a walk that saw other
+/// live bytes than its report (it runs after the snapshot, while the program goes on), which
+/// makes the holders' growth differ from the sites'.
 fn holder_caveats(old: &Report, new: &Report) -> Vec<String> {
-    match (old.holders.is_some(), new.holders.is_some()) {
+    let mut v = match (old.holders.is_some(), new.holders.is_some()) {
         (false, true) => vec!["OLD has no heap walk (no holders file): every holder of NEW counts as new".into()],
         (true, false) => vec!["NEW has no heap walk (no holders file): holders are not compared".into()],
         _ => Vec::new(),
+    };
+    for (name, r) in [("OLD", old), ("NEW", new)] {
+        let Some(h) = r.holders.as_ref() else { continue };
+        let (mut walk, mut report) = (0u64, 0u64);
+        for s in &h.sites {
+            if let Some(site) = s.site.and_then(|id| r.sites.iter().find(|x| x.id == id)) {
+                walk += s.live_bytes;
+                report += site.live_bytes;
+            }
+        }
+        if walk != report {
+            v.push(format!(
+                "{name}'s heap walk ran after its report was taken, while the program went on: its sites \
+                 held {} live then and {} in the report, so the holders' growth differs from the sites' \
+                 by that",
+                fmt_bytes(walk),
+                fmt_bytes(report)
+            ));
+        }
     }
+    v
 }
 
 /// Notes about the comparison itself: capped site lists make "new" and "vanished" unsure.
@@ -288,7 +310,9 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
     if changed.is_empty() {
         writeln!(out, "no site changed")?;
     } else {
-        writeln!(out, "sites by live-bytes growth ({} of {} changed):", changed.len().min(top), changed.len())?;
+        // How many sites changed out of how many in either report, and how many are shown.
+        let shown = if changed.len() > top { format!("; the top {top} shown") } else { String::new() };
+        writeln!(out, "sites by live-bytes growth ({} of {} sites changed{shown}):", changed.len(), rows.len())?;
         for r in changed.iter().take(top) {
             let (o, n) = (Row::nums(&r.old), Row::nums(&r.new));
             writeln!(
@@ -569,7 +593,7 @@ mod tests {
         }
     }
 
-    fn site(id: u32, f: &str, live_bytes: u64, live_count: u64) -> Site {
+    pub(super) fn site(id: u32, f: &str, live_bytes: u64, live_count: u64) -> Site {
         Site {
             id,
             kind: "device".into(),
@@ -663,7 +687,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "pid 1 (exit, 1.0 s) -> pid 2 (exit, 1.0 s)");
-        assert_eq!(lines[1], "sites by live-bytes growth (3 of 3 changed):");
+        assert_eq!(lines[1], "sites by live-bytes growth (3 of 4 sites changed):");
         assert!(lines[2].contains("+9.0 MiB") && lines[2].contains("site 7 (old 0): render (src/app.c:10)"), "{text}");
         assert!(lines[3].contains("+2.0 MiB") && lines[3].contains("new site 9: fresh"), "{text}");
         assert!(lines[4].contains("-100 B") && lines[4].contains("site 2 (old only): gone"), "{text}");
@@ -701,7 +725,7 @@ mod tests {
         let mut out = Vec::new();
         diff(&old, &new, 10, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("sites by live-bytes growth (1 of 1 changed):"), "{text}");
+        assert!(text.contains("sites by live-bytes growth (1 of 2 sites changed):"), "{text}");
         assert!(
             text.contains("0 grown, 0 shrunk, 1 changed at the same live bytes, 1 unchanged\n"),
             "the footer agrees with the header: {text}"
@@ -732,7 +756,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "pid 7 (snapshot 1, 2.0 s) -> pid 7 (snapshot 5, 10 s); same process");
-        assert_eq!(lines[1], "sites by live-bytes growth (2 of 2 changed):");
+        assert_eq!(lines[1], "sites by live-bytes growth (2 of 3 sites changed):");
         assert_eq!(
             lines[2],
             "    +4.0 MiB  live 1.0 MiB -> 5.0 MiB in 1 -> 5; allocations 1 -> 5, frees 0 -> 0; site 0: render (src/app.c:10)"
@@ -763,7 +787,7 @@ mod tests {
 
 #[cfg(test)]
 mod holder_tests {
-    use super::tests::report;
+    use super::tests::{report, site};
     use super::*;
     use crate::report::{HolderLine, Holders, SiteHolders};
 
@@ -835,5 +859,47 @@ mod holder_tests {
         diff(&old, &new, 10, &mut text).unwrap();
         let text = String::from_utf8(text).unwrap();
         assert!(text.contains("note: OLD has no heap walk"), "{text}");
+    }
+
+    /// A heap walk runs after its snapshot while the program goes on: when it saw other live
+    /// bytes at its sites than the report holds, a note gives both, so that the holders' growth
+    /// and the sites' growth can be told apart (a new user read +728 against +725 as a
+    /// contradiction).
+    #[test]
+    fn a_walk_that_saw_other_live_bytes_than_its_report_is_noted() {
+        const MIB: u64 = 1 << 20;
+        let old = report(7, vec![site(0, "render", 3 * MIB, 3)]);
+        let mut new = report(7, vec![site(0, "render", 728 * MIB, 728)]);
+        let mut h = walk(vec![vec![line("path", &["leak.py global 'history'", "list[*]"], None, 725, 725 * MIB)]]);
+        h.sites[0].live_bytes = 725 * MIB;
+        new.holders = Some(h);
+        let mut text = Vec::new();
+        diff(&old, &new, 10, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains(
+                "note: NEW's heap walk ran after its report was taken, while the program went on: its sites held \
+                 725.0 MiB live then and 728.0 MiB in the report, so the holders' growth differs from the sites' by \
+                 that\n"
+            ),
+            "{text}"
+        );
+        // A walk that saw what its report holds needs no note.
+        new.holders.as_mut().unwrap().sites[0].live_bytes = 728 * MIB;
+        let mut text = Vec::new();
+        diff(&old, &new, 10, &mut text).unwrap();
+        assert!(!String::from_utf8(text).unwrap().contains("heap walk ran after"));
+    }
+
+    /// The header counts the changed sites out of all the sites of either report, and says when
+    /// only the top ones are listed.
+    #[test]
+    fn the_header_counts_changed_sites_out_of_all_and_says_when_the_list_is_cut() {
+        let old = report(1, vec![site(0, "a", 1 << 20, 1), site(1, "b", 1 << 20, 1), site(2, "c", 1 << 20, 1)]);
+        let new = report(1, vec![site(0, "a", 3 << 20, 3), site(1, "b", 2 << 20, 2), site(2, "c", 1 << 20, 1)]);
+        let mut out = Vec::new();
+        diff(&old, &new, 1, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().nth(1), Some("sites by live-bytes growth (2 of 3 sites changed; the top 1 shown):"));
     }
 }
