@@ -506,9 +506,9 @@ fn bad_settings_warn_in_one_line_each_and_go_into_the_reports_notes() {
     // clamped; GPUSHIM_BACKTRACE=maybe and GPUSHIM_PYTHON=x were taken silently; nothing went
     // into the report.
     let want = [
-        "GPUSHIM_BACKTRACE=maybe is not 0 or 1; backtraces stay on",
+        "GPUSHIM_BACKTRACE=maybe is not a switch (1, on, yes, true or 0, off, no, false); backtraces stay on",
         "GPUSHIM_MAX_FRAMES=1000 is above 256; using 256",
-        "GPUSHIM_PYTHON=x is not 0 or 1; Python frames stay on",
+        "GPUSHIM_PYTHON=x is not a switch (1, on, yes, true or 0, off, no, false); Python frames stay on",
         "GPUSHIM_EXIT_TIMEOUT=0 is not a whole number of seconds above 0; using 60",
         // A misspelt name was ignored without a word.
         "GPUSHIM_OUPTUT is no gpushim setting (did you mean GPUSHIM_OUTPUT?); it is ignored",

@@ -285,9 +285,9 @@ fn reachability_scans_are_off_with_gpushim_reachability_0() {
     let (r, d) = reach("overwrite", &[("GPUSHIM_REACHABILITY", "0")]);
     assert!(r.get("reachability").is_none(), "{d}");
     assert!(!d.stderr.contains("definitely lost"), "{d}");
-    // A value that is not 0 or 1 is said, and scans stay on.
+    // A value that is not a switch is said, and scans stay on.
     let (r, d) = reach("overwrite", &[("GPUSHIM_REACHABILITY", "2")]);
-    assert!(d.stderr.contains("GPUSHIM_REACHABILITY=2 is not 0 or 1; reachability scans stay on"), "{d}");
+    assert!(d.stderr.contains("GPUSHIM_REACHABILITY=2 is not a switch (1, on, yes, true or 0, off, no, false); reachability scans stay on"), "{d}");
     assert_eq!(scan(&r)["status"], "complete", "{d}");
 }
 

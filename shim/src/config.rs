@@ -299,7 +299,7 @@ fn read_switch(name: &str, flag: &AtomicBool, what: &str, warnings: &mut Vec<Str
         Some(on) => flag.store(on, Relaxed),
         None => {
             let state = if flag.load(Relaxed) { "on" } else { "off" };
-            warnings.push(format!("{name}={v} is not 0 or 1; {what} stay {state}"));
+            warnings.push(format!("{name}={v} {}; {what} stay {state}", gpushim_wire::setting::NOT_A_SWITCH));
         }
     }
 }
@@ -385,7 +385,8 @@ impl Config {
         }
         // A misspelt setting would otherwise be ignored without a word.
         for (name, _) in std::env::vars_os() {
-            if let Some(line) = name.to_str().and_then(gpushim_wire::setting::unknown) {
+            // A name that is not UTF-8 is said with its bad bytes replaced.
+            if let Some(line) = gpushim_wire::setting::unknown(&name.to_string_lossy()) {
                 warnings.push(line);
             }
         }

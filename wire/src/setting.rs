@@ -12,6 +12,9 @@ pub fn switch(v: &str) -> Option<bool> {
     }
 }
 
+/// What a line about a bad switch value says the value is not.
+pub const NOT_A_SWITCH: &str = "is not a switch (1, on, yes, true or 0, off, no, false)";
+
 /// Every `GPUSHIM_*` variable the shim, the collector or the Python package reads (the README
 /// lists them). `gpushim run`'s own plumbing (`GPUSHIM_RUN_*`) and the tests' and tools'
 /// (`GPUSHIM_TEST_*`, `GPUSHIM_FUZZ_*`, `GPUSHIM_SUITE_*`, `GPUSHIM_STANDIN*`, the examples' `GPUSHIM_EXAMPLE_*`, the scripts' `GPUSHIM_BIN`) are prefixes of
@@ -63,14 +66,22 @@ const OTHERS: &[&str] = &[
 
 /// The line for an environment variable `name` that looks like a setting of ours and is none:
 /// `None` for a known one, another program's, or plumbing.
+/// A name in another case (`gpushim_output`) is one too: the settings are upper case, and
+/// the nearest one is named.
 pub fn unknown(name: &str) -> Option<String> {
-    if !name.starts_with("GPUSHIM_") || KNOWN.contains(&name) || OTHERS.iter().any(|p| name.starts_with(p)) {
+    let upper = name.to_ascii_uppercase();
+    let cased = upper == name;
+    if !upper.starts_with("GPUSHIM_")
+        || (cased && (KNOWN.contains(&name) || OTHERS.iter().any(|p| name.starts_with(p))))
+    {
         return None;
     }
-    let nearest = KNOWN.iter().map(|k| (distance(name, k), *k)).min().filter(|&(d, _)| d <= 3);
+    let nearest = KNOWN.iter().map(|k| (distance(&upper, k), *k)).min().filter(|&(d, _)| d <= 3);
+    let case = if cased { "" } else { "settings are upper case; " };
     Some(match nearest {
-        Some((_, k)) => format!("{name} is no gpushim setting (did you mean {k}?); it is ignored"),
-        None => format!("{name} is no gpushim setting; it is ignored (the README lists them)"),
+        Some((_, k)) => format!("{name} is no gpushim setting ({case}did you mean {k}?); it is ignored"),
+        None if cased => format!("{name} is no gpushim setting; it is ignored (the README lists them)"),
+        None => format!("{name} is no gpushim setting (settings are upper case); it is ignored"),
     })
 }
 
@@ -114,5 +125,16 @@ mod tests {
         assert_eq!(unknown("GPUSHIM_RUN_FD"), None);
         assert_eq!(unknown("CUDA_VISIBLE_DEVICES"), None);
         assert!(unknown("GPUSHIM_FROBNICATE").unwrap().ends_with("it is ignored (the README lists them)"));
+        // Another case is named too, with the setting meant.
+        assert_eq!(
+            unknown("gpushim_output").as_deref(),
+            Some("gpushim_output is no gpushim setting (settings are upper case; did you mean GPUSHIM_OUTPUT?); it is ignored")
+        );
+        assert_eq!(
+            unknown("Gpushim_Ouptut").as_deref().map(|l| l.contains("did you mean GPUSHIM_OUTPUT?")),
+            Some(true)
+        );
+        assert_eq!(unknown("gpushim_run_fd").as_deref().map(|l| l.contains("upper case")), Some(true));
+        assert_eq!(unknown("cuda_visible_devices"), None);
     }
 }

@@ -122,7 +122,7 @@ fn check_settings(s: &Settings, err: &mut dyn Write) {
         ("GPUSHIM_DEFAULT_SUPPRESSIONS", &s.default_suppressions, "the built-in suppressions are used"),
     ] {
         if let Some(v) = value.as_ref().filter(|v| !v.is_empty() && gpushim_wire::setting::switch(v).is_none()) {
-            let _ = writeln!(err, "gpushim: {name}={v} is not 0 or 1; {what}");
+            let _ = writeln!(err, "gpushim: {name}={v} {}; {what}", gpushim_wire::setting::NOT_A_SWITCH);
         }
     }
     if let Some(v) = s.nvml_interval_ms.as_ref().filter(|v| !v.is_empty()) {
@@ -197,9 +197,9 @@ mod tests {
         assert_eq!(
             String::from_utf8(err).unwrap(),
             format!(
-                "gpushim: GPUSHIM_HTML=x is not 0 or 1; no HTML reports\n\
-                 gpushim: GPUSHIM_NVML=maybe is not 0 or 1; NVML is sampled\n\
-                 gpushim: GPUSHIM_DEFAULT_SUPPRESSIONS=x is not 0 or 1; the built-in suppressions are used\n\
+                "gpushim: GPUSHIM_HTML=x is not a switch (1, on, yes, true or 0, off, no, false); no HTML reports\n\
+                 gpushim: GPUSHIM_NVML=maybe is not a switch (1, on, yes, true or 0, off, no, false); NVML is sampled\n\
+                 gpushim: GPUSHIM_DEFAULT_SUPPRESSIONS=x is not a switch (1, on, yes, true or 0, off, no, false); the built-in suppressions are used\n\
                  gpushim: GPUSHIM_NVML_INTERVAL_MS=0 is not a whole number of ms above 0; using {}\n",
                 crate::explain::nvml::DEFAULT_INTERVAL_MS
             )
