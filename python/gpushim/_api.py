@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import sys
 import threading
@@ -176,8 +177,14 @@ def holders_path(snapshot_path: str, timeout: float = 2.0) -> str | None:
 
 
 def fmt_bytes(n: int) -> str:
-    """``n`` bytes for a person: B, KiB, MiB or GiB (as the collector writes sizes)."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
+    """``n`` bytes for a person: B, KiB, MiB, GiB or TiB, a tenth exactly half-way rounded up,
+    as the collector writes sizes (``fmt_bytes`` in collector/src/report/words.rs)."""
+    m = abs(n)
+    if m < 1024:
+        return f"{n} B"
+    v, unit = float(m), 0
+    while v >= 1024 and unit < 4:
+        v /= 1024
+        unit += 1
+    sign = "-" if n < 0 else ""
+    return f"{sign}{math.floor(v * 10 + 0.5) / 10:.1f} {('B', 'KiB', 'MiB', 'GiB', 'TiB')[unit]}"

@@ -153,7 +153,7 @@ mod tests {
         assert_eq!(suspect[2]["args"]["live bytes"], 3 << 20);
         let failed: Vec<_> = events.iter().filter(|e| e["ph"] == "i").collect();
         assert_eq!(failed.len(), 1);
-        assert_eq!(failed[0]["name"], "cudaMalloc of 1024.0 GiB failed (2)");
+        assert_eq!(failed[0]["name"], "cudaMalloc of 1.0 TiB failed (2)");
         assert_eq!(failed[0]["ts"], 1_250_000.0);
         assert!(events.iter().any(|e| e["ph"] == "M" && e["name"] == "process_name"));
     }

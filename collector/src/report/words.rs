@@ -70,19 +70,21 @@ pub fn shell_words(args: &[String]) -> String {
         .join(" ")
 }
 
-/// A size of `n` bytes for a person: `512 B`, `1.5 KiB`, `14.0 MiB`, `2.3 GiB`.
+/// A size of `n` bytes for a person: `512 B`, `1.5 KiB`, `14.0 MiB`, `2.3 GiB`. A tenth exactly
+/// half-way rounds up (232.25 MiB is `232.3 MiB`), as the HTML page's `toFixed(1)` does, so that
+/// the text, stderr and the page print one figure for one value: `n` over a power of 1024, times
+/// ten, is exact below 2^50 bytes, so `round` sees the true value.
 pub fn fmt_bytes(n: u64) -> String {
-    const K: f64 = 1024.0;
-    let x = n as f64;
     if n < 1024 {
-        format!("{n} B")
-    } else if x < K * K {
-        format!("{:.1} KiB", x / K)
-    } else if x < K * K * K {
-        format!("{:.1} MiB", x / (K * K))
-    } else {
-        format!("{:.1} GiB", x / (K * K * K))
+        return format!("{n} B");
     }
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < 4 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{:.1} {}", (v * 10.0).round() / 10.0, ["B", "KiB", "MiB", "GiB", "TiB"][unit])
 }
 
 /// A signed size difference of `d` bytes: `+1.0 MiB`, `-512 B`, `0 B`.
@@ -179,6 +181,11 @@ mod tests {
         assert_eq!(fmt_bytes(1536), "1.5 KiB");
         assert_eq!(fmt_bytes(14 << 20), "14.0 MiB");
         assert_eq!(fmt_bytes(3 << 30), "3.0 GiB");
+        // Half-way tenths round up, as the page's toFixed(1) does.
+        assert_eq!(fmt_bytes((232 << 20) + (256 << 10)), "232.3 MiB");
+        assert_eq!(fmt_bytes(1280), "1.3 KiB");
+        assert_eq!(fmt_bytes((1 << 20) + 52428), "1.0 MiB");
+        assert_eq!(fmt_bytes(5 << 40), "5.0 TiB");
         assert_eq!(fmt_bytes_delta(-(1 << 20)), "-1.0 MiB");
         assert_eq!(fmt_bytes_delta(5), "+5 B");
         assert_eq!(fmt_bytes_delta(0), "0 B");
