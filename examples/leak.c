@@ -32,6 +32,9 @@ struct scratch {
     float samples[256 * 1024]; /* 1 MiB */
 };
 
+/* The model, kept for the whole run: its pointer stays in the program's memory to the end. */
+void *model;
+
 static void check(const char *what, cudaError_t err)
 {
     if (err != cudaSuccess) {
@@ -84,7 +87,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    void *model = load_model();
+    model = load_model();
     for (int f = 0; f < frames; f++) {
         render(f);
         frame_temp();

@@ -162,7 +162,7 @@ fn the_exit_walk_comes_before_the_teardown_frees_of_its_thread() {
         assert!(out.status.success(), "run {run}: {err}");
         assert!(err.contains("(exit): 200 allocations live, 200.0 MiB"), "run {run}: {err}");
         assert!(
-            err.contains("200 live (200.0 MiB) until the interpreter's teardown freed them, none freed at render"),
+            err.contains("200 live (200.0 MiB) until the interpreter's teardown freed them, the program freed none; allocated at render"),
             "run {run}: {err}"
         );
     }

@@ -48,8 +48,8 @@ enum Command {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<OsString>,
     },
-    /// Print a report for a person, as JSON, as folded stacks, as a flame graph (SVG) or as a
-    /// Perfetto trace.
+    /// Print a report for a person, or as JSON, folded stacks, a flame graph (SVG), a Perfetto
+    /// trace, one HTML page or a PyTorch memory snapshot (`--format`).
     Report {
         /// A report file (gpushim-PID.json, a snapshot or an out-of-memory report); `-` reads
         /// it from standard input. A directory shows the job view: every process's final

@@ -302,9 +302,6 @@ fn judge(site: &Track<'_>, run: u64, run_end: u64) -> Option<Suspect> {
     let steadiness = rises as f64 / SLICES as f64;
     let kept = g.live_count.min(site.alloc_count) as f64 / site.alloc_count.max(1) as f64;
     let score = ((kept + steadiness) / 2.0 * 1000.0).round() / 1000.0;
-    let by_program = site.free_count.saturating_sub(site.swept_count);
-    let freed =
-        if by_program == 0 { "none freed".to_string() } else { format!("{by_program} of {} freed", site.alloc_count) };
     // live_span > 0: there are at least MIN_LIVE distinct times.
     let secs = live_span as f64 / 1e9;
     let slope = site.grown as f64 / secs;
@@ -316,6 +313,14 @@ fn judge(site: &Track<'_>, run: u64, run_end: u64) -> Option<Suspect> {
         " until the interpreter's teardown freed them"
     } else {
         ""
+    };
+    // After "a teardown freed them", who freed the others is said: the program.
+    let by_program = site.free_count.saturating_sub(site.swept_count);
+    let freed = match (by_program, until.is_empty()) {
+        (0, true) => "none freed".to_string(),
+        (0, false) => "the program freed none".to_string(),
+        (n, true) => format!("{n} of {} freed", site.alloc_count),
+        (n, false) => format!("the program freed {n} of {}", site.alloc_count),
     };
     let across = if site.members.is_empty() {
         String::new()
@@ -586,7 +591,7 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].site, got[0].live_count, got[0].live_bytes), (1, 30, 30 * MIB));
         assert!(
-            got[0].reason.ends_with("30 live (30.0 MiB) until a context teardown freed them, none freed"),
+            got[0].reason.ends_with("30 live (30.0 MiB) until a context teardown freed them, the program freed none"),
             "{}",
             got[0].reason
         );

@@ -406,7 +406,8 @@ pub fn summary_lines(r: &Report, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "gpushim: no leak suspects")?;
     }
     for (i, s) in r.suspects.iter().take(3).enumerate() {
-        let mut at = suspect_headline(r, s).map(|h| format!(" at {h}")).unwrap_or_default();
+        // The reason ends in words ("none freed"): the place follows as its own clause.
+        let mut at = suspect_headline(r, s).map(|h| format!("; allocated at {h}")).unwrap_or_default();
         if s.threads > 1 {
             at += &format!(", from {} threads", s.threads);
         }
@@ -462,7 +463,7 @@ pub(crate) mod tests {
         assert_eq!(
             String::from_utf8(err).unwrap(),
             "gpushim: pid 1234 (exit): 10 allocations live, 10.0 MiB (device 10.0 MiB on GPU 0); peak 10.0 MiB\n\
-             gpushim: suspect #1 site 3: 10 allocations live (10.0 MiB), none freed at render_frame (app/target.c:42)\n\
+             gpushim: suspect #1 site 3: 10 allocations live (10.0 MiB), none freed; allocated at render_frame (app/target.c:42)\n\
              gpushim: report written to /o/gpushim-1234.json\n"
         );
     }
@@ -515,7 +516,7 @@ pub(crate) mod tests {
         summary(&r, std::path::Path::new("/o/g.json"), &mut err).unwrap();
         let err = String::from_utf8(err).unwrap();
         assert!(
-            err.contains("gpushim: suspect #1 site 1: 2 sites, 4 live (4.0 MiB) in all; the largest: +1.0 MiB per 500 ms over 1 s at worker_gemm (src/file.c:7) via cublasCreate_v2, from 100 threads; 2 sites: 1, 5\n"),
+            err.contains("gpushim: suspect #1 site 1: 2 sites, 4 live (4.0 MiB) in all; the largest: +1.0 MiB per 500 ms over 1 s; allocated at worker_gemm (src/file.c:7) via cublasCreate_v2, from 100 threads; 2 sites: 1, 5\n"),
             "{err}"
         );
         assert!(
