@@ -46,6 +46,40 @@
     app.append(s);
     return s;
   }
+
+  // ---- the glossary (collector/src/render/glossary.rs, the README's table) ----
+  const glossary = R.glossary || [];
+  const termByWord = new Map(glossary.map((t) => [t.word, t]));
+  // `shown` (the word itself unless given) with the word's meaning as its tooltip.
+  function term(word, shown) {
+    const t = termByWord.get(word);
+    if (!t) {
+      console.error("gpushim: no glossary word " + JSON.stringify(word));
+      return shown || word;
+    }
+    return el("abbr", { class: "term", title: t.meaning, tabindex: "0" }, shown || word);
+  }
+  // The glossary's marks as one pattern, longest first; a mark that starts or ends with a word
+  // character matches only as a whole word there ("reachable", not in "unreachable").
+  const marks = glossary.flatMap((t) => t.marks.map((m) => [m, t])).sort((a, b) => b[0].length - a[0].length);
+  const markOf = new Map(marks.map(([m, t]) => [m.toLowerCase(), t]));
+  const reEscape = (m) => m.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  const markRe = marks.length ? new RegExp(marks.map(([m]) =>
+    (/^\w/.test(m) ? "(?<!\\w)" : "") + reEscape(m) + (/\w$/.test(m) ? "(?!\\w)" : "")).join("|"), "gi") : null;
+  // `text` as a span in which every glossary mark is a term with its tooltip.
+  function explain(text) {
+    text = String(text);
+    const span = el("span");
+    let at = 0;
+    if (markRe) {
+      for (const m of text.matchAll(markRe)) {
+        span.append(text.slice(at, m.index), term(markOf.get(m[0].toLowerCase()).word, m[0]));
+        at = m.index + m[0].length;
+      }
+    }
+    span.append(text.slice(at));
+    return span;
+  }
   // The last two components of a path (as the text report shows it); the full path is the title.
   const short = (p) => p.split("/").slice(-2).join("/");
   function frameText(f) {
@@ -64,7 +98,7 @@
     let hidden = [];
     const flush = () => {
       if (!hidden.length) return;
-      const d = el("details", {}, el("summary", {}, hidden.length + " internal frame" + (hidden.length > 1 ? "s" : "")));
+      const d = el("details", {}, el("summary", {}, hidden.length + " ", term("internal frame", "internal frame" + (hidden.length > 1 ? "s" : ""))));
       const inner = el("ol", { class: "stack" });
       hidden.forEach((f) => inner.append(el("li", { class: "internal", title: f.file || f.module }, frameText(f))));
       d.append(inner);
@@ -87,14 +121,22 @@
     "pid " + R.pid + " \u00b7 " + what + " \u00b7 " + R.duration_s.toFixed(3) + " s" +
     (R.start_unix_ns ? " \u00b7 started " + new Date(R.start_unix_ns / 1e6).toISOString() : "")));
   const cards = el("div", { class: "cards", id: "totals" });
-  const card = (label, value, sub) => cards.append(el("div", { class: "card" }, el("b", {}, value), el("span", {}, label + (sub ? " \u00b7 " + sub : ""))));
-  card("live", bytes(R.totals.live_bytes), count(R.totals.live_count, "allocation"));
+  // A card: a value over its label (text or nodes) and an optional second line.
+  const card = (label, value, sub) => cards.append(el("div", { class: "card" }, el("b", {}, value),
+    el("span", {}, ...[].concat(label)), sub ? el("span", { class: "card-sub" }, sub) : null));
+  const live = term("live");
+  card([live], bytes(R.totals.live_bytes), count(R.totals.live_count, "allocation"));
   card("peak", bytes(R.totals.peak_live_bytes));
   for (const [k, t] of Object.entries(R.kinds)) {
-    if (t.peak_live_bytes) card(k.replace("_", " ") + " live", bytes(t.live_bytes), "peak " + bytes(t.peak_live_bytes));
+    const kind = k === "pinned_host" ? term("pinned_host", "pinned host") : k;
+    if (t.peak_live_bytes) card([kind, " ", term("live")], bytes(t.live_bytes), "peak " + bytes(t.peak_live_bytes));
   }
-  for (const d of R.devices) card("GPU " + d.ordinal + " live", bytes(d.live_bytes), "peak " + bytes(d.peak_live_bytes));
-  card("suspects", R.suspects.length);
+  for (const d of R.devices) card(["GPU " + d.ordinal + " ", term("live")], bytes(d.live_bytes), "peak " + bytes(d.peak_live_bytes));
+  // The driver's view of each GPU (NVML), when it was sampled: what no allocation call made.
+  for (const g of R.gpu_memory || []) {
+    if (g.untraced_bytes != null) card(["GPU " + g.ordinal + " ", term("untraced")], bytes(g.untraced_bytes), "the driver counts " + bytes(g.driver_bytes));
+  }
+  card([term("suspect", "suspects")], R.suspects.length);
   card("failed allocations", R.totals.failed_count);
   app.append(cards);
   // Owners, when the report has them: a per-site `owner`, and any per-GPU owners table.
@@ -104,8 +146,8 @@
   }
   if (owned.size) {
     const ow = el("div", { class: "cards", id: "owners" });
-    [...owned.entries()].sort((a, b) => b[1] - a[1]).forEach(([o, b]) => ow.append(el("div", { class: "card" }, el("b", {}, bytes(b)), el("span", {}, "owner " + o))));
-    app.append(el("h2", {}, "Owners"), ow);
+    [...owned.entries()].sort((a, b) => b[1] - a[1]).forEach(([o, b]) => ow.append(el("div", { class: "card" }, el("b", {}, bytes(b)), el("span", {}, explain(o)))));
+    app.append(el("h2", {}, term("owner, user code (direct calls)", "Owners"), " of the live memory"), ow);
   }
   if (Array.isArray(R.owners) && R.owners.length && typeof R.owners[0] === "object") {
     const keys = Object.keys(R.owners[0]);
@@ -113,7 +155,8 @@
     R.owners.forEach((row) => t.append(el("tr", {}, ...keys.map((k) => el("td", {}, typeof row[k] === "object" ? JSON.stringify(row[k]) : row[k])))));
     app.append(t);
   }
-  if (R.notes.length) app.append(el("ul", { class: "notes" }, ...R.notes.map((n) => el("li", {}, n))));
+  const notes = R.notes.concat(R.findings || []);
+  if (notes.length) app.append(el("ul", { class: "notes" }, ...notes.map((n) => el("li", {}, explain(n)))));
 
   // ---- live bytes over time ----
   const chartSec = section("Live bytes over time", "timeline");
@@ -154,7 +197,7 @@
   if (R.reason === "snapshot" || R.reason === "oom") markers.push(R.duration_s);
   if (xs.length) {
     const plot = new uPlot({
-      width: Math.max(400, chartBox.clientWidth || 1000),
+      width: chartBox.clientWidth || 960,
       height: 320,
       scales: { x: { time: false } },
       axes: [{ label: "seconds after the first event" }, { size: 80, splits: binarySplits, values: (u, vals) => vals.map((v) => bytes(v).replace(".0 ", " ")) }],
@@ -180,6 +223,10 @@
         }],
       },
     }, data, chartBox);
+    // As wide as its box, as the flame graph.
+    new ResizeObserver(() => {
+      if (chartBox.clientWidth > 0 && chartBox.clientWidth !== plot.width) plot.setSize({ width: chartBox.clientWidth, height: 320 });
+    }).observe(chartBox);
     window.gpushimChart = plot;
   } else {
     chartBox.append("No timeline in this report.");
@@ -191,7 +238,7 @@
   const internal = el("input", { type: "checkbox", id: "flame-internal" });
   const search = el("input", { type: "search", id: "flame-search", placeholder: "search function or file" });
   const reset = el("button", { id: "flame-reset" }, "reset zoom");
-  flameSec.append(el("div", { class: "controls" }, el("label", {}, "width: ", weight), el("label", {}, internal, " show internal frames"), search, reset));
+  flameSec.append(el("div", { class: "controls" }, el("label", {}, "width: ", weight), el("label", {}, internal, " show ", term("internal frame", "internal frames")), search, reset));
   flameSec.append(el("div", { class: "sub" }, "Click a frame to zoom in; outermost frame at the bottom."));
   const details = el("div", { id: "flame-details" });
   const flameBox = el("div", { id: "flame" });
@@ -221,9 +268,12 @@
     }
     return root;
   }
+  // The graph is as wide as its box: laid out at the box's width now, and again whenever the box
+  // changes width (a resized window, a scroll bar that comes or goes), zoom kept.
+  const cellHeight = 20;
   const flame = flamegraph()
-    .width(Math.max(400, flameBox.clientWidth || 1000))
-    .cellHeight(18)
+    .width(flameBox.clientWidth || 960)
+    .cellHeight(cellHeight)
     .minFrameSize(2)
     .transitionDuration(0)
     .label((d) => d.data.name + (d.data.file ? " (" + d.data.file + ")" : "") + ": " + bytes(d.value))
@@ -232,26 +282,53 @@
     .setSearchHandler((found, sum, total) => {
       details.textContent = found.length ? "search: " + found.length + " frames, " + bytes(sum) + " of " + bytes(total) : "";
     });
-  const draw = () => flame.update(tree(weight.value, internal.checked));
-  d3.select(flameBox).datum(tree("live_bytes", false)).call(flame);
+  // Rows of a tree: its deepest frame's depth, the root's row included.
+  const rows = (node) => 1 + Math.max(0, ...node.children.map(rows));
+  // The graph as high as its rows (the library leaves three empty rows above them otherwise).
+  function fit(root) {
+    const h = rows(root) * cellHeight;
+    flame.height(h);
+    const svg = flameBox.querySelector("svg");
+    if (svg) svg.setAttribute("height", h);
+  }
+  const draw = () => gpushimAtOnce(() => {
+    const root = tree(weight.value, internal.checked);
+    fit(root);
+    flame.update(root);
+  });
+  gpushimAtOnce(() => {
+    const root = tree("live_bytes", false);
+    fit(root);
+    d3.select(flameBox).datum(root).call(flame);
+  });
   weight.addEventListener("change", draw);
   internal.addEventListener("change", draw);
-  search.addEventListener("input", () => (search.value ? flame.search(search.value) : flame.clear()));
-  reset.addEventListener("click", () => flame.resetZoom());
+  search.addEventListener("input", () => gpushimAtOnce(() => (search.value ? flame.search(search.value) : flame.clear())));
+  reset.addEventListener("click", () => gpushimAtOnce(() => flame.resetZoom()));
+  let flameWidth = flame.width();
+  new ResizeObserver(() => {
+    const w = flameBox.clientWidth;
+    if (w > 0 && w !== flameWidth) {
+      flameWidth = w;
+      gpushimAtOnce(() => flame.width(w).update());
+    }
+  }).observe(flameBox);
   window.gpushimFlame = flame;
 
   // ---- suspects ----
   const susSec = section("Leak suspects (" + R.suspects.length + ")", "suspects");
+  susSec.querySelector("h2").replaceChildren("Leak ", term("suspect", "suspects"), " (" + R.suspects.length + ")");
   if (!R.suspects.length) susSec.append(el("p", {}, "No site's live bytes kept rising."));
   R.suspects.forEach((sp, k) => {
     const s = sitesById.get(sp.site);
     const box = el("div", { class: "suspect" });
-    box.append(el("div", {}, el("b", {}, "#" + (k + 1) + " " + (s ? s.label : "site " + sp.site)), " \u2014 " + bytes(sp.live_bytes) + " live in " + count(sp.live_count, "allocation") + ", score " + sp.score));
-    box.append(el("div", { class: "reason" }, sp.reason));
+    box.append(el("div", {}, el("b", {}, "#" + (k + 1) + " " + (s ? s.label : "site " + sp.site)),
+      " \u2014 " + bytes(sp.live_bytes) + " ", term("live"), " in " + count(sp.live_count, "allocation") + ", ", term("score"), " " + sp.score));
+    box.append(el("div", { class: "reason" }, explain(sp.reason)));
     if (s) box.append(stackList(s.frames));
     const h = holdersBySite.get(sp.site);
     if (h && h.holders.length) {
-      box.append(el("div", { class: "holders" }, "Held by:", el("ul", {}, ...h.holders.map((l) => el("li", {}, l.text)))));
+      box.append(el("div", { class: "holders" }, term("holders, held by:", "Held by:"), el("ul", {}, ...h.holders.map((l) => el("li", {}, explain(l.text))))));
     }
     susSec.append(box);
   });
@@ -269,7 +346,7 @@
   const head = el("tr");
   const body = el("tbody");
   let order = { key: "live_bytes", desc: true };
-  const fmt = (key, v) => (/bytes$/.test(key) ? bytes(v) : v);
+  const fmt = (key, v) => (/bytes$/.test(key) ? bytes(v) : key === "kind" || key === "owner" ? explain(v == null ? "" : v) : v);
   function fill() {
     const rows = R.sites.slice().sort((a, b) => {
       const x = a[order.key], y = b[order.key];
@@ -279,7 +356,9 @@
     body.replaceChildren(...rows.map((s) => el("tr", {}, ...cols.map(([k, , num]) => el("td", { class: num ? "num" : "" }, fmt(k, s[k]))))));
   }
   cols.forEach(([k, label, num]) => {
-    const th = el("th", { class: num ? "num" : "", "data-key": k }, label);
+    // Headers that are glossary words carry its tooltip.
+    const word = { id: "site", live_bytes: "live", owner: "owner, user code (direct calls)" }[k];
+    const th = el("th", { class: num ? "num" : "", "data-key": k }, word ? term(word, label) : label);
     th.addEventListener("click", () => {
       order = { key: k, desc: order.key === k ? !order.desc : num };
       fill();
@@ -289,4 +368,8 @@
   table.append(el("thead", {}, head), body);
   siteSec.append(table);
   fill();
+
+  // ---- the words of this page ----
+  const words = section("Words on this page", "glossary");
+  words.append(el("dl", { class: "glossary" }, ...glossary.flatMap((t) => [el("dt", {}, t.word), el("dd", {}, t.meaning)])));
 })();

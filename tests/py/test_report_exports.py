@@ -12,7 +12,9 @@ import json
 import os
 import pickle
 import shutil
+import struct
 import subprocess
+import zlib
 from pathlib import Path
 
 import pytest
@@ -214,9 +216,6 @@ def test_html_report_in_a_browser(demo, tmp_path):
             "r => r.getBoundingClientRect().width > w)",
             arg=flame["width"] * 0.8,
         )
-        # The README's picture (docs/images/html-report.png is a copy of it).
-        page.screenshot(path=str(TARGET / "html-report.png"), full_page=True)
-
         # Search highlights the matching frames and sums their bytes.
         page.fill("#flame-search", "leak.c")
         page.wait_for_function("() => document.getElementById('flame-details').textContent.includes('of 232.0 MiB')")
@@ -240,3 +239,144 @@ def test_html_report_in_a_browser(demo, tmp_path):
         browser.close()
     assert errors == []
     assert requests == []
+
+
+# ---- the page's layout at two widths, checked by measure and by pixels ----
+
+
+def png_rgb(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Width, height and rows (3 bytes a pixel) of an 8-bit RGB or RGBA PNG, as Chromium writes
+    its screenshots (not interlaced)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, head = 8, b"", None
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + n]
+        pos += 12 + n
+        if kind == b"IHDR":
+            head = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+    assert head is not None
+    w, h, depth, color, _, _, interlace = head
+    assert depth == 8 and color in (2, 6) and interlace == 0, head
+    bpp = 3 if color == 2 else 4
+    raw, stride, rows, prev = zlib.decompress(idat), w * bpp, [], bytearray(w * bpp)
+    for y in range(h):
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        prev = line
+        rows.append(bytes(line) if bpp == 3 else bytes(v for k, v in enumerate(line) if k % 4 != 3))
+    return w, h, rows
+
+
+def pixels(page, box) -> list[tuple[int, int, int]]:
+    """The pixels of the page inside `box` (a bounding box), row by row."""
+    w, _, rows = png_rgb(page.screenshot(clip=box))
+    return [tuple(r[3 * x : 3 * x + 3]) for r in rows for x in range(w)]
+
+
+def near(p, hex_color: str, tol: int = 40) -> bool:
+    want = bytes.fromhex(hex_color.lstrip("#"))
+    return all(abs(a - b) <= tol for a, b in zip(p, want, strict=True))
+
+
+# The flame graph's box (its content, inside the border) and the union of its frames' rectangles.
+FLAME_GEOMETRY = """() => {
+  const box = document.getElementById("flame");
+  const b = box.getBoundingClientRect();
+  const left = b.left + box.clientLeft;
+  const rects = [...box.querySelectorAll("svg g.frame rect")].map((r) => r.getBoundingClientRect());
+  const root = box.querySelector('svg g.frame[name="all"] rect').getBoundingClientRect();
+  return {box: [left, left + box.clientWidth], rects: [Math.min(...rects.map((r) => r.left)),
+          Math.max(...rects.map((r) => r.right))], root: root.width, frames: rects.length,
+          page: [document.documentElement.scrollWidth, document.documentElement.clientWidth]};
+}"""
+# The frames lie inside the box and the outermost one spans it.
+FLAME_FITS = (
+    "() => { const g = (" + FLAME_GEOMETRY + ")(); return g.rects[0] >= g.box[0] - 0.5 && g.rects[1] <= g.box[1] + 0.5"
+    " && Math.abs(g.root - (g.box[1] - g.box[0])) <= 1; }"
+)
+
+
+def test_html_report_layout_and_pixels_at_1000_and_1920_px(demo, tmp_path):
+    """The flame graph is laid out to its box when the page has loaded and after a resize, at
+    1000 and 1920 px, with the vertical scroll bar a desktop browser shows; the flame graph and
+    the chart's legend are drawn (checked by the screenshot's pixels). With PAGE_SCREENSHOTS
+    set to a directory (scripts/screenshots.sh: docs/images), the page's screenshots are written
+    there as report-1000.png and report-1920.png."""
+    exe = chromium()
+    from playwright.sync_api import sync_playwright
+
+    path, _ = demo
+    html = export(path, "html", tmp_path / "report.html")
+    shots = Path(os.environ.get("PAGE_SCREENSHOTS") or tmp_path)
+    errors = []
+    with sync_playwright() as p:
+        # Playwright hides scroll bars by default; a desktop browser's takes room from the page.
+        browser = p.chromium.launch(
+            executable_path=exe, args=["--no-sandbox"], ignore_default_args=["--hide-scrollbars"]
+        )
+        for width in (1000, 1920):
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(html.as_uri())
+            page.wait_for_load_state("load")
+            # At load, with no animation frame waited for: laid out, inside its box.
+            g = page.evaluate(FLAME_GEOMETRY)
+            print(width, "px:", g)
+            left, right = g["box"]
+            assert g["frames"] == 4, g  # all, main, render, load_model
+            assert g["page"][0] <= g["page"][1], f"the page overflows sideways: {g}"
+            assert left - 0.5 <= g["rects"][0] and g["rects"][1] <= right + 0.5, g
+            assert abs(g["root"] - (right - left)) <= 1, g
+            assert (right - left) >= (width - 60 if width < 1400 else 1390), g
+
+            # The flame graph by its pixels: frames are drawn in warm colours over the whole box's
+            # width (render's 200 of 232 MiB from the left, load_model's 32 to the right).
+            box = page.locator("#flame svg").bounding_box()
+            px = pixels(page, box)
+            bw = round(box["width"])
+            warm = [i for i, c in enumerate(px) if c[0] > 180 and c[0] - c[2] > 60]
+            assert len(warm) > 0.6 * len(px), (len(warm), len(px))
+            cols = {i % bw for i in warm}
+            assert {0, 1, bw - 2, bw - 1} & cols and len(cols) > 0.98 * bw, (len(cols), bw)
+            # The legend by its pixels: text, and each line's colour in its marker.
+            px = pixels(page, page.locator(".u-legend").bounding_box())
+            assert sum(max(c) < 100 for c in px) > 300, "legend text"
+            for colour in ("#1f77b4", "#2ca02c"):  # device (GPU 0), #1 render
+                assert sum(near(c, colour) for c in px) >= 10, colour
+
+            # Every glossary word the page marks has its meaning as a tooltip (README's table).
+            terms = page.evaluate(
+                "() => [...document.querySelectorAll('abbr.term')].map((a) => [a.textContent, a.title])"
+            )
+            meaning = dict(terms)
+            assert meaning["score"].startswith("0 to 1: the mean of the share of its allocations never freed")
+            assert meaning["definitely lost"].startswith("no pointer to the allocation is left")
+            assert meaning["user code (direct calls)"].startswith("the allocator or library whose frames")
+            assert all(t for _, t in terms), terms
+            page.screenshot(path=str(shots / f"report-{width}.png"), full_page=True)
+
+            # Resized to the other width, the graph follows its box.
+            other = 1920 if width == 1000 else 1000
+            page.set_viewport_size({"width": other, "height": 900})
+            page.wait_for_function(FLAME_FITS)
+            g = page.evaluate(FLAME_GEOMETRY)
+            assert g["page"][0] <= g["page"][1], g
+            page.close()
+        browser.close()
+    assert errors == []

@@ -27,6 +27,7 @@ const UPLOT_JS: &str = include_str!("../../assets/vendor/uplot/uPlot.iife.min.js
 const UPLOT_CSS: &str = include_str!("../../assets/vendor/uplot/uPlot.min.css");
 const D3_SELECTION_JS: &str = include_str!("../../assets/vendor/d3-selection/d3-selection.min.js");
 const FLAME_JS: &str = include_str!("../../assets/vendor/d3-flame-graph/d3-flamegraph.min.js");
+const FRAMES_JS: &str = include_str!("../../assets/frames.js");
 const FLAME_CSS: &str = include_str!("../../assets/vendor/d3-flame-graph/d3-flamegraph.css");
 const PAGE_CSS: &str = include_str!("../../assets/page.css");
 const REPORT_JS: &str = include_str!("../../assets/report.js");
@@ -69,8 +70,8 @@ pub fn downsample(t: &Timeline) -> Timeline {
 
 /// The data block of a report's page: the report itself (whatever fields it has, owners
 /// included) with the timeline cut, series kept only for the charted suspects, the live
-/// allocations list left out, a `label` (first user frame) per site, and the heap walk's
-/// holders when there was one.
+/// allocations list left out, a `label` (first user frame) per site, the heap walk's holders
+/// when there was one, and the glossary ([`super::glossary::page_terms`]) for the page's tooltips.
 pub fn page_data(r: &Report) -> Value {
     let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
     let charted: Vec<u32> = r.suspects.iter().take(CHART_SUSPECTS).map(|s| s.site).collect();
@@ -78,6 +79,7 @@ pub fn page_data(r: &Report) -> Value {
         o.remove("allocations");
         o.insert("timeline".into(), serde_json::to_value(downsample(&r.timeline)).unwrap_or(Value::Null));
         o.insert("program".into(), Value::String(shell_words(&r.command)));
+        o.insert("glossary".into(), super::glossary::page_terms());
         if let Some(h) = &r.holders {
             o.insert("holders".into(), serde_json::to_value(h).unwrap_or(Value::Null));
         }
@@ -115,7 +117,7 @@ fn page(out: &mut dyn Write, title: &str, data: &Value, script: &str) -> io::Res
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{}</title>\n<style>\n{UPLOT_CSS}\n{FLAME_CSS}\n{PAGE_CSS}\n</style>\n</head>\n<body>\n\
          <main id=\"app\"></main>\n\
-         <script>\n{UPLOT_JS}\n</script>\n<script>\n{D3_SELECTION_JS}\n</script>\n<script>\n{FLAME_JS}\n</script>\n\
+         <script>\n{UPLOT_JS}\n</script>\n<script>\n{D3_SELECTION_JS}\n</script>\n<script>\n{FRAMES_JS}\n</script>\n<script>\n{FLAME_JS}\n</script>\n\
          <script type=\"application/json\" id=\"data\">{json}</script>\n<script>\n{script}\n</script>\n</body>\n</html>\n",
         escape(title)
     )
@@ -172,6 +174,7 @@ mod tests {
         assert!(data["sites"][0]["frames"][0].get("address").is_none());
         assert_eq!(data["suspects"][0]["site"], 1);
         assert_eq!(data["timeline"]["points"].as_array().unwrap().len(), 3);
+        assert_eq!(data["glossary"], super::super::glossary::page_terms());
     }
 
     #[test]

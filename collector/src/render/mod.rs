@@ -7,6 +7,7 @@
 
 pub mod folded;
 pub mod format;
+pub mod glossary;
 pub mod html;
 pub mod json;
 pub mod perfetto;

@@ -1,0 +1,151 @@
+//! The words a report uses that a newcomer may not know, each with what it means: one table for
+//! the README's "Reading the report" (a test keeps its copy equal to [`markdown`]) and the HTML
+//! page, whose tooltips and "Words on this page" list are made from it ([`page_terms`]).
+
+use serde_json::{json, Value};
+
+/// One word of the glossary.
+pub struct Term {
+    /// The word as the README's table shows it (Markdown: code in backticks).
+    pub word: &'static str,
+    /// What it means (Markdown).
+    pub meaning: &'static str,
+    /// Where the page marks the word in its text (reasons, notes, holders, owners): the phrases
+    /// it finds there as whole words, matched case-insensitively. Empty: the page marks the word
+    /// only where it places it itself (a heading, a column, a number's label).
+    pub marks: &'static [&'static str],
+}
+
+/// The glossary, in the README's order.
+pub const GLOSSARY: &[Term] = &[
+    Term {
+        word: "site",
+        meaning: "one place in the code that allocates: every allocation made with the same stack (`site 3` is its number in the report)",
+        marks: &[],
+    },
+    Term {
+        word: "suspect",
+        meaning: "a site whose live memory kept growing (or that holds memory no pointer reaches), most likely first",
+        marks: &[],
+    },
+    Term {
+        word: "score",
+        meaning: "0 to 1: the mean of the share of its allocations never freed and the share of the run its live memory kept rising",
+        marks: &[],
+    },
+    Term {
+        word: "\"across 2 sites of one line\"",
+        meaning: "one source line reached by several stacks (a loop's first call and the later ones); the numbers after it are those sites",
+        marks: &["sites of one line"],
+    },
+    Term { word: "live", meaning: "allocated and not freed at that moment", marks: &[] },
+    Term {
+        word: "pinned_host",
+        meaning: "host memory the GPU can reach directly (`cudaHostAlloc`, a DataLoader's `pin_memory`)",
+        marks: &["pinned_host", "pinned host"],
+    },
+    Term {
+        word: "definitely lost",
+        meaning: "no pointer to the allocation is left anywhere in the program's memory: nothing can free it any more",
+        marks: &["definitely lost"],
+    },
+    Term {
+        word: "indirectly lost",
+        meaning: "the only pointers to it are in heap blocks that are themselves lost",
+        marks: &["indirectly lost"],
+    },
+    Term {
+        word: "possibly lost",
+        meaning: "a pointer to it may be in memory the scan could not trust (a library's own block, a stack it could not bound); it may still be freed",
+        marks: &["possibly lost"],
+    },
+    Term {
+        word: "reachable",
+        meaning: "a pointer to it is still in the program's memory: something keeps it (the holders say what, in Python)",
+        marks: &["reachable"],
+    },
+    Term {
+        word: "heap walk",
+        meaning: "a look, at the snapshot or at exit, through the Python objects of the program for those that own GPU memory",
+        marks: &["heap walk"],
+    },
+    Term {
+        word: "holders, `held by:`",
+        meaning: "the Python objects that keep a site's memory, with the shortest chain of references from a global or a frame: `train.py global 'history' → list[*] → 200 objects`; `[*]` means any index of that list (one line for all its items)",
+        marks: &["held by", "[*]"],
+    },
+    Term {
+        word: "the interpreter's teardown",
+        meaning: "what Python frees as the program exits, after your code has finished",
+        marks: &["interpreter's teardown"],
+    },
+    Term {
+        word: "owner, `user code (direct calls)`",
+        meaning: "the allocator or library whose frames made a site's allocations (`PyTorch caching allocator`, `cuBLAS`, …); `user code (direct calls)` when none matches: the program called CUDA itself",
+        marks: &["user code (direct calls)"],
+    },
+    Term {
+        word: "internal frame",
+        meaning: "a frame of the CUDA runtime, the driver or a framework's allocator: folded away, so that a site is named by its first frame of your code",
+        marks: &["internal frame", "internal frames"],
+    },
+    Term {
+        word: "untraced",
+        meaning: "GPU memory the driver counts for the process that no allocation call made (the CUDA context, loaded kernel modules): not in the live set",
+        marks: &["untraced"],
+    },
+];
+
+/// The glossary as the README's Markdown table, header included, one line each (the test that
+/// keeps the README's copy equal is its only user).
+#[cfg(test)]
+fn markdown() -> String {
+    let mut s = String::from("| word | what it means |\n|---|---|\n");
+    for t in GLOSSARY {
+        s.push_str(&format!("| {} | {} |\n", t.word, t.meaning));
+    }
+    s
+}
+
+/// The glossary for the page: `word` and `meaning` in plain text (the Markdown's backticks
+/// dropped) and the phrases to mark.
+pub fn page_terms() -> Value {
+    let plain = |s: &str| s.replace('`', "");
+    Value::Array(
+        GLOSSARY
+            .iter()
+            .map(|t| json!({ "word": plain(t.word), "meaning": plain(t.meaning), "marks": t.marks }))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readme_holds_the_glossary_as_it_is_here() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+        let readme = std::fs::read_to_string(path).unwrap();
+        let start = readme.find("| word | what it means |").expect("the README's glossary table");
+        let end = readme[start..].find("\n\n").map_or(readme.len(), |e| start + e + 1);
+        assert_eq!(
+            &readme[start..end],
+            markdown(),
+            "README.md's glossary differs from collector/src/render/glossary.rs: copy markdown()'s table there"
+        );
+    }
+
+    #[test]
+    fn page_terms_are_plain_text_and_every_mark_is_a_phrase() {
+        let terms = page_terms();
+        let terms = terms.as_array().unwrap();
+        assert_eq!(terms.len(), GLOSSARY.len());
+        for t in terms {
+            assert!(!t["word"].as_str().unwrap().contains('`') && !t["meaning"].as_str().unwrap().contains('`'));
+            assert!(t["marks"].as_array().unwrap().iter().all(|m| !m.as_str().unwrap().trim().is_empty()));
+        }
+        assert_eq!(terms[2]["word"], "score");
+        assert!(terms[2]["meaning"].as_str().unwrap().starts_with("0 to 1: the mean"));
+    }
+}
