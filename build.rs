@@ -24,6 +24,11 @@
 //! - `libcublas.so.13`       tests/programs/fakecublas.c: a vendor library's stand-in (cublasCreate_v2)
 //! - `threads`               tests/programs/threads.c linked to libcublas.so.13 (threads and vendor frames)
 //! - `libc10_cuda.so`        tests/programs/fakec10.c: PyTorch's caching allocator library's stand-in
+//! - `leak.py`               a copy of examples/leak.py (run by `gpushim demo` beside `leak_example`)
+//!
+//! It also makes `standins` in the profile's output directory (`target/release/standins`,
+//! beside the `gpushim` executable) a symbolic link to that directory: `gpushim demo` finds the
+//! stand-ins there, and a person can name them in `LD_LIBRARY_PATH` by that one path.
 
 use std::env;
 use std::ffi::OsString;
@@ -136,6 +141,7 @@ fn main() {
         "tests/programs/fakec10.c",
         "tests/programs/threads.c",
         "examples/leak.c",
+        "examples/leak.py",
     ]
     .iter()
     .chain(TARGET_SOURCES)
@@ -301,8 +307,40 @@ fn main() {
     a.extend(os(RUNPATH_ORIGIN));
     ctx.cc("threads", &a);
 
+    // The Python example beside the C one, for `gpushim demo`.
+    let tmp = ctx.out.join(".leak.py.tmp");
+    fs::copy(ctx.root.join("examples/leak.py"), &tmp).unwrap_or_else(|e| panic!("copying examples/leak.py: {e}"));
+    fs::rename(&tmp, ctx.out.join("leak.py")).unwrap_or_else(|e| panic!("renaming leak.py into place: {e}"));
+
     println!("cargo:rustc-env=GPUSHIM_STANDINS={}", ctx.out.display());
     check_path(&ctx.out);
+    link_beside_the_executables(&ctx.out);
+}
+
+/// Makes `PROFILE_DIR/standins` a symbolic link to `dir` (this build's stand-ins), where
+/// `PROFILE_DIR` is the directory cargo puts this profile's executables in (`target/release`:
+/// `OUT_DIR` is `PROFILE_DIR/build/gpushim-tests-HASH/out`). The link is replaced in one
+/// rename, so it always names the stand-ins built last for this profile. Anything other than a
+/// symbolic link already there is left alone, with a warning.
+fn link_beside_the_executables(dir: &Path) {
+    let out = dir.parent().expect("OUT_DIR/standins");
+    let profile = match out.ancestors().nth(3) {
+        Some(p) if out.ancestors().nth(2).and_then(Path::file_name) == Some("build".as_ref()) => p,
+        _ => {
+            println!("cargo:warning=OUT_DIR {} is not PROFILE/build/PKG/out: no PROFILE/standins link", out.display());
+            return;
+        }
+    };
+    let link = profile.join("standins");
+    if fs::symlink_metadata(&link).is_ok_and(|m| !m.file_type().is_symlink()) {
+        println!("cargo:warning={} is not a symbolic link: left as it is", link.display());
+        return;
+    }
+    let tmp = profile.join(".standins.tmp");
+    let _ = fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(dir, &tmp)
+        .unwrap_or_else(|e| panic!("linking {} to {}: {e}", tmp.display(), dir.display()));
+    fs::rename(&tmp, &link).unwrap_or_else(|e| panic!("renaming {} to {}: {e}", tmp.display(), link.display()));
 }
 
 /// The directory is baked into the test binary; make sure it is usable text.
