@@ -24,6 +24,11 @@
 //! - `libcublas.so.13`       tests/programs/fakecublas.c: a vendor library's stand-in (cublasCreate_v2)
 //! - `threads`               tests/programs/threads.c linked to libcublas.so.13 (threads and vendor frames)
 //! - `libc10_cuda.so`        tests/programs/fakec10.c: PyTorch's caching allocator library's stand-in
+//! - `leak.py`               a copy of examples/leak.py (run by `gpushim demo` beside `leak_example`)
+//!
+//! It also makes `standins` in the profile's output directory (`target/release/standins`,
+//! beside the `gpushim` executable) a symbolic link to that directory: `gpushim demo` finds the
+//! stand-ins there, and a person can name them in `LD_LIBRARY_PATH` by that one path.
 
 use std::env;
 use std::ffi::OsString;
@@ -136,12 +141,18 @@ fn main() {
         "tests/programs/fakec10.c",
         "tests/programs/threads.c",
         "examples/leak.c",
+        "examples/leak.py",
     ]
     .iter()
     .chain(TARGET_SOURCES)
     {
         println!("cargo:rerun-if-changed={src}");
     }
+
+    // Set by the wheel's build: only what `gpushim demo` runs (libcuda.so.1, libcudart.so.13,
+    // leak_example, leak.py), so that its compiler (zig, for glibc 2.28) builds nothing else.
+    println!("cargo:rerun-if-env-changed=GPUSHIM_STANDINS_DEMO_ONLY");
+    let demo_only = env::var_os("GPUSHIM_STANDINS_DEMO_ONLY").is_some_and(|v| v == "1");
 
     let build = cc::Build::new();
     let compiler = build.try_get_compiler().unwrap_or_else(|e| panic!("no C compiler: {e}"));
@@ -160,12 +171,6 @@ fn main() {
     a.extend(os(&["-lpthread"]));
     ctx.cc("libcuda.so.1", &a);
 
-    // NVML stand-in: libnvidia-ml.so.1, loaded by the collector (GPUSHIM_NVML_LIB in tests).
-    let mut a = os(LIBRARY);
-    a.extend(os(&["-shared", "-Wl,-soname,libnvidia-ml.so.1"]));
-    a.push(ctx.src("standins/nvml.c"));
-    ctx.cc("libnvidia-ml.so.1", &a);
-
     // Runtime stand-in: one object, linked shared and archived static.
     let mut a = os(LIBRARY);
     a.push("-c".into());
@@ -176,7 +181,8 @@ fn main() {
     // Two runtimes from the one object, each with its soname as the version of its symbols, as
     // NVIDIA's are (`cudaMalloc@@libcudart.so.12`): a library linked to one binds to it even when
     // the other is in the global scope.
-    for soname in ["libcudart.so.13", "libcudart.so.12"] {
+    let runtimes: &[&str] = if demo_only { &["libcudart.so.13"] } else { &["libcudart.so.13", "libcudart.so.12"] };
+    for &soname in runtimes {
         let script = ctx.out.join(format!("{soname}.map"));
         fs::write(&script, format!("{soname} {{ global: *; }};\n"))
             .unwrap_or_else(|e| panic!("writing {}: {e}", script.display()));
@@ -190,83 +196,6 @@ fn main() {
         ctx.cc(soname, &a);
     }
 
-    let archive_tmp = ctx.out.join(".libcudart_static.a.tmp");
-    let _ = fs::remove_file(&archive_tmp);
-    let mut ar = build.get_archiver();
-    ar.arg("crs").arg(&archive_tmp).arg(&cudart_o);
-    run(&mut ar, "libcudart_static.a");
-    fs::rename(&archive_tmp, ctx.out.join("libcudart_static.a"))
-        .unwrap_or_else(|e| panic!("renaming libcudart_static.a into place: {e}"));
-
-    // Test programs.
-    let mut a = os(PROGRAM);
-    a.extend(TARGET_SOURCES.iter().map(|s| ctx.src(s)));
-    a.push(ctx.lib_dir());
-    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-lpthread"]));
-    a.extend(os(RUNPATH_ORIGIN));
-    ctx.cc("target_dynamic", &a);
-
-    let mut a = os(PROGRAM);
-    a.extend(TARGET_SOURCES.iter().map(|s| ctx.src(s)));
-    a.push(ctx.out.join("libcudart_static.a").into_os_string());
-    a.extend(os(&["-ldl", "-lpthread"]));
-    a.extend(os(RUNPATH_ORIGIN));
-    ctx.cc("target_static", &a);
-
-    let mut a = os(PROGRAM);
-    a.push(ctx.src("tests/programs/driver_dlsym.c"));
-    a.push("-ldl".into());
-    a.extend(os(RUNPATH_ORIGIN));
-    ctx.cc("driver_dlsym", &a);
-
-    let mut a = os(LIBRARY);
-    a.extend(os(&["-shared", "-Wl,-soname,librtldnext.so"]));
-    a.push(ctx.src("tests/programs/rtldnext.c"));
-    a.push("-ldl".into());
-    ctx.cc("librtldnext.so", &a);
-
-    let mut a = os(PROGRAM);
-    a.push(ctx.src("tests/programs/hostile.c"));
-    a.push(ctx.lib_dir());
-    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-ldl", "-lpthread"]));
-    a.extend(os(RUNPATH_ORIGIN));
-    ctx.cc("hostile", &a);
-
-    let mut a = os(PROGRAM);
-    a.push(ctx.src("tests/programs/reach.c"));
-    a.push(ctx.lib_dir());
-    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-lpthread", "-ldl"]));
-    a.extend(os(RUNPATH_ORIGIN));
-    ctx.cc("reach", &a);
-
-    for (user, runtime) in [("libcudauser.so", "libcudart.so.13"), ("libcudauser12.so", "libcudart.so.12")] {
-        let mut a = os(LIBRARY);
-        a.extend(os(&["-shared", &format!("-Wl,-soname,{user}")]));
-        a.push(ctx.src("tests/programs/cudauser.c"));
-        a.push(ctx.lib_dir());
-        a.extend(os(&["-Wl,--no-as-needed", &format!("-l:{runtime}")]));
-        a.extend(os(RUNPATH_ORIGIN));
-        ctx.cc(user, &a);
-    }
-
-    let mut a = os(LIBRARY);
-    a.extend(os(&["-shared", "-Wl,-soname,libloaderspy.so"]));
-    a.push(ctx.src("tests/programs/loaderspy.c"));
-    a.push("-ldl".into());
-    // Its dlopen calls search its own RUNPATH: the stand-ins' directory.
-    a.extend(os(RUNPATH_ORIGIN));
-    ctx.cc("libloaderspy.so", &a);
-
-    let mut a = os(PROGRAM);
-    a.push(ctx.src("tests/programs/nocuda.c"));
-    a.push("-ldl".into());
-    ctx.cc("nocuda", &a);
-
-    let mut a = os(PROGRAM);
-    a.push(ctx.src("tests/programs/localrt.c"));
-    a.push("-ldl".into());
-    ctx.cc("localrt", &a);
-
     // The example, built against the stand-in runtime.
     let mut a = os(PROGRAM);
     a.push("-DGPUSHIM_STANDIN".into());
@@ -276,33 +205,151 @@ fn main() {
     a.extend(os(RUNPATH_ORIGIN));
     ctx.cc("leak_example", &a);
 
-    // A vendor library's stand-in, named as cuBLAS is, and the threads that call it.
-    let mut a = os(LIBRARY);
-    a.extend(os(&["-shared", "-Wl,-soname,libcublas.so.13"]));
-    a.push(ctx.src("tests/programs/fakecublas.c"));
-    a.push(ctx.lib_dir());
-    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
-    a.extend(os(RUNPATH_ORIGIN));
-    ctx.cc("libcublas.so.13", &a);
+    // The rest is for the tests; the wheel's build (python/gpushim_build.py) needs none of it.
+    if !demo_only {
+        // NVML stand-in: libnvidia-ml.so.1, loaded by the collector (GPUSHIM_NVML_LIB in tests).
+        let mut a = os(LIBRARY);
+        a.extend(os(&["-shared", "-Wl,-soname,libnvidia-ml.so.1"]));
+        a.push(ctx.src("standins/nvml.c"));
+        ctx.cc("libnvidia-ml.so.1", &a);
 
-    // PyTorch's caching allocator library's stand-in (its segment allocations).
-    let mut a = os(LIBRARY);
-    a.extend(os(&["-shared", "-Wl,-soname,libc10_cuda.so"]));
-    a.push(ctx.src("tests/programs/fakec10.c"));
-    a.push(ctx.lib_dir());
-    a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
-    a.extend(os(RUNPATH_ORIGIN));
-    ctx.cc("libc10_cuda.so", &a);
+        let archive_tmp = ctx.out.join(".libcudart_static.a.tmp");
+        let _ = fs::remove_file(&archive_tmp);
+        let mut ar = build.get_archiver();
+        ar.arg("crs").arg(&archive_tmp).arg(&cudart_o);
+        run(&mut ar, "libcudart_static.a");
+        fs::rename(&archive_tmp, ctx.out.join("libcudart_static.a"))
+            .unwrap_or_else(|e| panic!("renaming libcudart_static.a into place: {e}"));
 
-    let mut a = os(PROGRAM);
-    a.push(ctx.src("tests/programs/threads.c"));
-    a.push(ctx.lib_dir());
-    a.extend(os(&["-Wl,--no-as-needed", "-l:libcublas.so.13", "-lpthread"]));
-    a.extend(os(RUNPATH_ORIGIN));
-    ctx.cc("threads", &a);
+        // Test programs.
+        let mut a = os(PROGRAM);
+        a.extend(TARGET_SOURCES.iter().map(|s| ctx.src(s)));
+        a.push(ctx.lib_dir());
+        a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-lpthread"]));
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("target_dynamic", &a);
+
+        let mut a = os(PROGRAM);
+        a.extend(TARGET_SOURCES.iter().map(|s| ctx.src(s)));
+        a.push(ctx.out.join("libcudart_static.a").into_os_string());
+        a.extend(os(&["-ldl", "-lpthread"]));
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("target_static", &a);
+
+        let mut a = os(PROGRAM);
+        a.push(ctx.src("tests/programs/driver_dlsym.c"));
+        a.push("-ldl".into());
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("driver_dlsym", &a);
+
+        let mut a = os(LIBRARY);
+        a.extend(os(&["-shared", "-Wl,-soname,librtldnext.so"]));
+        a.push(ctx.src("tests/programs/rtldnext.c"));
+        a.push("-ldl".into());
+        ctx.cc("librtldnext.so", &a);
+
+        let mut a = os(PROGRAM);
+        a.push(ctx.src("tests/programs/hostile.c"));
+        a.push(ctx.lib_dir());
+        a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-ldl", "-lpthread"]));
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("hostile", &a);
+
+        let mut a = os(PROGRAM);
+        a.push(ctx.src("tests/programs/reach.c"));
+        a.push(ctx.lib_dir());
+        a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-lpthread", "-ldl"]));
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("reach", &a);
+
+        for (user, runtime) in [("libcudauser.so", "libcudart.so.13"), ("libcudauser12.so", "libcudart.so.12")] {
+            let mut a = os(LIBRARY);
+            a.extend(os(&["-shared", &format!("-Wl,-soname,{user}")]));
+            a.push(ctx.src("tests/programs/cudauser.c"));
+            a.push(ctx.lib_dir());
+            a.extend(os(&["-Wl,--no-as-needed", &format!("-l:{runtime}")]));
+            a.extend(os(RUNPATH_ORIGIN));
+            ctx.cc(user, &a);
+        }
+
+        let mut a = os(LIBRARY);
+        a.extend(os(&["-shared", "-Wl,-soname,libloaderspy.so"]));
+        a.push(ctx.src("tests/programs/loaderspy.c"));
+        a.push("-ldl".into());
+        // Its dlopen calls search its own RUNPATH: the stand-ins' directory.
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("libloaderspy.so", &a);
+
+        let mut a = os(PROGRAM);
+        a.push(ctx.src("tests/programs/nocuda.c"));
+        a.push("-ldl".into());
+        ctx.cc("nocuda", &a);
+
+        let mut a = os(PROGRAM);
+        a.push(ctx.src("tests/programs/localrt.c"));
+        a.push("-ldl".into());
+        ctx.cc("localrt", &a);
+
+        // A vendor library's stand-in, named as cuBLAS is, and the threads that call it.
+        let mut a = os(LIBRARY);
+        a.extend(os(&["-shared", "-Wl,-soname,libcublas.so.13"]));
+        a.push(ctx.src("tests/programs/fakecublas.c"));
+        a.push(ctx.lib_dir());
+        a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("libcublas.so.13", &a);
+
+        // PyTorch's caching allocator library's stand-in (its segment allocations).
+        let mut a = os(LIBRARY);
+        a.extend(os(&["-shared", "-Wl,-soname,libc10_cuda.so"]));
+        a.push(ctx.src("tests/programs/fakec10.c"));
+        a.push(ctx.lib_dir());
+        a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("libc10_cuda.so", &a);
+
+        let mut a = os(PROGRAM);
+        a.push(ctx.src("tests/programs/threads.c"));
+        a.push(ctx.lib_dir());
+        a.extend(os(&["-Wl,--no-as-needed", "-l:libcublas.so.13", "-lpthread"]));
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("threads", &a);
+    }
+
+    // The Python example beside the C one, for `gpushim demo`.
+    let tmp = ctx.out.join(".leak.py.tmp");
+    fs::copy(ctx.root.join("examples/leak.py"), &tmp).unwrap_or_else(|e| panic!("copying examples/leak.py: {e}"));
+    fs::rename(&tmp, ctx.out.join("leak.py")).unwrap_or_else(|e| panic!("renaming leak.py into place: {e}"));
 
     println!("cargo:rustc-env=GPUSHIM_STANDINS={}", ctx.out.display());
     check_path(&ctx.out);
+    link_beside_the_executables(&ctx.out);
+}
+
+/// Makes `PROFILE_DIR/standins` a symbolic link to `dir` (this build's stand-ins), where
+/// `PROFILE_DIR` is the directory cargo puts this profile's executables in (`target/release`:
+/// `OUT_DIR` is `PROFILE_DIR/build/gpushim-tests-HASH/out`). The link is replaced in one
+/// rename, so it always names the stand-ins built last for this profile. Anything other than a
+/// symbolic link already there is left alone, with a warning.
+fn link_beside_the_executables(dir: &Path) {
+    let out = dir.parent().expect("OUT_DIR/standins");
+    let profile = match out.ancestors().nth(3) {
+        Some(p) if out.ancestors().nth(2).and_then(Path::file_name) == Some("build".as_ref()) => p,
+        _ => {
+            println!("cargo:warning=OUT_DIR {} is not PROFILE/build/PKG/out: no PROFILE/standins link", out.display());
+            return;
+        }
+    };
+    let link = profile.join("standins");
+    if fs::symlink_metadata(&link).is_ok_and(|m| !m.file_type().is_symlink()) {
+        println!("cargo:warning={} is not a symbolic link: left as it is", link.display());
+        return;
+    }
+    let tmp = profile.join(".standins.tmp");
+    let _ = fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(dir, &tmp)
+        .unwrap_or_else(|e| panic!("linking {} to {}: {e}", tmp.display(), dir.display()));
+    fs::rename(&tmp, &link).unwrap_or_else(|e| panic!("renaming {} to {}: {e}", tmp.display(), link.display()));
 }
 
 /// The directory is baked into the test binary; make sure it is usable text.

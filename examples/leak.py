@@ -8,8 +8,9 @@ file says who holds the buffers: `leak.py global 'history' → list[*]`.
 
 It uses no framework: the buffers come from the CUDA runtime's `cudaMalloc` through ctypes
 and are Python objects with `__cuda_array_interface__`, as a CuPy or Numba array would be. Without
-a GPU, the repository's stand-in runtime works (`LD_LIBRARY_PATH` at the stand-ins directory,
-as the README says); `GPUSHIM_EXAMPLE_CUDART` names another library.
+a GPU, `gpushim demo` runs it with the stand-in runtime; by hand, from a checkout's build:
+`LD_LIBRARY_PATH=target/release/standins gpushim run -- python3 examples/leak.py 200`.
+`GPUSHIM_EXAMPLE_CUDART` names another library.
 """
 
 import ctypes

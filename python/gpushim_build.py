@@ -5,8 +5,11 @@ maturin builds one crate per wheel: here the collector (``collector/Cargo.toml``
 with the ``gpushim`` Python package from ``python/``. The preloaded library is another crate
 (``shim/``, a cdylib), so this backend builds it first with cargo, the same way maturin is asked to
 build (the profile, and zig for an older glibc, from ``MATURIN_PEP517_ARGS``), and copies it to
-``python/gpushim/libgpushim.so``, which ``[tool.maturin] include`` puts into the package. Every
-other hook is maturin's own.
+``python/gpushim/libgpushim.so``, which ``[tool.maturin] include`` puts into the package. The same
+cargo command builds the root package, whose build.rs compiles the C stand-ins for the CUDA
+libraries; the few that ``gpushim demo`` runs (``DEMO_FILES``) are copied to
+``python/gpushim/_demo/``, also put into the package by ``include``, and used by nothing else.
+Every other hook is maturin's own.
 
 ``pip install .`` builds for this machine (maturin's default for PEP 517 builds: the plain
 ``linux`` tag). ``scripts/build-wheel.sh`` builds the wheel to hand out, tagged
@@ -47,6 +50,10 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "python" / "gpushim" / "libgpushim.so"
+# `gpushim demo`'s files (collector/src/cmd/demo.rs): the C example, the stand-in runtime and
+# driver it loads, and the Python example.
+DEMO = ROOT / "python" / "gpushim" / "_demo"
+DEMO_FILES = ["leak_example", "libcudart.so.13", "libcuda.so.1", "leak.py"]
 # Versions known to build this wheel (zig's linker for glibc 2.28, and cargo's driver for it).
 ZIG_REQUIRES = ["ziglang==0.17.1", "cargo-zigbuild==0.24.1"]
 
@@ -90,7 +97,7 @@ def _build_library(args: list[str]) -> None:
     glibc = _zig_glibc(args)
     profile = _option(args, "--profile") or "release"
     cargo = os.environ.get("CARGO", "cargo")
-    command = [cargo, "build", "-p", "gpushim-shim", "--profile", profile]
+    command = [cargo, "build", "-p", "gpushim-shim", "-p", "gpushim-tests", "--profile", profile]
     if glibc is not None:
         # cargo-zigbuild: the glibc version rides on the target triple.
         zigbuild = shutil.which("cargo-zigbuild")
@@ -98,16 +105,19 @@ def _build_library(args: list[str]) -> None:
             sys.exit("gpushim_build: --zig needs cargo-zigbuild (pip install " + " ".join(ZIG_REQUIRES) + ")")
         command = [zigbuild, "zigbuild", *command[2:], "--target", f"x86_64-unknown-linux-gnu.{glibc}"]
     command += ["--message-format", "json-render-diagnostics"]
-    env = None
+    # build.rs builds only the demo's stand-ins, not the tests' programs (zig's linker fails on
+    # some of those: a shared library linked with `-l:libcudart.so.13`).
+    env = {**os.environ, "GPUSHIM_STANDINS_DEMO_ONLY": "1"}
     if glibc is not None:
         # A target directory of its own: cargo-zigbuild and maturin's zig set different flags, and
         # in one directory each build would rebuild the crates the other built (libc, ...).
-        env = {**os.environ, "CARGO_TARGET_DIR": str(_target_dir(cargo) / "zig-shim")}
+        env["CARGO_TARGET_DIR"] = str(_target_dir(cargo) / "zig-shim")
     print("gpushim_build: running", shlex.join(command), file=sys.stderr, flush=True)
     result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, env=env, check=False)
     if result.returncode != 0:
         sys.exit(f"gpushim_build: building libgpushim.so failed ({shlex.join(command)})")
     built = None
+    standins = None
     for line in result.stdout.decode(errors="replace").splitlines():
         try:
             msg = json.loads(line)
@@ -115,11 +125,29 @@ def _build_library(args: list[str]) -> None:
             continue
         if msg.get("reason") == "compiler-artifact" and "cdylib" in msg.get("target", {}).get("kind", []):
             built = next((f for f in msg.get("filenames", []) if f.endswith(".so")), built)
+        if msg.get("reason") == "build-script-executed":
+            # build.rs names its directory for the tests: GPUSHIM_STANDINS.
+            standins = next((v for k, v in msg.get("env", []) if k == "GPUSHIM_STANDINS"), standins)
     if built is None:
         sys.exit("gpushim_build: cargo named no libgpushim.so")
+    if standins is None:
+        sys.exit("gpushim_build: cargo named no stand-ins directory (GPUSHIM_STANDINS of build.rs)")
     LIBRARY.unlink(missing_ok=True)
     shutil.copyfile(built, LIBRARY)
     print(f"gpushim_build: {built} -> {LIBRARY}", file=sys.stderr, flush=True)
+    _copy_demo(Path(standins))
+
+
+def _copy_demo(standins: Path) -> None:
+    """Copies ``gpushim demo``'s files from the stand-ins' directory to DEMO (replacing it)."""
+    shutil.rmtree(DEMO, ignore_errors=True)
+    DEMO.mkdir(parents=True)
+    for name in DEMO_FILES:
+        source = standins / name
+        if not source.is_file():
+            sys.exit(f"gpushim_build: the stand-ins' directory {standins} has no {name}")
+        shutil.copy2(source, DEMO / name)
+    print(f"gpushim_build: {', '.join(DEMO_FILES)} of {standins} -> {DEMO}", file=sys.stderr, flush=True)
 
 
 def get_requires_for_build_wheel(config_settings: Mapping[str, Any] | None = None) -> list[str]:

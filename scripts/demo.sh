@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds gpushim and runs it on the bundled C example (examples/leak.c) against the CUDA
-# stand-ins, so it works on a machine without a GPU; then prints the report for a person.
+# Builds gpushim and runs `gpushim demo`: the bundled examples (examples/leak.c, and
+# examples/leak.py when a python3 is on PATH) against the CUDA stand-ins, so it works on a
+# machine without a GPU; each example's report for a person is printed.
 # The build goes where cargo puts it: CARGO_TARGET_DIR or the build.target-dir setting are
-# honoured (cargo itself is asked where the target directory is).
+# honoured (cargo itself is asked where the target directory is). GPUSHIM_OUTPUT, if set, is
+# the directory for the reports (default: a new gpushim-demo-* directory in $TMPDIR or /tmp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --workspace
@@ -11,11 +13,4 @@ if [ -z "$target" ]; then
     echo "demo.sh: cargo metadata named no target directory" >&2
     exit 1
 fi
-bin=$target/release
-standins=$(find "$bin/build" -maxdepth 3 -type d -path '*gpushim-tests-*/out/standins' | head -n 1)
-out=${GPUSHIM_OUTPUT:-$(mktemp -d /tmp/gpushim-demo.XXXXXX)}
-mkdir -p "$out"
-LD_LIBRARY_PATH=$standins "$bin/gpushim" run --output "$out" -- "$standins/leak_example" 200
-report=$(ls "$out"/gpushim-*.json | grep -v snapshot | head -n 1)
-echo
-"$bin/gpushim" report "$report"
+exec "$target/release/gpushim" demo ${GPUSHIM_OUTPUT:+--output "$GPUSHIM_OUTPUT"}

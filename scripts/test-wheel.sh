@@ -7,6 +7,8 @@
 #   `gpushim run -- python leak.py 200` render (examples/leak.py), held by its global 'history';
 # - `LD_PRELOAD=$(gpushim preload-path) leak_example` (no `gpushim run`, no GPUSHIM_COLLECTOR:
 #   the library finds the collector in the environment's bin/) must write a report;
+# - `gpushim demo`, with no stand-ins on any search path, must run both examples with the
+#   wheel's own stand-ins (gpushim/_demo/) and find both leaks, which nothing else loads;
 # - `python -m gpushim` must be the same executable (version, exit status);
 # - the versions of the executable and of the Python package must be the workspace's.
 # Prints "test-wheel.sh: N passed, 0 failed" at the end; stops at the first failure.
@@ -23,16 +25,18 @@ target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_direc
 version=$(cargo metadata --format-version 1 --no-deps |
   grep -o '"name":"gpushim-collector","version":"[^"]*"' | sed 's/.*"version":"\([^"]*\)"/\1/')
 [ -n "$target" ] && [ -n "$version" ] || die "cargo metadata named no target directory or version"
-# (find fails when one of the two directories is missing: only its output matters)
-standins=$({ find "$target"/debug/build "$target"/release/build -maxdepth 3 -type d \
-  -path '*gpushim-tests-*/out/standins' 2>/dev/null || true; } | head -n 1)
+# The stand-ins the last cargo build made (build.rs links PROFILE/standins to them), debug's first.
+standins=
+for d in "$target/debug/standins" "$target/release/standins"; do
+  [ -x "$d/leak_example" ] && { standins=$(cd "$d" && pwd -P); break; }
+done
 [ -x "$standins/leak_example" ] || die "no stand-ins built: run 'cargo build' first"
 
 work=$target/wheel-check
 rm -rf "$work"
 mkdir -p "$work/out" "$work/preload"
 wheel=$(bash scripts/build-wheel.sh "$work/dist")
-echo "test-wheel.sh: built $(basename "$wheel") in $((SECONDS - start)) s" >&2
+echo "test-wheel.sh: built $(basename "$wheel") ($(stat -c %s "$wheel") bytes) in $((SECONDS - start)) s" >&2
 
 python=$(command -v "${PYTHON:-python3}")
 "$python" -m venv "$work/venv"
@@ -76,6 +80,51 @@ grep -E '^gpushim: suspect #1 site [0-9]+: .* at render \(.*leak\.py:[0-9]+\)' "
   die "no suspect #1 at render (leak.py) in gpushim run's summary"
 grep -q "leak.py global 'history'" "$work"/py-out/gpushim-*.holders.json || die "the heap walk names no 'history'"
 ok "gpushim run -- python leak.py 200: suspect #1 at render (leak.py), held by global 'history'"
+
+# gpushim demo: the wheel's stand-ins, found by the executable in its package; no
+# LD_LIBRARY_PATH (the user's environment without the checkout's stand-ins).
+demo_env=(env -i HOME="$work" LANG=C.UTF-8 PATH="$work/venv/bin:/usr/local/bin:/usr/bin:/bin")
+package=$("${demo_env[@]}" python -c 'import gpushim, os; print(os.path.dirname(gpushim.__file__))')
+# shellcheck disable=SC2016
+demo_files=$("$python" -c 'import sys, zipfile
+print(" ".join(sorted(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.startswith("gpushim/_demo/"))))' "$wheel")
+[ "$demo_files" = "gpushim/_demo/leak.py gpushim/_demo/leak_example gpushim/_demo/libcuda.so.1 gpushim/_demo/libcudart.so.13" ] ||
+  die "the wheel's gpushim/_demo/ holds '$demo_files', not the demo's 4 files"
+c_line=$(grep -n 'cudaMalloc((void \*\*)&s' examples/leak.c | cut -d: -f1)
+py_line=$(grep -n 'check(rt.cudaMalloc(ctypes.byref(p), MIB)' examples/leak.py | cut -d: -f1)
+rc=0
+(cd "$work" && "${demo_env[@]}" gpushim demo -o "$work/demo") >"$work/demo.out" 2>"$work/demo.err" || rc=$?
+cat "$work/demo.err" >&2
+[ "$rc" -eq 0 ] || die "gpushim demo exited $rc"
+grep -qxF "gpushim demo: the stand-in CUDA libraries of $package/_demo; reports go to $work/demo" "$work/demo.err" ||
+  die "gpushim demo did not use the wheel's $package/_demo"
+grep -qE "^gpushim: suspect #1 site [0-9]+: .* at render \(examples/leak\.c:$c_line\)\$" "$work/demo.err" ||
+  die "gpushim demo: no suspect #1 at render (examples/leak.c:$c_line)"
+grep -qE '^gpushim: pid [0-9]+: definitely lost: [0-9.]+ MiB in (19[0-9]|20[01]) allocations' "$work/demo.err" ||
+  die "gpushim demo: no 'definitely lost' line of the C example's 200 to 201 allocations"
+grep -qE "^gpushim demo: examples/leak\.c: found the leak: suspect #1 is render \(leak\.c:$c_line\), 200 allocations live, (19[0-9]|200) definitely lost\$" "$work/demo.err" ||
+  die "gpushim demo: no verdict that found the C example's leak"
+grep -qE "^gpushim demo: examples/leak\.py: found the leak: suspect #1 is render \(leak\.py:$py_line\), 200 allocations live" "$work/demo.err" ||
+  die "gpushim demo: no verdict that found the Python example's leak"
+grep -q "render (examples/leak.c:$c_line)" "$work/demo.out" || die "gpushim demo printed no report naming render"
+grep -q "leak.py global 'history'" "$work/demo.out" || die "gpushim demo's Python report names no holder 'history'"
+ok "gpushim demo: the wheel's stand-ins; render (leak.c:$c_line) and render (leak.py:$py_line) found"
+
+# Nothing but the demo loads them: a program under gpushim run that asks for the CUDA libraries
+# by name gets none of the wheel's.
+# shellcheck disable=SC2016
+(cd "$work" && "${demo_env[@]}" gpushim run -- python -c '
+import ctypes
+for name in ("libcudart.so.13", "libcuda.so.1"):
+    try:
+        ctypes.CDLL(name)
+    except OSError:
+        pass
+print(open("/proc/self/maps").read())') >"$work/maps.out" 2>"$work/maps.err" ||
+  die "gpushim run -- python (loading the CUDA libraries by name) failed: $(cat "$work/maps.err")"
+grep -q libgpushim.so "$work/maps.out" || die "the shim was not loaded in the program that looked for CUDA"
+! grep -q /_demo/ "$work/maps.out" || die "a program under gpushim run loaded the demo's stand-ins: $(grep /_demo/ "$work/maps.out")"
+ok "gpushim run: a program that loads libcudart.so.13 and libcuda.so.1 by name gets none of _demo/"
 
 # LD_PRELOAD by hand: the library, in site-packages/gpushim/, starts bin/gpushim.
 lib=$("${user_env[@]}" gpushim preload-path)

@@ -621,7 +621,8 @@ fn diff_warns_when_old_is_newer_than_new_or_of_another_program() {
 #[test]
 fn demo_script_honours_cargo_target_dir() {
     // demo.sh ran target/release/gpushim, which is not there when CARGO_TARGET_DIR puts the
-    // build elsewhere. A stand-in `cargo` (its build does nothing; its metadata names
+    // build elsewhere. (It runs `gpushim demo`, which finds the stand-ins beside the executable
+    // it resolves to, here this build's.) A stand-in `cargo` (its build does nothing; its metadata names
     // CARGO_TARGET_DIR as cargo does) and a target directory whose release/ is this build.
     let dir = TempDir::new("demo-target-dir");
     let fake = dir.path().join("bin");
@@ -648,9 +649,10 @@ fn demo_script_honours_cargo_target_dir() {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("render"), "the report for a person: {stdout}");
-    let reports: Vec<String> = names_in(&out_dir).into_iter().filter(|n| n.ends_with(".json")).collect();
+    // `gpushim demo` puts each example's reports in a directory of its own: the C one's in c/.
+    let reports: Vec<String> = names_in(&out_dir.join("c")).into_iter().filter(|n| n.ends_with(".json")).collect();
     assert_eq!(reports.len(), 1, "{reports:?}");
-    let r = read_json(&out_dir.join(&reports[0]), &stderr);
+    let r = read_json(&out_dir.join("c").join(&reports[0]), &stderr);
     assert_eq!(total(&r, "live_bytes"), 200 * MIB + 32 * MIB, "200 frames × 1 MiB and the 32 MiB model");
 }
 

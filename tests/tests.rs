@@ -9,6 +9,7 @@ mod cli; // gpushim run / report / diff / snapshot from outside
 mod concurrency; // many threads, exact totals
 mod consistency; // the first screen: stderr, text, HTML and JSON of one run agree
 mod corpus; // the labelled leak corpus's stand-in programs, run and scored end to end
+mod demo; // gpushim demo: the bundled examples with the stand-ins of the build or of a wheel
 mod examples; // the bundled C and Rust examples
 mod faults; // whatever fails on our side, the program is unharmed (docs/guarantees.md)
 mod holders; // who holds the memory: the heap walk in CPython programs

@@ -4,7 +4,8 @@
 //!   0: the reader went away, which is a clean stop ([`is_broken_pipe`]).
 //! - 1 ([`BROKEN_STREAM`]): `gpushim collect` read a broken event stream. Broken after its
 //!   Hello event, the report of everything valid received before the break is still written;
-//!   broken before it, there is no process to write a report for.
+//!   broken before it, there is no process to write a report for. Also [`DEMO_MISSED`]:
+//!   `gpushim demo` ran an example that failed, or whose report did not name its leak.
 //! - 2 ([`USAGE`]): usage or input errors: bad arguments (clap exits 2 for its own), a report
 //!   that cannot be read, a process that cannot be snapshotted, a file that cannot be written.
 //!   Every error that carries no code of its own ends with 2.
@@ -22,6 +23,9 @@ pub const OK: u8 = 0;
 /// Exit code of `collect` when the event stream broke (the report is still written if the
 /// stream got past its Hello event).
 pub const BROKEN_STREAM: u8 = 1;
+
+/// Exit code of `demo` when an example failed or its report did not name the example's leak.
+pub const DEMO_MISSED: u8 = 1;
 
 /// Exit code of usage and input errors, and of every error without a code of its own.
 pub const USAGE: u8 = 2;

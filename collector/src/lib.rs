@@ -31,7 +31,8 @@
 //! - A stream that breaks after its Hello event still gets a report of everything valid received
 //!   before the break. Report files never replace a file and never follow a symlink, and what is
 //!   written (the report's types) can always be read back.
-//! - Exit codes are those of the `error` module: 0 success, 1 a broken event stream, 2 usage
+//! - Exit codes are those of the `error` module: 0 success, 1 a broken event stream (or a demo
+//!   that did not find its leak), 2 usage
 //!   or input errors, 3 `run --fail-on-leak` found a leak; `run` passes the program's own on.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -48,6 +49,7 @@ mod report;
 mod settings;
 
 pub use cmd::collect::run as collect;
+pub use cmd::demo::{run as demo, Options as DemoOptions};
 pub use cmd::diff::run as diff;
 pub use cmd::kernel::{install as install_kernel, Options as KernelOptions, Place as KernelPlace};
 pub use cmd::preload::run as preload_path;

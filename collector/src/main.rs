@@ -3,7 +3,8 @@
 //!
 //! This binary only reads the command line and hands each subcommand to the library
 //! (`gpushim_collector`). Exit codes: 0 success; 1 `collect`
-//! read a broken event stream (the report is still written); 2 usage or input errors; `run`
+//! read a broken event stream (the report is still written), or `demo` did not find an
+//! example's leak; 2 usage or input errors; `run`
 //! exits with the program's own status (the same signal if a signal ended it, which a shell
 //! shows as 128 + signal; 126 if it could not be executed, 127 if it was not found).
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -102,6 +103,12 @@ enum Command {
         #[command(subcommand)]
         action: KernelAction,
     },
+    /// Try it without a GPU: run the bundled leaky examples with stand-in CUDA libraries and show their reports.
+    Demo {
+        /// Directory for the reports (default: a new gpushim-demo-* directory in $TMPDIR or /tmp).
+        #[arg(short, long, value_name = "DIR")]
+        output: Option<PathBuf>,
+    },
     /// Print the absolute path of libgpushim.so, for `LD_PRELOAD=$(gpushim preload-path) CMD`.
     PreloadPath,
     /// Read an event stream (stdin, as spawned by the shim, or --input) and write reports.
@@ -185,6 +192,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Diff { old, new, top, format } => collector::diff(&old, &new, top, format),
         Command::Snapshot { pid, signal, timeout } => collector::snapshot(pid, signal, timeout),
+        Command::Demo { output } => collector::demo(&collector::DemoOptions { output }),
         Command::PreloadPath => collector::preload_path(),
         Command::Collect { input, output, hold_exit, .. } => collector::collect(input, output, hold_exit),
         Command::Kernel { action: KernelAction::Install { name, display_name, user: _, prefix, python } } => {
@@ -231,6 +239,10 @@ mod tests {
         assert!(Cli::try_parse_from(["gpushim", "snapshot", "0"]).is_err(), "pid 0 would signal a group");
         assert!(Cli::try_parse_from(["gpushim", "collect"]).is_ok());
         assert!(matches!(Cli::try_parse_from(["gpushim", "preload-path"]).unwrap().command, Command::PreloadPath));
+        match Cli::try_parse_from(["gpushim", "demo", "-o", "d"]).unwrap().command {
+            Command::Demo { output } => assert_eq!(output, Some(PathBuf::from("d"))),
+            c => panic!("{c:?}"),
+        }
     }
 
     /// `gpushim report FILE --format F -o OUT` for every format, and `gpushim diff --format

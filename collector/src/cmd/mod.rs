@@ -3,6 +3,7 @@
 //! ([`crate::error`]).
 
 pub mod collect;
+pub mod demo;
 pub mod diff;
 pub mod kernel;
 pub mod preload;
