@@ -122,6 +122,9 @@ pub struct ApiRequest {
     pub ts_ns: u64,
     /// The label, already sanitized (`api::sanitize_label`); empty for none.
     pub label: String,
+    /// The absolute directory for the snapshot's files (`gpushim_snapshot_in`); empty for the
+    /// collector's output directory.
+    pub dir: String,
     /// Where the writer answers with the file's path once the collector confirmed it.
     pub reply: Sender<SnapshotReply>,
 }

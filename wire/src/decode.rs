@@ -194,7 +194,10 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
         }),
         7 => Event::Snapshot(Snapshot { boundary: r.u64()?, ts_ns: r.u64()? }),
         8 => Event::Exit(Exit { ts_ns: r.u64()? }),
-        60 => Event::ApiSnapshot(ApiSnapshot { boundary: r.u64()?, ts_ns: r.u64()?, label: r.str()? }),
+        60 => {
+            Event::ApiSnapshot(ApiSnapshot { boundary: r.u64()?, ts_ns: r.u64()?, label: r.str()?, dir: String::new() })
+        }
+        61 => Event::ApiSnapshot(ApiSnapshot { boundary: r.u64()?, ts_ns: r.u64()?, label: r.str()?, dir: r.str()? }),
         9 => Event::MemInfo(MemInfo { ts_ns: r.u64()?, device: r.i32()?, free: r.u64()?, total: r.u64()? }),
         10 => Event::Note(r.str()?),
         12 => Event::Reset(Reset {

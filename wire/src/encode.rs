@@ -89,10 +89,13 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
             w.u64(s.ts_ns);
         }
         Event::ApiSnapshot(s) => {
-            w.u8(60);
+            w.u8(if s.dir.is_empty() { 60 } else { 61 });
             w.u64(s.boundary);
             w.u64(s.ts_ns);
             w.str(&s.label);
+            if !s.dir.is_empty() {
+                w.str(&s.dir);
+            }
         }
         Event::Exit(x) => {
             w.u8(8);

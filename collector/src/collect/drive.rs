@@ -130,6 +130,10 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
                 // Labelled before the request: the snapshot may be written at once.
                 let n = self.tracker.requested() + 1;
                 sink.labels.insert(n, decode::sanitize_label(&s.label));
+                // Only an absolute path: the shim makes the caller's absolute.
+                if s.dir.starts_with('/') {
+                    sink.dirs.insert(n, std::path::PathBuf::from(&s.dir));
+                }
                 self.tracker.request_snapshot(s.boundary, s.ts_ns, sink);
             }
             Event::Exit(x) => {

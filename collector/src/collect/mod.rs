@@ -213,9 +213,14 @@ mod tests {
             hello(&d.0),
             alloc(0, MS, 0x7000_0000, 1 << 20, NO_STACK),
             // Answered only once seq 1 has arrived.
-            Event::ApiSnapshot(ApiSnapshot { boundary: 2, ts_ns: 2 * MS, label: "../after one".into() }),
+            Event::ApiSnapshot(ApiSnapshot {
+                boundary: 2,
+                ts_ns: 2 * MS,
+                label: "../after one".into(),
+                dir: String::new(),
+            }),
             alloc(1, 2 * MS, 0x7100_0000, 2 << 20, NO_STACK),
-            Event::ApiSnapshot(ApiSnapshot { boundary: 2, ts_ns: 3 * MS, label: String::new() }),
+            Event::ApiSnapshot(ApiSnapshot { boundary: 2, ts_ns: 3 * MS, label: String::new(), dir: String::new() }),
             Event::Snapshot(Snapshot { boundary: 2, ts_ns: 4 * MS }),
             Event::Exit(Exit { ts_ns: 5 * MS }),
         ];
@@ -234,6 +239,51 @@ mod tests {
         let err = String::from_utf8(err).unwrap();
         assert!(!err.contains("snapshot 1 written") && !err.contains("snapshot 2 written"), "{err}");
         assert!(err.contains("snapshot 3 written"), "{err}");
+    }
+
+    /// An API snapshot that names a directory is written there, with its heap walk's and its
+    /// reachability scan's files beside it; the other reports stay in the output directory,
+    /// and a relative directory (which the shim never sends) is not followed.
+    #[test]
+    fn an_api_snapshot_goes_to_the_directory_it_names() {
+        use gpushim_wire::{ApiSnapshot, HeapWalk, WalkReason, WalkStatus};
+        let d = TempDir::new("collect-api-dir");
+        let cells = d.0.join("cells");
+        std::fs::create_dir(&cells).unwrap();
+        let walk = |n: u32| {
+            Event::HeapWalk(HeapWalk {
+                reason: WalkReason::Snapshot,
+                number: n,
+                status: WalkStatus::Complete,
+                ts_ns: 3 * MS,
+                elapsed_ns: MS,
+                visited: 0,
+                result: String::new(),
+            })
+        };
+        let ev = vec![
+            hello(&d.0),
+            alloc(0, MS, 0x7000_0000, 1 << 20, NO_STACK),
+            Event::ApiSnapshot(ApiSnapshot {
+                boundary: 1,
+                ts_ns: 2 * MS,
+                label: "cell1".into(),
+                dir: cells.to_str().unwrap().into(),
+            }),
+            walk(1),
+            Event::ApiSnapshot(ApiSnapshot { boundary: 1, ts_ns: 2 * MS, label: "mine".into(), dir: "rel".into() }),
+            Event::Exit(Exit { ts_ns: 5 * MS }),
+        ];
+        let (mut err, mut answers) = (Vec::new(), Vec::new());
+        let out = collect_answering(&stream_of(&ev)[..], &Options::default(), &mut err, &mut answers).unwrap();
+        let first = cells.join("gpushim-4242-snapshot-1-cell1.json");
+        let second = d.0.join("gpushim-4242-snapshot-2-mine.json");
+        assert_eq!(out.snapshots, vec![first.clone(), second.clone()]);
+        let want = format!("snapshot 1 {}\nsnapshot 2 {}\n", first.display(), second.display());
+        assert_eq!(String::from_utf8(answers).unwrap(), want);
+        assert!(cells.join("gpushim-4242-snapshot-1-cell1.holders.json").is_file());
+        assert_eq!(out.report, Some(d.0.join("gpushim-4242.json")));
+        assert!(!d.0.join("rel").exists());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! report, and the files of a heap walk or a scan beside their snapshot.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 
 use gpushim_wire::{Failed, HeapWalk, Hello, MemInfo, Reach, WalkReason};
 
@@ -39,6 +40,9 @@ pub(super) struct Sink<'a> {
     pub(super) walks: u32,
     /// Labels of snapshots asked for through the API, by snapshot number.
     pub(super) labels: HashMap<u32, String>,
+    /// The directory asked for by API snapshots that named one, by snapshot number: their
+    /// report, holders and reachability files go there rather than into the output directory.
+    pub(super) dirs: HashMap<u32, PathBuf>,
     /// NVML sampling of the target, when asked for.
     pub(super) sampler: Option<nvml::Sampler>,
     /// The driver's view as of the latest report.
@@ -108,6 +112,7 @@ impl<'a> Sink<'a> {
             exit_reach: None,
             walks: 0,
             labels: HashMap::new(),
+            dirs: HashMap::new(),
             sampler: None,
             driver: None,
             work_end: None,
@@ -174,7 +179,8 @@ impl<'a> Sink<'a> {
             WalkReason::Snapshot => format!("{}.holders", self.snapshot_stem(h.number)),
             WalkReason::Oom => format!("{}-oom-{}.holders", self.stem(), h.number),
         };
-        match self.out.json(&holders, &stem) {
+        let dir = (h.reason == WalkReason::Snapshot).then(|| self.dirs.get(&h.number).cloned()).flatten();
+        match self.out.in_dir(dir.as_deref(), |w| w.json(&holders, &stem)) {
             Ok(path) => {
                 // Said for snapshots by signal; an API snapshot's caller finds it beside its file.
                 if h.reason != WalkReason::Snapshot || !self.labels.contains_key(&h.number) {
@@ -210,7 +216,8 @@ impl<'a> Sink<'a> {
             format!("{}.reach", self.snapshot_stem(r.number))
         };
         let file = reach::classify(r, state, &self.stacks, &mut self.sym);
-        match self.out.json(&file, &stem) {
+        let dir = (r.reason != WalkReason::Oom).then(|| self.dirs.get(&r.number).cloned()).flatten();
+        match self.out.in_dir(dir.as_deref(), |w| w.json(&file, &stem)) {
             Ok(path) if reach::worth_a_line(&file.reachability) => {
                 let lead = reach::lead_line(&file.reachability).map(|l| format!("{l}; ")).unwrap_or_default();
                 let _ = writeln!(
@@ -299,6 +306,7 @@ impl<'a> Sink<'a> {
         let api = label.is_some();
         report.label = label.filter(|l| !l.is_empty());
         let stem = self.snapshot_stem(p.number);
-        let _ = self.out.report(&stem, Kind::Snapshot { n: p.number, api }, &mut report);
+        let dir = self.dirs.get(&p.number).cloned();
+        let _ = self.out.in_dir(dir.as_deref(), |w| w.report(&stem, Kind::Snapshot { n: p.number, api }, &mut report));
     }
 }

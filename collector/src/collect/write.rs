@@ -122,6 +122,16 @@ impl<'a> Writer<'a> {
         written
     }
 
+    /// Runs `f` with the files going into `dir`, when given, rather than the writer's own
+    /// directory (an API snapshot that named one).
+    pub(super) fn in_dir<R>(&mut self, dir: Option<&Path>, f: impl FnOnce(&mut Self) -> R) -> R {
+        let Some(dir) = dir else { return f(self) };
+        let home = std::mem::replace(&mut self.dir, dir.to_path_buf());
+        let r = f(self);
+        self.dir = home;
+        r
+    }
+
     /// Writes `doc` as `stem.json` in the directory, with the fallbacks of
     /// [`output::write_new_with`]; tells stderr where it went if not where asked.
     pub(super) fn json<T: serde::Serialize>(&mut self, doc: &T, stem: &str) -> Result<PathBuf> {

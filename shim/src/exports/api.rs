@@ -1,6 +1,6 @@
 //! The C entry points behind the Python API (`python/gpushim/__init__.py`, through ctypes on
-//! the already-loaded library): `gpushim_is_tracing`, `gpushim_report_path` and
-//! `gpushim_snapshot`. No signal is involved.
+//! the already-loaded library): `gpushim_is_tracing`, `gpushim_report_path`,
+//! `gpushim_snapshot` and `gpushim_snapshot_in`. No signal is involved.
 //!
 //! A snapshot asked for here travels like an event: the calling thread reads the current
 //! sequence number as the boundary and queues a [`Msg::ApiSnapshot`] with a reply channel; the
@@ -44,7 +44,8 @@ pub const E_NOT_TRACING: c_int = -1;
 pub const E_TIMEOUT: c_int = -2;
 /// The collector answered that it could not write the file, or went away while we waited.
 pub const E_NOT_WRITTEN: c_int = -3;
-/// `path_out` is NULL while `cap` is not 0.
+/// `path_out` is NULL while `cap` is not 0, or the directory is not valid UTF-8 or cannot be
+/// made absolute.
 pub const E_ARGS: c_int = -4;
 
 /// The label reduced to what may go into a file name: each character outside
@@ -110,6 +111,27 @@ pub unsafe extern "C" fn gpushim_snapshot(
     path_out: *mut c_char,
     cap: usize,
 ) -> isize {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { gpushim_snapshot_in(std::ptr::null(), label, timeout_ms, path_out, cap) }
+}
+
+/// [`gpushim_snapshot`] with the snapshot's files (the report, and the heap walk's and the
+/// reachability scan's beside it) written into `dir` rather than the output directory: NULL
+/// or empty for the output directory; a relative path is taken against the working
+/// directory. The collector falls back to `$TMPDIR`, then `/tmp`, as for any report, if `dir`
+/// cannot be written. Returns [`E_ARGS`] for a directory that is not UTF-8.
+///
+/// # Safety
+/// `dir` and `label` are NULL or NUL-terminated strings; `path_out` is NULL (then `cap` must
+/// be 0) or points to `cap` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn gpushim_snapshot_in(
+    dir: *const c_char,
+    label: *const c_char,
+    timeout_ms: u32,
+    path_out: *mut c_char,
+    cap: usize,
+) -> isize {
     if path_out.is_null() && cap != 0 {
         return E_ARGS as isize;
     }
@@ -119,8 +141,15 @@ pub unsafe extern "C" fn gpushim_snapshot(
         // SAFETY: the caller's contract: a NUL-terminated string.
         sanitize_label(unsafe { CStr::from_ptr(label) }.to_bytes())
     };
+    let dir = if dir.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's contract: a NUL-terminated string.
+        unsafe { CStr::from_ptr(dir) }.to_bytes().to_vec()
+    };
     let r = std::panic::catch_unwind(move || {
-        sys::no_cancel(|| request(label, Duration::from_millis(u64::from(timeout_ms))))
+        let dir = absolute_dir(&dir).ok_or(E_ARGS)?;
+        sys::no_cancel(|| request(label, dir, Duration::from_millis(u64::from(timeout_ms))))
     });
     match r {
         // SAFETY: the caller's contract.
@@ -130,8 +159,19 @@ pub unsafe extern "C" fn gpushim_snapshot(
     }
 }
 
+/// `dir` as an absolute UTF-8 path (empty stays empty: the output directory); None if it is
+/// not UTF-8 or the working directory cannot be read for a relative one.
+fn absolute_dir(dir: &[u8]) -> Option<String> {
+    let s = std::str::from_utf8(dir).ok()?;
+    if s.is_empty() || s.starts_with('/') {
+        return Some(s.to_owned());
+    }
+    let cwd = std::env::current_dir().ok()?;
+    cwd.join(s).into_os_string().into_string().ok()
+}
+
 /// Queues the request and waits for the writer's reply.
-fn request(label: String, timeout: Duration) -> Result<Vec<u8>, c_int> {
+fn request(label: String, dir: String, timeout: Duration) -> Result<Vec<u8>, c_int> {
     let (tx, rx) = crossbeam_channel::bounded::<Reply>(1);
     let queued = record::send_starting(|| {
         // The boundary is read once tracing runs: every event numbered before it is in the
@@ -140,6 +180,7 @@ fn request(label: String, timeout: Duration) -> Result<Vec<u8>, c_int> {
             boundary: SEQ.load(Acquire),
             ts_ns: sys::now_ns(),
             label,
+            dir,
             reply: tx,
         }))
     });
@@ -179,5 +220,14 @@ mod tests {
         assert_eq!(sanitize_label(b".hidden"), "_hidden");
         assert_eq!(sanitize_label("caf\u{e9}".as_bytes()), "caf_");
         assert_eq!(sanitize_label(&[b'a'; 100]).len(), MAX_LABEL);
+    }
+
+    #[test]
+    fn a_snapshot_directory_is_made_absolute() {
+        assert_eq!(absolute_dir(b"").as_deref(), Some(""));
+        assert_eq!(absolute_dir(b"/tmp/k").as_deref(), Some("/tmp/k"));
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(absolute_dir(b"snaps").unwrap(), cwd.join("snaps").to_str().unwrap());
+        assert_eq!(absolute_dir(b"bad\xff"), None);
     }
 }

@@ -16,9 +16,9 @@ impl Writer {
     /// A snapshot asked for through the C API: sent like a signal's, with its label; the
     /// collector answers it with the file's path (read by [`Writer::read_answers`]).
     pub(super) fn api_snapshot(&mut self, req: ApiRequest) {
-        let ApiRequest { boundary, ts_ns, label, reply } = req;
+        let ApiRequest { boundary, ts_ns, label, dir, reply } = req;
         self.drain_below(boundary);
-        self.push(&Event::ApiSnapshot(wire::ApiSnapshot { boundary, ts_ns, label }));
+        self.push(&Event::ApiSnapshot(wire::ApiSnapshot { boundary, ts_ns, label, dir }));
         let mut pending = Vec::new();
         inflight::each_below(boundary, ts_ns, |p| pending.push(p));
         for p in pending {

@@ -217,6 +217,10 @@ pub struct ApiSnapshot {
     /// The caller's label, already reduced by the shim to at most 64 characters from
     /// `[A-Za-z0-9._-]`; empty for none.
     pub label: String,
+    /// The absolute directory the caller wants this snapshot's files in (the Jupyter
+    /// extension's per-kernel directory); empty for the collector's output directory. Sent
+    /// with tag 61 when set, so that a stream without it is what it always was.
+    pub dir: String,
 }
 
 /// The target ran its exit path (`exit()` or a return from `main`).
@@ -328,7 +332,7 @@ pub enum Event {
     /// Tag 40 (tags 40 to 49 are kept for heap walks).
     HeapWalk(HeapWalk),
     /// Tag 60 (tags 60 to 64 are kept for the Python API): a snapshot asked for through the
-    /// API, with a label, confirmed back to the shim.
+    /// API, with a label, confirmed back to the shim; tag 61 when it names a directory.
     ApiSnapshot(ApiSnapshot),
     /// Tag 50: a thread's name.
     ThreadName(ThreadName),
