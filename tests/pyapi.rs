@@ -279,8 +279,10 @@ fn pytest_plugin_without_the_shim_fails_the_run_unless_told_to_skip_the_limits()
 }
 
 /// Runs cells in a Jupyter kernel found by name (argv[1]) through `JUPYTER_PATH`, and prints
-/// each cell's status and output after a `=== cell N STATUS` line.
-const KERNEL_DRIVER: &str = r#"import sys
+/// each cell's status and output after a `=== cell N STATUS` line. The cells are `CELLS`
+/// below, or a JSON list of cells in the file argv[2].
+const KERNEL_DRIVER: &str = r#"import json
+import sys
 
 from jupyter_client.manager import start_new_kernel
 
@@ -302,7 +304,11 @@ CELLS = [
     "import gpushim\nprint('tracing', gpushim.is_tracing())",
     "def leak_one():\n    p = ctypes.c_void_p()\n    assert cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(4 << 20)) == 0\n    kept.append(Buf(p.value))",
     "leak_one()\n%gpushim diff",
+    "import gpushim._jupyter as gj\nprint(gj._session.cells_dir)\nprint(' '.join(sorted(os.listdir(gj._session.cells_dir))))",
 ]
+if len(sys.argv) > 2:
+    with open(sys.argv[2]) as f:
+        CELLS = json.load(f)
 
 km, kc = start_new_kernel(kernel_name=sys.argv[1], startup_timeout=120)
 try:
@@ -362,6 +368,13 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
 
     let driver = dir.join("driver.py");
     std::fs::write(&driver, KERNEL_DRIVER).unwrap();
+    // The per-cell snapshots' directory goes to TMPDIR; one left by a killed kernel (no such
+    // process) is removed at `%load_ext`, one of a running process is not.
+    let tmp = dir.join("tmp");
+    let stale = tmp.join("gpushim-kernel-999999999-abc");
+    let running = tmp.join(format!("gpushim-kernel-{}-abc", std::process::id()));
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::create_dir_all(&running).unwrap();
     let run = t
         .args(&[driver.to_str().unwrap(), "gpushim-test"])
         .env("JUPYTER_PATH", prefix.join("share/jupyter").display())
@@ -370,9 +383,33 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
         .env("CUDART", standin("libcudart.so.13").display())
         .env("PYTHONPATH", package_dir().display())
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("TMPDIR", tmp.display())
         .run();
     run.success();
     assert!(run.stdout.contains("=== end"), "{run}");
+
+    // The per-cell snapshots were in the kernel's own directory, removed when it ended; the
+    // working directory holds only what was asked for (`%gpushim snapshot mine`, `%gpushim
+    // report`) and the final report.
+    let listing = cell_output(&run.stdout, 11, &run);
+    let mut lines = listing.lines();
+    let cells_dir = PathBuf::from(lines.next().unwrap_or_default());
+    let in_cells = lines.next().unwrap_or_default();
+    assert!(
+        cells_dir.parent() == Some(tmp.as_path())
+            && cells_dir.file_name().unwrap().to_str().unwrap().starts_with("gpushim-kernel-"),
+        "{listing}{run}"
+    );
+    for want in ["-snapshot-1-load.json", "-cell3.json", "-cell3.holders.json", "-cell10.json"] {
+        assert!(in_cells.split(' ').any(|f| f.ends_with(want)), "{want} in {in_cells}{run}");
+    }
+    assert!(!cells_dir.exists(), "{} is left after the kernel ended{run}", cells_dir.display());
+    assert!(!stale.exists() && running.is_dir(), "{run}");
+    let ours: Vec<String> = names_in(&dir).into_iter().filter(|n| n.starts_with("gpushim-")).collect();
+    assert!(
+        ours.iter().all(|n| !n.contains("-cell") && !n.contains("-load")) && ours.iter().any(|n| n.contains("-mine")),
+        "{ours:?}{run}"
+    );
 
     // What the last cell (the second run of LEAK) left alive: one new site at its line 2.
     let diff = cell_output(&run.stdout, 4, &run);
@@ -412,6 +449,49 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     let report = cell_output(&run.stdout, 7, &run);
     assert!(report.contains("live: 16.0 MiB in 2 allocations"), "{report}{run}");
     assert_eq!(cell_output(&run.stdout, 8, &run).trim(), "tracing True", "{run}");
+}
+
+/// `%gpushim keep` keeps the per-cell snapshots when the kernel ends, in the directory it
+/// names.
+#[test]
+fn jupyter_kernel_keeps_the_cell_snapshots_when_asked() {
+    let py = venv_python();
+    assert_imports(&py, "ipykernel, jupyter_client");
+    let t = Target::new(&py, "pyapi_jupyter_keep").preload(None);
+    let dir = t.dir.path().to_path_buf();
+    let prefix = dir.join("prefix");
+    let install = Command::new(collector())
+        .args(["kernel", "install", "--name", "gpushim-keep", "--prefix"])
+        .arg(&prefix)
+        .arg("--python")
+        .arg(&py)
+        .output()
+        .unwrap();
+    assert!(install.status.success(), "{}", String::from_utf8_lossy(&install.stderr));
+    let driver = dir.join("driver.py");
+    std::fs::write(&driver, KERNEL_DRIVER).unwrap();
+    let cells = dir.join("cells.json");
+    std::fs::write(&cells, r#"["%load_ext gpushim", "x = 1", "%gpushim keep"]"#).unwrap();
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let run = t
+        .args(&[driver.to_str().unwrap(), "gpushim-keep", cells.to_str().unwrap()])
+        .env("JUPYTER_PATH", prefix.join("share/jupyter").display())
+        .env("JUPYTER_RUNTIME_DIR", dir.join("runtime").display())
+        .env("IPYTHONDIR", dir.join("ipython").display())
+        .env("PYTHONPATH", package_dir().display())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("TMPDIR", tmp.display())
+        .run();
+    run.success();
+    let said = cell_output(&run.stdout, 2, &run).trim();
+    let kept = PathBuf::from(said.strip_prefix("gpushim: the per-cell snapshots will be kept in ").unwrap_or_default());
+    assert!(kept.starts_with(&tmp), "{said}{run}");
+    let names = names_in(&kept);
+    assert!(
+        names.iter().any(|n| n.ends_with("-load.json")) && names.iter().any(|n| n.ends_with("-cell2.json")),
+        "{names:?}{run}"
+    );
 }
 
 /// A snapshot whose answer never comes, and one with recording off.

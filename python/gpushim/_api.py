@@ -1,7 +1,8 @@
 """The Python API: ``snapshot``, ``is_tracing``, ``report_path``.
 
 It talks to ``libgpushim.so`` through the C entry points the library exports
-(``gpushim_snapshot``, ``gpushim_is_tracing``, ``gpushim_report_path``), found with ctypes in the
+(``gpushim_snapshot``, ``gpushim_snapshot_in``, ``gpushim_is_tracing``, ``gpushim_report_path``),
+found with ctypes in the
 process's global symbols, where ``LD_PRELOAD`` (``gpushim run``, or a kernel spec written by
 ``gpushim kernel install``) put them. No signal is sent.
 
@@ -72,6 +73,18 @@ def _library() -> ctypes.CDLL | None:
             _lib = lib
         except (OSError, AttributeError):
             _lib = None
+        try:
+            if _lib is not None:
+                _lib.gpushim_snapshot_in.restype = ctypes.c_ssize_t
+                _lib.gpushim_snapshot_in.argtypes = [
+                    ctypes.c_char_p,
+                    ctypes.c_char_p,
+                    ctypes.c_uint32,
+                    ctypes.c_char_p,
+                    ctypes.c_size_t,
+                ]
+        except AttributeError:
+            pass  # an older library: snapshots go to its output directory only
         return _lib
 
 
@@ -123,14 +136,16 @@ def report_path() -> str | None:
         return None
 
 
-def snapshot(label: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> str | None:
+def snapshot(label: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, directory: str | None = None) -> str | None:
     """Writes a snapshot report of the CUDA memory live now and returns its path.
 
     ``label`` goes into the report (its ``label`` field) and into its file name,
     ``gpushim-PID-snapshot-N-LABEL.json``, reduced to at most 64 characters from
     ``[A-Za-z0-9._-]`` (others become ``_``). ``timeout`` is the longest wait, in seconds, for
-    the collector to confirm that the file is written. Starts tracing (the collector) if the
-    program made no CUDA call yet, so that an empty baseline can be taken.
+    the collector to confirm that the file is written. ``directory``: where the snapshot's
+    files go (default: ``GPUSHIM_OUTPUT``, else the working directory); the directory must
+    exist. Starts tracing (the collector) if the program made no CUDA call yet, so that an
+    empty baseline can be taken.
 
     Returns None, with one line on standard error, when tracing is off or the snapshot was not
     confirmed in time; never raises.
@@ -143,9 +158,16 @@ def snapshot(label: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> st
         raw = None if label is None else os.fsencode(str(label)).replace(b"\0", b"_")
         ms = int(min(max(float(timeout), 0.0) * 1000.0, 0xFFFFFFFF))
         rc = [0]
+        where = None if directory is None else os.fsencode(os.path.abspath(directory))
+        if where is not None and not hasattr(lib, "gpushim_snapshot_in"):
+            _say("snapshot_in", "this libgpushim.so writes snapshots only to its output directory")
+            where = None
 
         def call(buf, cap):
-            rc[0] = lib.gpushim_snapshot(raw, ms, buf, cap)
+            if where is None:
+                rc[0] = lib.gpushim_snapshot(raw, ms, buf, cap)
+            else:
+                rc[0] = lib.gpushim_snapshot_in(where, raw, ms, buf, cap)
             return rc[0]
 
         path = _path_from(call)

@@ -6,9 +6,14 @@ runs). Without it the magic says that tracing is off.
 
 - After the extension is loaded, and after each cell, a snapshot is taken (``gpushim.snapshot``,
   labelled ``load`` and ``cellN`` with N the cell's execution count); cells that only run
-  ``%gpushim`` are skipped. The snapshots are files in ``GPUSHIM_OUTPUT`` (default: the
-  kernel's working directory).
-- ``%gpushim snapshot [LABEL]``: a snapshot now; prints its path.
+  ``%gpushim`` are skipped. These per-cell snapshots go into one directory of the kernel's own,
+  ``gpushim-kernel-PID-XXXX`` in the temporary directory (``$TMPDIR``, else ``/tmp``), which
+  is removed when the kernel ends unless ``%gpushim keep`` was run or
+  ``GPUSHIM_KEEP_CELL_SNAPSHOTS`` is on. Such directories left by kernels that were killed
+  (their process is gone) are removed when the extension is next loaded.
+- ``%gpushim snapshot [LABEL]``: a snapshot now, in ``GPUSHIM_OUTPUT`` (default: the kernel's
+  working directory), the files the user asks for; prints its path.
+- ``%gpushim keep``: keep the per-cell snapshots when the kernel ends; prints their directory.
 - ``%gpushim diff``: what the last cell left alive (``gpushim diff`` of the snapshots before and
   after it, then each grown site's line in a notebook cell: ``+8.0 MiB at In [4] line 2``, the
   line of the cell that ran it, with the cell that defined the function, if another, after
@@ -17,16 +22,21 @@ runs). Without it the magic says that tracing is off.
   with ``%gpushim snapshot LABEL``, or ``cellN``). When the heap walk's files exist (CPython,
   ``GPUSHIM_HEAP_WALK`` not 0) the diff also lists the holders that grew, with their retention
   paths; the magic waits up to 5 s for them (the walk runs after each snapshot call returns).
-- ``%gpushim report``: a snapshot now, shown as ``gpushim report`` shows it.
+- ``%gpushim report``: a snapshot now (in ``GPUSHIM_OUTPUT``), shown as ``gpushim report``
+  shows it.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 
 from gpushim import _api
 
@@ -35,20 +45,90 @@ SNAPSHOT_TIMEOUT_S = 30.0
 #: Seconds the diff waits for the snapshots' heap-walk files.
 HOLDERS_WAIT_S = 5.0
 
-_USAGE = "usage: %gpushim snapshot [LABEL] | diff [LABEL] | report"
+_USAGE = "usage: %gpushim snapshot [LABEL] | diff [LABEL] | report | keep"
+#: The per-cell snapshot directories' names: ``gpushim-kernel-PID-XXXX``.
+_CELLS_PREFIX = "gpushim-kernel-"
+_CELLS_NAME = re.compile(r"gpushim-kernel-(\d+)-[A-Za-z0-9_]+")
+
+
+def _switch(name: str) -> bool:
+    """A ``GPUSHIM_*`` switch (the grammar of wire/src/setting.rs); a bad value is said once and
+    read as off."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return False
+    v = raw.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v not in ("0", "false", "no", "off"):
+        print(f"gpushim: {name}={raw} is not a switch (1, on, yes, true or 0, off, no, false); it is off")
+    return False
+
+
+def _remove_stale_cell_dirs(tmp: str) -> None:
+    """Removes the per-cell snapshot directories in ``tmp`` that this user's kernels left when
+    they were killed: those whose process is gone. Never raises."""
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return
+    uid = os.getuid()
+    for name in names:
+        m = _CELLS_NAME.fullmatch(name)
+        if m is None or int(m.group(1)) == os.getpid():
+            continue
+        path = os.path.join(tmp, name)
+        try:
+            st = os.lstat(path)
+            if st.st_uid != uid or not os.path.isdir(path) or os.path.islink(path):
+                continue
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (OSError, OverflowError, ValueError):
+            continue
 
 
 class _Session:
-    """The snapshots of this kernel, oldest first: (label as given, path)."""
+    """The snapshots of this kernel, oldest first: (label as given, path), and the directory of
+    its per-cell snapshots."""
 
     def __init__(self) -> None:
         self.snaps: list[tuple[str, str]] = []
+        self.keep = _switch("GPUSHIM_KEEP_CELL_SNAPSHOTS")
+        self.cells_dir: str | None = None
+        tmp = tempfile.gettempdir()
+        _remove_stale_cell_dirs(tmp)
+        try:
+            self.cells_dir = tempfile.mkdtemp(prefix=f"{_CELLS_PREFIX}{os.getpid()}-", dir=tmp)
+        except OSError as e:
+            print(
+                f"gpushim: cannot make a directory for the per-cell snapshots in {tmp}: {e}; "
+                "they go to the output directory"
+            )
+        atexit.register(self.close)
 
-    def take(self, label: str, keep: bool = True) -> str | None:
-        path = _api.snapshot(label, timeout=SNAPSHOT_TIMEOUT_S)
+    def take(self, label: str, keep: bool = True, cell: bool = False) -> str | None:
+        """A snapshot labelled ``label``: a per-cell one (``cell``) in the kernel's directory,
+        else in the output directory; remembered for ``diff`` when ``keep``."""
+        where = self.cells_dir if cell else None
+        path = _api.snapshot(label, timeout=SNAPSHOT_TIMEOUT_S, directory=where)
         if path is not None and keep:
             self.snaps.append((label, path))
         return path
+
+    def close(self) -> None:
+        """At the kernel's end (or ``%unload_ext``): removes the per-cell snapshots unless asked
+        to keep them. Never raises."""
+        d, self.cells_dir = self.cells_dir, None
+        if d is None:
+            return
+        if self.keep:
+            with contextlib.suppress(Exception):
+                print(f"gpushim: the per-cell snapshots are kept in {d}")
+            return
+        with contextlib.suppress(Exception):
+            shutil.rmtree(d, ignore_errors=True)
 
     def find(self, label: str) -> str | None:
         for name, path in reversed(self.snaps):
@@ -154,7 +234,7 @@ def _post_run_cell(result) -> None:
         if _only_magic(getattr(info, "raw_cell", None)):
             return
         n = getattr(result, "execution_count", None)
-        _session.take(f"cell{n}" if n is not None else "cell")
+        _session.take(f"cell{n}" if n is not None else "cell", cell=True)
     except Exception as e:
         print(f"gpushim: snapshot after the cell failed: {e!r}")
 
@@ -193,7 +273,7 @@ def gpushim_magic(line: str) -> None:
             # snapshot after the previous cell to one taken now (not kept: the snapshot after
             # this cell follows it).
             old = _session.snaps[-1][1]
-            new = _session.take("cell-so-far", keep=False)
+            new = _session.take("cell-so-far", keep=False, cell=True)
             if new is None:
                 print("gpushim: no snapshot written")
                 return
@@ -215,6 +295,12 @@ def gpushim_magic(line: str) -> None:
             return
         _wait_holders(path)
         print(_gpushim("report", path))
+    elif cmd == "keep" and not rest:
+        _session.keep = True
+        if _session.cells_dir is None:
+            print("gpushim: the per-cell snapshots are in the output directory")
+        else:
+            print(f"gpushim: the per-cell snapshots will be kept in {_session.cells_dir}")
     else:
         print(_USAGE)
 
@@ -234,13 +320,15 @@ def load(ipython) -> None:
         _session = _Session()
         ipython.events.register("pre_run_cell", _pre_run_cell)
         ipython.events.register("post_run_cell", _post_run_cell)
-    _session.take("load")
+    _session.take("load", cell=True)
 
 
 def unload(ipython) -> None:
-    """Stops the snapshots after each cell."""
+    """Stops the snapshots after each cell and removes the per-cell snapshots (unless kept)."""
     global _session
     if _session is not None:
         ipython.events.unregister("pre_run_cell", _pre_run_cell)
         ipython.events.unregister("post_run_cell", _post_run_cell)
+        _session.close()
+        atexit.unregister(_session.close)
         _session = None
