@@ -146,9 +146,9 @@ class _Plugin:
         if not leaky:
             tr.write_line(f"no test left CUDA memory live ({len(self.results)} measured)")
             return
-        tr.write_line(f"{'left live':>12} {'bytes':>12} {'allocs':>6}  test  (where)")
+        tr.write_line(f"{'left live':>12} {'bytes':>12} {'allocs':>6}  test, at where it allocated")
         for nodeid, grown, count, where in sorted(leaky, key=lambda r: -r[1]):
-            tr.write_line(f"{fmt_bytes(grown):>12} {grown:>12} {count:>6}  {nodeid}  ({where or '?'})")
+            tr.write_line(f"{fmt_bytes(grown):>12} {grown:>12} {count:>6}  {nodeid}, at {where or '?'}")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
