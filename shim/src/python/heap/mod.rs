@@ -54,6 +54,10 @@ if not _had:
 ";
 
 /// `Py_file_input` (Include/compile.h).
+/// When the exit walk's atexit function was entered (monotonic ns; 0 before): the walk's
+/// start as the collector sees it.
+static EXIT_WALK_START_NS: AtomicU64 = AtomicU64::new(0);
+
 const PY_FILE_INPUT: c_int = 257;
 /// `METH_NOARGS` and `METH_O` (Include/methodobject.h).
 const METH_NOARGS: c_int = 0x0004;
@@ -335,6 +339,7 @@ extern "C" fn exit_walk(_self: Obj, _arg: Obj) -> Obj {
     let Some(a) = api() else { return std::ptr::null_mut() };
     if traced_here() && !EXIT_DONE.swap(true, AcqRel) && SLOT.swap(RUNNING, AcqRel) != RUNNING {
         let t0 = sys::now_ns();
+        EXIT_WALK_START_NS.store(t0, Release);
         from_python(a, |a| run_walk(a, WalkReason::Exit, 0));
         EXIT_WALK_NS.store(sys::now_ns().saturating_sub(t0).max(1), Release);
         scan_now();
@@ -480,7 +485,12 @@ fn parse(b: &[u8]) -> Option<HeapWalk> {
         _ => WalkStatus::Failed,
     };
     let (elapsed_ns, visited) = (word(3)?, word(4)?);
-    let ts_ns = sys::now_ns().saturating_sub(elapsed_ns);
+    // The exit walk starts when the atexit function is entered: the program's own work ended
+    // then, before the walker was compiled (milliseconds at the first walk).
+    let ts_ns = match (reason, EXIT_WALK_START_NS.load(Acquire)) {
+        (WalkReason::Exit, t0) if t0 != 0 => t0,
+        _ => sys::now_ns().saturating_sub(elapsed_ns),
+    };
     let result = String::from_utf8_lossy(b.get(40..)?).into_owned();
     if result.len() > MAX_RESULT {
         // A frame the collector could not take would break the stream: the walk is said to
