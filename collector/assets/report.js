@@ -254,7 +254,7 @@
       if (!showInternal && frames.some((f) => !f.internal)) frames = frames.filter((f) => !f.internal);
       let node = root;
       root.value += v;
-      const names = frames.length ? frames : [{ function: s.id === 4294967295 ? "[no backtrace]" : "[site " + s.id + "]" }];
+      const names = frames.length ? frames : [{ function: s.no_backtrace ? "[no backtrace]" : "[site " + s.name + "]" }];
       for (const f of names) {
         const name = frameName(f);
         let child = node.children.find((c) => c.name === name);
@@ -346,14 +346,20 @@
   const head = el("tr");
   const body = el("tbody");
   let order = { key: "live_bytes", desc: true };
-  const fmt = (key, v) => (/bytes$/.test(key) ? bytes(v) : key === "kind" || key === "owner" ? explain(v == null ? "" : v) : v);
+  // A cell of site `s`: its id as `name` (a dash for the site without backtrace, whose tooltip
+  // says why), bytes in units, kinds and owners with their glossary words marked.
+  const fmt = (key, s) => {
+    const v = s[key];
+    if (key === "id") return s.no_backtrace ? el("span", { title: s.no_backtrace }, s.name) : s.name;
+    return /bytes$/.test(key) ? bytes(v) : key === "kind" || key === "owner" ? explain(v == null ? "" : v) : v;
+  };
   function fill() {
     const rows = R.sites.slice().sort((a, b) => {
       const x = a[order.key], y = b[order.key];
       const c = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
       return order.desc ? -c : c;
     });
-    body.replaceChildren(...rows.map((s) => el("tr", {}, ...cols.map(([k, , num]) => el("td", { class: num ? "num" : "" }, fmt(k, s[k]))))));
+    body.replaceChildren(...rows.map((s) => el("tr", {}, ...cols.map(([k, , num]) => el("td", { class: num ? "num" : "" }, fmt(k, s))))));
   }
   cols.forEach(([k, label, num]) => {
     // Headers that are glossary words carry its tooltip.

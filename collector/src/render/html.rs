@@ -33,6 +33,12 @@ const PAGE_CSS: &str = include_str!("../../assets/page.css");
 const REPORT_JS: &str = include_str!("../../assets/report.js");
 const DIFF_JS: &str = include_str!("../../assets/diff.js");
 
+/// What the sites table's site column shows for the allocations recorded without a backtrace
+/// (they share the id `NO_STACK`, a number that means nothing to a reader).
+pub const NO_BACKTRACE_CELL: &str = "\u{2014}";
+/// The tooltip of [`NO_BACKTRACE_CELL`].
+pub const NO_BACKTRACE_TITLE: &str = "no backtrace was recorded for these allocations";
+
 /// The HTML format of `gpushim report`.
 pub struct Html;
 
@@ -70,8 +76,10 @@ pub fn downsample(t: &Timeline) -> Timeline {
 
 /// The data block of a report's page: the report itself (whatever fields it has, owners
 /// included) with the timeline cut, series kept only for the charted suspects, the live
-/// allocations list left out, a `label` (first user frame) per site, the heap walk's holders
-/// when there was one, and the glossary ([`super::glossary::page_terms`]) for the page's tooltips.
+/// allocations list left out, a `label` (first user frame) and a `name` (what its site column
+/// shows: the id, or [`NO_BACKTRACE_CELL`] with `no_backtrace` holding [`NO_BACKTRACE_TITLE`]) per
+/// site, the heap walk's holders when there was one, and the glossary
+/// ([`super::glossary::page_terms`]) for the page's tooltips.
 pub fn page_data(r: &Report) -> Value {
     let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
     let charted: Vec<u32> = r.suspects.iter().take(CHART_SUSPECTS).map(|s| s.site).collect();
@@ -93,6 +101,12 @@ pub fn page_data(r: &Report) -> Value {
                 };
                 if let Some(o) = s.as_object_mut() {
                     o.insert("label".into(), Value::String(label));
+                    if site.no_backtrace() {
+                        o.insert("name".into(), NO_BACKTRACE_CELL.into());
+                        o.insert("no_backtrace".into(), NO_BACKTRACE_TITLE.into());
+                    } else {
+                        o.insert("name".into(), Value::String(site.id.to_string()));
+                    }
                     o.insert("series".into(), Value::Array(series));
                     // Addresses make the page larger and mean nothing to a reader.
                     if let Some(Value::Array(frames)) = o.get_mut("frames") {
@@ -175,6 +189,31 @@ mod tests {
         assert_eq!(data["suspects"][0]["site"], 1);
         assert_eq!(data["timeline"]["points"].as_array().unwrap().len(), 3);
         assert_eq!(data["glossary"], super::super::glossary::page_terms());
+    }
+
+    /// The JSON in the page's data block, and the page without it.
+    fn split_page(html: &str) -> (Value, String) {
+        let start = html.find("id=\"data\">").unwrap() + "id=\"data\">".len();
+        let end = start + html[start..].find("</script>").unwrap();
+        (serde_json::from_str(&html[start..end]).unwrap(), format!("{}{}", &html[..start], &html[end..]))
+    }
+
+    /// The site of the allocations recorded without a backtrace (id `NO_STACK`, 4294967295) is
+    /// shown as a dash that says why as its tooltip; the number is only in the data, as in the
+    /// JSON report.
+    #[test]
+    fn the_site_without_backtrace_is_a_dash_with_a_tooltip() {
+        let r = sample();
+        assert_eq!(r.sites[2].id, gpushim_wire::NO_STACK);
+        let (data, rest) = split_page(&render(&Html, &r));
+        let bare = &data["sites"][2];
+        assert_eq!(bare["id"], 4_294_967_295u64, "the data keeps the report's id");
+        assert_eq!(bare["name"], "\u{2014}");
+        assert_eq!(bare["no_backtrace"], "no backtrace was recorded for these allocations");
+        assert_eq!(bare["label"], "(no backtrace)");
+        assert_eq!(data["sites"][0]["name"], "1");
+        assert!(data["sites"][0].get("no_backtrace").is_none());
+        assert!(!rest.contains("4294967295"), "the page's scripts name no site by the sentinel");
     }
 
     #[test]
