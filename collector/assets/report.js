@@ -47,39 +47,9 @@
     return s;
   }
 
-  // ---- the glossary (collector/src/render/glossary.rs, the README's table) ----
+  // ---- the glossary (collector/src/render/glossary.rs, the README's table): terms.js ----
   const glossary = R.glossary || [];
-  const termByWord = new Map(glossary.map((t) => [t.word, t]));
-  // `shown` (the word itself unless given) with the word's meaning as its tooltip.
-  function term(word, shown) {
-    const t = termByWord.get(word);
-    if (!t) {
-      console.error("gpushim: no glossary word " + JSON.stringify(word));
-      return shown || word;
-    }
-    return el("abbr", { class: "term", title: t.meaning, tabindex: "0" }, shown || word);
-  }
-  // The glossary's marks as one pattern, longest first; a mark that starts or ends with a word
-  // character matches only as a whole word there ("reachable", not in "unreachable").
-  const marks = glossary.flatMap((t) => t.marks.map((m) => [m, t])).sort((a, b) => b[0].length - a[0].length);
-  const markOf = new Map(marks.map(([m, t]) => [m.toLowerCase(), t]));
-  const reEscape = (m) => m.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-  const markRe = marks.length ? new RegExp(marks.map(([m]) =>
-    (/^\w/.test(m) ? "(?<!\\w)" : "") + reEscape(m) + (/\w$/.test(m) ? "(?!\\w)" : "")).join("|"), "gi") : null;
-  // `text` as a span in which every glossary mark is a term with its tooltip.
-  function explain(text) {
-    text = String(text);
-    const span = el("span");
-    let at = 0;
-    if (markRe) {
-      for (const m of text.matchAll(markRe)) {
-        span.append(text.slice(at, m.index), term(markOf.get(m[0].toLowerCase()).word, m[0]));
-        at = m.index + m[0].length;
-      }
-    }
-    span.append(text.slice(at));
-    return span;
-  }
+  const { term, explain } = gpushimTerms(glossary, el);
   // The last two components of a path (as the text report shows it); the full path is the title.
   const short = (p) => p.split("/").slice(-2).join("/");
   function frameText(f) {
