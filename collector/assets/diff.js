@@ -1,5 +1,6 @@
 // gpushim's diff page: reads `gpushim diff --format json`'s document from #data and shows the
-// totals and the sites that changed, old and new side by side.
+// totals and the sites that changed, old and new side by side. Its labels (`D.labels`) and the
+// glossary's words with their meanings as tooltips (terms.js) come with the data.
 "use strict";
 (function () {
   const D = JSON.parse(document.getElementById("data").textContent);
@@ -20,28 +21,27 @@
     for (const c of children) if (c != null) e.append(c instanceof Node ? c : String(c));
     return e;
   }
+  const { term, explain } = gpushimTerms(D.glossary || [], el);
+  // A label of `D.labels`: its words, and its glossary words as terms.
+  const label = (pieces) => pieces.map((p) => (typeof p === "string" ? p : term(p.term, p.shown)));
   const side = (r) => "pid " + r.pid + " " + (r.snapshot != null ? "snapshot " + r.snapshot : r.reason) + " (" + r.duration_s.toFixed(3) + " s)";
   app.append(el("h1", {}, "gpushim diff"));
   app.append(el("div", { class: "sub" }, "old: " + side(D.old) + " \u2192 new: " + side(D.new) + (D.same_process ? " \u00b7 same process" : "")));
 
   const totals = el("table", { id: "totals" }, el("tr", {}, el("th", {}, ""), el("th", { class: "num" }, "old"), el("th", { class: "num" }, "new"), el("th", { class: "num" }, "growth")));
-  // The totals' rows in words (the JSON field's name as the row's title).
-  const words = {
-    live_bytes: "live memory", live_count: "live allocations", peak_live_bytes: "peak live memory",
-    alloc_count: "allocations made", alloc_bytes: "memory allocated", free_count: "frees",
-    failed_count: "failed allocations", unknown_free_count: "frees of unknown pointers",
-  };
-  const name = (k) => words[k] || k.replace(/_/g, " ");
-  for (const [k, c] of Object.entries(D.totals)) {
+  // The totals' rows, each labelled in words.
+  for (const [k, words] of D.labels.totals) {
+    const c = D.totals[k];
+    if (!c) continue;
     const f = /bytes$/.test(k) ? bytes : (v) => v;
-    totals.append(el("tr", {}, el("td", { title: k }, name(k)), el("td", { class: "num" }, f(c.old)), el("td", { class: "num" }, f(c.new)), el("td", { class: "num" }, (c.growth > 0 ? "+" : "") + f(c.growth))));
+    totals.append(el("tr", {}, el("td", {}, ...label(words)), el("td", { class: "num" }, f(c.old)), el("td", { class: "num" }, f(c.new)), el("td", { class: "num" }, (c.growth > 0 ? "+" : "") + f(c.growth))));
   }
   app.append(el("h2", {}, "Totals"), totals);
 
-  app.append(el("h2", {}, "Sites that changed (" + D.sites.length + "; " + D.unchanged_sites + " unchanged)"));
+  app.append(el("h2", {}, term("site", "Sites"), " that changed (" + D.sites.length + "; " + D.unchanged_sites + " unchanged)"));
   const max = Math.max(1, ...D.sites.map((s) => Math.max((s.old || {}).live_bytes || 0, (s.new || {}).live_bytes || 0)));
   const bar = (b, cls) => el("span", { class: "bar " + cls, style: "width:" + Math.round(200 * (b || 0) / max) + "px" });
-  const t = el("table", { id: "diff-sites" }, el("tr", {}, ...["status", "site (first user frame)", "old live", "", "new live", "", "growth"].map((h) => el("th", {}, h))));
+  const t = el("table", { id: "diff-sites" }, el("tr", {}, ...D.labels.columns.map((h) => el("th", {}, ...label(h)))));
   for (const s of D.sites) {
     const o = (s.old || {}).live_bytes || 0;
     const n = (s.new || {}).live_bytes || 0;
@@ -53,8 +53,8 @@
   }
   app.append(t);
   if (D.holders && D.holders.length) {
-    app.append(el("h2", {}, "Holders that grew"));
-    app.append(el("ul", {}, ...D.holders.map((h) => el("li", {}, h.label + ": +" + bytes(h.bytes.growth)))));
+    app.append(el("h2", {}, term("holders, held by:", "Holders"), " that grew"));
+    app.append(el("ul", {}, ...D.holders.map((h) => el("li", {}, explain(h.label + ": +" + bytes(h.bytes.growth))))));
   }
-  if (D.notes && D.notes.length) app.append(el("ul", { class: "notes" }, ...D.notes.map((n) => el("li", {}, n))));
+  if (D.notes && D.notes.length) app.append(el("ul", { class: "notes" }, ...D.notes.map((n) => el("li", {}, explain(n)))));
 })();

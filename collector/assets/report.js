@@ -47,39 +47,9 @@
     return s;
   }
 
-  // ---- the glossary (collector/src/render/glossary.rs, the README's table) ----
+  // ---- the glossary (collector/src/render/glossary.rs, the README's table): terms.js ----
   const glossary = R.glossary || [];
-  const termByWord = new Map(glossary.map((t) => [t.word, t]));
-  // `shown` (the word itself unless given) with the word's meaning as its tooltip.
-  function term(word, shown) {
-    const t = termByWord.get(word);
-    if (!t) {
-      console.error("gpushim: no glossary word " + JSON.stringify(word));
-      return shown || word;
-    }
-    return el("abbr", { class: "term", title: t.meaning, tabindex: "0" }, shown || word);
-  }
-  // The glossary's marks as one pattern, longest first; a mark that starts or ends with a word
-  // character matches only as a whole word there ("reachable", not in "unreachable").
-  const marks = glossary.flatMap((t) => t.marks.map((m) => [m, t])).sort((a, b) => b[0].length - a[0].length);
-  const markOf = new Map(marks.map(([m, t]) => [m.toLowerCase(), t]));
-  const reEscape = (m) => m.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-  const markRe = marks.length ? new RegExp(marks.map(([m]) =>
-    (/^\w/.test(m) ? "(?<!\\w)" : "") + reEscape(m) + (/\w$/.test(m) ? "(?!\\w)" : "")).join("|"), "gi") : null;
-  // `text` as a span in which every glossary mark is a term with its tooltip.
-  function explain(text) {
-    text = String(text);
-    const span = el("span");
-    let at = 0;
-    if (markRe) {
-      for (const m of text.matchAll(markRe)) {
-        span.append(text.slice(at, m.index), term(markOf.get(m[0].toLowerCase()).word, m[0]));
-        at = m.index + m[0].length;
-      }
-    }
-    span.append(text.slice(at));
-    return span;
-  }
+  const { term, explain } = gpushimTerms(glossary, el);
   // The last two components of a path (as the text report shows it); the full path is the title.
   const short = (p) => p.split("/").slice(-2).join("/");
   function frameText(f) {
@@ -254,7 +224,7 @@
       if (!showInternal && frames.some((f) => !f.internal)) frames = frames.filter((f) => !f.internal);
       let node = root;
       root.value += v;
-      const names = frames.length ? frames : [{ function: s.id === 4294967295 ? "[no backtrace]" : "[site " + s.id + "]" }];
+      const names = frames.length ? frames : [{ function: s.no_backtrace ? "[no backtrace]" : "[site " + s.name + "]" }];
       for (const f of names) {
         const name = frameName(f);
         let child = node.children.find((c) => c.name === name);
@@ -346,14 +316,20 @@
   const head = el("tr");
   const body = el("tbody");
   let order = { key: "live_bytes", desc: true };
-  const fmt = (key, v) => (/bytes$/.test(key) ? bytes(v) : key === "kind" || key === "owner" ? explain(v == null ? "" : v) : v);
+  // A cell of site `s`: its id as `name` (a dash for the site without backtrace, whose tooltip
+  // says why), bytes in units, kinds and owners with their glossary words marked.
+  const fmt = (key, s) => {
+    const v = s[key];
+    if (key === "id") return s.no_backtrace ? el("span", { title: s.no_backtrace }, s.name) : s.name;
+    return /bytes$/.test(key) ? bytes(v) : key === "kind" || key === "owner" ? explain(v == null ? "" : v) : v;
+  };
   function fill() {
     const rows = R.sites.slice().sort((a, b) => {
       const x = a[order.key], y = b[order.key];
       const c = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
       return order.desc ? -c : c;
     });
-    body.replaceChildren(...rows.map((s) => el("tr", {}, ...cols.map(([k, , num]) => el("td", { class: num ? "num" : "" }, fmt(k, s[k]))))));
+    body.replaceChildren(...rows.map((s) => el("tr", {}, ...cols.map(([k, , num]) => el("td", { class: num ? "num" : "" }, fmt(k, s))))));
   }
   cols.forEach(([k, label, num]) => {
     // Headers that are glossary words carry its tooltip.

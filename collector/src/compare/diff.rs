@@ -11,7 +11,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::report::words::{first_user_frame, fmt_bytes, fmt_bytes_delta, fmt_seconds, frame_label};
+use crate::report::words::{first_user_frame, fmt_bytes, fmt_bytes_delta, fmt_seconds, frame_label, site_id_name};
 use crate::report::{Frame, Gauge, Report, Site};
 
 /// The formats `gpushim diff` offers.
@@ -141,12 +141,14 @@ fn disambiguate(rows: &mut [Row]) {
     }
 }
 
+/// The row's site as its reports name it: `site 7 (old 0)`, `new site 9`, `site without
+/// backtrace (old only)`.
 fn which(r: &Row) -> String {
     match (&r.old, &r.new) {
-        (None, Some(n)) => format!("new site {}", n.id),
-        (Some(o), None) => format!("site {} (old only)", o.id),
-        (Some(o), Some(n)) if o.id != n.id => format!("site {} (old {})", n.id, o.id),
-        (_, Some(n)) => format!("site {}", n.id),
+        (None, Some(n)) => format!("new site {}", site_id_name(n.id)),
+        (Some(o), None) => format!("site {} (old only)", site_id_name(o.id)),
+        (Some(o), Some(n)) if o.id != n.id => format!("site {} (old {})", site_id_name(n.id), site_id_name(o.id)),
+        (_, Some(n)) => format!("site {}", site_id_name(n.id)),
         (None, None) => String::new(),
     }
 }
@@ -697,6 +699,35 @@ mod tests {
             lines.last().unwrap(),
             &"sites: 1 new (+2.0 MiB), 1 vanished (-100 B), 1 grown, 0 shrunk, 1 unchanged"
         );
+    }
+
+    /// Allocations recorded without a backtrace share the id `NO_STACK`: the text names that
+    /// site in words, never by the sentinel's number.
+    #[test]
+    fn the_site_without_backtrace_is_named_in_words() {
+        let bare = |live_bytes| Site { frames: vec![], ..site(gpushim_wire::NO_STACK, "", live_bytes, 1) };
+        let old = report(1, vec![bare(1 << 20), site(0, "gone", 100, 1)]);
+        let new = report(2, vec![bare(3 << 20)]);
+        let mut out = Vec::new();
+        diff(&old, &new, 10, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("+2.0 MiB  live 1.0 MiB -> 3.0 MiB")
+                && text.contains("site without backtrace: (no backtrace)\n"),
+            "{text}"
+        );
+        let only_new = report(2, vec![bare(1 << 20)]);
+        let mut out = Vec::new();
+        diff(&report(1, vec![]), &only_new, 10, &mut out).unwrap();
+        let text_new = String::from_utf8(out).unwrap();
+        assert!(text_new.contains("new site without backtrace: (no backtrace)\n"), "{text_new}");
+        let mut out = Vec::new();
+        diff(&only_new, &report(2, vec![]), 10, &mut out).unwrap();
+        let text_gone = String::from_utf8(out).unwrap();
+        assert!(text_gone.contains("site without backtrace (old only): (no backtrace)\n"), "{text_gone}");
+        for t in [&text, &text_new, &text_gone] {
+            assert!(!t.contains("4294967295"), "{t}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The report (and a diff) as one self-contained HTML page: a header with the totals, live bytes
 //! over time (uPlot), a flame graph of live bytes or allocations (d3-flame-graph), the suspects
-//! with their stacks and holders, and a sortable table of all sites.
+//! with their stacks and holders, and a sortable table of all sites. Both pages give the
+//! glossary's words ([`super::glossary`]) their meanings as tooltips.
 //!
 //! Everything the page needs is inlined: the vendored libraries and the page's own script and
 //! style under `collector/assets/` (read at build time), and the data as one JSON block. The
@@ -30,8 +31,15 @@ const FLAME_JS: &str = include_str!("../../assets/vendor/d3-flame-graph/d3-flame
 const FRAMES_JS: &str = include_str!("../../assets/frames.js");
 const FLAME_CSS: &str = include_str!("../../assets/vendor/d3-flame-graph/d3-flamegraph.css");
 const PAGE_CSS: &str = include_str!("../../assets/page.css");
+const TERMS_JS: &str = include_str!("../../assets/terms.js");
 const REPORT_JS: &str = include_str!("../../assets/report.js");
 const DIFF_JS: &str = include_str!("../../assets/diff.js");
+
+/// What the sites table's site column shows for the allocations recorded without a backtrace
+/// (they share the id `NO_STACK`, a number that means nothing to a reader).
+pub const NO_BACKTRACE_CELL: &str = "\u{2014}";
+/// The tooltip of [`NO_BACKTRACE_CELL`].
+pub const NO_BACKTRACE_TITLE: &str = "no backtrace was recorded for these allocations";
 
 /// The HTML format of `gpushim report`.
 pub struct Html;
@@ -70,8 +78,10 @@ pub fn downsample(t: &Timeline) -> Timeline {
 
 /// The data block of a report's page: the report itself (whatever fields it has, owners
 /// included) with the timeline cut, series kept only for the charted suspects, the live
-/// allocations list left out, a `label` (first user frame) per site, the heap walk's holders
-/// when there was one, and the glossary ([`super::glossary::page_terms`]) for the page's tooltips.
+/// allocations list left out, a `label` (first user frame) and a `name` (what its site column
+/// shows: the id, or [`NO_BACKTRACE_CELL`] with `no_backtrace` holding [`NO_BACKTRACE_TITLE`]) per
+/// site, the heap walk's holders when there was one, and the glossary
+/// ([`super::glossary::page_terms`]) for the page's tooltips.
 pub fn page_data(r: &Report) -> Value {
     let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
     let charted: Vec<u32> = r.suspects.iter().take(CHART_SUSPECTS).map(|s| s.site).collect();
@@ -93,6 +103,12 @@ pub fn page_data(r: &Report) -> Value {
                 };
                 if let Some(o) = s.as_object_mut() {
                     o.insert("label".into(), Value::String(label));
+                    if site.no_backtrace() {
+                        o.insert("name".into(), NO_BACKTRACE_CELL.into());
+                        o.insert("no_backtrace".into(), NO_BACKTRACE_TITLE.into());
+                    } else {
+                        o.insert("name".into(), Value::String(site.id.to_string()));
+                    }
                     o.insert("series".into(), Value::Array(series));
                     // Addresses make the page larger and mean nothing to a reader.
                     if let Some(Value::Array(frames)) = o.get_mut("frames") {
@@ -107,7 +123,8 @@ pub fn page_data(r: &Report) -> Value {
     v
 }
 
-/// Writes the page: `title`, the inlined libraries, the data as JSON, then `script`.
+/// Writes the page: `title`, the inlined libraries and the glossary's tooltips (`terms.js`), the
+/// data as JSON, then `script`.
 fn page(out: &mut dyn Write, title: &str, data: &Value, script: &str) -> io::Result<()> {
     // `</` inside the JSON would end the script element: write it as `<\/` (same JSON).
     let json = serde_json::to_string(data).map_err(io::Error::other)?.replace("</", "<\\/");
@@ -117,7 +134,7 @@ fn page(out: &mut dyn Write, title: &str, data: &Value, script: &str) -> io::Res
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{}</title>\n<style>\n{UPLOT_CSS}\n{FLAME_CSS}\n{PAGE_CSS}\n</style>\n</head>\n<body>\n\
          <main id=\"app\"></main>\n\
-         <script>\n{UPLOT_JS}\n</script>\n<script>\n{D3_SELECTION_JS}\n</script>\n<script>\n{FRAMES_JS}\n</script>\n<script>\n{FLAME_JS}\n</script>\n\
+         <script>\n{UPLOT_JS}\n</script>\n<script>\n{D3_SELECTION_JS}\n</script>\n<script>\n{FRAMES_JS}\n</script>\n<script>\n{FLAME_JS}\n</script>\n<script>\n{TERMS_JS}\n</script>\n\
          <script type=\"application/json\" id=\"data\">{json}</script>\n<script>\n{script}\n</script>\n</body>\n</html>\n",
         escape(title)
     )
@@ -134,6 +151,63 @@ impl Render for Html {
     }
 }
 
+/// A piece of a label of the diff page: words, or a glossary word (the glossary's `word`, and
+/// the text shown) that the page shows with its meaning as a tooltip.
+enum Piece {
+    Words(&'static str),
+    Term(&'static str, &'static str),
+}
+
+use Piece::{Term, Words};
+
+/// The rows of the diff page's totals: each field of the diff's `totals`, and its label.
+const DIFF_TOTALS: &[(&str, &[Piece])] = &[
+    ("live_bytes", &[Term("live", "live"), Words(" memory")]),
+    ("live_count", &[Term("live", "live"), Words(" allocations")]),
+    ("peak_live_bytes", &[Words("peak "), Term("live", "live"), Words(" memory")]),
+    ("alloc_count", &[Words("allocations made")]),
+    ("free_count", &[Words("frees")]),
+    ("failed_count", &[Words("failed allocations")]),
+];
+
+/// The columns of the diff page's table of the sites that changed.
+const DIFF_COLUMNS: &[&[Piece]] = &[
+    &[Words("status")],
+    &[Term("site", "site"), Words(" (first user frame)")],
+    &[Words("old "), Term("live", "live")],
+    &[],
+    &[Words("new "), Term("live", "live")],
+    &[],
+    &[Words("growth")],
+];
+
+/// A label as the page reads it: an array of strings and `{"term", "shown"}` objects.
+fn label(pieces: &[Piece]) -> Value {
+    Value::Array(
+        pieces
+            .iter()
+            .map(|p| match p {
+                Words(w) => json!(w),
+                Term(word, shown) => json!({ "term": word, "shown": shown }),
+            })
+            .collect(),
+    )
+}
+
+/// The data block of a diff's page: the diff's document with the glossary
+/// ([`super::glossary::page_terms`]) and the page's `labels`: the totals' rows (`[field, label]`)
+/// and the sites table's columns, in words.
+pub fn diff_page_data(diff: &Value) -> Value {
+    let mut v = diff.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("glossary".into(), super::glossary::page_terms());
+        let totals: Vec<Value> = DIFF_TOTALS.iter().map(|(field, l)| json!([field, label(l)])).collect();
+        let columns: Vec<Value> = DIFF_COLUMNS.iter().map(|l| label(l)).collect();
+        o.insert("labels".into(), json!({ "totals": totals, "columns": columns }));
+    }
+    v
+}
+
 /// Writes the page of a diff: `diff` is the document of `gpushim diff --format json`.
 ///
 /// # Errors
@@ -144,7 +218,7 @@ pub fn diff_page(diff: &Value, out: &mut dyn Write) -> io::Result<()> {
         diff["old"]["pid"].as_u64().unwrap_or(0),
         diff["new"]["pid"].as_u64().unwrap_or(0)
     );
-    page(out, &title, diff, DIFF_JS)
+    page(out, &title, &diff_page_data(diff), DIFF_JS)
 }
 
 #[cfg(test)]
@@ -175,6 +249,107 @@ mod tests {
         assert_eq!(data["suspects"][0]["site"], 1);
         assert_eq!(data["timeline"]["points"].as_array().unwrap().len(), 3);
         assert_eq!(data["glossary"], super::super::glossary::page_terms());
+    }
+
+    /// The JSON in the page's data block, and the page without it.
+    fn split_page(html: &str) -> (Value, String) {
+        let start = html.find("id=\"data\">").unwrap() + "id=\"data\">".len();
+        let end = start + html[start..].find("</script>").unwrap();
+        (serde_json::from_str(&html[start..end]).unwrap(), format!("{}{}", &html[..start], &html[end..]))
+    }
+
+    /// The site of the allocations recorded without a backtrace (id `NO_STACK`, 4294967295) is
+    /// shown as a dash that says why as its tooltip; the number is only in the data, as in the
+    /// JSON report.
+    #[test]
+    fn the_site_without_backtrace_is_a_dash_with_a_tooltip() {
+        let r = sample();
+        assert_eq!(r.sites[2].id, gpushim_wire::NO_STACK);
+        let (data, rest) = split_page(&render(&Html, &r));
+        let bare = &data["sites"][2];
+        assert_eq!(bare["id"], 4_294_967_295u64, "the data keeps the report's id");
+        assert_eq!(bare["name"], "\u{2014}");
+        assert_eq!(bare["no_backtrace"], "no backtrace was recorded for these allocations");
+        assert_eq!(bare["label"], "(no backtrace)");
+        assert_eq!(data["sites"][0]["name"], "1");
+        assert!(data["sites"][0].get("no_backtrace").is_none());
+        assert!(!rest.contains("4294967295"), "the page's scripts name no site by the sentinel");
+    }
+
+    /// The words of the diff page have the glossary's meanings as tooltips: the glossary comes
+    /// with the data, every glossary word the page places is one of the glossary, and every row
+    /// of the totals is labelled in words, not by its JSON field.
+    #[test]
+    fn the_diff_page_has_the_glossary_tooltips_and_labels_in_words() {
+        let old = sample();
+        let mut new = sample();
+        new.pid = 1235;
+        new.sites[0].live_bytes += 1 << 20;
+        new.totals.gauge.live_bytes += 1 << 20;
+        let mut doc = Vec::new();
+        crate::compare::diff::diff_json(&old, &new, 10, &mut doc).unwrap();
+        let doc: Value = serde_json::from_slice(&doc).unwrap();
+        let mut html = Vec::new();
+        diff_page(&doc, &mut html).unwrap();
+        let (data, rest) = split_page(&String::from_utf8(html).unwrap());
+        assert!(rest.contains("<title>gpushim diff: pid 1234 \u{2192} pid 1235</title>"));
+        // terms.js, which makes the tooltips, comes before the diff's script.
+        let (terms, diff) =
+            (rest.find("function gpushimTerms(").unwrap(), rest.find("gpushimTerms(D.glossary").unwrap());
+        assert!(terms < diff);
+        assert_eq!(data["glossary"], super::super::glossary::page_terms());
+        let words: Vec<&str> = super::super::glossary::GLOSSARY.iter().map(|t| t.word).collect();
+        let plain = |w: &str| w.replace('`', "");
+        let is_word = |w: &str| words.iter().any(|g| plain(g) == w);
+
+        // A label's text, and the glossary words it shows.
+        let read = |l: &Value| -> (String, Vec<String>) {
+            let (mut text, mut used) = (String::new(), Vec::new());
+            for p in l.as_array().unwrap() {
+                match p.as_str() {
+                    Some(w) => text.push_str(w),
+                    None => {
+                        text.push_str(p["shown"].as_str().unwrap());
+                        used.push(p["term"].as_str().unwrap().to_string());
+                    }
+                }
+            }
+            (text, used)
+        };
+        let mut used = Vec::new();
+        let fields: Vec<&String> = doc["totals"].as_object().unwrap().keys().collect();
+        assert_eq!(fields.len(), 6);
+        let rows = data["labels"]["totals"].as_array().unwrap();
+        let mut labels = Vec::new();
+        for field in fields {
+            let row = rows.iter().find(|r| r[0] == **field).unwrap_or_else(|| panic!("no label for {field}"));
+            let (text, terms) = read(&row[1]);
+            assert!(!text.is_empty() && !text.contains('_') && text != *field, "{field}: {text}");
+            labels.push(text);
+            used.extend(terms);
+        }
+        labels.sort();
+        assert_eq!(
+            labels,
+            ["allocations made", "failed allocations", "frees", "live allocations", "live memory", "peak live memory"]
+        );
+        let columns: Vec<(String, Vec<String>)> =
+            data["labels"]["columns"].as_array().unwrap().iter().map(read).collect();
+        let heads: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
+        assert_eq!(heads, ["status", "site (first user frame)", "old live", "", "new live", "", "growth"]);
+        used.extend(columns.into_iter().flat_map(|c| c.1));
+        // The words the script places itself: `term("word", ...)`.
+        used.extend(DIFF_JS.split("term(\"").skip(1).map(|t| t[..t.find('"').unwrap()].to_string()));
+        for w in &used {
+            assert!(is_word(w), "{w:?} is not a word of the glossary: the page would show it without a tooltip");
+        }
+        for w in ["site", "live", "holders, held by:"] {
+            assert!(used.iter().any(|u| u == w), "the diff page does not explain {w:?}");
+        }
+        // The script labels no row by a JSON field's name: its labels are the data's.
+        for field in doc["totals"].as_object().unwrap().keys() {
+            assert!(!DIFF_JS.contains(&format!("\"{field}\"")) && !DIFF_JS.contains(&format!("{field}:")), "{field}");
+        }
     }
 
     #[test]

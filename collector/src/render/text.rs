@@ -529,6 +529,27 @@ pub(crate) mod tests {
         assert_eq!(Report::from_slice(&json).unwrap(), r);
     }
 
+    /// The site of the allocations recorded without a backtrace (id `NO_STACK`) is named in
+    /// words in the sites, the suspects and the stderr summary, never by the sentinel's number.
+    #[test]
+    fn the_site_without_backtrace_is_named_in_words() {
+        let mut r = sample();
+        r.suspects[0].site = gpushim_wire::NO_STACK;
+        r.suspects[0].sites = vec![gpushim_wire::NO_STACK, 2];
+        let t = render(&Text(opts(false)), &r);
+        assert!(t.contains("  site without backtrace: 10 B live in 1 (device, cudaMalloc); "), "{t}");
+        assert!(t.contains("  #1 site without backtrace (score 1.00): "), "{t}");
+        assert!(t.contains("      2 sites: without backtrace (10 B), 2 (1.0 KiB)\n"), "{t}");
+        let mut err = Vec::new();
+        summary(&r, std::path::Path::new("/o/gpushim-1234.json"), &mut err).unwrap();
+        let err = String::from_utf8(err).unwrap();
+        assert!(err.contains("gpushim: suspect #1 site without backtrace: "), "{err}");
+        assert!(err.contains("; 2 sites: without backtrace, 2\n"), "{err}");
+        for out in [&t, &err] {
+            assert!(!out.contains("4294967295"), "{out}");
+        }
+    }
+
     #[test]
     fn text_shows_an_out_of_memory_report_on_top() {
         let mut r = sample();

@@ -1,0 +1,40 @@
+// The glossary's tooltips on gpushim's pages (the report and the diff): loaded before the page's
+// script, which calls gpushimTerms with the glossary of its data (collector/src/render/glossary.rs,
+// the README's table) and its element maker `el(tag, attrs, ...children)`.
+"use strict";
+// `term(word, shown)`: an element showing `shown` (the word unless given) with the word's meaning
+// as its tooltip; `explain(text)`: `text` with every glossary mark in it made such a term.
+function gpushimTerms(glossary, el) {
+  const termByWord = new Map(glossary.map((t) => [t.word, t]));
+  // `shown` (the word itself unless given) with the word's meaning as its tooltip.
+  function term(word, shown) {
+    const t = termByWord.get(word);
+    if (!t) {
+      console.error("gpushim: no glossary word " + JSON.stringify(word));
+      return shown || word;
+    }
+    return el("abbr", { class: "term", title: t.meaning, tabindex: "0" }, shown || word);
+  }
+  // The glossary's marks as one pattern, longest first; a mark that starts or ends with a word
+  // character matches only as a whole word there ("reachable", not in "unreachable").
+  const marks = glossary.flatMap((t) => t.marks.map((m) => [m, t])).sort((a, b) => b[0].length - a[0].length);
+  const markOf = new Map(marks.map(([m, t]) => [m.toLowerCase(), t]));
+  const reEscape = (m) => m.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  const markRe = marks.length ? new RegExp(marks.map(([m]) =>
+    (/^\w/.test(m) ? "(?<!\\w)" : "") + reEscape(m) + (/\w$/.test(m) ? "(?!\\w)" : "")).join("|"), "gi") : null;
+  // `text` as a span in which every glossary mark is a term with its tooltip.
+  function explain(text) {
+    text = String(text);
+    const span = el("span");
+    let at = 0;
+    if (markRe) {
+      for (const m of text.matchAll(markRe)) {
+        span.append(text.slice(at, m.index), term(markOf.get(m[0].toLowerCase()).word, m[0]));
+        at = m.index + m[0].length;
+      }
+    }
+    span.append(text.slice(at));
+    return span;
+  }
+  return { term, explain };
+}
