@@ -107,8 +107,13 @@ const RULES: &[(Class, Test)] = &[
     (Vendor, Name("libnvToolsExt")),
     (Vendor, Name("libnvblas")),
     (Vendor, Name("libcufile")),
-    // NVIDIA's Python wheels (`nvidia-cublas`, …) and TensorRT's.
+    // NVIDIA's Python wheels (`nvidia-cublas`, …), cuda-python's bindings (`cuda.bindings`,
+    // `cuda.core`: their Cython modules call the runtime for the user's Python line) and
+    // TensorRT's.
     (Vendor, Package("nvidia")),
+    (Vendor, Package("cuda")),
+    (Vendor, Package("cuda_bindings")),
+    (Vendor, Package("cuda_core")),
     (Vendor, Package("tensorrt*")),
     // Frameworks' native libraries.
     (Framework, Name("libtorch")),
@@ -229,8 +234,13 @@ impl Table {
     pub fn class_of(&self, f: &Frame) -> Class {
         let path = if f.python { f.file.as_deref().unwrap_or("") } else { &f.module };
         let c = self.classify(path, &f.function);
-        if c == Class::User && !f.python && f.file.as_deref().is_some_and(is_wrapper_source) {
-            return Framework;
+        if c == Class::User && !f.python {
+            if f.file.as_deref().is_some_and(is_cuda_header) {
+                return Runtime;
+            }
+            if f.file.as_deref().is_some_and(is_wrapper_source) {
+                return Framework;
+            }
         }
         c
     }
@@ -261,6 +271,17 @@ pub fn is_cuda_api_name(function: &str) -> bool {
     gpushim_wire::Api::ALL
         .iter()
         .any(|a| function.strip_prefix(a.name()).is_some_and(|rest| rest.is_empty() || rest.starts_with('_')))
+}
+
+/// True if and only if source file `file` is one of the CUDA toolkit's runtime headers, whose
+/// inline functions (the `cudaMalloc<T>` template of `cuda_runtime.h`) are compiled into the
+/// user's binary: the runtime's code, not the user's line.
+pub fn is_cuda_header(file: &str) -> bool {
+    let name = file.rsplit('/').next().unwrap_or(file);
+    matches!(name, "cuda_runtime.h" | "cuda_runtime_api.h" | "cuda.h")
+        || file.contains("/include/crt/")
+        || file.contains("/targets/x86_64-linux/include/")
+        || file.contains("/targets/sbsa-linux/include/")
 }
 
 /// Source path fragments of CUDA wrappers compiled into the user's binary: crates from the cargo
@@ -533,6 +554,25 @@ mod tests {
         assert_eq!(t.class_of(&f), Class::Framework);
         f.file = Some("/work/examples/cudarc-leak/src/main.rs".into());
         assert_eq!(t.class_of(&f), Class::User);
+        // The CUDA headers' inline `cudaMalloc<T>` compiled into the user's binary: runtime.
+        for header in
+            ["/usr/local/cuda/include/cuda_runtime.h", "/usr/local/cuda-13.0/targets/x86_64-linux/include/crt/x.hpp"]
+        {
+            f.file = Some(header.into());
+            assert_eq!(t.class_of(&f), Class::Runtime, "{header}");
+        }
+        f.file = Some("/home/u/include/my_cuda_runtime.h".into());
+        assert_eq!(t.class_of(&f), Class::User);
+        // cuda-python's Cython modules: NVIDIA's, not the user's.
+        for path in [
+            format!("{sp}/cuda/bindings/cyruntime.cpython-312-x86_64-linux-gnu.so"),
+            "/usr/local/lib/python3.12/dist-packages/cuda/bindings/_bindings/cyruntime.cpython-312-x86_64-linux-gnu.so"
+                .to_string(),
+            format!("{sp}/cuda/core/experimental/_memory.cpython-312-x86_64-linux-gnu.so"),
+        ] {
+            assert_eq!(t.classify(&path, "f"), Class::Vendor, "{path}");
+        }
+        assert_eq!(t.classify("/home/u/cuda/kernels.py", "f"), Class::User);
     }
 
     #[test]
