@@ -2,6 +2,11 @@
 //! `at_quick_exit` handler, and the signal-safe path of `_exit`/`_Exit` (exports/quick.rs).
 //! Each asks the writer to send `Exit` and waits, bounded by `GPUSHIM_EXIT_TIMEOUT`, so that the
 //! collector's report exists when the program is gone.
+//!
+//! The exit's reachability scan comes earlier, before the program's exit handlers
+//! (`exit_scan.rs`): when `main` returns or the program calls `exit()` (exports/start.rs), and
+//! in a Python program right after the exit heap walk. Only when none of those ran does the
+//! destructor's exit path make it, after the handlers.
 
 use std::sync::atomic::Ordering::*;
 use std::time::Duration;

@@ -36,6 +36,7 @@ mod clock;
 mod config;
 mod event;
 mod exit;
+mod exit_scan;
 mod exports;
 mod hash;
 mod hook;

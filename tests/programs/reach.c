@@ -334,9 +334,8 @@ static NOINLINE int library_block(void)
 /* Static containers torn down at exit, as C++'s std::map and std::vector destructors do: the
  * nodes and the array are freed and the globals still point at them.  A tree of 6 nodes laid
  * out as std::map's (each value at byte 40), an array of 16 pointers; 2 allocations dropped.
- * The exit's scan runs after the teardown: malloc reuses a freed block's first two words for its
- * lists, so the array's first 2 are gone; the other 20 pointers are left only in freed blocks
- * the program's data still points to (possibly lost). */
+ * The exit's scan is made when main returns, before the teardown: the 22 are reachable, the 2
+ * dropped definitely lost. */
 struct node {
     int color;
     struct node *parent, *left, *right;

@@ -8,8 +8,8 @@
 //! with the caller's arguments unchanged, record a small event, and return the real result
 //! unchanged. `custom` entries do the same in
 //! a handler of their own (`vmm.rs`, `procaddr.rs`, `capture.rs`). The other exports are `dlsym`
-//! (dlsym.rs), the exits that run no atexit handler (quick.rs) and the C entry points of the
-//! Python API (api.rs).
+//! (dlsym.rs), the exits that run no atexit handler (quick.rs), the end of `main` and `exit`
+//! (start.rs) and the C entry points of the Python API (api.rs).
 //!
 //! Signatures are those of CUDA 13.0's `cuda_runtime_api.h` and `cuda.h`; the `_ptsz` variants
 //! are the per-thread-default-stream ABIs of the same functions.
@@ -23,6 +23,7 @@ mod dlsym;
 mod graphs;
 mod procaddr;
 mod quick;
+mod start;
 mod vmm;
 
 use std::ffi::{c_char, c_int, c_uint, c_void};

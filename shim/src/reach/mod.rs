@@ -50,7 +50,8 @@
 //! also points to (a library handle the program keeps, such as a cuBLAS handle holding its
 //! workspace; one level: the blocks it points to stay the library's); a freed block of the main
 //! heap that a module's data still points to, and the freed blocks it points to (a static C++
-//! container whose destructor ran before the exit's scan); at the exit's scan, every freed block
+//! container whose destructor ran before the exit's scan); at an exit's scan made after the
+//! program's exit handlers (neither the end of `main` nor `exit()` was seen), every freed block
 //! of the main heap (the program's static containers were torn down just before it, by C++
 //! static destructors and atexit handlers, whatever the globals still say); of a freed block
 //! the words malloc wrote over for its lists (one to four) are not read; the part of a blocked thread's given stack below
@@ -203,7 +204,8 @@ struct Scan {
     reused: Vec<u8>,
     /// The heap walk's window.
     win: Buf<u8>,
-    /// The scan of the exit: every freed block of the main heap is read without trust.
+    /// The scan of an exit after the program's exit handlers: every freed block of the main
+    /// heap is read without trust.
     exit: bool,
     /// Where a heap walk that did not add up stopped, bytes from the heap's start.
     walk_failed_at: u64,
@@ -237,7 +239,9 @@ struct Scan {
 }
 
 /// Runs a scan for the report `reason`/`number` against `table`. Returns the event to send.
-pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32) -> wire::Reach {
+/// `after_handlers`: an exit's scan made after the program's atexit handlers and static
+/// destructors ran, which then reads every freed block of the main heap without trust.
+pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32, after_handlers: bool) -> wire::Reach {
     let t0 = sys::now_ns();
     let cpu0 = thread_cpu_ns();
     let ms = config::reachability_ms();
@@ -274,7 +278,7 @@ pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32) -> wire::R
         r.elapsed_ns = sys::now_ns().saturating_sub(t0);
         return r;
     }
-    s.exit = reason == WalkReason::Exit;
+    s.exit = reason == WalkReason::Exit && after_handlers;
     let first = s.pass();
     let any_lost = first.iter().any(|h| h.refs == 0);
     let second = if any_lost && !s.cut { Some(s.pass()) } else { None };

@@ -45,9 +45,10 @@ impl Scan {
             read_range(&view, acc, rbuf, g.start, g.end, Mode::Cuda);
         }
         drain(&view, acc, rbuf);
-        // At exit the program's static containers have been torn down (C++ static destructors
-        // and atexit handlers run before the scan): what freed blocks still hold may be pointers
-        // the program kept for its whole run, read without trust.
+        // At an exit whose scan came after the program's exit handlers, its static containers
+        // have been torn down (C++ static destructors and atexit handlers ran before the scan):
+        // what freed blocks still hold may be pointers the program kept for its whole run, read
+        // without trust.
         if exit && view.heap.1 > view.heap.0 && !acc.cut {
             for c in 0..view.chunks.len() {
                 if view.marks[c].compare_exchange(mark::FREE, mark::FREE_READ, Relaxed, Relaxed).is_ok() {

@@ -105,7 +105,7 @@ impl Writer {
             if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, self.snapshots_sent) {
                 self.push(&Event::HeapWalk(h));
             }
-            self.reachability(wire::WalkReason::Snapshot, self.snapshots_sent);
+            self.reachability(wire::WalkReason::Snapshot, self.snapshots_sent, false);
         }
     }
 
@@ -113,7 +113,9 @@ impl Writer {
     /// result, if scans are on. The wire buffer is sent and zeroed first: it holds copies of
     /// addresses.
     /// The scan's bytes read, if it ran.
-    pub(super) fn reachability(&mut self, reason: wire::WalkReason, number: u32) -> Option<u64> {
+    /// `after_handlers`: an exit's scan made after the program's exit handlers ran (the
+    /// destructor's exit path), which reads the freed blocks of the main heap without trust.
+    pub(super) fn reachability(&mut self, reason: wire::WalkReason, number: u32, after_handlers: bool) -> Option<u64> {
         if self.reach.is_none() || !self.flush() {
             return None;
         }
@@ -121,7 +123,7 @@ impl Writer {
         self.buf.resize(cap, 0);
         self.buf.clear();
         let table = self.reach.as_ref()?;
-        let r = reach::scan(table, self.reach_own, reason, number);
+        let r = reach::scan(table, self.reach_own, reason, number, after_handlers);
         let read = r.scanned_bytes;
         self.push(&Event::Reach(r));
         Some(read)

@@ -280,14 +280,16 @@ impl Writer {
                 Ok(Msg::ExitScan { done }) => {
                     if !self.exit_scanned {
                         self.exit_scanned = true;
-                        self.reachability(wire::WalkReason::Exit, 0);
+                        self.reachability(wire::WalkReason::Exit, 0, false);
                     }
                     let _ = done.send(());
                 }
                 Ok(Msg::Exit { ts_ns, done }) => {
                     let got = sys::now_ns();
-                    // Made after the Python exit walk already, if there was one.
-                    let scan = if self.exit_scanned { None } else { self.reachability(wire::WalkReason::Exit, 0) };
+                    // Made already, if the end of `main`, `exit()` or the Python exit walk was
+                    // seen; else now, after the program's exit handlers.
+                    let scan =
+                        if self.exit_scanned { None } else { self.reachability(wire::WalkReason::Exit, 0, true) };
                     let scanned = sys::now_ns();
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
                     if self.flush() {
@@ -469,7 +471,7 @@ impl Writer {
                     if let Some(h) = python::heap::request(wire::WalkReason::Oom, self.ooms_sent) {
                         self.push(&Event::HeapWalk(h));
                     }
-                    self.reachability(wire::WalkReason::Oom, self.ooms_sent);
+                    self.reachability(wire::WalkReason::Oom, self.ooms_sent, false);
                 }
             }
             Msg::HeapWalk(h) => self.push(&Event::HeapWalk(h)),

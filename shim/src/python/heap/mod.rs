@@ -316,24 +316,6 @@ extern "C" fn walk_pending(_: *mut c_void) -> c_int {
 /// exit was slow (`writer`).
 pub static EXIT_WALK_NS: AtomicU64 = AtomicU64::new(0);
 
-/// Asks the writer for the exit's reachability scan and waits for it (bounded as the exit path
-/// is): right after the exit walk, so that the scan reads the program the walk saw, before the
-/// interpreter's teardown frees it (the report's live set is that moment's).
-fn scan_now() {
-    if !config::reachability() || !state::recording() {
-        return;
-    }
-    let Some(tx) = state::channel() else { return };
-    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-    let now = std::time::Instant::now();
-    let wait = config::exit_timeout()
-        .min(std::time::Duration::from_millis(config::reachability_ms()) + std::time::Duration::from_secs(5));
-    let deadline = now.checked_add(wait).unwrap_or(now + std::time::Duration::from_secs(60));
-    if tx.send_deadline(Msg::ExitScan { done: done_tx }, deadline).is_ok() {
-        let _ = done_rx.recv_deadline(deadline);
-    }
-}
-
 /// The `atexit` function: the walk of the final report, once per process.
 extern "C" fn exit_walk(_self: Obj, _arg: Obj) -> Obj {
     let Some(a) = api() else { return std::ptr::null_mut() };
@@ -342,7 +324,9 @@ extern "C" fn exit_walk(_self: Obj, _arg: Obj) -> Obj {
         EXIT_WALK_START_NS.store(t0, Release);
         from_python(a, |a| run_walk(a, WalkReason::Exit, 0));
         EXIT_WALK_NS.store(sys::now_ns().saturating_sub(t0).max(1), Release);
-        scan_now();
+        // Right after the walk, so that the scan reads the program the walk saw, before the
+        // interpreter's teardown frees it (the report's live set is that moment's).
+        crate::exit_scan::now();
         SLOT.store(IDLE, Release);
     }
     new_none(a)

@@ -1,0 +1,37 @@
+//! The exit's reachability scan before the program's exit handlers: asked for when `main`
+//! returns and when the program calls `exit()` (exports/start.rs), and in a Python program right
+//! after the exit heap walk (python/heap), while the containers that hold the program's pointers
+//! for its whole run are still whole. The writer makes the exit's scan once.
+
+use std::sync::atomic::Ordering::*;
+use std::time::Duration;
+
+use crate::event::Msg;
+use crate::state::{self, ENABLED, STATE, TRACED_PID};
+use crate::{config, sys};
+
+/// The exit's reachability scan, asked of the writer and waited for (bounded as the exit path
+/// is), before the program's atexit handlers and C++ static destructors run: the containers
+/// that hold the program's pointers for its whole run are still whole. Made once: a later call,
+/// and the exit path, make no other. Only in the process that started tracing. Never inlined:
+/// the scan reads the calling thread's stack from this frame up.
+#[inline(never)]
+pub fn now() {
+    let here = 0u8;
+    sys::guarded(|| {
+        if !config::reachability() || STATE.load(Acquire) != ENABLED || TRACED_PID.load(Acquire) != sys::getpid_raw() {
+            return;
+        }
+        let Some(tx) = state::channel() else { return };
+        state::EXIT_SP.store(std::hint::black_box(&here) as *const u8 as u64, Release);
+        state::EXIT_TID.store(sys::gettid(), Release);
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let now = std::time::Instant::now();
+        let wait =
+            config::exit_timeout().min(Duration::from_millis(config::reachability_ms()) + Duration::from_secs(5));
+        let deadline = now.checked_add(wait).unwrap_or(now + Duration::from_secs(60));
+        if tx.send_deadline(Msg::ExitScan { done: done_tx }, deadline).is_ok() {
+            let _ = done_rx.recv_deadline(deadline);
+        }
+    });
+}

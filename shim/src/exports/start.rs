@@ -1,0 +1,82 @@
+//! The end of the program's own work: `__libc_start_main`, so that the end of `main` is seen,
+//! and `exit`. At either, the exit's reachability scan is made (`exit_scan::now`)
+//! before the atexit handlers and C++ static destructors run: a static container that holds
+//! device pointers for the whole run is still whole then, as it is not when this library's
+//! destructor runs. glibc calls `exit` after `main` returns from inside libc, a call no
+//! preloaded library sees; hence the wrapper of `main`.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+
+use crate::{exit_scan, loader};
+
+/// `int main(int, char **, char **)`.
+type MainFn = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
+/// glibc's `__libc_start_main`: `main`, `argc`, `argv`, `init`, `fini`, `rtld_fini`,
+/// `stack_end` (the last four passed on untouched).
+type StartFn =
+    unsafe extern "C" fn(MainFn, c_int, *mut *mut c_char, *mut c_void, *mut c_void, *mut c_void, *mut c_void) -> c_int;
+/// `void exit(int)`.
+type ExitFn = unsafe extern "C" fn(c_int) -> !;
+
+/// The program's `main`, for [`main_then_scan`].
+static MAIN: AtomicUsize = AtomicUsize::new(0);
+
+/// glibc's `__libc_start_main`, called with `main` replaced by [`main_then_scan`]; every other
+/// argument and the result are passed on unchanged.
+///
+/// # Safety
+/// The contract of glibc's `__libc_start_main` (only the C runtime's start code calls it).
+#[no_mangle]
+pub unsafe extern "C" fn __libc_start_main(
+    main: MainFn,
+    argc: c_int,
+    argv: *mut *mut c_char,
+    init: *mut c_void,
+    fini: *mut c_void,
+    rtld_fini: *mut c_void,
+    stack_end: *mut c_void,
+) -> c_int {
+    let real = loader::dlsym(libc::RTLD_NEXT, c"__libc_start_main");
+    if real == 0 {
+        // No C library after us: nothing can start the program. Cannot happen in a process
+        // glibc's start code runs in.
+        // SAFETY: abort has no preconditions.
+        unsafe { libc::abort() };
+    }
+    // SAFETY: `real` is glibc's `__libc_start_main`, of this type.
+    let real: StartFn = unsafe { std::mem::transmute::<usize, StartFn>(real) };
+    MAIN.store(main as usize, Release);
+    // SAFETY: the caller's arguments, passed on; `main_then_scan` calls `main` as glibc would.
+    unsafe { real(main_then_scan, argc, argv, init, fini, rtld_fini, stack_end) }
+}
+
+/// The program's `main`, then the exit's scan; its result unchanged.
+unsafe extern "C" fn main_then_scan(argc: c_int, argv: *mut *mut c_char, envp: *mut *mut c_char) -> c_int {
+    // SAFETY: MAIN holds the `main` glibc's start code was given, stored before it called us.
+    let main: MainFn = unsafe { std::mem::transmute::<usize, MainFn>(MAIN.load(Acquire)) };
+    // SAFETY: called as glibc calls `main`.
+    let status = unsafe { main(argc, argv, envp) };
+    exit_scan::now();
+    status
+}
+
+/// `void exit(int status)`: the exit's scan, then glibc's `exit` with the status unchanged.
+///
+/// # Safety
+/// The contract of `exit(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn exit(status: c_int) -> ! {
+    exit_scan::now();
+    let real = loader::dlsym(libc::RTLD_NEXT, c"exit");
+    if real != 0 {
+        // SAFETY: `real` is glibc's `exit`, of this type.
+        let real: ExitFn = unsafe { std::mem::transmute::<usize, ExitFn>(real) };
+        // SAFETY: the caller's contract.
+        unsafe { real(status) }
+    }
+    loop {
+        // SAFETY: exit_group ends every thread of the process and does not return.
+        unsafe { libc::syscall(libc::SYS_exit_group, libc::c_long::from(status)) };
+    }
+}
