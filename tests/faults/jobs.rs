@@ -287,3 +287,54 @@ fn fail_on_leak_finds_the_report_of_a_program_with_a_rank() {
         "{err}"
     );
 }
+
+/// A job directory with reports that cannot be read (one cut short, garbage named like a
+/// report, a symlink loop, a FIFO): the job view is of the others, names each unread file with
+/// why, in the text, the JSON and one stderr line each, and the command succeeds.
+#[test]
+fn the_job_view_shows_what_it_can_read_and_names_what_it_cannot() {
+    let dir = TempDir::new("job-unread");
+    let d = gpushim_run(&dir, &[standin("hostile").to_str().unwrap(), "fork-workers"], &[], 4);
+    let mut names = final_reports(&dir);
+    names.sort();
+    let cut = dir.path().join(&names[0]);
+    let whole = std::fs::read(&cut).unwrap();
+    std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
+    std::fs::write(dir.path().join("gpushim-9999991.json"), b"\x00\x01 not json").unwrap();
+    std::os::unix::fs::symlink("gpushim-9999992.json", dir.path().join("gpushim-9999992.json")).unwrap();
+    let fifo = std::ffi::CString::new(dir.path().join("gpushim-9999993.json").to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+
+    let out = gpushim(["report", dir.path().to_str().unwrap(), "--format", "json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}{d}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["processes"].as_array().unwrap().len(), 3, "{v}");
+    let unread: Vec<(String, String)> = v["unread"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            let f = u["file"].as_str().unwrap();
+            (f.rsplit('/').next().unwrap().to_string(), u["why"].as_str().unwrap().to_string())
+        })
+        .collect();
+    assert_eq!(unread.len(), 4, "{v}");
+    let why = |name: &str| unread.iter().find(|(f, _)| f == name).map(|(_, w)| w.clone()).unwrap_or_default();
+    assert!(why(&names[0]).contains("not valid JSON"), "{unread:?}");
+    assert!(why("gpushim-9999991.json").contains("not valid JSON"), "{unread:?}");
+    assert!(why("gpushim-9999992.json").contains("symbolic links"), "{unread:?}");
+    assert_eq!(why("gpushim-9999993.json"), "not a regular file", "{unread:?}");
+    assert_eq!(err.lines().filter(|l| l.starts_with("gpushim: cannot read report ")).count(), 4, "{err}");
+    assert!(err.lines().all(|l| l.ends_with("; the job view is of the other reports")), "{err}");
+
+    let out = gpushim(["report", dir.path().to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("job: 3 processes"), "{text}");
+    assert!(text.contains("\nnot read (the view above is of the other reports):\n"), "{text}");
+    assert!(
+        text.contains(&format!("{}: not a regular file\n", dir.path().join("gpushim-9999993.json").display())),
+        "{text}"
+    );
+}

@@ -44,7 +44,12 @@ fn job(dir: &Path, format: Format, output: Option<&Path>) -> Result<ExitCode> {
             ))
         }
     };
-    let view = crate::compare::job::build(&crate::compare::job::read_dir(dir)?);
+    let (reports, unread) = crate::compare::job::read_dir(dir)?;
+    let mut view = crate::compare::job::build(&reports);
+    for u in &unread {
+        eprintln!("gpushim: cannot read report {}: {}; the job view is of the other reports", u.file, u.why);
+    }
+    view.unread = unread;
     write_output(output, &mut |out| write(&view, out))?;
     Ok(ExitCode::SUCCESS)
 }

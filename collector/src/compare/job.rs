@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use serde::Serialize;
 
 use crate::compare::diff::site_key;
@@ -45,6 +45,9 @@ pub struct JobView {
     pub suspects: Vec<SuspectGroup>,
     /// Allocations a rank made on a GPU that is not its own.
     pub foreign: Vec<Foreign>,
+    /// Final reports of the directory that could not be read, and why: the view is of the
+    /// others.
+    pub unread: Vec<Unread>,
 }
 
 /// One process of the job.
@@ -162,11 +165,13 @@ fn who(rank: Option<u32>, pid: u32) -> String {
     }
 }
 
-/// The final reports in `dir` (file names of [`identity::final_report_name`]), by name.
+/// The final reports in `dir` (file names of [`identity::final_report_name`]), by name, and
+/// those that could not be read, each with why (not a regular file, not a report, truncated…).
 ///
 /// # Errors
-/// If the directory cannot be read, holds no final report, or a report cannot be read.
-pub fn read_dir(dir: &Path) -> Result<Vec<(PathBuf, Report)>> {
+/// If the directory cannot be read, holds no final report, or none of them can be read (then
+/// the error names each and why).
+pub fn read_dir(dir: &Path) -> Result<(Reports, Vec<Unread>)> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map_err(|e| anyhow!("cannot read directory {}: {}", dir.display(), crate::error::file_cause(&e)))?
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -182,19 +187,37 @@ pub fn read_dir(dir: &Path) -> Result<Vec<(PathBuf, Report)>> {
             ),
         ));
     }
-    names
-        .into_iter()
-        .map(|n| {
-            let p = dir.join(&n);
-            // A FIFO would block the read forever, a device (a link to /dev/zero) never end it.
-            let regular = std::fs::metadata(&p).map(|m| m.is_file());
-            if let Ok(false) = regular {
-                bail!("cannot read report {}: not a regular file", p.display());
-            }
-            let r = Report::read(&p).with_context(|| format!("cannot read report {}", p.display()))?;
-            Ok((p, r))
-        })
-        .collect()
+    let (mut reports, mut unread) = (Vec::new(), Vec::new());
+    for n in names {
+        let p = dir.join(&n);
+        // A FIFO would block the read forever, a device (a link to /dev/zero) never end it.
+        let read = match std::fs::metadata(&p) {
+            Ok(m) if !m.is_file() => Err(anyhow!("not a regular file")),
+            Err(e) => Err(anyhow!("{}", crate::error::file_cause(&e))),
+            Ok(_) => Report::read(&p),
+        };
+        match read {
+            Ok(r) => reports.push((p, r)),
+            Err(e) => unread.push(Unread { file: p.display().to_string(), why: format!("{e:#}") }),
+        }
+    }
+    if reports.is_empty() {
+        let each: Vec<String> = unread.iter().map(|u| format!("cannot read report {}: {}", u.file, u.why)).collect();
+        bail!("{}", each.join("; "));
+    }
+    Ok((reports, unread))
+}
+
+/// The reports read, each with its file.
+pub type Reports = Vec<(PathBuf, Report)>;
+
+/// A final report of the job's directory that could not be read, and why.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Unread {
+    /// The file.
+    pub file: String,
+    /// Why it could not be read.
+    pub why: String,
 }
 
 /// Builds the job view of `reports`.
@@ -407,6 +430,16 @@ pub fn write_text(v: &JobView, out: &mut dyn Write) -> io::Result<()> {
                 if f.live_count == 1 { "" } else { "s" },
                 fmt_bytes(f.peak_live_bytes)
             )?;
+        }
+    }
+    if !v.unread.is_empty() {
+        writeln!(
+            out,
+            "
+not read (the view above is of the other reports):"
+        )?;
+        for u in &v.unread {
+            writeln!(out, "  {}: {}", u.file, u.why)?;
         }
     }
     Ok(())
