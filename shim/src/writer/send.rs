@@ -95,8 +95,12 @@ impl Writer {
     }
 
     /// Writes the buffer out. False (after one line on stderr, and with recording switched
-    /// off) if the collector has gone away.
+    /// off) if the collector has gone away; false again, with no other line, at each later call.
     pub(super) fn flush(&mut self) -> bool {
+        if self.sock < 0 {
+            self.buf.clear();
+            return false;
+        }
         if !self.buf.is_empty() && !socket::still_ours(self.sock) {
             STATE.store(DISABLED, Release);
             eprintln!(
@@ -122,6 +126,9 @@ impl Writer {
                     "gpushim: lost the collector ({e}); recording stopped after {} events; the program goes on unrecorded",
                     self.events
                 );
+                socket::close_if_ours(self.sock);
+                self.sock = -1;
+                self.buf.clear();
                 return false;
             }
             off += n as usize;
