@@ -4,7 +4,8 @@
 //! 1. at least [`MIN_LIVE`] of its allocations are live;
 //! 2. its live bytes are at least 90% of its own peak (it is not draining);
 //! 3. it was rising: over its active span (first to latest allocation), its live bytes at the
-//!    end exceed those at one third and at two thirds of the span;
+//!    end exceed every value recorded up to two thirds of the span (a working set that is
+//!    freed and made again every step is at its usual level at the end, not above it);
 //! 4. its growth is sustained, shown in any of three ways:
 //!    - its live allocations span at least [`MIN_COVERAGE`] of the run, or
 //!    - they span at least [`MIN_LIFETIME_SHARE`] of the site's own lifetime (from its first
@@ -133,6 +134,15 @@ impl Track<'_> {
                 }
             }
         }
+    }
+
+    /// The most live bytes recorded at any point up to `t` (monotonic ns).
+    fn max_until(&self, t: u64) -> u64 {
+        let points = match self.series {
+            Some(s) => s.points(),
+            None => &self.summed,
+        };
+        points.iter().take_while(|&&(ts, _)| ts <= t).map(|&(_, v)| v).max().unwrap_or(0)
     }
 }
 
@@ -280,7 +290,11 @@ fn judge(site: &Track<'_>, run: u64, run_end: u64) -> Option<Suspect> {
         let t = start + (u128::from(span) * u128::from(num) / u128::from(den)) as u64;
         site.value_at(t)
     };
-    if g.live_bytes <= at(1, 3) || g.live_bytes <= at(2, 3) {
+    // Above everything recorded up to two thirds of the span, not only the values at one and two
+    // thirds: a site whose allocations are freed every step and whose last step's are live at
+    // the end (a working set: gradients freed at the next `zero_grad`) is at its usual level.
+    let two_thirds = start + (u128::from(span) * 2 / 3) as u64;
+    if g.live_bytes <= at(1, 3) || g.live_bytes <= site.max_until(two_thirds) {
         return None;
     }
     let (first_live, last_live) = (times[0], times[times.len() - 1]);
@@ -595,6 +609,55 @@ mod tests {
             "{}",
             got[0].reason
         );
+    }
+
+    /// A working set made again every step: three gradients allocated in each step's backward
+    /// and freed at the next step's start, 30 steps of 3 ms; at the end the last step's three
+    /// are live. Not growth, though they are the latest allocations (the run ends when the
+    /// program's work does). Keeping one more gradient each step is.
+    #[test]
+    fn a_working_set_freed_and_made_every_step_is_not_a_suspect() {
+        let addr = |step: u64, k: u64| 0x1000_0000 + (step % 2) * 0x100_0000 + k * 0x10_0000;
+        let mut ops = Vec::new();
+        for step in 0..30u64 {
+            let t = step * 3 * MS;
+            if step > 0 {
+                for k in 0..3 {
+                    ops.push(free(0, t + k, addr(step - 1, k), 0));
+                }
+            }
+            for k in 0..3 {
+                ops.push(alloc(0, t + 2 * MS + k, addr(step, k), 2 * MIB, Kind::Device, 0, 1));
+            }
+        }
+        let end = 30 * 3 * MS;
+        let s = state_of(ops);
+        assert_eq!(s.totals.gauge.live_count, 3);
+        assert!(suspects(&s, 0, end).is_empty(), "{:#?}", suspects(&s, 0, end));
+        // One of each step's three kept instead: growth.
+        let mut ops = Vec::new();
+        for step in 0..30u64 {
+            let t = step * 3 * MS;
+            if step > 0 {
+                for k in 0..2 {
+                    ops.push(free(0, t + k, 0x1000_0000 + ((step - 1) % 2) * 0x100_0000 + k * 0x10_0000, 0));
+                }
+            }
+            for k in 0..2 {
+                ops.push(alloc(
+                    0,
+                    t + 2 * MS + k,
+                    0x1000_0000 + (step % 2) * 0x100_0000 + k * 0x10_0000,
+                    2 * MIB,
+                    Kind::Device,
+                    0,
+                    1,
+                ));
+            }
+            ops.push(alloc(0, t + 2 * MS + 2, 0x9_0000_0000 + step * 0x10_0000, 2 * MIB, Kind::Device, 0, 1));
+        }
+        let s = state_of(ops);
+        assert_eq!(suspects(&s, 0, end).iter().map(|x| (x.site, x.live_count)).collect::<Vec<_>>(), vec![(1, 32)]);
     }
 
     /// Applies `ops` (sorted by time, numbered in that order) to a fresh state.
