@@ -101,10 +101,11 @@ pub enum Msg {
     ApiSnapshot(Box<ApiRequest>),
     /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then answer on `done`.
     Exit { ts_ns: u64, done: Sender<()> },
-    /// The Python exit walk is done: make the exit's reachability scan now, before the
-    /// interpreter's teardown frees what the walk saw, then answer on `done` (the exit path
-    /// then makes none).
-    ExitScan { done: Sender<()> },
+    /// The program's own work ended at `ts_ns` (`main` returned, `exit()` was called, the
+    /// Python exit walk is done): make the exit's reachability scan now, before the exit
+    /// handlers or the interpreter's teardown free what it reads, then answer on `done` (the
+    /// exit path then makes none).
+    ExitScan { done: Sender<()>, ts_ns: u64 },
     /// `_exit`, `_Exit` or `quick_exit` (no atexit handlers run): send `Exit`, flush, then set
     /// `state::QUICK_EXIT_DONE`. Nothing allocates on the exiting thread's side.
     QuickExit { ts_ns: u64 },

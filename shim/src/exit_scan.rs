@@ -23,6 +23,8 @@ pub fn now() {
             return;
         }
         let Some(tx) = state::channel() else { return };
+        // When the program's own work ended: the collector measures growth up to here.
+        let ts_ns = sys::now_ns();
         state::EXIT_SP.store(std::hint::black_box(&here) as *const u8 as u64, Release);
         state::EXIT_TID.store(sys::gettid(), Release);
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
@@ -30,7 +32,7 @@ pub fn now() {
         let wait =
             config::exit_timeout().min(Duration::from_millis(config::reachability_ms()) + Duration::from_secs(5));
         let deadline = now.checked_add(wait).unwrap_or(now + Duration::from_secs(60));
-        if tx.send_deadline(Msg::ExitScan { done: done_tx }, deadline).is_ok() {
+        if tx.send_deadline(Msg::ExitScan { done: done_tx, ts_ns }, deadline).is_ok() {
             let _ = done_rx.recv_deadline(deadline);
         }
     });

@@ -123,7 +123,12 @@ impl Writer {
         self.buf.resize(cap, 0);
         self.buf.clear();
         let table = self.reach.as_ref()?;
-        let r = reach::scan(table, self.reach_own, reason, number, after_handlers);
+        let mut r = reach::scan(table, self.reach_own, reason, number, after_handlers);
+        // An exit's scan asked for at the end of the program's work is stamped then, not when
+        // this thread got to it: the collector takes it as the end of the program's work.
+        if self.exit_scan_asked_ns != 0 {
+            r.ts_ns = r.ts_ns.min(self.exit_scan_asked_ns);
+        }
         let read = r.scanned_bytes;
         self.push(&Event::Reach(r));
         Some(read)

@@ -148,6 +148,9 @@ struct Writer {
     reach: Option<reach::Table>,
     /// What of the shim's own memory the scans leave out.
     reach_own: reach::Own,
+    /// When the exit's scan in progress was asked for (the end of `main`, `exit()`, the Python
+    /// exit walk's end), monotonic ns; 0 otherwise.
+    exit_scan_asked_ns: u64,
     /// The exit's scan was made, after the Python exit walk (`Msg::ExitScan`).
     exit_scanned: bool,
 }
@@ -180,6 +183,7 @@ impl Writer {
             reach: config::reachability().then(reach::Table::default),
             reach_own: reach::Own::default(),
             exit_scanned: false,
+            exit_scan_asked_ns: 0,
         }
     }
 
@@ -277,10 +281,12 @@ impl Writer {
                 return;
             }
             match msg {
-                Ok(Msg::ExitScan { done }) => {
+                Ok(Msg::ExitScan { done, ts_ns }) => {
                     if !self.exit_scanned {
                         self.exit_scanned = true;
+                        self.exit_scan_asked_ns = ts_ns;
                         self.reachability(wire::WalkReason::Exit, 0, false);
+                        self.exit_scan_asked_ns = 0;
                     }
                     let _ = done.send(());
                 }

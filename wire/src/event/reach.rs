@@ -120,7 +120,8 @@ pub struct Reach {
     pub number: u32,
     /// How it went.
     pub status: ReachStatus,
-    /// Monotonic clock when the scan started, ns.
+    /// Monotonic clock when the scan started, ns; for an exit's scan asked for when the
+    /// program's work ended (`main` returned, `exit()`), when it was asked for.
     pub ts_ns: u64,
     /// How long both passes took, ns.
     pub elapsed_ns: u64,
