@@ -25,7 +25,7 @@ pub const GLOSSARY: &[Term] = &[
     },
     Term {
         word: "suspect",
-        meaning: "a site whose live memory kept growing (or that holds memory no pointer reaches), most likely first",
+        meaning: "a site whose live memory kept growing over the run, most likely first (memory no pointer reaches is said apart, as definitely lost, and moves a suspect up, but does not make one by itself)",
         marks: &[],
     },
     Term {
@@ -86,7 +86,7 @@ pub const GLOSSARY: &[Term] = &[
     },
     Term {
         word: "internal frame",
-        meaning: "a frame of the CUDA runtime, the driver or a framework's allocator: folded away, so that a site is named by its first frame of your code",
+        meaning: "a frame of the CUDA runtime, the driver, a framework or the language's runtime (libc, the Python interpreter): folded away, so that a site is named by its first frame of your code",
         marks: &["internal frame", "internal frames"],
     },
     Term {
