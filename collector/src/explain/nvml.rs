@@ -124,7 +124,7 @@ impl Nvml {
         // SAFETY: nvmlInit_v2 takes no argument.
         let rc = unsafe { init() };
         if rc != SUCCESS {
-            return Err((true, format!("nvmlInit_v2 failed ({rc})")));
+            return Err((true, format!("nvmlInit_v2 failed ({rc}: {})", nvml_error(rc))));
         }
         let mut n: c_uint = 0;
         // SAFETY: `n` is a valid out-pointer.
@@ -314,6 +314,24 @@ impl Drop for Sampler {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// NVML's return code `rc` in words (`nvml.h`'s `nvmlReturn_t`), for the lines that say why
+/// NVML gave nothing.
+fn nvml_error(rc: i32) -> &'static str {
+    match rc {
+        1 => "NVML was not initialized",
+        2 => "an invalid argument",
+        3 => "not supported on this device",
+        4 => "no permission",
+        6 => "not found",
+        9 => "the NVIDIA driver is not loaded",
+        12 => "libnvidia-ml could not be loaded",
+        13 => "a function is missing from libnvidia-ml",
+        15 => "the GPU has fallen off the bus",
+        18 => "the driver and libnvidia-ml do not match",
+        _ => "an NVML error",
     }
 }
 

@@ -65,6 +65,15 @@ impl Render for Text {
         for l in gpu_memory_lines(r) {
             writeln!(out, "  {l}")?;
         }
+        if let Some(rc) = &r.reachability {
+            // The lines the summary on stderr says of the scan, so that the report says them too.
+            if let Some(l) = crate::explain::reach::lead_line(rc) {
+                writeln!(out, "{l}")?;
+            }
+            if crate::explain::reach::worth_a_line(rc) {
+                writeln!(out, "{}", crate::explain::reach::scan_line(rc))?;
+            }
+        }
         let odd = anomalies(r);
         if !odd.is_empty() {
             writeln!(out, "anomalies: {}", odd.join(", "))?;
