@@ -183,13 +183,21 @@ fn pytest_plugin_fails_the_test_over_its_limit() {
     let t = Target::new(&py, "pyapi_pytest");
     let file = t.dir.path().join("test_leaks.py");
     std::fs::write(&file, PYTEST_FILE).unwrap();
+    let tmp = t.dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
     let run = t
         .args(&["-m", "pytest", "-p", "gpushim.pytest_plugin", "--gpushim", "-p", "no:cacheprovider", "-q"])
         .args(&[file.to_str().unwrap()])
         .env("CUDART", standin("libcudart.so.13").display())
         .env("PYTHONPATH", package_dir().display())
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("TMPDIR", tmp.display())
         .run();
+    // The per-test snapshots went to a directory of the run's own, removed at its end: the
+    // output directory holds the final report (and its companions) only.
+    let names = names_in(&run.dir.path().to_path_buf());
+    assert!(names.iter().all(|n| !n.contains("-snapshot-")), "{names:?}{run}");
+    assert!(names_in(&tmp).is_empty(), "{:?}{run}", names_in(&tmp));
     assert_eq!(run.status.code(), Some(1), "pytest fails: one test over its limit{run}");
     assert!(run.stdout.contains("1 failed, 2 passed"), "{run}");
     assert!(run.stdout.lines().any(|l| l.starts_with("FAILED ") && l.contains("test_leaks.py::test_leaks")), "{run}");
@@ -364,6 +372,13 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     let spec: Value = serde_json::from_slice(&std::fs::read(spec_dir.join("kernel.json")).unwrap()).unwrap();
     assert_eq!(spec["env"]["LD_PRELOAD"], shim().to_str().unwrap(), "{spec:#}");
     assert_eq!(spec["argv"][0], py.to_str().unwrap(), "{spec:#}");
+    // The test environment's Python has no gpushim package: the checkout's goes on the kernel's
+    // PYTHONPATH, so that %load_ext gpushim works from a cargo build.
+    assert_eq!(
+        std::fs::canonicalize(spec["env"]["PYTHONPATH"].as_str().unwrap_or_default()).ok(),
+        std::fs::canonicalize(package_dir()).ok(),
+        "{spec:#}"
+    );
 
     let driver = dir.join("driver.py");
     std::fs::write(&driver, KERNEL_DRIVER).unwrap();

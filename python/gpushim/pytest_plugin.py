@@ -9,7 +9,9 @@ reason, and the summary says tracing is off.
 
 For each test, a snapshot (``gpushim.snapshot``) is taken just before and just after the test
 function runs; the test's leak is the growth of live CUDA memory (device, managed and pinned host
-bytes, ``totals.live_bytes``) between the two, and the site that grew most is named. Memory a
+bytes, ``totals.live_bytes``) between the two, and the site that grew most is named. The snapshots
+go to a directory of the run's own (``gpushim-pytest-PID-XXXX`` in ``$TMPDIR``), removed when the
+run ends: the working directory gets only the final report. Memory a
 fixture allocates in setup and frees in teardown is therefore not counted; memory the test
 function leaves to a fixture that keeps it is. A table of the tests that left memory live is
 printed at the end.
@@ -22,8 +24,12 @@ Needs pytest 8 or later (a new-style hook wrapper around the test function's cal
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import shutil
+import tempfile
 
 import pytest
 
@@ -96,10 +102,28 @@ class _Plugin:
         self.results: list[tuple[str, int, int, str | None]] = []
         self.tracing = _api.is_tracing()
         self.timeout = float(config.getoption("gpushim_timeout"))
+        self.dir: str | None = None
+        self.last: str | None = None
+        if self.tracing:
+            try:
+                self.dir = tempfile.mkdtemp(prefix=f"gpushim-pytest-{os.getpid()}-")
+            except OSError:
+                self.dir = None  # the snapshots go to the output directory
 
     def _snap(self, label: str) -> dict | None:
-        path = _api.snapshot(label, timeout=self.timeout)
+        path = _api.snapshot(label, timeout=self.timeout, directory=self.dir)
+        if path:
+            self.last = path
         return _read(path) if path else None
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """Removes the run's snapshots, once the last one's heap walk has written its file."""
+        if self.dir is None:
+            return
+        if self.last is not None and os.environ.get("GPUSHIM_HEAP_WALK") != "0":
+            _api.holders_path(self.last, timeout=2.0)
+        with contextlib.suppress(Exception):
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         if self.tracing:

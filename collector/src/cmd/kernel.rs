@@ -64,7 +64,13 @@ pub fn install(opts: &Options) -> Result<ExitCode> {
     let dir = data_dir(&opts.place)?.join("kernels").join(&opts.name);
     fs::create_dir_all(&dir)
         .map_err(|e| coded(USAGE, format!("cannot create {}: {}", dir.display(), crate::error::file_cause(&e))))?;
-    let spec = spec(&python, &lib, &exe, opts.display_name.as_deref().unwrap_or("Python 3 (gpushim)"));
+    // From a checkout (a cargo build), the kernel's Python may not have the package: the
+    // checkout's `python/` directory then goes on its PYTHONPATH.
+    let pythonpath = if imports(&python, "gpushim") { None } else { checkout_package(&exe) };
+    let mut spec = spec(&python, &lib, &exe, opts.display_name.as_deref().unwrap_or("Python 3 (gpushim)"));
+    if let Some(p) = &pythonpath {
+        spec["env"]["PYTHONPATH"] = serde_json::Value::from(p.to_string_lossy());
+    }
     let file = dir.join("kernel.json");
     let mut text = serde_json::to_vec_pretty(&spec)?;
     text.push(b'\n');
@@ -72,10 +78,18 @@ pub fn install(opts: &Options) -> Result<ExitCode> {
         .map_err(|e| coded(USAGE, format!("cannot write {}: {}", file.display(), crate::error::file_cause(&e))))?;
     let mut out = io::stdout().lock();
     writeln!(out, "Installed kernel spec {} in {}", opts.name, dir.display())?;
-    if !imports_ipykernel(&python) {
+    if !imports(&python, "ipykernel") {
         let _ = writeln!(
             io::stderr(),
             "gpushim: warning: {} cannot import ipykernel; install it there (pip install ipykernel)",
+            python.display()
+        );
+    }
+    if pythonpath.is_none() && !imports(&python, "gpushim") {
+        let _ = writeln!(
+            io::stderr(),
+            "gpushim: warning: {} cannot import gpushim, so %load_ext gpushim will fail in the kernel; install \
+             the gpushim wheel there",
             python.display()
         );
     }
@@ -118,9 +132,16 @@ fn on_path(name: &str) -> Option<PathBuf> {
         .and_then(|p| std::path::absolute(p).ok())
 }
 
-fn imports_ipykernel(python: &Path) -> bool {
+/// The `python/` directory of the checkout whose build `exe` is (`<checkout>/target/<profile>/
+/// gpushim`, or a few levels deeper with a target triple), if it holds the package.
+fn checkout_package(exe: &Path) -> Option<PathBuf> {
+    exe.ancestors().skip(1).take(5).map(|d| d.join("python")).find(|p| p.join("gpushim/__init__.py").is_file())
+}
+
+/// Whether `python` can import `module`.
+fn imports(python: &Path, module: &str) -> bool {
     Command::new(python)
-        .args(["-c", "import ipykernel"])
+        .args(["-c", &format!("import {module}")])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
