@@ -117,6 +117,8 @@ fn a_launcher_of_four_ranks_gets_one_job_view_with_the_stray_gpu0_allocation() {
     let out = gpushim(["report", dir.path().to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("suspects on every process (a code leak):\n  rank_step ("), "{text}");
+    // The reason is rank 0's and says so: the live bytes before it are the four ranks'.
+    assert!(text.contains(" live on rank 0, rank 1, rank 2, rank 3; on rank 0: "), "{text}");
     assert!(
         text.contains("suspects on one process only (a data- or rank-specific leak):\n  rank_odd_batch ("),
         "{text}"

@@ -401,7 +401,12 @@ pub fn write_text(v: &JobView, out: &mut dyn Write) -> io::Result<()> {
         }
         writeln!(out, "\n{title}:")?;
         for g in gs {
-            writeln!(out, "  {}: {} live on {}; {}", g.at, fmt_bytes(g.live_bytes), g.processes.join(", "), g.reason)?;
+            // The reason is one process's: said as such when the suspect is on several.
+            let reason = match g.processes.as_slice() {
+                [_] | [] => g.reason.clone(),
+                [first, ..] => format!("on {first}: {}", g.reason),
+            };
+            writeln!(out, "  {}: {} live on {}; {reason}", g.at, fmt_bytes(g.live_bytes), g.processes.join(", "))?;
         }
         Ok(())
     };
