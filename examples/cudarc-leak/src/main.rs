@@ -6,7 +6,7 @@
 //! per step in a cache that is never evicted. `workspace` allocates and frees 1 MiB per step
 //! (not a leak), and `load_weights` allocates 16 MiB once and uses it for the whole run (no
 //! growth, so no suspect; but it is never freed, and once `run` returns no pointer to it is
-//! left: the exit's scan counts it definitely lost with the cache's 50, "212 MiB in 51").
+//! left: the exit's scan counts it definitely lost beside the cache's buffers).
 //!
 //! Run: `gpushim run -- target/release/cudarc-leak [steps]` (default 100 steps).
 
