@@ -39,6 +39,25 @@ fn unwritable_output_directory_falls_back_to_tmpdir_with_a_message() {
     assert_eq!(fs::read_to_string(&file).unwrap(), "mine\n");
 }
 
+/// A `GPUSHIM_OUTPUT` that does not exist yet is made, as `gpushim run -o DIR` makes its
+/// directory (the report went to $TMPDIR with a line).
+#[test]
+fn a_missing_output_directory_is_made() {
+    let scratch = TempDir::new("missing-out");
+    let out = scratch.path().join("reports/today");
+    let fallback = TempDir::new("missing-out-tmp");
+    let t = Target::new("target_dynamic", "missing-out")
+        .args(&["pause", "10"])
+        .env("GPUSHIM_OUTPUT", out.display())
+        .env("TMPDIR", fallback.path().display());
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    let files = names_in(&out);
+    assert!(files.iter().any(|f| f.starts_with("gpushim-") && f.ends_with(".json")), "{files:?}{d}");
+    assert!(names_in(fallback.path()).is_empty(), "{d}");
+    assert!(!d.stderr.contains("cannot write to"), "{d}");
+}
+
 #[test]
 fn output_beyond_the_file_size_limit_leaves_no_file_and_says_so() {
     // A full disk, as far as the collector can tell without a small filesystem to fill:

@@ -138,6 +138,11 @@ pub fn collect_with(
         Some(d) => d.clone(),
         None => decode::output_dir_of(&hello),
     };
+    // A GPUSHIM_OUTPUT that does not exist yet is made, as `gpushim run -o DIR` makes its
+    // directory; one that cannot be made is said when a report falls back to $TMPDIR.
+    if !hello.output_dir.is_empty() && !out_dir.exists() {
+        let _ = std::fs::create_dir_all(&out_dir);
+    }
     let out = Writer::new(out_dir, opts.html, err, answers);
     Drive::new(dec, hello, opts, out).run(stream_read)
 }
