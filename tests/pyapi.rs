@@ -195,7 +195,7 @@ fn pytest_plugin_fails_the_test_over_its_limit() {
         .run();
     // The per-test snapshots went to a directory of the run's own, removed at its end: the
     // output directory holds the final report (and its companions) only.
-    let names = names_in(&run.dir.path().to_path_buf());
+    let names = names_in(run.dir.path());
     assert!(names.iter().all(|n| !n.contains("-snapshot-")), "{names:?}{run}");
     assert!(names_in(&tmp).is_empty(), "{:?}{run}", names_in(&tmp));
     assert_eq!(run.status.code(), Some(1), "pytest fails: one test over its limit{run}");
