@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::event::Msg;
 use crate::state::{self, ENABLED, FINISHED, QUICK_EXIT_DONE, STATE, TRACED_PID};
-use crate::{config, sys};
+use crate::{config, exit_scan, sys};
 
 /// Registers the `at_quick_exit` handler; called once by the library's constructor, so that
 /// the program's own handlers, registered later, run before it (they run in reverse order).
@@ -56,7 +56,7 @@ extern "C" fn at_unload() {
 /// atomic, no allocation and no lock; and only in the process that started tracing (a vfork
 /// child shares our memory but is not that process).
 pub fn quick_finish() {
-    let timeout = config::exit_timeout();
+    let timeout = exit_scan::left_to_wait();
     if STATE.load(Acquire) != ENABLED || TRACED_PID.load(Acquire) != sys::getpid_raw() {
         return;
     }
@@ -91,7 +91,7 @@ pub fn finish() {
         // send would keep the program from exiting.
         // A timeout too large for the clock ("wait for ever") waits for ever in practice.
         let now = std::time::Instant::now();
-        let deadline = now.checked_add(config::exit_timeout()).unwrap_or(now + Duration::from_secs(1 << 40));
+        let deadline = now.checked_add(exit_scan::left_to_wait()).unwrap_or(now + Duration::from_secs(1 << 40));
         let sent = tx.send_deadline(Msg::Exit { ts_ns: sys::now_ns(), done: done_tx }, deadline);
         STATE.store(FINISHED, Release);
         // Only a wait that ran out means a late report. A writer that is gone (its channel

@@ -29,11 +29,22 @@ pub fn now() {
         state::EXIT_TID.store(sys::gettid(), Release);
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
         let now = std::time::Instant::now();
-        let wait =
-            config::exit_timeout().min(Duration::from_millis(config::reachability_ms()) + Duration::from_secs(5));
+        // What is left of the exit's one budget (`GPUSHIM_EXIT_TIMEOUT`), which the exit path
+        // then shares: the time waited here is taken from it.
+        let wait = left_to_wait().min(Duration::from_millis(config::reachability_ms()) + Duration::from_secs(5));
         let deadline = now.checked_add(wait).unwrap_or(now + Duration::from_secs(60));
         if tx.send_deadline(Msg::ExitScan { done: done_tx, ts_ns }, deadline).is_ok() {
             let _ = done_rx.recv_deadline(deadline);
         }
+        let waited = u64::try_from(now.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        state::EXIT_WAITED_NS.fetch_add(waited, AcqRel);
     });
+}
+
+/// What is left of `GPUSHIM_EXIT_TIMEOUT` for the exit's waits, after the time the exit's
+/// scan already waited ([`now`]): the whole exit waits at most `GPUSHIM_EXIT_TIMEOUT`
+/// (with a collector that stopped reading, the scan's wait and the exit path's each ran the
+/// whole timeout). Loads atomics only: the signal-safe path calls it.
+pub fn left_to_wait() -> Duration {
+    config::exit_timeout().saturating_sub(Duration::from_nanos(state::EXIT_WAITED_NS.load(Acquire)))
 }

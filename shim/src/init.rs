@@ -130,4 +130,6 @@ extern "C" fn after_fork_in_child() {
     loader::fork_lock_reset();
     socket::close_after_fork();
     record::reset_after_fork();
+    // The parent's exit may have waited already; the child's exit has its own budget.
+    crate::state::EXIT_WAITED_NS.store(0, std::sync::atomic::Ordering::Release);
 }

@@ -36,6 +36,10 @@ pub static TRACED_PID: AtomicI32 = AtomicI32::new(0);
 pub static EXIT_SP: AtomicU64 = AtomicU64::new(0);
 pub static EXIT_TID: AtomicU32 = AtomicU32::new(0);
 pub static QUICK_EXIT_DONE: AtomicBool = AtomicBool::new(false);
+/// Nanoseconds the exit has already waited for the writer before the exit path (the exit's
+/// scan at the end of `main` or at `exit()`, exit_scan.rs): the exit path waits only what is
+/// left of `GPUSHIM_EXIT_TIMEOUT`, so that the whole exit waits at most that long.
+pub static EXIT_WAITED_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Snapshot requests received (by the signal handler) since tracing started in this process.
 pub static SNAP_REQUESTS: AtomicU64 = AtomicU64::new(0);

@@ -165,6 +165,33 @@ fn exit_is_not_held_up_by_threads_blocked_on_a_stalled_collector() {
     assert!(total(&r, "live_bytes") >= MIB, "{d}");
 }
 
+#[test]
+fn the_exits_scan_and_the_exit_path_share_one_gpushim_exit_timeout() {
+    // The exit's reachability scan, asked for when `main` returns (before the exit handlers),
+    // waits for a writer that a stopped collector holds up; the exit path after it waited the
+    // whole GPUSHIM_EXIT_TIMEOUT again: 6.0 s for a timeout of 3 s (3.2 s with the scans off).
+    // The two waits share the one timeout.
+    let timeout = 5;
+    let t = Target::new("target_dynamic", "stuck-exit-scan").args(&["stuck-exit"]).env("GPUSHIM_EXIT_TIMEOUT", timeout);
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "ready");
+    let c = the_collector(t.dir.path());
+    let stopped = Stopped::new(c);
+    wait_held_up(&live, Allocating::Other);
+    let t0 = Instant::now();
+    live.close_stdin();
+    let status = live.wait_exit();
+    let took = t0.elapsed();
+    drop(stopped);
+    let d = live.finish_after(status);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, ["ready", "ok"], "{d}");
+    assert!(
+        took < Duration::from_millis(timeout * 1000 + 3000),
+        "the exit waited {took:?}, past GPUSHIM_EXIT_TIMEOUT={timeout} s{d}"
+    );
+}
+
 /// Alloc/free pairs of the slow-collector test: 2 events each. 5,000,000 pairs (10 million
 /// events) take 17 to 30 s on the 2-core CI machine in a debug build; see docs/guarantees.md.
 const CHURN_PAIRS: u64 = 5_000_000;
