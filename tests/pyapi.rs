@@ -382,13 +382,20 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
 
     let driver = dir.join("driver.py");
     std::fs::write(&driver, KERNEL_DRIVER).unwrap();
-    // The per-cell snapshots' directory goes to TMPDIR; one left by a killed kernel (no such
-    // process) is removed at `%load_ext`, one of a running process is not.
+    // The per-cell snapshots' directory goes to TMPDIR; one left by a killed kernel (its lock
+    // file held by no process) is removed at `%load_ext`; one whose lock is held (a kernel that
+    // runs, here this test) and one without a lock file (kept) are not.
     let tmp = dir.join("tmp");
     let stale = tmp.join("gpushim-kernel-999999999-abc");
-    let running = tmp.join(format!("gpushim-kernel-{}-abc", std::process::id()));
-    std::fs::create_dir_all(&stale).unwrap();
-    std::fs::create_dir_all(&running).unwrap();
+    let running = tmp.join("gpushim-kernel-12-abc");
+    let kept = tmp.join("gpushim-kernel-13-abc");
+    for d in [&stale, &running, &kept] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(stale.join(".lock"), b"").unwrap();
+    let held = std::fs::File::create(running.join(".lock")).unwrap();
+    // SAFETY: flock on a file this test opened and keeps open until the end.
+    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_EX) }, 0);
     let run = t
         .args(&[driver.to_str().unwrap(), "gpushim-test"])
         .env("JUPYTER_PATH", prefix.join("share/jupyter").display())
@@ -418,7 +425,8 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
         assert!(in_cells.split(' ').any(|f| f.ends_with(want)), "{want} in {in_cells}{run}");
     }
     assert!(!cells_dir.exists(), "{} is left after the kernel ended{run}", cells_dir.display());
-    assert!(!stale.exists() && running.is_dir(), "{run}");
+    assert!(!stale.exists() && running.is_dir() && kept.is_dir(), "{run}");
+    drop(held);
     let ours: Vec<String> = names_in(&dir).into_iter().filter(|n| n.starts_with("gpushim-")).collect();
     assert!(
         ours.iter().all(|n| !n.contains("-cell") && !n.contains("-load")) && ours.iter().any(|n| n.contains("-mine")),
@@ -506,6 +514,8 @@ fn jupyter_kernel_keeps_the_cell_snapshots_when_asked() {
         names.iter().any(|n| n.ends_with("-load.json")) && names.iter().any(|n| n.ends_with("-cell2.json")),
         "{names:?}{run}"
     );
+    // Without its lock file, a later kernel's clean-up leaves it alone.
+    assert!(!names.iter().any(|n| n == ".lock"), "{names:?}{run}");
 }
 
 /// A snapshot whose answer never comes, and one with recording off.

@@ -9,8 +9,8 @@ runs). Without it the magic says that tracing is off.
   ``%gpushim`` are skipped. These per-cell snapshots go into one directory of the kernel's own,
   ``gpushim-kernel-PID-XXXX`` in the temporary directory (``$TMPDIR``, else ``/tmp``), which
   is removed when the kernel ends unless ``%gpushim keep`` was run or
-  ``GPUSHIM_KEEP_CELL_SNAPSHOTS`` is on. Such directories left by kernels that were killed
-  (their process is gone) are removed when the extension is next loaded.
+  ``GPUSHIM_KEEP_CELL_SNAPSHOTS`` is on. Such directories left by kernels that were killed (no
+  process holds their lock file) are removed when the extension is next loaded.
 - ``%gpushim snapshot [LABEL]``: a snapshot now, in ``GPUSHIM_OUTPUT`` (default: the kernel's
   working directory), the files the user asks for; prints its path.
 - ``%gpushim keep``: keep the per-cell snapshots when the kernel ends; prints their directory.
@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import json
 import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 
@@ -65,28 +67,38 @@ def _switch(name: str) -> bool:
     return False
 
 
+#: The file each kernel keeps locked (``flock``) in its per-cell directory while it runs.
+_LOCK = ".lock"
+
+
 def _remove_stale_cell_dirs(tmp: str) -> None:
     """Removes the per-cell snapshot directories in ``tmp`` that this user's kernels left when
-    they were killed: those whose process is gone. Never raises."""
+    they were killed: those whose lock file no process holds (a lock, unlike a process id, is
+    seen across PID namespaces and is not reused). A directory without the lock file (one kept
+    with ``%gpushim keep``) is left alone. Never raises."""
     try:
         names = os.listdir(tmp)
     except OSError:
         return
     uid = os.getuid()
     for name in names:
-        m = _CELLS_NAME.fullmatch(name)
-        if m is None or int(m.group(1)) == os.getpid():
+        if _CELLS_NAME.fullmatch(name) is None:
             continue
         path = os.path.join(tmp, name)
         try:
             st = os.lstat(path)
-            if st.st_uid != uid or not os.path.isdir(path) or os.path.islink(path):
+            if st.st_uid != uid or not stat.S_ISDIR(st.st_mode):
                 continue
-            os.kill(int(m.group(1)), 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except (OSError, OverflowError, ValueError):
+            fd = os.open(os.path.join(path, _LOCK), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
             continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its kernel runs
+        finally:
+            os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class _Session:
@@ -99,6 +111,8 @@ class _Session:
         self.cells_dir: str | None = None
         tmp = tempfile.gettempdir()
         _remove_stale_cell_dirs(tmp)
+        #: The lock file held while the kernel runs (closed, so released, when it ends).
+        self.lock_fd: int | None = None
         try:
             self.cells_dir = tempfile.mkdtemp(prefix=f"{_CELLS_PREFIX}{os.getpid()}-", dir=tmp)
         except OSError as e:
@@ -106,6 +120,12 @@ class _Session:
                 f"gpushim: cannot make a directory for the per-cell snapshots in {tmp}: {e}; "
                 "they go to the output directory"
             )
+        if self.cells_dir is not None:
+            # Without it, a later kernel's clean-up leaves this directory alone.
+            with contextlib.suppress(OSError):
+                fd = os.open(os.path.join(self.cells_dir, _LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.lock_fd = fd
         atexit.register(self.close)
 
     def take(self, label: str, keep: bool = True, cell: bool = False) -> str | None:
@@ -121,10 +141,16 @@ class _Session:
         """At the kernel's end (or ``%unload_ext``): removes the per-cell snapshots unless asked
         to keep them. Never raises."""
         d, self.cells_dir = self.cells_dir, None
+        fd, self.lock_fd = self.lock_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if d is None:
             return
         if self.keep:
             with contextlib.suppress(Exception):
+                # Without its lock file a kept directory is never taken for a killed kernel's.
+                os.unlink(os.path.join(d, _LOCK))
                 print(f"gpushim: the per-cell snapshots are kept in {d}")
             return
         with contextlib.suppress(Exception):
