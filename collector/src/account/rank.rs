@@ -256,6 +256,64 @@ pub fn suspects_with(state: &State, run_start_ns: u64, run_end_ns: u64, hints: &
     out
 }
 
+/// Growth that is no suspect: a site that rose to its level and then held still for longer than
+/// it grew (a warm-up, a cache filled once, a caching pool that reached its working set).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Held {
+    /// The site.
+    pub site: u32,
+    /// Its live bytes and allocations at the end.
+    pub live_bytes: u64,
+    pub live_count: u64,
+    /// How long it grew (its first to its latest live allocation) and then held still (to the
+    /// end of the program's work), ns.
+    pub grew_ns: u64,
+    pub held_ns: u64,
+    /// Its memory is a caching pool's.
+    pub pool: bool,
+}
+
+/// The largest [`Held`] growth of `state` (most live bytes, then lowest site id), for the line
+/// a report without suspects says about what it saw; `None` when no site rose and held.
+pub fn held_growth(state: &State, run_start_ns: u64, run_end_ns: u64, hints: &Hints) -> Option<Held> {
+    let run_end = hints.work_end_ns.map_or(run_end_ns, |w| w.clamp(run_start_ns, run_end_ns));
+    let mut live_times: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+    for e in state.live().map(|(_, e)| e).chain(&state.swept) {
+        live_times.entry(e.site).or_default().push((e.ts_ns, e.size));
+    }
+    let mut best: Option<Held> = None;
+    for (&id, live) in &live_times {
+        let Some(site) = state.sites.get(&id) else { continue };
+        let t = track(&[site], live, hints.pool.contains(&id));
+        let g = t.gauge;
+        if g.live_count < MIN_LIVE || (t.times.len() as u64) < MIN_LIVE {
+            continue;
+        }
+        if u128::from(g.live_bytes) * 10 < u128::from(g.peak_live_bytes) * 9 {
+            continue;
+        }
+        let (first, last) = (t.times[0], t.times[t.times.len() - 1]);
+        let span = t.last_alloc_ns.saturating_sub(t.first_alloc_ns);
+        let third = t.first_alloc_ns + span / 3;
+        let (grew, held) = (last - first, run_end.saturating_sub(t.last_alloc_ns));
+        if span == 0 || g.live_bytes <= t.value_at(third) || held <= grew {
+            continue;
+        }
+        let h = Held {
+            site: id,
+            live_bytes: g.live_bytes,
+            live_count: g.live_count,
+            grew_ns: grew,
+            held_ns: held,
+            pool: t.pool,
+        };
+        if best.is_none_or(|b| (h.live_bytes, std::cmp::Reverse(h.site)) > (b.live_bytes, std::cmp::Reverse(b.site))) {
+            best = Some(h);
+        }
+    }
+    best
+}
+
 /// True if and only if every site of a line's union made one allocation, still live, and no two
 /// of them have the same size: the line made one of each thing it needs (a library handle's
 /// workspace, its state and its caches at their first use), an initialization rather than
@@ -658,6 +716,27 @@ mod tests {
         }
         let s = state_of(ops);
         assert_eq!(suspects(&s, 0, end).iter().map(|x| (x.site, x.live_count)).collect::<Vec<_>>(), vec![(1, 32)]);
+    }
+
+    /// A warm-up (8 buffers in the first 40 ms, then 1.5 s of use) is no suspect, and is the
+    /// growth that held still; a leak growing until the end is not one.
+    #[test]
+    fn a_warm_up_is_the_growth_that_held_still() {
+        let ops: Vec<Op> =
+            (0..8u64).map(|i| alloc(0, i * 5 * MS, 0x1000_0000 + i * 0x10_0000, MIB, Kind::Device, 0, 3)).collect();
+        let s = state_of(ops);
+        let end = 1540 * MS;
+        assert!(suspects(&s, 0, end).is_empty());
+        let h = held_growth(&s, 0, end, &Hints::default()).expect("held growth");
+        assert_eq!(
+            (h.site, h.live_bytes, h.live_count, h.grew_ns, h.held_ns, h.pool),
+            (3, 8 * MIB, 8, 35 * MS, 1505 * MS, false)
+        );
+        // The same 8 allocations spread until the end: growth, not held.
+        let ops: Vec<Op> =
+            (0..8u64).map(|i| alloc(0, i * 200 * MS, 0x1000_0000 + i * 0x10_0000, MIB, Kind::Device, 0, 3)).collect();
+        let s = state_of(ops);
+        assert_eq!(held_growth(&s, 0, 1450 * MS, &Hints::default()), None);
     }
 
     /// Applies `ops` (sorted by time, numbered in that order) to a fresh state.

@@ -632,6 +632,7 @@ mod tests {
             sites,
             suspects: vec![],
             suppressed: vec![],
+            held_growth: None,
             failures: vec![],
             mem_info: vec![],
             timeline: Default::default(),

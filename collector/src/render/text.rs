@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 use super::{Render, TextOptions};
 use crate::report::words::{
-    count, first_user_frame, fmt_bytes, fmt_seconds, frame_label, shell_words, site_id_name, site_name,
+    count, first_user_frame, fmt_bytes, fmt_period, fmt_seconds, frame_label, shell_words, site_id_name, site_name,
 };
 use crate::report::{Frame, Report, Site, Suspect, VmmTotals};
 
@@ -99,6 +99,9 @@ impl Render for Text {
         writeln!(out)?;
         if r.suspects.is_empty() {
             writeln!(out, "no leak suspects")?;
+            if let Some(l) = held_line(r) {
+                writeln!(out, "{l}")?;
+            }
         } else {
             writeln!(out, "leak suspects:")?;
             for (i, s) in r.suspects.iter().enumerate() {
@@ -203,6 +206,22 @@ impl Render for Text {
 
 /// What a suspect is named by: its headline, or in a report without one (older collectors) the
 /// first user frame of its site.
+/// What a report without suspects saw of growth that held still (`held_growth`), in words:
+/// `the largest growth held still: 512.0 KiB in 8 allocations at warm (w.py:9), grown over
+/// 36 ms, then held for 1.5 s: a warm-up or a cache filled once`.
+pub fn held_line(r: &Report) -> Option<String> {
+    let h = r.held_growth.as_ref()?;
+    let at = r.site(h.site).and_then(first_user_frame).map(|f| format!(" at {}", frame_label(f))).unwrap_or_default();
+    let what = if h.pool { "a caching pool at its working set" } else { "a warm-up or a cache filled once" };
+    Some(format!(
+        "the largest growth held still: {} in {}{at}, grown over {}, then held for {}: {what}",
+        fmt_bytes(h.live_bytes),
+        count(h.live_count, "allocation"),
+        fmt_period(h.grew_s),
+        fmt_period(h.held_s),
+    ))
+}
+
 fn suspect_headline(r: &Report, s: &Suspect) -> Option<String> {
     if !s.headline.is_empty() {
         return Some(s.headline.chars().map(|c| if c.is_control() { '?' } else { c }).collect());
@@ -413,6 +432,9 @@ pub fn summary_lines(r: &Report, out: &mut dyn Write) -> io::Result<()> {
     }
     if r.suspects.is_empty() {
         writeln!(out, "gpushim: no leak suspects")?;
+        if let Some(l) = held_line(r) {
+            writeln!(out, "gpushim: {l}")?;
+        }
     }
     for (i, s) in r.suspects.iter().take(3).enumerate() {
         // The reason ends in words ("none freed"): the place follows as its own clause.

@@ -130,6 +130,10 @@ pub struct Report {
     /// Suspects a suppression hid; absent when none was.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suppressed: Vec<Suppressed>,
+    /// When there is no suspect: the largest growth that rose and then held still; absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_growth: Option<HeldGrowth>,
     /// Failed allocations, in order.
     pub failures: Vec<FailureRecord>,
     /// Device memory as the driver last reported it (sent by the shim with out-of-memory
@@ -260,6 +264,7 @@ mod tests {
             sites: vec![Site { id: 3, frames: vec![Frame::default()], series: vec![(0.25, 7)], ..Site::default() }],
             suspects: vec![],
             suppressed: vec![],
+            held_growth: None,
             failures: vec![],
             mem_info: vec![],
             timeline: Timeline {

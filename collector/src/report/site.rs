@@ -123,6 +123,24 @@ impl Frame {
     }
 }
 
+/// Growth that is no suspect, said when a report has no suspect: the site with most live
+/// bytes that rose and then held still for longer than it grew (a warm-up, a cache filled once,
+/// a caching pool at its working set).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeldGrowth {
+    /// The site.
+    pub site: u32,
+    /// Its live bytes and allocations at the end.
+    pub live_bytes: u64,
+    pub live_count: u64,
+    /// Seconds from its first to its latest live allocation.
+    pub grew_s: f64,
+    /// Seconds it then held still, to the end of the program's work.
+    pub held_s: f64,
+    /// Its memory is a caching pool's (PyTorch's, CuPy's, XLA's).
+    pub pool: bool,
+}
+
 /// A leak suspect.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Suspect {

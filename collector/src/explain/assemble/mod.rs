@@ -65,6 +65,18 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     let mut notes = ctx.notes;
     let (owner_of, hints) = sites::owners_of_live(state, ctx.stacks, ctx.work_end_ns, sym);
     let suspects = rank::suspects_with(state, start, end, &hints);
+    let held_growth = if suspects.is_empty() {
+        rank::held_growth(state, start, end, &hints).map(|h| crate::report::HeldGrowth {
+            site: h.site,
+            live_bytes: h.live_bytes,
+            live_count: h.live_count,
+            grew_s: h.grew_ns as f64 / 1e9,
+            held_s: h.held_ns as f64 / 1e9,
+            pool: h.pool,
+        })
+    } else {
+        None
+    };
     let by_owner = sites::by_owner(state, &owner_of);
     let order = sites::listed(state, &suspects, &mut notes);
     let mut frames = sites::Frames { stacks: ctx.stacks, missing: 0 };
@@ -103,6 +115,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         sites,
         suspects,
         suppressed,
+        held_growth,
         failures,
         mem_info: totals::mem_info(ctx.mem_info, start),
         timeline,
