@@ -338,6 +338,21 @@ finally:
     km.shutdown_kernel(now=False)
 "#;
 
+/// `gpushim kernel install --name NAME --prefix PREFIX --python PY`, checked to succeed; what it
+/// said on stdout.
+fn install_kernel(name: &str, prefix: &Path, py: &Path) -> String {
+    let install = Command::new(collector())
+        .args(["kernel", "install", "--name", name, "--prefix"])
+        .arg(prefix)
+        .arg("--python")
+        .arg(py)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&install.stdout).into_owned();
+    assert!(install.status.success(), "{said}{}", String::from_utf8_lossy(&install.stderr));
+    said
+}
+
 /// The output of cell `n` in the driver's stdout, after checking that it ran without error.
 fn cell_output<'a>(stdout: &'a str, n: usize, run: &Outcome) -> &'a str {
     let head = format!("=== cell {n} ok\n");
@@ -358,15 +373,7 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     let t = Target::new(&py, "pyapi_jupyter").preload(None);
     let dir = t.dir.path().to_path_buf();
     let prefix = dir.join("prefix");
-    let install = Command::new(collector())
-        .args(["kernel", "install", "--name", "gpushim-test", "--prefix"])
-        .arg(&prefix)
-        .arg("--python")
-        .arg(&py)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&install.stdout);
-    assert!(install.status.success(), "{said}{}", String::from_utf8_lossy(&install.stderr));
+    let said = install_kernel("gpushim-test", &prefix, &py);
     let spec_dir = prefix.join("share/jupyter/kernels/gpushim-test");
     assert_eq!(said.trim(), format!("Installed kernel spec gpushim-test in {}", spec_dir.display()));
     let spec: Value = serde_json::from_slice(&std::fs::read(spec_dir.join("kernel.json")).unwrap()).unwrap();
@@ -482,14 +489,7 @@ fn jupyter_kernel_keeps_the_cell_snapshots_when_asked() {
     let t = Target::new(&py, "pyapi_jupyter_keep").preload(None);
     let dir = t.dir.path().to_path_buf();
     let prefix = dir.join("prefix");
-    let install = Command::new(collector())
-        .args(["kernel", "install", "--name", "gpushim-keep", "--prefix"])
-        .arg(&prefix)
-        .arg("--python")
-        .arg(&py)
-        .output()
-        .unwrap();
-    assert!(install.status.success(), "{}", String::from_utf8_lossy(&install.stderr));
+    install_kernel("gpushim-keep", &prefix, &py);
     let driver = dir.join("driver.py");
     std::fs::write(&driver, KERNEL_DRIVER).unwrap();
     let cells = dir.join("cells.json");
