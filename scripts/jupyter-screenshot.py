@@ -59,27 +59,11 @@ def run_kernel(gpushim: str, standins: str, work: Path) -> list[tuple[int | None
         PYTHONDONTWRITEBYTECODE="1",
     )
     os.environ.update(env)
-    from jupyter_client.manager import start_new_kernel
+    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
+    from jupyter_check import run_cells
 
-    km, kc = start_new_kernel(kernel_name="gpushim-shot", startup_timeout=120, cwd=str(work))
-    done = []
-    try:
-        for code in CELLS:
-            out: list[str] = []
-
-            def hook(msg, out=out):
-                c = msg["content"]
-                if msg["msg_type"] == "stream":
-                    out.append(c["text"])
-                elif msg["msg_type"] == "error":
-                    out.append(f"{c['ename']}: {c['evalue']}\n")
-
-            reply = kc.execute_interactive(code, timeout=120, output_hook=hook)
-            done.append((reply["content"].get("execution_count"), code, "".join(out)))
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=False)
-    return done
+    outs = run_cells("gpushim-shot", CELLS, timeout=120, cwd=str(work))
+    return [(count, code, text) for code, (_, text, count) in zip(CELLS, outs, strict=True)]
 
 
 def page(cells: list[tuple[int | None, str, str]]) -> str:

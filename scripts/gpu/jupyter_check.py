@@ -22,11 +22,13 @@ CELLS = [
 ]
 
 
-def run_cells(name):
+def run_cells(name, cells=CELLS, timeout=300, cwd=None):
+    """Runs `cells` in a new kernel of spec `name` (in `cwd`, if given): each cell's (status,
+    output, execution count). Also used by scripts/jupyter-screenshot.py."""
     outs = []
-    km, kc = start_new_kernel(kernel_name=name, startup_timeout=300)
+    km, kc = start_new_kernel(kernel_name=name, startup_timeout=timeout, **({"cwd": cwd} if cwd else {}))
     try:
-        for code in CELLS:
+        for code in cells:
             out = []
 
             def hook(msg, out=out):
@@ -36,8 +38,8 @@ def run_cells(name):
                 elif msg["msg_type"] == "error":
                     out.append(f"ERROR {c['ename']}: {c['evalue']}\n")
 
-            reply = kc.execute_interactive(code, timeout=300, output_hook=hook)
-            outs.append((reply["content"]["status"], "".join(out)))
+            reply = kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+            outs.append((reply["content"]["status"], "".join(out), reply["content"].get("execution_count")))
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=False)
@@ -46,11 +48,11 @@ def run_cells(name):
 
 def main():
     outs = run_cells(sys.argv[1])
-    for i, (status, text) in enumerate(outs):
+    for i, (status, text, _) in enumerate(outs):
         print(f"=== cell {i} {status}\n{text}", end="" if text.endswith("\n") else "\n")
     diff, report, api = outs[4][1], outs[5][1], outs[6][1]
     checks = [
-        ("every cell ran", all(s == "ok" for s, _ in outs)),
+        ("every cell ran", all(s == "ok" for s, _, _ in outs)),
         ("diff: one site grew by 64.0 MiB", bool(re.search(r"^\s*\+64\.0 MiB ", diff, re.M))),
         ("diff: left alive by the leaking cell, In [4] line 1", "+64.0 MiB at In [4] line 1" in diff),
         ("diff: the list 'kept' is among the holders that grew", "holders that grew" in diff and "'kept'" in diff),
