@@ -219,12 +219,7 @@ pub fn suspects_with(state: &State, run_start_ns: u64, run_end_ns: u64, hints: &
     if run == 0 {
         return Vec::new();
     }
-    // Per site: (time, size) of each live allocation.
-    let mut live_times: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
-    // Allocations a context teardown freed count as live: the program never freed them.
-    for e in state.live().map(|(_, e)| e).chain(&state.swept) {
-        live_times.entry(e.site).or_default().push((e.ts_ns, e.size));
-    }
+    let live_times = live_times(state);
     let mut out: Vec<Suspect> = Vec::new();
     let mut groups: HashMap<(u8, &str), Vec<&SiteStats>> = HashMap::new();
     let mut ids: Vec<u32> = live_times.keys().copied().collect();
@@ -273,18 +268,24 @@ pub struct Held {
     pub pool: bool,
 }
 
-/// The largest [`Held`] growth of `state` (most live bytes, then lowest site id), for the line
-/// a report without suspects says about what it saw; `None` when no site rose and held.
-pub fn held_growth(state: &State, run_start_ns: u64, run_end_ns: u64, hints: &Hints) -> Option<Held> {
-    let run_end = hints.work_end_ns.map_or(run_end_ns, |w| w.clamp(run_start_ns, run_end_ns));
+/// Per site: (time, size) of each live allocation. Allocations a context teardown freed count
+/// as live: the program never freed them.
+fn live_times(state: &State) -> HashMap<u32, Vec<(u64, u64)>> {
     let mut live_times: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
     for e in state.live().map(|(_, e)| e).chain(&state.swept) {
         live_times.entry(e.site).or_default().push((e.ts_ns, e.size));
     }
+    live_times
+}
+
+/// The largest [`Held`] growth of `state` (most live bytes, then lowest site id), for the line
+/// a report without suspects says about what it saw; `None` when no site rose and held.
+pub fn held_growth(state: &State, run_start_ns: u64, run_end_ns: u64, hints: &Hints) -> Option<Held> {
+    let run_end = hints.work_end_ns.map_or(run_end_ns, |w| w.clamp(run_start_ns, run_end_ns));
     let mut best: Option<Held> = None;
-    for (&id, live) in &live_times {
+    for (id, live) in live_times(state) {
         let Some(site) = state.sites.get(&id) else { continue };
-        let t = track(&[site], live, hints.pool.contains(&id));
+        let t = track(&[site], &live, hints.pool.contains(&id));
         let g = t.gauge;
         if g.live_count < MIN_LIVE || (t.times.len() as u64) < MIN_LIVE {
             continue;
