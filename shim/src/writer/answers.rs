@@ -105,17 +105,14 @@ impl Writer {
             if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, self.snapshots_sent) {
                 self.push(&Event::HeapWalk(h));
             }
-            self.reachability(wire::WalkReason::Snapshot, self.snapshots_sent, false);
+            self.reachability(Scan::Report(wire::WalkReason::Snapshot, self.snapshots_sent));
         }
     }
 
-    /// Runs a reachability scan (`reach`) for the report `reason`/`number` and sends its
-    /// result, if scans are on. The wire buffer is sent and zeroed first: it holds copies of
-    /// addresses.
-    /// The scan's bytes read, if it ran.
-    /// `after_handlers`: an exit's scan made after the program's exit handlers ran (the
-    /// destructor's exit path), which reads the freed blocks of the main heap without trust.
-    pub(super) fn reachability(&mut self, reason: wire::WalkReason, number: u32, after_handlers: bool) -> Option<u64> {
+    /// Runs a reachability scan (`reach`) for `scan` and sends its result, if scans are on. The
+    /// wire buffer is sent and zeroed first: it holds copies of addresses. The scan's bytes
+    /// read, if it ran.
+    pub(super) fn reachability(&mut self, scan: Scan) -> Option<u64> {
         if self.reach.is_none() || !self.flush() {
             return None;
         }
@@ -123,14 +120,31 @@ impl Writer {
         self.buf.resize(cap, 0);
         self.buf.clear();
         let table = self.reach.as_ref()?;
-        let mut r = reach::scan(table, self.reach_own, reason, number, after_handlers);
+        let (reason, number) = match scan {
+            Scan::Report(reason, number) => (reason, number),
+            Scan::ExitBeforeHandlers { .. } | Scan::ExitAfterHandlers => (wire::WalkReason::Exit, 0),
+        };
+        let mut r = reach::scan(table, self.reach_own, reason, number, matches!(scan, Scan::ExitAfterHandlers));
         // An exit's scan asked for at the end of the program's work is stamped then, not when
         // this thread got to it: the collector takes it as the end of the program's work.
-        if self.exit_scan_asked_ns != 0 {
-            r.ts_ns = r.ts_ns.min(self.exit_scan_asked_ns);
+        if let Scan::ExitBeforeHandlers { asked_ns } = scan {
+            r.ts_ns = r.ts_ns.min(asked_ns);
         }
         let read = r.scanned_bytes;
         self.push(&Event::Reach(r));
         Some(read)
     }
+}
+
+/// Which reachability scan [`Writer::reachability`] makes.
+#[derive(Clone, Copy)]
+pub(super) enum Scan {
+    /// The scan of snapshot or out-of-memory report `number`.
+    Report(wire::WalkReason, u32),
+    /// The exit's, asked for at `asked_ns` (monotonic ns) when the program's own work ended,
+    /// before its exit handlers (`exit_scan.rs`).
+    ExitBeforeHandlers { asked_ns: u64 },
+    /// The exit's, made by the exit path after the program's exit handlers: it reads the freed
+    /// blocks of the main heap without trust.
+    ExitAfterHandlers,
 }

@@ -10,6 +10,8 @@ mod answers;
 mod rings;
 mod send;
 
+use answers::Scan;
+
 use std::collections::{HashMap, HashSet};
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering::*;
@@ -148,9 +150,6 @@ struct Writer {
     reach: Option<reach::Table>,
     /// What of the shim's own memory the scans leave out.
     reach_own: reach::Own,
-    /// When the exit's scan in progress was asked for (the end of `main`, `exit()`, the Python
-    /// exit walk's end), monotonic ns; 0 otherwise.
-    exit_scan_asked_ns: u64,
     /// The exit's scan was made, after the Python exit walk (`Msg::ExitScan`).
     exit_scanned: bool,
 }
@@ -183,7 +182,6 @@ impl Writer {
             reach: config::reachability().then(reach::Table::default),
             reach_own: reach::Own::default(),
             exit_scanned: false,
-            exit_scan_asked_ns: 0,
         }
     }
 
@@ -284,9 +282,7 @@ impl Writer {
                 Ok(Msg::ExitScan { done, ts_ns }) => {
                     if !self.exit_scanned {
                         self.exit_scanned = true;
-                        self.exit_scan_asked_ns = ts_ns;
-                        self.reachability(wire::WalkReason::Exit, 0, false);
-                        self.exit_scan_asked_ns = 0;
+                        self.reachability(Scan::ExitBeforeHandlers { asked_ns: ts_ns });
                     }
                     let _ = done.send(());
                 }
@@ -294,8 +290,7 @@ impl Writer {
                     let got = sys::now_ns();
                     // Made already, if the end of `main`, `exit()` or the Python exit walk was
                     // seen; else now, after the program's exit handlers.
-                    let scan =
-                        if self.exit_scanned { None } else { self.reachability(wire::WalkReason::Exit, 0, true) };
+                    let scan = if self.exit_scanned { None } else { self.reachability(Scan::ExitAfterHandlers) };
                     let scanned = sys::now_ns();
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
                     if self.flush() {
@@ -477,7 +472,7 @@ impl Writer {
                     if let Some(h) = python::heap::request(wire::WalkReason::Oom, self.ooms_sent) {
                         self.push(&Event::HeapWalk(h));
                     }
-                    self.reachability(wire::WalkReason::Oom, self.ooms_sent, false);
+                    self.reachability(Scan::Report(wire::WalkReason::Oom, self.ooms_sent));
                 }
             }
             Msg::HeapWalk(h) => self.push(&Event::HeapWalk(h)),
