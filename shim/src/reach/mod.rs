@@ -77,8 +77,8 @@
 //!
 //! **Racy, so twice.** Other threads are not stopped (a signal would interrupt their system
 //! calls), so a pointer moving from one place to another during a pass can be missed. The scan
-//! runs a second pass when the first found anything lost, and calls lost only what both passes
-//! call lost. A scan cut by its time cap calls nothing lost.
+//! runs a second pass when the first found anything lost or indirectly lost (not for what is only
+//! possibly lost), and calls lost only what both passes call lost. A scan cut by its time cap calls nothing lost.
 
 mod buf;
 mod heap;
@@ -280,7 +280,8 @@ pub fn scan(table: &Table, own: Own, reason: WalkReason, number: u32, after_hand
     }
     s.exit = reason == WalkReason::Exit && after_handlers;
     let first = s.pass();
-    let any_lost = first.iter().any(|h| h.refs == 0);
+    // Lost or indirectly lost; what is only possibly lost needs no second look.
+    let any_lost = first.iter().any(|h| h.refs == 0 && h.possible == 0);
     let second = if any_lost && !s.cut { Some(s.pass()) } else { None };
     r.status = if s.cut { ReachStatus::Cut } else { ReachStatus::Complete };
     let ranges = s.ranges.as_slice();

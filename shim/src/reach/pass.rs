@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use super::buf::Buf;
 use super::maps::Role;
-use super::roots::{read_roots, read_unreached};
+use super::roots::{read_regions, read_unreached};
 use super::words::{drain, read_block, read_range, View};
 use super::{mark, Hit, Mode, Scan};
 
@@ -20,6 +20,7 @@ impl Scan {
         let exit = self.exit;
         let roots: Vec<_> =
             regions.iter().filter(|g| matches!(g.role, Role::Root(..) | Role::Possible)).copied().collect();
+        let cuda: Vec<_> = regions.iter().filter(|g| g.role == Role::Cuda).copied().collect();
         let Scan { rbuf, acc, helpers, entries, pagemap, work, shared, .. } = self;
         let rbuf = rbuf.full();
         // The view borrows only what the readers do not change, field by field.
@@ -35,11 +36,9 @@ impl Scan {
             (self.lo, self.hi),
             self.deadline,
         );
-        for g in regions.iter().filter(|g| g.role == Role::Cuda) {
-            read_range(&view, acc, rbuf, g.start, g.end, Mode::Cuda);
-        }
+        read_regions(&view, acc, rbuf, helpers, &cuda, pagemap.as_ref(), entries, work, shared);
         drain(&view, acc, rbuf);
-        read_roots(&view, acc, rbuf, helpers, &roots, pagemap.as_ref(), entries, work, shared);
+        read_regions(&view, acc, rbuf, helpers, &roots, pagemap.as_ref(), entries, work, shared);
         drain(&view, acc, rbuf);
         for g in regions.iter().filter(|g| g.role == Role::Own) {
             read_range(&view, acc, rbuf, g.start, g.end, Mode::Cuda);

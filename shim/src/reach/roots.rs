@@ -30,7 +30,7 @@ const GAP_PAGES: u64 = 16;
 /// Mappings smaller than this are read whole, without a look at their pages.
 const SMALL: u64 = 256 << 10;
 /// Most threads reading at once, the calling one included.
-pub(super) const MAX_READERS: usize = 8;
+pub(super) const MAX_READERS: usize = 16;
 
 /// How many readers to use: `GPUSHIM_REACHABILITY_THREADS`, else the CPUs this process may run
 /// on; at most [`MAX_READERS`].
@@ -133,7 +133,7 @@ struct Job<'a> {
 }
 
 extern "C" fn helper_main(p: *mut libc::c_void) -> *mut libc::c_void {
-    // SAFETY: `p` is the `Job` `read_roots` made, alive until it has joined this thread, whose
+    // SAFETY: `p` is the `Job` `read_regions` made, alive until it has joined this thread, whose
     // accumulator and buffer no other thread uses meanwhile.
     let job = unsafe { &*(p as *const Job) };
     // A panic must not cross into C; the accumulator then holds what was found.
@@ -305,27 +305,36 @@ fn together(
     }
 }
 
-/// Reads the program's `roots` into `acc`, and the heap blocks they reach, with the calling
-/// thread (`rbuf` its buffer) and up to one thread per helper; `work` is the scan's buffer for
-/// the slices.
+/// How a region of `role` is read by [`read_regions`]: the program's roots (trusted or not), or
+/// a CUDA library's data; `None` for the rest.
+pub(super) fn mode_of(role: Role) -> Option<Mode> {
+    match role {
+        Role::Root(region, tid) => Some(Mode::Root(region as u8, tid)),
+        Role::Possible => Some(Mode::Possible),
+        Role::Cuda => Some(Mode::Cuda),
+        _ => None,
+    }
+}
+
+/// Reads `regions` into `acc`, each as [`mode_of`] its role says, and the heap blocks they
+/// reach, with the calling thread (`rbuf` its buffer) and up to one thread per helper; `work` is
+/// the scan's buffer for the slices.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn read_roots(
+pub(super) fn read_regions(
     v: &View,
     acc: &mut Acc,
     rbuf: &mut [u8],
     helpers: &mut [Helper],
-    roots: &[Region],
+    regions: &[Region],
     pagemap: Option<&File>,
     entries: &mut Buf<u64>,
     work: &mut Buf<(u64, u64, Mode)>,
     sh: &Shared,
 ) {
     work.len = 0;
-    for g in roots {
-        match g.role {
-            Role::Root(region, tid) => slices(pagemap, entries, g.start, g.end, Mode::Root(region as u8, tid), work),
-            Role::Possible => slices(pagemap, entries, g.start, g.end, Mode::Possible, work),
-            _ => {}
+    for g in regions {
+        if let Some(mode) = mode_of(g.role) {
+            slices(pagemap, entries, g.start, g.end, mode, work);
         }
     }
     let work = work.as_slice();
