@@ -152,6 +152,8 @@ struct Writer {
     reach_own: reach::Own,
     /// The exit's scan was made, after the Python exit walk (`Msg::ExitScan`).
     exit_scanned: bool,
+    /// That scan's bytes read and time taken (ns), for the exit's line when it was slow.
+    exit_scan_took: Option<(u64, u64)>,
 }
 
 impl Writer {
@@ -182,6 +184,7 @@ impl Writer {
             reach: config::reachability().then(reach::Table::default),
             reach_own: reach::Own::default(),
             exit_scanned: false,
+            exit_scan_took: None,
         }
     }
 
@@ -282,7 +285,9 @@ impl Writer {
                 Ok(Msg::ExitScan { done, ts_ns }) => {
                     if !self.exit_scanned {
                         self.exit_scanned = true;
-                        self.reachability(Scan::ExitBeforeHandlers { asked_ns: ts_ns });
+                        let t0 = sys::now_ns();
+                        let read = self.reachability(Scan::ExitBeforeHandlers { asked_ns: ts_ns });
+                        self.exit_scan_took = read.map(|read| (read, sys::now_ns().saturating_sub(t0)));
                     }
                     let _ = done.send(());
                 }
@@ -297,7 +302,7 @@ impl Writer {
                         self.close_and_wait();
                     }
                     let _ = done.send(());
-                    crate::slow_exit::say(ts_ns, got, scan, scanned);
+                    crate::slow_exit::say(self.exit_scan_took, ts_ns, got, scan, scanned);
                     return;
                 }
                 Ok(Msg::QuickExit { ts_ns }) => {
