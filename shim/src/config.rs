@@ -368,7 +368,7 @@ impl Config {
             match v.parse::<u64>() {
                 Ok(n) => REACHABILITY_THREADS.store(n, Relaxed),
                 Err(_) => warnings.push(format!(
-                    "GPUSHIM_REACHABILITY_THREADS={v} is not a number of threads; using one per CPU (at most 8)"
+                    "GPUSHIM_REACHABILITY_THREADS={v} is not a number of threads; using one per CPU (at most 16)"
                 )),
             }
         }

@@ -16,7 +16,7 @@
 //! **What it reads.** Every readable and writable mapping in `/proc/self/maps`: the data and bss
 //! of every module, the heap, anonymous mappings and thread stacks, of each only the pages in
 //! memory or swapped out (`/proc/self/pagemap`; a page never touched holds no pointer), by up
-//! to 8 threads at once (`roots`; `GPUSHIM_REACHABILITY_THREADS`), read with
+//! to 16 threads at once (`roots`; `GPUSHIM_REACHABILITY_THREADS`), read with
 //! `process_vm_readv` on this process, which fails cleanly (`EFAULT`) on a page unmapped
 //! meanwhile: no SIGSEGV handler is installed and nothing faults. It leaves out:
 //! - device-file mappings (`/dev/…` other than `/dev/shm` and `/dev/zero`, the name of shared
