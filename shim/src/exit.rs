@@ -40,6 +40,10 @@ extern "C" fn at_quick() {
 static DESTRUCTOR: extern "C" fn() = at_unload;
 
 extern "C" fn at_unload() {
+    if TRACED_PID.load(Acquire) != sys::getpid_raw() {
+        // A vfork child's exit shares our memory: nothing of its parent's is touched.
+        return;
+    }
     // Where the program's frames end on this thread: the reachability scan of the exit
     // (`reach`) reads this thread's stack from here up, not the shim's frames below (the
     // exit path's own channel, whose padding holds stale bytes).

@@ -42,6 +42,9 @@ pub static EXIT_DONE: AtomicBool = AtomicBool::new(false);
 /// until the answers reach its own number.
 pub static EXIT_SCANS_ASKED: AtomicU64 = AtomicU64::new(0);
 pub static EXIT_SCANS_DONE: AtomicU64 = AtomicU64::new(0);
+/// This process's id as the shim knows it: set when the library loads and in a forked child
+/// (fork handlers). A vfork child, which runs none, differs from it (exports/start.rs).
+pub static PROCESS_PID: AtomicI32 = AtomicI32::new(0);
 /// The writer thread's kernel thread id (0 before it runs), for the exit path's waits
 /// (`exit_scan::wait_for_writer`).
 pub static WRITER_TID: AtomicU32 = AtomicU32::new(0);

@@ -22,3 +22,17 @@ fn exit_from_a_signal_handler_that_interrupted_malloc_never_hangs() {
         assert!(matches!(r["reason"].as_str(), Some("exit" | "killed")), "run {run}{d}");
     }
 }
+
+#[test]
+fn a_vfork_childs_exit_after_a_failed_exec_leaves_the_parents_report_an_exit() {
+    // The child's exit() ran glibc's exit handlers and library destructors in the memory it
+    // shares with its parent, which glibc then marks done: the parent's exit ran none, the
+    // shim's destructor included, and its report said "killed".
+    let t = Target::new("exits", "vfork-exit").args(&["vfork-exit"]);
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, ["child status 127", "ok"], "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(r["reason"], "exit", "{d}");
+    assert_eq!((total(&r, "alloc_count"), total(&r, "live_bytes")), (2, 2 * MIB), "{d}");
+}

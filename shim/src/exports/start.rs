@@ -4,11 +4,18 @@
 //! device pointers for the whole run is still whole then, as it is not when this library's
 //! destructor runs. glibc calls `exit` after `main` returns from inside libc, a call no
 //! preloaded library sees; hence the wrapper of `main`.
+//!
+//! - **A vfork child's `exit()`** (after a failed `exec`) runs glibc's exit handlers and library
+//!   destructors in the memory it shares with its parent, and glibc marks them done there: the
+//!   parent's own `exit()` then runs none, this library's destructor (the end of the stream)
+//!   included, and the parent's report said "killed". The child does none of the shim's part
+//!   and leaves a mark; the parent's exit then ends the stream itself, before glibc's `exit`.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 
-use crate::{exit_scan, loader};
+use crate::state::PROCESS_PID;
+use crate::{exit, exit_scan, loader, sys};
 
 /// `int main(int, char **, char **)`.
 type MainFn = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
@@ -57,8 +64,29 @@ unsafe extern "C" fn main_then_scan(argc: c_int, argv: *mut *mut c_char, envp: *
     let main: MainFn = unsafe { std::mem::transmute::<usize, MainFn>(MAIN.load(Acquire)) };
     // SAFETY: called as glibc calls `main`.
     let status = unsafe { main(argc, argv, envp) };
-    exit_scan::now();
+    // glibc's `exit` follows, from inside libc.
+    shims_part_of_exit();
     status
+}
+
+/// Set by a vfork child's `exit()`: glibc's exit handlers and library destructors are spent in
+/// the memory it shared with this process (see the module's doc).
+static HANDLERS_SPENT: AtomicBool = AtomicBool::new(false);
+
+/// The exit's scan, and the end of the stream if a vfork child spent this process's exit
+/// handlers (the library's destructor will not run).
+fn shims_part_of_exit() {
+    exit_scan::now();
+    if HANDLERS_SPENT.load(Acquire) {
+        exit::finish();
+    }
+}
+
+/// In a child of `vfork` (or of a raw `clone`: no fork handler ran, so the process id the shim
+/// knows is its parent's)?
+fn in_a_vfork_child() -> bool {
+    let known = PROCESS_PID.load(Acquire);
+    known != 0 && known != sys::getpid_raw()
 }
 
 /// `void exit(int status)`: the exit's scan, then glibc's `exit` with the status unchanged.
@@ -67,7 +95,12 @@ unsafe extern "C" fn main_then_scan(argc: c_int, argv: *mut *mut c_char, envp: *
 /// The contract of `exit(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn exit(status: c_int) -> ! {
-    exit_scan::now();
+    if in_a_vfork_child() {
+        // Nothing of the shim's (the stream is the parent's), and a mark for the parent.
+        HANDLERS_SPENT.store(true, Release);
+    } else {
+        shims_part_of_exit();
+    }
     let real = loader::dlsym(libc::RTLD_NEXT, c"exit");
     if real != 0 {
         // SAFETY: `real` is glibc's `exit`, of this type.
