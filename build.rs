@@ -14,6 +14,7 @@
 //! - `librtldnext.so`        tests/programs/rtldnext.c (a second RTLD_NEXT interposer)
 //! - `hostile`               tests/programs/hostile.c linked to libcudart.so.13
 //! - `exits`                 tests/programs/exits.c linked to libcudart.so.13 (hostile ends)
+//! - `nostart`               tests/programs/nostart.c, `-nostartfiles`, linked to libcudart.so.13
 //! - `reach`                 tests/programs/reach.c linked to libcudart.so.13 (reachability scans)
 //! - `libcudauser.so`        tests/programs/cudauser.c (links libcudart; dlopen'ed RTLD_LOCAL)
 //! - `libcudauser12.so`      the same, linked to libcudart.so.12
@@ -134,6 +135,7 @@ fn main() {
         "tests/programs/rtldnext.c",
         "tests/programs/hostile.c",
         "tests/programs/exits.c",
+        "tests/programs/nostart.c",
         "tests/programs/reach.c",
         "tests/programs/cudauser.c",
         "tests/programs/loaderspy.c",
@@ -263,6 +265,15 @@ fn main() {
         a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-lpthread"]));
         a.extend(os(RUNPATH_ORIGIN));
         ctx.cc("exits", &a);
+
+        // Its own `_start`: no `__libc_start_main`, no `main`.
+        let mut a = os(PROGRAM);
+        a.push("-nostartfiles".into());
+        a.push(ctx.src("tests/programs/nostart.c"));
+        a.push(ctx.lib_dir());
+        a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("nostart", &a);
 
         let mut a = os(PROGRAM);
         a.push(ctx.src("tests/programs/reach.c"));

@@ -29,6 +29,34 @@ extern "C" fn at_quick() {
     quick_finish();
 }
 
+/// Registers [`at_last`] as an exit handler; called once by the library's constructor, which
+/// the loader runs before the program's start code: before `__libc_start_main` registers the
+/// loader's `_dl_fini` (which runs [`DESTRUCTOR`]), so it runs after it, last of all.
+pub fn register_last_handler() {
+    extern "C" {
+        /// The C++ ABI's exit handler registration (glibc); not in the libc crate.
+        fn __cxa_atexit(
+            f: extern "C" fn(*mut libc::c_void),
+            arg: *mut libc::c_void,
+            dso: *mut libc::c_void,
+        ) -> libc::c_int;
+        /// This library's handle (crtbegin.o): the handler is dropped if the library is unloaded.
+        static __dso_handle: u8;
+    }
+    // SAFETY: registering a plain function with no argument, for this library.
+    unsafe { __cxa_atexit(at_last, std::ptr::null_mut(), std::ptr::addr_of!(__dso_handle) as *mut libc::c_void) };
+}
+
+/// The end of the stream at the end of `exit()` where no destructor ran before: a program
+/// without glibc's start code (`-nostartfiles`: nothing registered `_dl_fini`, so no library's
+/// destructor runs at its exit, and its report said "killed"). Otherwise [`at_unload`] ran
+/// already and this does nothing.
+extern "C" fn at_last(_: *mut libc::c_void) {
+    if STATE.load(Acquire) == ENABLED {
+        at_unload();
+    }
+}
+
 /// The end of `exit()`: the loader runs this library's destructor (`.fini_array`, from its
 /// `_dl_fini`, itself registered before every `atexit` handler) after every `atexit` handler and
 /// C++ static destructor, whenever they were registered, and after the executable's own

@@ -40,6 +40,7 @@ extern "C" fn constructor() {
         // SAFETY: registering plain functions as the fork handlers.
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
         exit::register_quick_exit();
+        exit::register_last_handler();
         config::take_run_fd();
         config::take_run_stderr();
         if let Some(sig) = config::snapshot_signal() {

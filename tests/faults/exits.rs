@@ -36,3 +36,16 @@ fn a_vfork_childs_exit_after_a_failed_exec_leaves_the_parents_report_an_exit() {
     assert_eq!(r["reason"], "exit", "{d}");
     assert_eq!((total(&r, "alloc_count"), total(&r, "live_bytes")), (2, 2 * MIB), "{d}");
 }
+
+#[test]
+fn a_program_without_libc_start_main_ends_its_report_as_an_exit() {
+    // `-nostartfiles`: nothing registers the loader's `_dl_fini`, so no library's destructor
+    // (the shim's end of the stream) runs at its exit(); its report said "killed".
+    let t = Target::new("nostart", "nostart");
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    assert_eq!(d.stdout, ["ok"], "{d}");
+    let r = d.report_in(t.dir.path());
+    assert_eq!(r["reason"], "exit", "{d}");
+    assert_eq!((total(&r, "alloc_count"), total(&r, "live_bytes")), (1, MIB), "{d}");
+}
