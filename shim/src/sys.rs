@@ -300,3 +300,20 @@ impl std::fmt::Write for Line {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_path_in_a_line_keeps_its_end_from_a_characters_start() {
+        let mut l = Line::new();
+        l.path(b"/tmp/r");
+        assert_eq!(l.bytes_so_far(), b"/tmp/r");
+        let long = format!("/{}/x", "é".repeat(1000));
+        let mut l = Line::new();
+        l.path(long.as_bytes());
+        let s = std::str::from_utf8(l.bytes_so_far()).unwrap();
+        assert!(s.starts_with('…') && s.ends_with("éé/x") && s.len() <= LINE_PATH_MAX, "{s}");
+    }
+}
