@@ -49,3 +49,20 @@ fn a_program_without_libc_start_main_ends_its_report_as_an_exit() {
     assert_eq!(r["reason"], "exit", "{d}");
     assert_eq!((total(&r, "alloc_count"), total(&r, "live_bytes")), (1, MIB), "{d}");
 }
+
+/// Runs of the two-exits scenario: before the fix 4 of 10 ended with the second caller's status.
+const TWO_EXITS_RUNS: usize = 5;
+
+#[test]
+fn a_second_thread_calling_exit_while_the_first_exits_keeps_the_first_ones_status() {
+    // The main thread calls exit(3); once it is blocked in a system call there (only the shim's
+    // exit path blocks: its scan waits for the writer), a second thread calls exit(4). The
+    // first caller's status must win, as without the shim; the second caller waits.
+    for run in 0..TWO_EXITS_RUNS {
+        let t = Target::new("exits", &format!("two-exits-{run}")).args(&["two-exits"]);
+        let d = run_bounded(&t);
+        assert_eq!(d.status.code(), Some(3), "run {run}{d}");
+        let r = d.report_in(t.dir.path());
+        assert_eq!((r["reason"].as_str(), total(&r, "live_bytes")), (Some("exit"), MIB), "run {run}{d}");
+    }
+}
