@@ -13,6 +13,8 @@
 //! - `driver_dlsym`          tests/programs/driver_dlsym.c (dlopen + dlsym of libcuda)
 //! - `librtldnext.so`        tests/programs/rtldnext.c (a second RTLD_NEXT interposer)
 //! - `hostile`               tests/programs/hostile.c linked to libcudart.so.13
+//! - `exits`                 tests/programs/exits.c linked to libcudart.so.13 (hostile ends)
+//! - `nostart`               tests/programs/nostart.c, `-nostartfiles`, linked to libcudart.so.13
 //! - `reach`                 tests/programs/reach.c linked to libcudart.so.13 (reachability scans)
 //! - `libcudauser.so`        tests/programs/cudauser.c (links libcudart; dlopen'ed RTLD_LOCAL)
 //! - `libcudauser12.so`      the same, linked to libcudart.so.12
@@ -132,6 +134,8 @@ fn main() {
         "tests/programs/driver_dlsym.c",
         "tests/programs/rtldnext.c",
         "tests/programs/hostile.c",
+        "tests/programs/exits.c",
+        "tests/programs/nostart.c",
         "tests/programs/reach.c",
         "tests/programs/cudauser.c",
         "tests/programs/loaderspy.c",
@@ -254,6 +258,22 @@ fn main() {
         a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-ldl", "-lpthread"]));
         a.extend(os(RUNPATH_ORIGIN));
         ctx.cc("hostile", &a);
+
+        let mut a = os(PROGRAM);
+        a.push(ctx.src("tests/programs/exits.c"));
+        a.push(ctx.lib_dir());
+        a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13", "-lpthread"]));
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("exits", &a);
+
+        // Its own `_start`: no `__libc_start_main`, no `main`.
+        let mut a = os(PROGRAM);
+        a.push("-nostartfiles".into());
+        a.push(ctx.src("tests/programs/nostart.c"));
+        a.push(ctx.lib_dir());
+        a.extend(os(&["-Wl,--no-as-needed", "-l:libcudart.so.13"]));
+        a.extend(os(RUNPATH_ORIGIN));
+        ctx.cc("nostart", &a);
 
         let mut a = os(PROGRAM);
         a.push(ctx.src("tests/programs/reach.c"));

@@ -9,6 +9,7 @@
 
 mod collector; // the collector killed, not executable, stalled; the exit not held up; memory bounded
 mod containers; // PID namespaces: the program as PID 1, under an init, gpushim run inside and outside
+mod exits; // exit() from a signal handler, a vfork child's exit, no __libc_start_main, two exits at once
 mod frame_classes; // vendor frames, one suspect per cause, threads per site, suppressions
 mod hostile_input; // damaged and random wire streams, malformed and extreme report JSON
 mod hostile_programs; // fork handlers, pipes, sigwait, coroutines, cleanup frees, local runtimes, blocked frees

@@ -99,13 +99,15 @@ pub enum Msg {
     /// A snapshot asked for through the C API (`api.rs`), answered on `reply` (boxed: the
     /// channel's slots stay small).
     ApiSnapshot(Box<ApiRequest>),
-    /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then answer on `done`.
-    Exit { ts_ns: u64, done: Sender<()> },
+    /// The exit path (at `ts_ns`, monotonic ns): send `Exit`, flush, close, then set
+    /// `state::EXIT_DONE`. Nothing allocates on the exiting thread's side.
+    Exit { ts_ns: u64 },
     /// The program's own work ended at `ts_ns` (`main` returned, `exit()` was called, the
     /// Python exit walk is done): make the exit's reachability scan now, before the exit
-    /// handlers or the interpreter's teardown free what it reads, then answer on `done` (the
-    /// exit path then makes none).
-    ExitScan { done: Sender<()>, ts_ns: u64 },
+    /// handlers or the interpreter's teardown free what it reads (the
+    /// exit path then makes none), then count it in `state::EXIT_SCANS_DONE`. Nothing allocates
+    /// on the asking thread's side.
+    ExitScan { ts_ns: u64 },
     /// `_exit`, `_Exit` or `quick_exit` (no atexit handlers run): send `Exit`, flush, then set
     /// `state::QUICK_EXIT_DONE`. Nothing allocates on the exiting thread's side.
     QuickExit { ts_ns: u64 },

@@ -9,6 +9,7 @@
 //! a thread that ends gives its slot back for a later thread to take, so their number is the
 //! largest number of threads that ever freed at the same time.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 
 use gpushim_wire::{Api, FreePending};
@@ -31,18 +32,55 @@ struct Slot {
 /// Every slot ever made (a lock-free list, only ever pushed to).
 static ALL: AtomicPtr<Slot> = AtomicPtr::new(std::ptr::null_mut());
 
-/// This thread's hold on a slot; gives it back when the thread ends.
-struct Held(&'static Slot);
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.0.seq1.store(0, Release);
-        self.0.owned.store(false, Release);
-    }
+thread_local! {
+    /// This thread's slot: null before its first free, [`ENDED`] once the thread has given it
+    /// back. No Rust destructor (`per_thread`: none may run in `exit()`); the slot is given back
+    /// by `per_thread::at_thread_end`.
+    static MINE: Cell<*const Slot> = const { Cell::new(std::ptr::null()) };
 }
 
-thread_local! {
-    static MINE: Held = Held(claim());
+/// [`MINE`]'s value after the thread's end gave its slot back.
+const ENDED: *const Slot = std::ptr::dangling::<Slot>();
+
+/// The calling thread's slot if it holds one.
+fn held() -> Option<&'static Slot> {
+    let p = MINE.with(Cell::get);
+    live(p)
+}
+
+/// `p` as a reference, unless it is null or [`ENDED`].
+fn live(p: *const Slot) -> Option<&'static Slot> {
+    if p == ENDED {
+        return None;
+    }
+    // SAFETY: null, or a leaked Box that is never freed.
+    unsafe { p.as_ref() }
+}
+
+/// The calling thread's slot, taken on its first free; `None` once the thread has ended.
+fn mine() -> Option<&'static Slot> {
+    let p = MINE.with(Cell::get);
+    if !p.is_null() {
+        return held();
+    }
+    let s = claim();
+    MINE.with(|m| m.set(s));
+    if !crate::per_thread::at_thread_end(give_back, std::ptr::null_mut()) {
+        // Never given back, the slot would be lost to later threads: none for this thread.
+        // SAFETY: this thread's own slot, just taken.
+        unsafe { give_back(std::ptr::null_mut()) };
+        return None;
+    }
+    Some(s)
+}
+
+/// At the end of the thread (`per_thread::at_thread_end`): gives its slot back.
+unsafe fn give_back(_: *mut std::ffi::c_void) {
+    let p = MINE.with(|m| m.replace(ENDED));
+    if let Some(s) = live(p) {
+        s.seq1.store(0, Release);
+        s.owned.store(false, Release);
+    }
 }
 
 /// A slot no thread holds, or a new one.
@@ -76,19 +114,20 @@ fn claim() -> &'static Slot {
 
 /// Marks this thread's free `seq` of `addr` as in progress.
 pub fn begin(seq: u64, addr: u64, api: Api, stream: u64, tid: u32) {
-    let _ = MINE.try_with(|h| {
-        let s = h.0;
+    if let Some(s) = mine() {
         s.addr.store(addr, Relaxed);
         s.stream.store(stream, Relaxed);
         s.api.store(api as u8, Relaxed);
         s.tid.store(tid, Relaxed);
         s.seq1.store(seq.wrapping_add(1), Release);
-    });
+    }
 }
 
 /// This thread's free has returned.
 pub fn end() {
-    let _ = MINE.try_with(|h| h.0.seq1.store(0, Release));
+    if let Some(s) = held() {
+        s.seq1.store(0, Release);
+    }
 }
 
 /// Calls `f` with each free in progress whose sequence number is below `boundary`; `ts_ns`
@@ -127,5 +166,7 @@ pub fn reset_after_fork() {
         s.owned.store(false, Relaxed);
         p = s.next.load(Acquire);
     }
-    let _ = MINE.try_with(|h| h.0.owned.store(true, Release));
+    if let Some(s) = held() {
+        s.owned.store(true, Release);
+    }
 }

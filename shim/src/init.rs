@@ -34,11 +34,13 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 extern "C" fn constructor() {
     let _ = std::panic::catch_unwind(|| {
         quiet_panics();
+        state::PROCESS_PID.store(sys::getpid_raw(), Release);
         own_tls::register();
         loader::init_real_dlsym();
         // SAFETY: registering plain functions as the fork handlers.
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
         exit::register_quick_exit();
+        exit::register_last_handler();
         config::take_run_fd();
         config::take_run_stderr();
         if let Some(sig) = config::snapshot_signal() {
@@ -127,6 +129,7 @@ extern "C" fn after_fork_in_parent() {
 /// In a forked child only the forking thread exists: forget the parent's writer, channel,
 /// socket and counters; the child starts its own collector at its first event.
 extern "C" fn after_fork_in_child() {
+    state::PROCESS_PID.store(sys::getpid_raw(), Release);
     loader::fork_lock_reset();
     socket::close_after_fork();
     record::reset_after_fork();

@@ -150,7 +150,7 @@ fn send_channel(tx: &Sender<Msg>, msg: Msg) {
                 STATE.store(DISABLED, Release);
                 return;
             }
-            let _ = tx.send(msg);
+            let _ = state::send_until(tx, msg, u64::MAX);
         }
         Ok(()) | Err(TrySendError::Disconnected(_)) => {}
     }

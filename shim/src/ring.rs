@@ -101,20 +101,39 @@ static WAKE: AtomicU32 = AtomicU32::new(0);
 /// Set when the writer thread has ended (for any reason): a full ring is never drained again.
 static WRITER_GONE: AtomicBool = AtomicBool::new(false);
 
-/// This thread's hold on a ring; gives it back when the thread ends.
+/// This thread's ring: null before its first event, [`ENDED`] once the thread has given it back
+/// (its later events, from destructors run after, go through the channel). No Rust destructor
+/// (`per_thread`: none may run in `exit()`); the ring is given back by `per_thread::at_thread_end`.
 struct Mine(Cell<*const Ring>);
 
-impl Drop for Mine {
-    fn drop(&mut self) {
-        // SAFETY: null or a leaked ring, never freed.
-        if let Some(r) = unsafe { self.0.get().as_ref() } {
-            r.owned.store(false, Release);
-        }
-    }
-}
+/// [`Mine`]'s value after the thread's end gave its ring back.
+const ENDED: *const Ring = std::ptr::dangling::<Ring>();
 
 thread_local! {
     static MINE: Mine = const { Mine(Cell::new(std::ptr::null())) };
+}
+
+/// The calling thread's ring, if it holds one.
+fn held() -> Option<&'static Ring> {
+    let p = MINE.with(|m| m.0.get());
+    live(p)
+}
+
+/// `p` as a reference, unless it is null or [`ENDED`].
+fn live(p: *const Ring) -> Option<&'static Ring> {
+    if p == ENDED {
+        return None;
+    }
+    // SAFETY: null, or a leaked ring, never freed.
+    unsafe { p.as_ref() }
+}
+
+/// At the end of the thread (`per_thread::at_thread_end`): gives its ring back.
+unsafe fn give_back(_: *mut std::ffi::c_void) {
+    let p = MINE.with(|m| m.0.replace(ENDED));
+    if let Some(r) = live(p) {
+        r.owned.store(false, Release);
+    }
 }
 
 impl Ring {
@@ -233,17 +252,26 @@ fn claim() -> &'static Ring {
     }
 }
 
-/// The calling thread's ring, taken on first use; `None` once the thread's storage is being
-/// torn down (its events then go through the channel). Only inside the hooks' guard.
+/// The calling thread's ring, taken on first use; `None` once the thread has ended (its events
+/// then go through the channel). Only inside the hooks' guard.
 pub fn mine() -> Option<&'static Ring> {
-    MINE.try_with(|m| {
-        if m.0.get().is_null() {
-            m.0.set(claim());
+    let p = MINE.with(|m| m.0.get());
+    if p == ENDED {
+        return None;
+    }
+    if p.is_null() {
+        let r = claim();
+        MINE.with(|m| m.0.set(r));
+        if !crate::per_thread::at_thread_end(give_back, std::ptr::null_mut()) {
+            // Never given back, a ring would be lost to later threads: the channel instead.
+            // SAFETY: this thread's own ring, just taken.
+            unsafe { give_back(std::ptr::null_mut()) };
+            return None;
         }
-        // SAFETY: a leaked ring, never freed.
-        unsafe { &*m.0.get() }
-    })
-    .ok()
+        return Some(r);
+    }
+    // SAFETY: a leaked ring, never freed.
+    Some(unsafe { &*p })
 }
 
 /// Queues `msg` on `r`, the calling thread's ring ([`mine`]), waiting while it is full. The
@@ -267,10 +295,9 @@ pub fn push(r: &Ring, msg: Msg) -> Result<(), Msg> {
 /// Queues `msg` on the calling thread's ring if it has one (outside the hooks: the heap walk's
 /// result); gives it back otherwise.
 pub fn push_if_mine(msg: Msg) -> Result<(), Msg> {
-    // SAFETY: null or a leaked ring, never freed.
-    match MINE.try_with(|m| unsafe { m.0.get().as_ref() }) {
-        Ok(Some(r)) => push(r, msg),
-        _ => Err(msg),
+    match held() {
+        Some(r) => push(r, msg),
+        None => Err(msg),
     }
 }
 
@@ -370,6 +397,16 @@ pub fn writer_gone() {
     WRITER_GONE.store(true, Release);
 }
 
+/// The address of the futex word the writer sleeps on when idle (`writer_sleep`).
+pub fn writer_sleep_word() -> u64 {
+    WAKE.as_ptr() as u64
+}
+
+/// Whether the writer thread has ended (for any reason): nothing sent now is answered.
+pub fn writer_has_ended() -> bool {
+    WRITER_GONE.load(Acquire)
+}
+
 /// In a forked child, where only the forking thread exists: every ring is empty (the parent's
 /// queued events are its own writer's; their heap blocks are left as they are) and free again,
 /// except the forking thread's.
@@ -381,12 +418,9 @@ pub fn reset_after_fork() {
         r.prod.busy.store(false, Relaxed);
         r.owned.store(false, Relaxed);
     }
-    let _ = MINE.try_with(|m| {
-        // SAFETY: null or a leaked ring, never freed.
-        if let Some(r) = unsafe { m.0.get().as_ref() } {
-            r.owned.store(true, Release);
-        }
-    });
+    if let Some(r) = held() {
+        r.owned.store(true, Release);
+    }
     ASLEEP.store(false, Relaxed);
     WRITER_GONE.store(false, Release);
 }

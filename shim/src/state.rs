@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{SendTimeoutError, Sender, TrySendError};
 
 use crate::event::Msg;
 
@@ -30,12 +30,24 @@ pub static SEQ: AtomicU64 = AtomicU64::new(0);
 /// The process that started tracing (0 before); a vfork or fork child that calls `_exit`
 /// is not it.
 pub static TRACED_PID: AtomicI32 = AtomicI32::new(0);
-/// Set by the writer once a [`Msg::QuickExit`] is flushed.
 /// The exiting thread's stack pointer in the exit path, and its thread id (exit.rs): the
 /// reachability scan reads that thread's stack from there up only.
 pub static EXIT_SP: AtomicU64 = AtomicU64::new(0);
 pub static EXIT_TID: AtomicU32 = AtomicU32::new(0);
+/// Set by the writer once a [`Msg::QuickExit`] is flushed.
 pub static QUICK_EXIT_DONE: AtomicBool = AtomicBool::new(false);
+/// Set by the writer once a [`Msg::Exit`] is flushed and the collector has read the stream.
+pub static EXIT_DONE: AtomicBool = AtomicBool::new(false);
+/// Exit scans asked for ([`Msg::ExitScan`] sent), and answered by the writer: an asker waits
+/// until the answers reach its own number.
+pub static EXIT_SCANS_ASKED: AtomicU64 = AtomicU64::new(0);
+pub static EXIT_SCANS_DONE: AtomicU64 = AtomicU64::new(0);
+/// This process's id as the shim knows it: set when the library loads and in a forked child
+/// (fork handlers). A vfork child, which runs none, differs from it (exports/start.rs).
+pub static PROCESS_PID: AtomicI32 = AtomicI32::new(0);
+/// The writer thread's kernel thread id (0 before it runs), for the exit path's waits
+/// (`exit_scan::wait_for_writer`).
+pub static WRITER_TID: AtomicU32 = AtomicU32::new(0);
 /// Nanoseconds the exit has already waited for the writer before the exit path (the exit's
 /// scan at the end of `main` or at `exit()`, exit_scan.rs): the exit path waits only what is
 /// left of `GPUSHIM_EXIT_TIMEOUT`, so that the whole exit waits at most that long.
@@ -58,6 +70,28 @@ pub fn channel() -> Option<&'static Sender<Msg>> {
     unsafe { CHANNEL.load(Acquire).as_ref() }
 }
 
+/// Sends `msg` to the writer, waiting while the channel is full until `deadline_ns`
+/// (`sys::now_ns`'s clock; `u64::MAX`: for ever) by polling (`sys::poll_until`): never the
+/// channel's blocking send, which registers a thread-local destructor on the calling thread, a
+/// program thread, that its `exit()` would run (see `per_thread`). No allocation.
+pub fn send_until(tx: &Sender<Msg>, msg: Msg, deadline_ns: u64) -> Result<(), SendTimeoutError<Msg>> {
+    let mut msg = Some(msg);
+    let sent = crate::sys::poll_until(deadline_ns, || match tx.try_send(msg.take()?) {
+        Ok(()) => Some(Ok(())),
+        Err(TrySendError::Disconnected(m)) => Some(Err(SendTimeoutError::Disconnected(m))),
+        Err(TrySendError::Full(m)) => {
+            msg = Some(m);
+            None
+        }
+    });
+    match (sent, msg) {
+        (Some(r), _) => r,
+        (None, Some(m)) => Err(SendTimeoutError::Timeout(m)),
+        // Unreachable: a message not sent is kept.
+        (None, None) => Ok(()),
+    }
+}
+
 /// Publishes the channel to the writer (before `STATE` becomes `ENABLED`).
 pub fn set_channel(tx: Sender<Msg>) {
     CHANNEL.store(Box::into_raw(Box::new(tx)), Release);
@@ -76,6 +110,10 @@ pub fn reset_after_fork() {
     SEQ.store(0, Relaxed);
     TRACED_PID.store(0, Relaxed);
     QUICK_EXIT_DONE.store(false, Relaxed);
+    EXIT_DONE.store(false, Relaxed);
+    EXIT_SCANS_ASKED.store(0, Relaxed);
+    EXIT_SCANS_DONE.store(0, Relaxed);
+    WRITER_TID.store(0, Relaxed);
     SNAP_REQUESTS.store(0, Relaxed);
     SNAP_BOUNDARY.store(0, Relaxed);
     SNAP_TS.store(0, Relaxed);

@@ -141,3 +141,179 @@ pub fn fd_identity(fd: std::os::fd::RawFd) -> Option<(u64, u64)> {
     // SAFETY: fstat writes into `st` only; any fd value is accepted.
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
+
+/// Calls `f` until it gives a value or the monotonic clock ([`now_ns`]) reaches `deadline_ns`,
+/// sleeping between calls (20 µs, doubling up to 1 ms). It waits in nothing but the
+/// `nanosleep` system call (made raw: not a cancellation point): no lock, no allocation, and no
+/// thread-local destructor registered on the calling thread, as a crossbeam channel's blocking
+/// send or receive registers (its waiting context), which glibc's `exit()` runs and frees on
+/// the exiting thread (see `per_thread`). Async-signal-safe if `f` is.
+pub fn poll_until<T>(deadline_ns: u64, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let mut nap = 20_000u64;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        let now = now_ns();
+        if now >= deadline_ns {
+            return None;
+        }
+        let d = nap.min(deadline_ns - now);
+        let ts = libc::timespec { tv_sec: (d / 1_000_000_000) as libc::time_t, tv_nsec: (d % 1_000_000_000) as _ };
+        // SAFETY: `ts` is a valid timespec; no remainder is asked for.
+        unsafe {
+            libc::syscall(libc::SYS_nanosleep, &ts as *const libc::timespec, std::ptr::null_mut::<libc::timespec>())
+        };
+        nap = (nap * 2).min(1_000_000);
+    }
+}
+
+/// The monotonic time `d` from now, ns ([`now_ns`]'s clock), saturating ("for ever").
+pub fn deadline_after(d: std::time::Duration) -> u64 {
+    now_ns().saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Starts a detached thread named `name` that runs `f` (a panic in it is caught), with std's
+/// default stack of 2 MiB. Through `pthread_create`, not `std::thread::Builder`, whose spawn
+/// registers a thread-local destructor on the calling thread (its spawn hooks), a program
+/// thread: glibc's `exit()` on that thread would run it and free its entry (see `per_thread`).
+pub fn spawn(name: &'static std::ffi::CStr, f: Box<dyn FnOnce() + Send>) -> std::io::Result<()> {
+    type Start = (&'static std::ffi::CStr, Box<dyn FnOnce() + Send>);
+    extern "C" fn start(arg: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: the Box leaked by `spawn` for this thread, taken back once.
+        let (name, f) = *unsafe { Box::from_raw(arg as *mut Start) };
+        // SAFETY: a NUL-terminated name of at most 15 bytes, for the calling thread.
+        unsafe { libc::pthread_setname_np(libc::pthread_self(), name.as_ptr()) };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        std::ptr::null_mut()
+    }
+    let arg = Box::into_raw(Box::new((name, f) as Start));
+    // SAFETY: the attributes are initialised before use and destroyed after; `start` takes the
+    // argument back exactly once, or it is freed here if no thread was made.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setstacksize(&mut attr, 2 << 20);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        let mut t: libc::pthread_t = 0;
+        let rc = libc::pthread_create(&mut t, &attr, start, arg.cast());
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 {
+            drop(Box::from_raw(arg));
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+    }
+    Ok(())
+}
+
+/// Reads the start of the file at `path` (NUL-terminated bytes) into `buf` with raw system
+/// calls (no cancellation point, no allocation, async-signal-safe): the bytes read, 0 on any
+/// failure.
+pub fn read_file_raw(path: &[u8], buf: &mut [u8]) -> usize {
+    if path.last() != Some(&0) {
+        return 0;
+    }
+    // SAFETY: a NUL-terminated path; reading into our own buffer; closing the descriptor opened
+    // here.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return 0;
+        }
+        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::syscall(libc::SYS_close, fd);
+        usize::try_from(n).unwrap_or(0)
+    }
+}
+
+/// Bytes of a path a line on stderr shows at most: a longer one is shown as `…` and its last
+/// bytes, where the file's name is (the collector's lines do the same, `render/text.rs`).
+pub const LINE_PATH_MAX: usize = 160;
+
+/// One line for stderr, built on the stack ([`Line::emit`] writes it with one `write`): no
+/// allocation, so that the exit path may say something from a signal handler that
+/// interrupted `malloc`. Text past its 512 bytes is dropped.
+pub struct Line {
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl Line {
+    pub fn new() -> Line {
+        Line { buf: [0; 512], len: 0 }
+    }
+
+    /// Appends `p` whole if it has at most [`LINE_PATH_MAX`] bytes, else `…` and its tail
+    /// (from a character's start).
+    pub fn path(&mut self, p: &[u8]) {
+        use std::fmt::Write;
+        if p.len() <= LINE_PATH_MAX {
+            self.bytes(p);
+            return;
+        }
+        let mut from = p.len() - (LINE_PATH_MAX - 3);
+        while from < p.len() && p[from] & 0xC0 == 0x80 {
+            from += 1;
+        }
+        let _ = self.write_str("…");
+        self.bytes(&p[from..]);
+    }
+
+    /// The bytes written so far.
+    pub fn bytes_so_far(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        let n = b.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&b[..n]);
+        self.len += n;
+    }
+
+    /// Writes the line and a newline to stderr.
+    pub fn emit(mut self) {
+        if self.len == self.buf.len() {
+            self.len -= 1;
+        }
+        self.buf[self.len] = b'\n';
+        let mut at = 0;
+        while at <= self.len {
+            // SAFETY: the bytes `[at, len]` of our own buffer.
+            let n = unsafe { libc::write(2, self.buf[at..].as_ptr().cast(), self.len + 1 - at) };
+            if n <= 0 {
+                return;
+            }
+            at += n as usize;
+        }
+    }
+}
+
+impl Default for Line {
+    fn default() -> Line {
+        Line::new()
+    }
+}
+
+impl std::fmt::Write for Line {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.bytes(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_path_in_a_line_keeps_its_end_from_a_characters_start() {
+        let mut l = Line::new();
+        l.path(b"/tmp/r");
+        assert_eq!(l.bytes_so_far(), b"/tmp/r");
+        let long = format!("/{}/x", "é".repeat(1000));
+        let mut l = Line::new();
+        l.path(long.as_bytes());
+        let s = std::str::from_utf8(l.bytes_so_far()).unwrap();
+        assert!(s.starts_with('…') && s.ends_with("éé/x") && s.len() <= LINE_PATH_MAX, "{s}");
+    }
+}

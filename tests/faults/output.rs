@@ -160,3 +160,28 @@ fn output_directory_and_collector_paths_that_are_not_utf8_are_used_byte_for_byte
     let r = read_json(&out.join(&files[0]), &d);
     assert_eq!(total(&r, "live_bytes"), 3 * MIB, "{d}");
 }
+
+#[test]
+fn a_70_kb_output_directory_name_gives_short_stderr_lines() {
+    // Each line showed the whole directory: one line of 70 KB.
+    let scratch = TempDir::new("long-dir");
+    let fallback = TempDir::new("long-dir-fallback");
+    let long = scratch.path().join(vec!["d".repeat(250); 280].join("/"));
+    assert!(long.as_os_str().len() > 70_000);
+    let t = Target::new("target_dynamic", "long-dir")
+        .args(&["pause", "10"])
+        .env("GPUSHIM_OUTPUT", long.display())
+        .env("TMPDIR", fallback.path().display());
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    let files = names_in(fallback.path());
+    assert_eq!(files.len(), 1, "the report is in $TMPDIR: {files:?}{d}");
+    let path = fallback.path().join(&files[0]);
+    // A path in a line: at most 160 characters, its end kept behind an ellipsis.
+    let line =
+        d.stderr.lines().find(|l| l.starts_with("gpushim: cannot write to …ddd")).unwrap_or_else(|| panic!("{d}"));
+    assert!(line.ends_with(&format!("; wrote {} instead", path.display())), "{d}");
+    for l in d.stderr.lines() {
+        assert!(l.chars().count() <= 400, "a line of {} characters{d}", l.chars().count());
+    }
+}

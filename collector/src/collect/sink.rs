@@ -16,6 +16,7 @@ use crate::explain::holders::{self, Holders};
 use crate::explain::oom::{self, MemInfoLog, MAX_OOM_REPORTS};
 use crate::explain::symbolize::Symbolizer;
 use crate::explain::{identity, nvml, reach};
+use crate::report::output::in_a_line;
 use crate::report::words::fmt_bytes;
 use crate::report::{Identity, PhysicalDevice, Reason, Report};
 
@@ -188,7 +189,7 @@ impl<'a> Sink<'a> {
                         self.out.err,
                         "gpushim: {}; holders written to {}",
                         holders.walk.message,
-                        path.display()
+                        in_a_line(&path)
                     );
                 }
             }
@@ -224,7 +225,7 @@ impl<'a> Sink<'a> {
                     self.out.err,
                     "gpushim: {lead}{}; written to {}",
                     reach::scan_line(&file.reachability),
-                    path.display()
+                    in_a_line(&path)
                 );
             }
             Ok(_) => {}

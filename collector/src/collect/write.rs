@@ -10,7 +10,8 @@ use anyhow::{Context as _, Result};
 
 use crate::explain::holders::Holders;
 use crate::render::text;
-use crate::report::{output, Report};
+use crate::report::output::{self, in_a_line};
+use crate::report::Report;
 
 /// Which report [`Writer::report`] writes, with what that kind says or does besides the file.
 pub(super) enum Kind<'k> {
@@ -61,7 +62,7 @@ impl<'a> Writer<'a> {
                     Ok(path) => {
                         // An API snapshot's caller gets the path back: no line for it.
                         if !api {
-                            let _ = writeln!(self.err, "gpushim: snapshot {n} written to {}", path.display());
+                            let _ = writeln!(self.err, "gpushim: snapshot {n} written to {}", in_a_line(path));
                         }
                         self.html_beside(report, path);
                         self.snapshots.push(path.clone());
@@ -79,7 +80,7 @@ impl<'a> Writer<'a> {
                     let _ = writeln!(
                         self.err,
                         "gpushim: out of memory: {what} failed; report written to {}",
-                        path.display()
+                        in_a_line(path)
                     );
                     self.html_beside(report, path);
                     self.ooms.push(path.clone());
@@ -160,7 +161,7 @@ impl<'a> Writer<'a> {
                 for m in w.messages() {
                     let _ = writeln!(self.err, "gpushim: {m}");
                 }
-                let _ = writeln!(self.err, "gpushim: HTML report written to {}", w.path.display());
+                let _ = writeln!(self.err, "gpushim: HTML report written to {}", in_a_line(&w.path));
             }
             Err(e) => {
                 let _ = writeln!(self.err, "gpushim: cannot write {stem}.html: {e:#}");

@@ -367,7 +367,7 @@ pub fn gpu_memory_lines(r: &Report) -> Vec<String> {
 /// suspects or "no leak suspects", and where the report went.
 pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::Result<()> {
     summary_lines(r, out)?;
-    writeln!(out, "gpushim: report written to {}", path.display())
+    writeln!(out, "gpushim: report written to {}", crate::report::output::in_a_line(path))
 }
 
 /// The summary's lines but the last (where the report went): also printed when no directory

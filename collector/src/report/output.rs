@@ -17,6 +17,23 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Highest `.N` suffix tried before giving up on a directory.
 const MAX_SUFFIX: u32 = 9999;
 
+/// Characters of a path a line on stderr shows at most (the shim's lines too,
+/// `sys::LINE_PATH_MAX`): a longer one is shown as `…` and its end, where the file's name is. A
+/// 70 KB directory name made a 70 KB line.
+pub const LINE_PATH_MAX: usize = 160;
+
+/// `p` as a line on stderr shows it: whole up to [`LINE_PATH_MAX`] characters, else `…` and its
+/// last characters. (The report's JSON and `gpushim snapshot`'s output keep paths whole.)
+pub fn in_a_line(p: &Path) -> String {
+    let s = p.display().to_string();
+    let n = s.chars().count();
+    if n <= LINE_PATH_MAX {
+        return s;
+    }
+    let tail: String = s.chars().skip(n - (LINE_PATH_MAX - 1)).collect();
+    format!("…{tail}")
+}
+
 /// Where a report ended up.
 #[derive(Debug)]
 pub struct Written {
@@ -34,10 +51,10 @@ impl Written {
     pub fn messages(&self) -> Vec<String> {
         let mut v = Vec::new();
         for (dir, e) in &self.fell_back {
-            v.push(format!("cannot write to {}: {e}; wrote {} instead", dir.display(), self.path.display()));
+            v.push(format!("cannot write to {}: {e}; wrote {} instead", in_a_line(dir), in_a_line(&self.path)));
         }
         if let Some(t) = &self.taken {
-            v.push(format!("{} already exists; wrote {}", t.display(), self.path.display()));
+            v.push(format!("{} already exists; wrote {}", in_a_line(t), in_a_line(&self.path)));
         }
         v
     }
@@ -78,7 +95,7 @@ pub fn write_new_with(
             Err(e) => fell_back.push((d, e)),
         }
     }
-    let why: Vec<String> = fell_back.iter().map(|(d, e)| format!("{}: {e}", d.display())).collect();
+    let why: Vec<String> = fell_back.iter().map(|(d, e)| format!("{}: {e}", in_a_line(d))).collect();
     Err(io::Error::other(format!("no directory would take {stem}.{ext} ({})", why.join("; "))))
 }
 
@@ -156,6 +173,17 @@ fn mix(mut z: u64) -> u64 {
 pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::{symlink, PermissionsExt};
+
+    #[test]
+    fn a_path_in_a_line_keeps_its_end_behind_an_ellipsis_when_long() {
+        assert_eq!(in_a_line(Path::new("/tmp/r/gpushim-7.json")), "/tmp/r/gpushim-7.json");
+        let dir = "é".repeat(70_000);
+        let long = in_a_line(&Path::new("/").join(&dir).join("gpushim-7.json"));
+        assert_eq!(long.chars().count(), LINE_PATH_MAX);
+        assert!(long.starts_with('…') && long.ends_with("éé/gpushim-7.json"), "{long}");
+        let exact = "a".repeat(LINE_PATH_MAX);
+        assert_eq!(in_a_line(Path::new(&exact)), exact);
+    }
 
     /// A unique, empty directory, removed when dropped.
     pub(crate) struct TempDir(pub PathBuf);

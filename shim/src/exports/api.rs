@@ -187,11 +187,17 @@ fn request(label: String, dir: String, timeout: Duration) -> Result<Vec<u8>, c_i
     if !queued {
         return Err(E_NOT_TRACING);
     }
-    match rx.recv_timeout(timeout) {
-        Ok(Ok(path)) => Ok(path),
-        Ok(Err(_)) => Err(E_NOT_WRITTEN),
-        Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(E_TIMEOUT),
-        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(E_NOT_WRITTEN),
+    // Polled, not the channel's blocking receive, which would register a thread-local
+    // destructor on this program thread that its `exit()` runs (see `per_thread`).
+    let got = sys::poll_until(sys::deadline_after(timeout), || match rx.try_recv() {
+        Err(crossbeam_channel::TryRecvError::Empty) => None,
+        r => Some(r),
+    });
+    match got {
+        Some(Ok(Ok(path))) => Ok(path),
+        Some(Ok(Err(_))) => Err(E_NOT_WRITTEN),
+        None => Err(E_TIMEOUT),
+        Some(Err(_)) => Err(E_NOT_WRITTEN),
     }
 }
 

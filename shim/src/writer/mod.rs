@@ -14,7 +14,7 @@ use answers::Scan;
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::RawFd;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
@@ -25,7 +25,7 @@ use crate::config::{self, Config};
 use crate::event::{Msg, PyFrames, SnapshotReply};
 use crate::hash::FastHash;
 use crate::ring::{self, Ring};
-use crate::state::{FINISHED, QUICK_EXIT_DONE, STATE, TRACED_PID};
+use crate::state::{EXIT_DONE, EXIT_SCANS_DONE, FINISHED, QUICK_EXIT_DONE, STATE, TRACED_PID};
 use crate::{alloc_watch, launch, loader, python, reach, socket, sys};
 
 /// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY` are both 2 (CUDA Runtime API,
@@ -75,19 +75,27 @@ pub fn start() -> Option<Sender<Msg>> {
     // the reachability scans leave it out.
     let ((tx, rx), channel) = alloc_watch::watch(|| crossbeam_channel::bounded(CHANNEL_CAPACITY));
     w.reach_own.channel = channel;
-    let (armed_tx, armed_rx) = crossbeam_channel::bounded::<()>(1);
+    // Set by the writer thread once the exit walk's registration is queued. Atomics and
+    // `sys::spawn`, not a channel's blocking receive nor `std::thread`: either would register a
+    // thread-local destructor on this program thread, which its `exit()` would run (per_thread).
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    ARMED.store(false, Release);
     let spawned = sys::with_async_signals_blocked(|| {
-        std::thread::Builder::new().name("gpushim-writer".into()).spawn(move || {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                // The pending call that registers the exit walk (CPython only), asked for
-                // from this thread, never from a hook.
-                python::heap::arm();
-                drop(armed_tx);
-                w.run(rx)
-            }));
-            // Whatever ended it: a thread waiting for room in its ring stops waiting.
-            ring::writer_gone();
-        })
+        sys::spawn(
+            c"gpushim-writer",
+            Box::new(move || {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    // The pending call that registers the exit walk (CPython only), asked for
+                    // from this thread, never from a hook.
+                    python::heap::arm();
+                    crate::state::WRITER_TID.store(sys::gettid(), Release);
+                    ARMED.store(true, Release);
+                    w.run(rx)
+                }));
+                // Whatever ended it: a thread waiting for room in its ring stops waiting.
+                ring::writer_gone();
+            }),
+        )
     });
     if let Err(e) = spawned {
         eprintln!("gpushim: cannot start the writer thread: {e}; recording is off");
@@ -96,7 +104,7 @@ pub fn start() -> Option<Sender<Msg>> {
     // Wait (bounded) until the exit walk's registration is queued: a short program could
     // otherwise reach Python's finalization, which runs pending calls once before its atexit
     // handlers, before the writer thread asked for it.
-    let _ = armed_rx.recv_timeout(ARM_WAIT);
+    let _ = sys::poll_until(sys::deadline_after(ARM_WAIT), || ARMED.load(Acquire).then_some(()));
     cfg.warn_after_start();
     // SAFETY: getpid cannot fail.
     TRACED_PID.store(unsafe { libc::getpid() }, Release);
@@ -282,16 +290,16 @@ impl Writer {
                 return;
             }
             match msg {
-                Ok(Msg::ExitScan { done, ts_ns }) => {
+                Ok(Msg::ExitScan { ts_ns }) => {
                     if !self.exit_scanned {
                         self.exit_scanned = true;
                         let t0 = sys::now_ns();
                         let read = self.reachability(Scan::ExitBeforeHandlers { asked_ns: ts_ns });
                         self.exit_scan_took = read.map(|read| (read, sys::now_ns().saturating_sub(t0)));
                     }
-                    let _ = done.send(());
+                    EXIT_SCANS_DONE.fetch_add(1, AcqRel);
                 }
-                Ok(Msg::Exit { ts_ns, done }) => {
+                Ok(Msg::Exit { ts_ns }) => {
                     let got = sys::now_ns();
                     // Made already, if the end of `main`, `exit()` or the Python exit walk was
                     // seen; else now, after the program's exit handlers.
@@ -301,7 +309,7 @@ impl Writer {
                     if self.flush() {
                         self.close_and_wait();
                     }
-                    let _ = done.send(());
+                    EXIT_DONE.store(true, Release);
                     crate::slow_exit::say(self.exit_scan_took, ts_ns, got, scan, scanned);
                     return;
                 }

@@ -493,7 +493,7 @@ fn send(h: HeapWalk) {
     if let Some(tx) = state::channel() {
         if state::recording() {
             if let Err(m) = crate::ring::push_if_mine(Msg::HeapWalk(h)) {
-                let _ = tx.send(m);
+                let _ = state::send_until(tx, m, u64::MAX);
             }
         }
     }
