@@ -261,10 +261,10 @@ fn found_leak(path: &Path, ex: &Example) -> Result<String> {
         .filter(|r| r.definitely_lost_count > 0)
         .map_or(String::new(), |r| format!(", {} definitely lost", r.definitely_lost_count));
     Ok(format!(
-        "{}: found the leak: suspect #1 is render ({}:{}), {} allocations live{lost}",
+        "{}: found the leak: suspect #1 is render ({}:{}), {} live{lost}",
         ex.name,
         ex.file,
         frame.line.unwrap_or(0),
-        site.live_count
+        crate::report::words::count(site.live_count, "allocation")
     ))
 }

@@ -314,7 +314,12 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
     } else {
         // How many sites changed out of how many in either report, and how many are shown.
         let shown = if changed.len() > top { format!("; the top {top} shown") } else { String::new() };
-        writeln!(out, "sites by live-bytes growth ({} of {} sites changed{shown}):", changed.len(), rows.len())?;
+        writeln!(
+            out,
+            "sites by live-bytes growth ({} of {} changed{shown}):",
+            changed.len(),
+            crate::report::words::count(rows.len() as u64, "site")
+        )?;
         for r in changed.iter().take(top) {
             let (o, n) = (Row::nums(&r.old), Row::nums(&r.new));
             writeln!(

@@ -430,7 +430,10 @@ pub fn site_lines(s: &SiteHolders, max: usize, walk_status: &str) -> Vec<String>
         out.push(format!("held by: {}", h.text));
     }
     if s.holders.len() > max {
-        out.push(format!("{} more holders in the holders file", s.holders.len() - max));
+        out.push(format!(
+            "{} in the holders file",
+            crate::report::words::count((s.holders.len() - max) as u64, "more holder")
+        ));
     }
     out
 }
