@@ -210,6 +210,8 @@ fn run_example(exe: &Path, standins: &Path, dir: &Path, ex: &Example) -> Result<
         .env("GPUSHIM_EXAMPLE_CUDART", standins.join("libcudart.so.13"))
         // The stand-ins have no NVIDIA driver to ask; the machine's would describe other programs.
         .env("GPUSHIM_NVML", "0")
+        // So that the reports say NVML is off as the demo's doing, not as the user's setting.
+        .env("GPUSHIM_RUN_DEMO", "1")
         .env_remove("LD_PRELOAD")
         .status()
         .with_context(|| format!("demo: cannot run {}", exe.display()))?;
