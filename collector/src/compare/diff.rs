@@ -142,11 +142,11 @@ fn disambiguate(rows: &mut [Row]) {
 }
 
 /// The row's site as its reports name it: `site 7 (old 0)`, `new site 9`, `site without
-/// backtrace (old only)`.
+/// backtrace (only in the old report)`.
 fn which(r: &Row) -> String {
     match (&r.old, &r.new) {
         (None, Some(n)) => format!("new site {}", site_id_name(n.id)),
-        (Some(o), None) => format!("site {} (old only)", site_id_name(o.id)),
+        (Some(o), None) => format!("site {} (only in the old report)", site_id_name(o.id)),
         (Some(o), Some(n)) if o.id != n.id => format!("site {} (old {})", site_id_name(n.id), site_id_name(o.id)),
         (_, Some(n)) => format!("site {}", site_id_name(n.id)),
         (None, None) => String::new(),
@@ -698,7 +698,7 @@ mod tests {
         assert_eq!(lines[1], "sites by live-bytes growth (3 of 4 sites changed):");
         assert!(lines[2].contains("+9.0 MiB") && lines[2].contains("site 7 (old 0): render (src/app.c:10)"), "{text}");
         assert!(lines[3].contains("+2.0 MiB") && lines[3].contains("new site 9: fresh"), "{text}");
-        assert!(lines[4].contains("-100 B") && lines[4].contains("site 2 (old only): gone"), "{text}");
+        assert!(lines[4].contains("-100 B") && lines[4].contains("site 2 (only in the old report): gone"), "{text}");
         assert_eq!(lines[5], "totals:");
         assert_eq!(lines[6], "  live         6.0 MiB -> 17.0 MiB (+11.0 MiB) in 0 -> 0 allocations");
         assert_eq!(
@@ -730,7 +730,7 @@ mod tests {
         let mut out = Vec::new();
         diff(&only_new, &report(2, vec![]), 10, &mut out).unwrap();
         let text_gone = String::from_utf8(out).unwrap();
-        assert!(text_gone.contains("site without backtrace (old only): (no backtrace)\n"), "{text_gone}");
+        assert!(text_gone.contains("site without backtrace (only in the old report): (no backtrace)\n"), "{text_gone}");
         for t in [&text, &text_new, &text_gone] {
             assert!(!t.contains("4294967295"), "{t}");
         }

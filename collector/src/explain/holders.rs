@@ -417,7 +417,7 @@ pub fn site_lines(s: &SiteHolders, max: usize, walk_status: &str) -> Vec<String>
         )
     } else {
         format!(
-            "Python objects hold {} of {} live ({} in {}; {} not held by any object: cached or unreferenced)",
+            "Python objects hold {} of {} live ({} in {}; {} held by no object: free memory a framework's allocator keeps for reuse, or memory nothing refers to any more)",
             fmt_bytes(s.in_use_bytes),
             fmt_bytes(s.live_bytes),
             fmt_bytes(s.object_bytes),
@@ -506,8 +506,8 @@ mod tests {
         let h = attribute(&walk(r), &s, 42);
         assert_eq!(
             site_lines(h.site(1).unwrap(), 3, "complete")[0],
-            "Python objects hold 4.0 KiB of 16.0 KiB live (4.0 KiB in 1 object; 12.0 KiB not held by any object: \
-             cached or unreferenced)"
+            "Python objects hold 4.0 KiB of 16.0 KiB live (4.0 KiB in 1 object; 12.0 KiB held by no object: free \
+             memory a framework's allocator keeps for reuse, or memory nothing refers to any more)"
         );
         // A walk cut at its cap says what it found, not that the rest is held by nothing.
         assert_eq!(

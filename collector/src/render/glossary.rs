@@ -90,6 +90,11 @@ pub const GLOSSARY: &[Term] = &[
         marks: &["internal frame", "internal frames"],
     },
     Term {
+        word: "via",
+        meaning: "in a suspect's headline, the library function that the line of your code called and that allocated: `step (proj/train.py:21) via Tensor.backward`; none when your code called CUDA itself",
+        marks: &["via"],
+    },
+    Term {
         word: "untraced",
         meaning: "GPU memory the driver counts for the process that no allocation call made (the CUDA context, loaded kernel modules): not in the live set",
         marks: &["untraced"],
