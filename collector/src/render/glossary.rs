@@ -71,7 +71,7 @@ pub const GLOSSARY: &[Term] = &[
     },
     Term {
         word: "holders, `held by:`",
-        meaning: "the Python objects that keep a site's memory, with the shortest chain of references from a global or a frame: `train.py global 'history' → list[*] → 200 objects`; `[*]` means any index of that list (one line for all its items)",
+        meaning: "the Python objects that keep a site's memory, with the shortest chain of references from a global or a frame: `proj/train.py global 'history' → list[*] → 200 objects`; `[*]` means any index of that list (one line for all its items)",
         marks: &["held by", "[*]"],
     },
     Term {
