@@ -516,6 +516,11 @@ fn jupyter_kernel_keeps_the_cell_snapshots_when_asked() {
     );
     // Without its lock file, a later kernel's clean-up leaves it alone.
     assert!(!names.iter().any(|n| n == ".lock"), "{names:?}{run}");
+    // The kernel made no CUDA allocation: no final report (its collector, started by the
+    // snapshots, says so on the kernel's stderr instead).
+    let reports: Vec<String> =
+        names_in(&dir).into_iter().filter(|n| n.starts_with("gpushim-") && n.ends_with(".json")).collect();
+    assert!(reports.is_empty(), "{reports:?}{run}");
 }
 
 /// A snapshot whose answer never comes, and one with recording off.

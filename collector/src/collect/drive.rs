@@ -300,10 +300,30 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
                 "gpushim: event stream from pid {pid} broken: {e}; report holds what was received"
             );
         }
+        let (snapshots, ooms) = (std::mem::take(&mut sink.out.snapshots), std::mem::take(&mut sink.out.ooms));
+        // A process that the shim traced but that made no CUDA call worth a report (its
+        // collector was started by a snapshot call: a Jupyter kernel with `%load_ext gpushim`,
+        // `gpushim.snapshot()` before any allocation) gets no final report, as a process that
+        // never started its collector gets none; one line says so.
+        if broken.is_none() && lost == 0 && traced_nothing(&report) {
+            let _ = writeln!(sink.out.err, "gpushim: pid {pid} made no CUDA allocation: no final report");
+            return Ok(Outcome { report: None, snapshots, ooms, broken });
+        }
         let stem = sink.stem();
         let holders = sink.exit_holders.take().map(Box::new);
         let path = sink.out.report(&stem, Kind::Final { pid, holders }, &mut report)?;
-        let (snapshots, ooms) = (std::mem::take(&mut sink.out.snapshots), std::mem::take(&mut sink.out.ooms));
         Ok(Outcome { report: Some(path), snapshots, ooms, broken })
     }
+}
+
+/// Whether `report` holds nothing that was traced: no allocation, failed or not, no free of an
+/// unknown pointer, no site, no virtual memory.
+fn traced_nothing(report: &crate::report::Report) -> bool {
+    let t = &report.totals;
+    t.alloc_count == 0
+        && t.failed_count == 0
+        && t.unknown_free_count == 0
+        && t.unknown_unmap_count == 0
+        && report.sites.is_empty()
+        && report.vmm.is_empty()
 }
