@@ -216,6 +216,12 @@ fn pytest_plugin_fails_the_test_over_its_limit() {
     let small =
         format!("::test_small_leak, at {}:{} (test_small_leak)", file.display(), line_in(PYTEST_FILE, "# @small"));
     assert!(rows[1].contains(" 1048576 ") && rows[1].ends_with(&small) && !rows[1].contains("(("), "{run}");
+    // Under the table, what it measures beside the report's suspects (the whole run's).
+    assert!(
+        table.iter().any(|l| l.starts_with("this table is each test's own growth")
+            && l.contains("the leak suspects in gpushim's report at exit are of the whole run")),
+        "{run}"
+    );
 }
 
 /// `gpushim run -- python -m pytest` without `-s`: pytest has fd 2 redirected to its capture
