@@ -135,7 +135,8 @@ fn line_text(h: &WalkedHolder, objects: u64, bytes: u64, one: Option<&str>) -> S
             let graph = if h.graphs > 1 {
                 format!("{} autograd graphs: {} nodes", thousands(h.graphs), thousands(h.graph_nodes))
             } else {
-                format!("autograd graph: {} nodes", thousands(h.graph_nodes))
+                let s = if h.graph_nodes == 1 { "" } else { "s" };
+                format!("autograd graph: {} node{s}", thousands(h.graph_nodes))
             };
             format!(
                 "saved by autograd for {}, reached from {} \u{2192} {graph} keeping {what}",
