@@ -292,9 +292,10 @@ mod tests {
         assert!(!d.0.join("rel").exists());
     }
 
-    /// A process whose collector a snapshot call started (a Jupyter kernel's `%load_ext
-    /// gpushim`) and that made no CUDA allocation: its snapshot is written, its final report is
-    /// not, and one line says why.
+    /// A running process whose collector a snapshot call started (a Jupyter kernel's `%load_ext
+    /// gpushim`) and that exited having made no CUDA allocation: its snapshot is written, its
+    /// final report is not, and one line says why. The same stream read from a file still gets
+    /// its report.
     #[test]
     fn a_process_that_made_no_allocation_gets_no_final_report() {
         use gpushim_wire::ApiSnapshot;
@@ -305,12 +306,15 @@ mod tests {
             Event::Exit(Exit { ts_ns: 5 * MS }),
         ];
         let (mut err, mut answers) = (Vec::new(), Vec::new());
-        let out = collect_answering(&stream_of(&ev)[..], &Options::default(), &mut err, &mut answers).unwrap();
+        let live = Options { live: true, ..Options::default() };
+        let out = collect_answering(&stream_of(&ev)[..], &live, &mut err, &mut answers).unwrap();
         assert_eq!(out.snapshots, vec![d.0.join("gpushim-4242-snapshot-1-load.json")]);
         assert_eq!(out.report, None);
         assert!(!d.0.join("gpushim-4242.json").exists());
         let err = String::from_utf8(err).unwrap();
         assert_eq!(err, "gpushim: pid 4242 made no CUDA allocation: no final report\n");
+        let out = collect(&stream_of(&ev)[..], &Options::default(), &mut Vec::new()).unwrap();
+        assert_eq!(out.report, Some(d.0.join("gpushim-4242.json")));
     }
 
     #[test]
