@@ -454,8 +454,8 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     assert_eq!(growth.len(), 1, "{diff}{run}");
     // The site is the cell's line 2, named in the diff's text as in its notebook lines below.
     let cell_frame = growth[0].split(": ").nth(1).unwrap_or_default();
-    assert_eq!(cell_frame, "<module> (In [4] line 2)", "{}{run}", growth[0]);
-    assert!(!diff.contains("ipykernel_"), "{diff}{run}");
+    assert!(cell_frame.starts_with("<module> (In [4] line 2)"), "{}{run}", growth[0]);
+    assert!(!diff.contains("(ipykernel_"), "{diff}{run}");
     // Who holds it: the heap walk's files exist, so the diff lists the holder that grew.
     assert!(
         diff.contains("holders that grew (who holds the memory, from the heap walks):\n")
@@ -482,7 +482,7 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     let report = cell_output(&run.stdout, 7, &run);
     assert!(report.contains("live: 16.0 MiB in 2 allocations"), "{report}{run}");
     // The report names the cell as the diff does, not by IPython's file for it.
-    assert!(report.contains("<module> (In [4] line 2)") && !report.contains("ipykernel_"), "{report}{run}");
+    assert!(report.contains("<module> (In [4] line 2)") && !report.contains("(ipykernel_"), "{report}{run}");
     assert_eq!(cell_output(&run.stdout, 8, &run).trim(), "tracing True", "{run}");
 }
 
