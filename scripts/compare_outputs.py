@@ -284,7 +284,7 @@ TEXT_RULES = [
     (re.compile(rb"slowest_pair_us \d+"), b"slowest_pair_us N"),
     (re.compile(rb"gpushim: (pid \d+: )?definitely lost: [^\n]*\n"), b""),
     (re.compile(rb"gpushim: reachability[^\n]*\n"), b""),
-    (re.compile(rb"(\d+ of \d+ allocations definitely lost \(no pointer left\); )"), b""),
+    (re.compile(rb"(\d+ of \d+ allocations? definitely lost \(no pointer left\); )"), b""),
     (re.compile(rb"\d+(\.\d+)?\s?(ns|\xc2\xb5s|us|ms|s|min|h)\b"), b"TIME"),
     (re.compile(rb"\d+(\.\d+)? ?(B|KiB|MiB|GiB)/s"), b"RATE"),
     (re.compile(rb"\b\d{3,}\b"), b"N"),

@@ -116,6 +116,8 @@ fn demo_runs_the_c_and_python_examples_and_finds_both_leaks() {
     let r = final_report(&dir.path().join("python"), &all);
     assert_eq!(total(&r, "live_bytes"), 200 * MIB, "{all}");
     assert!(stdout.contains("leak.py global 'history'"), "who holds the buffers{all}");
+    // The demo turned NVML off itself: the reports say so, and never blame a setting of the user's.
+    assert!(!all.contains("GPUSHIM_NVML=0") && stdout.contains("NVML is off in the demo"), "{all}");
     assert_eq!(
         stderr.lines().last(),
         Some(format!(

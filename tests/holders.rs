@@ -74,18 +74,18 @@ fn check_main(h: &Value, run: &Outcome, found: u64) {
     let native = site(h, 48 * KIB, run);
     assert_eq!(lines(native), [line("native", "held from native code: DevBuf", 1, 48 * KIB)], "{h:#}");
     let keep = site(h, 256 * KIB, run);
-    assert_eq!(lines(keep), [line("path", "holders.py global 'keep' | list[*]", 4, 256 * KIB)], "{h:#}");
+    assert_eq!(lines(keep), [line("path", "programs/holders.py global 'keep' | list[*]", 4, 256 * KIB)], "{h:#}");
     assert_eq!(
         (&keep["objects"], &keep["in_use_bytes"], &keep["cached_bytes"]),
         (&4.into(), &(256 * KIB).into(), &0.into())
     );
     let model = site(h, 1024 * KIB, run);
-    assert_eq!(lines(model), [line("path", "holders.py global 'model'", 1, 512 * KIB)], "{h:#}");
+    assert_eq!(lines(model), [line("path", "programs/holders.py global 'model'", 1, 512 * KIB)], "{h:#}");
     assert_eq!((&model["in_use_bytes"], &model["cached_bytes"]), (&(512 * KIB).into(), &(512 * KIB).into()));
     let closure = site(h, 32 * KIB, run);
     assert_eq!(
         lines(closure),
-        [line("path", "holders.py global 'fn' | function make.<locals>.get closure 'buf'", 1, 32 * KIB)],
+        [line("path", "programs/holders.py global 'fn' | function make.<locals>.get closure 'buf'", 1, 32 * KIB)],
         "{h:#}"
     );
     let cycle = site(h, 128 * KIB, run);
@@ -121,14 +121,17 @@ fn main_scenario(python: &Path, name: &str) {
     let exit = run.read(&format!("gpushim-{pid}.holders.json"));
     assert_eq!(exit["reason"], "exit", "{exit:#}");
     check_main(&exit, &run, 10);
-    assert_eq!(lines(site(&exit, 24 * KIB, &run)), [line("path", "holders.py global 'late' | list[*]", 1, 24 * KIB)]);
+    assert_eq!(
+        lines(site(&exit, 24 * KIB, &run)),
+        [line("path", "programs/holders.py global 'late' | list[*]", 1, 24 * KIB)]
+    );
     // `gpushim report` merges the companion file.
     let report = Path::new(run.dir.path()).join(format!("gpushim-{pid}.json"));
     let out = gpushim(["report".as_ref(), report.as_os_str()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(
-        text.contains("held by: holders.py global 'keep' \u{2192} list[*] \u{2192} 4 objects (256.0 KiB)"),
+        text.contains("held by: programs/holders.py global 'keep' \u{2192} list[*] \u{2192} 4 objects (256.0 KiB)"),
         "{text}"
     );
     // `gpushim diff` of the snapshot and the final report names the holder that came after.
@@ -139,7 +142,7 @@ fn main_scenario(python: &Path, name: &str) {
     let held: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("holders that grew")).skip(1).collect();
     assert_eq!(
         held,
-        ["   +24.0 KiB  0 B -> 24.0 KiB in 0 -> 1 objects: holders.py global 'late' \u{2192} list[*]"],
+        ["   +24.0 KiB  0 B -> 24.0 KiB in 0 -> 1 objects: programs/holders.py global 'late' \u{2192} list[*]"],
         "{text}"
     );
 }
@@ -223,7 +226,10 @@ fn heap_walk_of_a_main_thread_blocked_in_native_code_says_so() {
     assert!(!run.files().iter().any(|f| f.contains("snapshot-1.holders.1")), "{run}");
     let exit = run.read(&format!("gpushim-{pid}.holders.json"));
     assert_eq!(exit["walk"]["status"], "complete", "{exit:#}");
-    assert_eq!(lines(site(&exit, 4 * KIB, &run)), [line("path", "holders.py global 'keep' | list[*]", 1, 4 * KIB)]);
+    assert_eq!(
+        lines(site(&exit, 4 * KIB, &run)),
+        [line("path", "programs/holders.py global 'keep' | list[*]", 1, 4 * KIB)]
+    );
 }
 
 /// What no root reaches: a buffer held by an attribute of a class that only a cycle keeps (the
@@ -262,7 +268,10 @@ fn asyncio_scenario(python: &Path, name: &str, env: &[(&str, &str)]) {
     for k in 1..=3 {
         let h = run.read(&format!("gpushim-{pid}-snapshot-{k}.holders.json"));
         assert_eq!(h["walk"]["status"], "complete", "{run}\n{h:#}");
-        assert_eq!(lines(site(&h, 4 * KIB, &run)), [line("path", "holders.py global 'keep' | list[*]", 1, 4 * KIB)]);
+        assert_eq!(
+            lines(site(&h, 4 * KIB, &run)),
+            [line("path", "programs/holders.py global 'keep' | list[*]", 1, 4 * KIB)]
+        );
     }
 }
 

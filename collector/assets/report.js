@@ -106,8 +106,10 @@
   for (const g of R.gpu_memory || []) {
     if (g.untraced_bytes != null) card(["GPU " + g.ordinal + " ", term("untraced")], bytes(g.untraced_bytes), "the driver counts " + bytes(g.driver_bytes));
   }
-  card([term("suspect", "suspects")], R.suspects.length);
-  card("failed allocations", R.totals.failed_count);
+  // A card's value reads with its label ("1 suspect", "2 suspects"): the label agrees with it.
+  const noun = (n, word) => word + (n === 1 ? "" : "s");
+  card([term("suspect", noun(R.suspects.length, "suspect"))], R.suspects.length);
+  card(noun(R.totals.failed_count, "failed allocation"), R.totals.failed_count);
   app.append(cards);
   // Owners, when the report has them: a per-site `owner`, and any per-GPU owners table.
   const owned = new Map();
@@ -250,7 +252,7 @@
     .setSearchMatch((d, term) => term !== "" && (d.data.name.includes(term) || (d.data.file || "").includes(term)))
     .setDetailsElement(details)
     .setSearchHandler((found, sum, total) => {
-      details.textContent = found.length ? "search: " + found.length + " frames, " + bytes(sum) + " of " + bytes(total) : "";
+      details.textContent = found.length ? "search: " + count(found.length, "frame") + ", " + bytes(sum) + " of " + bytes(total) : "";
     });
   // Rows of a tree: its deepest frame's depth, the root's row included.
   const rows = (node) => 1 + Math.max(0, ...node.children.map(rows));

@@ -33,6 +33,9 @@ pub struct Settings {
     pub nvml_interval_ms: Option<String>,
     /// `GPUSHIM_NVML_LIB`: the NVML library loaded.
     pub nvml_lib: Option<String>,
+    /// `GPUSHIM_RUN_DEMO`: set by `gpushim demo` for the examples it runs (plumbing, not a
+    /// user's setting), so that what the demo turned off is not said as the user's doing.
+    pub demo: Option<String>,
     /// `GPUSHIM_USER_MODULES`: modules that are the user's code.
     pub user_modules: Option<String>,
     /// `GPUSHIM_INTERNAL_MODULES`: modules that are framework code.
@@ -67,6 +70,7 @@ impl Settings {
             nvml: get("GPUSHIM_NVML"),
             nvml_interval_ms: get("GPUSHIM_NVML_INTERVAL_MS"),
             nvml_lib: get("GPUSHIM_NVML_LIB"),
+            demo: get("GPUSHIM_RUN_DEMO"),
             user_modules: get("GPUSHIM_USER_MODULES"),
             internal_modules: get("GPUSHIM_INTERNAL_MODULES"),
             torchinductor_cache_dir: get("TORCHINDUCTOR_CACHE_DIR"),

@@ -24,6 +24,11 @@ runs). Without it the magic says that tracing is off.
   paths; the magic waits up to 5 s for them (the walk runs after each snapshot call returns).
 - ``%gpushim report``: a snapshot now (in ``GPUSHIM_OUTPUT``), shown as ``gpushim report``
   shows it.
+
+In what the magic shows (the diff and the report), a place in a cell is named as the diff's
+notebook lines name it, ``In [4] line 2`` (``_cell_name``), not by the file IPython compiled the
+cell under (``ipykernel_4711/2849048635.py:2``). Only the kernel knows which cell a file is: the
+report files and the collector's exit lines keep the file's name.
 """
 
 from __future__ import annotations
@@ -189,12 +194,46 @@ def _gpushim(*args: str) -> str:
     return out.stdout + out.stderr
 
 
-def _cell_lines(ipython, old: str, new: str) -> list[str]:
-    """For each site that grew from ``old`` to ``new`` (``gpushim diff --format json``), the
-    innermost frame in a notebook cell: ``+8.0 MiB at In [4] line 2``. IPython compiles each
+def _cells(ipython) -> dict:
+    """IPython's map of each cell's file name to its execution count. IPython compiles each
     cell under a file name of its own (ipykernel: ``/tmp/ipykernel_PID/HASH.py``) and maps it
     to the cell's execution count (``compile._filename_map``; cells with the same source share
     one file, which maps to the latest of them)."""
+    return getattr(getattr(ipython, "compile", None), "_filename_map", None) or {}
+
+
+def _cell_name(file: str, line, cells: dict) -> str | None:
+    """How a place in a notebook cell is named, in the diff's lines and in the reports shown in
+    the notebook: ``In [4] line 2``; a cell file IPython no longer maps, by its file name; None
+    for a file that is no cell's."""
+    if not (file in cells or os.path.basename(os.path.dirname(file)).startswith("ipykernel_")):
+        return None
+    n = cells.get(file)
+    return f"In [{n}] line {line}" if n is not None else f"{file} line {line}"
+
+
+#: A cell's place as the collector's text names a file (its last two path components, then the
+#: line): ``ipykernel_4711/2849048635.py:2``.
+_CELL_PLACE = re.compile(r"(?<![\w/])(ipykernel_\d+/[\w.-]+\.py):(\d+)")
+
+
+def _name_cells(text: str, ipython) -> str:
+    """The collector's text (``gpushim report``, ``gpushim diff``) with each place in a notebook
+    cell named as the diff's lines name it (``_cell_name``): ``<module> (In [4] line 2)``, not
+    ``<module> (ipykernel_4711/2849048635.py:2)``."""
+    cells = _cells(ipython)
+
+    def name(m: re.Match) -> str:
+        file = next((f for f in cells if f.endswith("/" + m.group(1))), None)
+        got = _cell_name(file, m.group(2), cells) if file is not None else None
+        return got or m.group(0)
+
+    return _CELL_PLACE.sub(name, text)
+
+
+def _cell_lines(ipython, old: str, new: str) -> list[str]:
+    """For each site that grew from ``old`` to ``new`` (``gpushim diff --format json``), the
+    innermost frame in a notebook cell, named by ``_cell_name``: ``+8.0 MiB at In [4] line 2``."""
     exe = _collector()
     if exe is None:
         return []
@@ -209,15 +248,10 @@ def _cell_lines(ipython, old: str, new: str) -> list[str]:
         sites = json.loads(out.stdout).get("sites", [])
     except (OSError, subprocess.SubprocessError, ValueError):
         return []
-    cells = getattr(getattr(ipython, "compile", None), "_filename_map", None) or {}
+    cells = _cells(ipython)
 
     def cell_of(f: dict) -> str | None:
-        file = f.get("file") or ""
-        in_cell_dir = os.path.basename(os.path.dirname(file)).startswith("ipykernel_")
-        if not (f.get("python") and (file in cells or in_cell_dir)):
-            return None
-        n = cells.get(file)
-        return f"In [{n}] line {f.get('line')}" if n is not None else f"{file} line {f.get('line')}"
+        return _cell_name(f.get("file") or "", f.get("line"), cells) if f.get("python") else None
 
     lines = []
     for s in sites:
@@ -309,7 +343,7 @@ def gpushim_magic(line: str) -> None:
                 return
             old, new = _session.snaps[-2][1], _session.snaps[-1][1]
         _wait_holders(old, new)
-        print(_gpushim("diff", old, new))
+        print(_name_cells(_gpushim("diff", old, new), _ipython))
         cells = _cell_lines(_ipython, old, new)
         if cells:
             print("left alive by notebook cells:")
@@ -320,7 +354,7 @@ def gpushim_magic(line: str) -> None:
             print("gpushim: no snapshot written")
             return
         _wait_holders(path)
-        print(_gpushim("report", path))
+        print(_name_cells(_gpushim("report", path), _ipython))
     elif cmd == "keep" and not rest:
         _session.keep = True
         if _session.cells_dir is None:

@@ -94,6 +94,14 @@ def leak_between(before: dict, after: dict, prefer: tuple[str, str] | None = Non
     return grown, count, where
 
 
+#: The line under the table: what it measures beside gpushim's report of the whole run.
+_PER_TEST_VS_RUN = (
+    "this table is each test's own growth (live CUDA memory after the test function, less before it); "
+    "the leak suspects in gpushim's report at exit are of the whole run (places whose live memory kept "
+    "rising over all the tests), so a test can leave memory here while the report has no suspect"
+)
+
+
 class _Plugin:
     """The per-run state: each test's result, in order."""
 
@@ -169,10 +177,11 @@ class _Plugin:
         leaky = [r for r in self.results if r[1] > 0]
         if not leaky:
             tr.write_line(f"no test left CUDA memory live ({len(self.results)} measured)")
-            return
-        tr.write_line(f"{'left live':>12} {'bytes':>12} {'allocs':>6}  test, at where it allocated")
-        for nodeid, grown, count, where in sorted(leaky, key=lambda r: -r[1]):
-            tr.write_line(f"{fmt_bytes(grown):>12} {grown:>12} {count:>6}  {nodeid}, at {where or '?'}")
+        else:
+            tr.write_line(f"{'left live':>12} {'bytes':>12} {'allocs':>6}  test, at where it allocated")
+            for nodeid, grown, count, where in sorted(leaky, key=lambda r: -r[1]):
+                tr.write_line(f"{fmt_bytes(grown):>12} {grown:>12} {count:>6}  {nodeid}, at {where or '?'}")
+        tr.write_line(_PER_TEST_VS_RUN)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -171,11 +171,11 @@ def holder_checks():
     t, r, _ = load("S2")
     h = load_holders("S2", at="exit")
     if r and h and "preds" in t:
-        got = holder_lines(h).get(("path", "cases.py global 'kept'", "list[*]", ""))
+        got = holder_lines(h).get(("path", "gpu/cases.py global 'kept'", "list[*]", ""))
         row(
             "S2",
             "holder: the list of predictions",
-            f"cases.py global 'kept' → list[*]: {t['preds']} tensors, {mib(t['pred_bytes'])}",
+            f"gpu/cases.py global 'kept' → list[*]: {t['preds']} tensors, {mib(t['pred_bytes'])}",
             f"{got[0]} tensors, {mib(got[1])}" if got else "no such line",
             got is not None and got[0] == t["preds"] and got[1] == t["pred_bytes"],
             quote(got[2] if got else None),
@@ -220,7 +220,7 @@ def holder_checks():
             if os.path.isdir(os.path.join(RUN, case)):
                 missing_holders(case)
             continue
-        want = ("path", f"cases.py global '{name}'", "dict[*]" if case == "H_cupy" else "list[*]", "")
+        want = ("path", f"gpu/cases.py global '{name}'", "dict[*]" if case == "H_cupy" else "list[*]", "")
         got = holder_lines(h).get(want)
         row(
             case,
@@ -255,7 +255,7 @@ def holder_checks():
         held = sum(
             v[1]
             for k, v in lines.items()
-            if k[0] == "path" and k[1] in ("cases.py global 'model'", "cases.py global 'opt'")
+            if k[0] == "path" and k[1] in ("gpu/cases.py global 'model'", "gpu/cases.py global 'opt'")
         )
         row(
             "H_train",

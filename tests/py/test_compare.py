@@ -541,8 +541,8 @@ def test_torch_in_use_vs_cached_row(tmp_path, capsys, used, result):
 )
 def test_negative_control_row_fails_on_any_other_holder(tmp_path, capsys, extra, result):
     held = [
-        holder("path", ["cases.py global 'model'", "Sequential._modules"], 4, 8 * MIB),
-        holder("path", ["cases.py global 'opt'", "Adam.state"], 8, 16 * MIB),
+        holder("path", ["gpu/cases.py global 'model'", "Sequential._modules"], 4, 8 * MIB),
+        holder("path", ["gpu/cases.py global 'opt'", "Adam.state"], 8, 16 * MIB),
     ]
     write_case(
         tmp_path,

@@ -197,6 +197,11 @@ def test_html_report_in_a_browser(demo, tmp_path):
         assert flame and flame["width"] > 0 and flame["height"] > 0
         func = top_suspect_function(report)
         assert func == "render"
+        # Each card's label agrees with its number: "1 suspect", "0 failed allocations".
+        cards = [" ".join(c.split()) for c in page.locator("#totals .card").all_inner_texts()]
+        n = len(report["suspects"])
+        assert f"{n} suspect" + ("" if n == 1 else "s") in cards, cards
+        assert "0 failed allocations" in cards, cards
         assert func in page.locator("#suspects").inner_text()
 
         # Clicking a frame narrower than the graph zooms: it then spans the whole width.

@@ -210,6 +210,8 @@ fn run_example(exe: &Path, standins: &Path, dir: &Path, ex: &Example) -> Result<
         .env("GPUSHIM_EXAMPLE_CUDART", standins.join("libcudart.so.13"))
         // The stand-ins have no NVIDIA driver to ask; the machine's would describe other programs.
         .env("GPUSHIM_NVML", "0")
+        // So that the reports say NVML is off as the demo's doing, not as the user's setting.
+        .env("GPUSHIM_RUN_DEMO", "1")
         .env_remove("LD_PRELOAD")
         .status()
         .with_context(|| format!("demo: cannot run {}", exe.display()))?;
@@ -261,10 +263,10 @@ fn found_leak(path: &Path, ex: &Example) -> Result<String> {
         .filter(|r| r.definitely_lost_count > 0)
         .map_or(String::new(), |r| format!(", {} definitely lost", r.definitely_lost_count));
     Ok(format!(
-        "{}: found the leak: suspect #1 is render ({}:{}), {} allocations live{lost}",
+        "{}: found the leak: suspect #1 is render ({}:{}), {} live{lost}",
         ex.name,
         ex.file,
         frame.line.unwrap_or(0),
-        site.live_count
+        crate::report::words::count(site.live_count, "allocation")
     ))
 }

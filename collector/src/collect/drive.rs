@@ -278,6 +278,7 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
     /// Builds and writes the final report, the stream read to its end or its break.
     fn finish(mut self, broken: Option<String>) -> Result<Outcome> {
         let lost = self.tracker.lost();
+        let live = self.opts.live;
         let mut notes = self.final_notes(broken.as_ref(), lost);
         let (reason, signal) = self.reason(&mut notes);
         let sink = &mut self.sink;
@@ -300,10 +301,33 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
                 "gpushim: event stream from pid {pid} broken: {e}; report holds what was received"
             );
         }
+        let (snapshots, ooms) = (std::mem::take(&mut sink.out.snapshots), std::mem::take(&mut sink.out.ooms));
+        // A running program that exited having made no CUDA call worth a report (its collector
+        // was started by a snapshot call: a Jupyter kernel with `%load_ext gpushim`,
+        // `gpushim.snapshot()` before any allocation) gets no final report, as a program that
+        // never started its collector gets none; one line says so. A stream read from a file,
+        // one that ended otherwise (killed, disconnected) or that has notes still gets its report.
+        if live && reason == Reason::Exit && broken.is_none() && lost == 0 && traced_nothing(&report) {
+            let _ = writeln!(sink.out.err, "gpushim: pid {pid} made no CUDA allocation: no final report");
+            return Ok(Outcome { report: None, snapshots, ooms, broken });
+        }
         let stem = sink.stem();
         let holders = sink.exit_holders.take().map(Box::new);
         let path = sink.out.report(&stem, Kind::Final { pid, holders }, &mut report)?;
-        let (snapshots, ooms) = (std::mem::take(&mut sink.out.snapshots), std::mem::take(&mut sink.out.ooms));
         Ok(Outcome { report: Some(path), snapshots, ooms, broken })
     }
+}
+
+/// Whether `report` holds nothing that was traced: no allocation, failed or not, no free of an
+/// unknown pointer, no site, no virtual memory, and no note (graph memory never launched, a
+/// context torn down, a warning of the shim's).
+fn traced_nothing(report: &crate::report::Report) -> bool {
+    let t = &report.totals;
+    report.notes.is_empty()
+        && t.alloc_count == 0
+        && t.failed_count == 0
+        && t.unknown_free_count == 0
+        && t.unknown_unmap_count == 0
+        && report.sites.is_empty()
+        && report.vmm.is_empty()
 }

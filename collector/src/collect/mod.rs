@@ -80,7 +80,8 @@ pub const DEFAULT_KEEP: usize = 3;
 #[derive(Debug)]
 #[cfg_attr(not(test), allow(dead_code))]
 pub struct Outcome {
-    /// The final report's path; `None` only for an empty stream (nothing to report).
+    /// The final report's path; `None` for an empty stream, or one in which no CUDA allocation
+    /// was made (nothing to report).
     pub report: Option<PathBuf>,
     /// Snapshot files written, in order.
     pub snapshots: Vec<PathBuf>,
@@ -289,6 +290,31 @@ mod tests {
         assert!(cells.join("gpushim-4242-snapshot-1-cell1.holders.json").is_file());
         assert_eq!(out.report, Some(d.0.join("gpushim-4242.json")));
         assert!(!d.0.join("rel").exists());
+    }
+
+    /// A running process whose collector a snapshot call started (a Jupyter kernel's `%load_ext
+    /// gpushim`) and that exited having made no CUDA allocation: its snapshot is written, its
+    /// final report is not, and one line says why. The same stream read from a file still gets
+    /// its report.
+    #[test]
+    fn a_process_that_made_no_allocation_gets_no_final_report() {
+        use gpushim_wire::ApiSnapshot;
+        let d = TempDir::new("collect-nothing");
+        let ev = vec![
+            hello(&d.0),
+            Event::ApiSnapshot(ApiSnapshot { boundary: 0, ts_ns: MS, label: "load".into(), dir: String::new() }),
+            Event::Exit(Exit { ts_ns: 5 * MS }),
+        ];
+        let (mut err, mut answers) = (Vec::new(), Vec::new());
+        let live = Options { live: true, ..Options::default() };
+        let out = collect_answering(&stream_of(&ev)[..], &live, &mut err, &mut answers).unwrap();
+        assert_eq!(out.snapshots, vec![d.0.join("gpushim-4242-snapshot-1-load.json")]);
+        assert_eq!(out.report, None);
+        assert!(!d.0.join("gpushim-4242.json").exists());
+        let err = String::from_utf8(err).unwrap();
+        assert_eq!(err, "gpushim: pid 4242 made no CUDA allocation: no final report\n");
+        let out = collect(&stream_of(&ev)[..], &Options::default(), &mut Vec::new()).unwrap();
+        assert_eq!(out.report, Some(d.0.join("gpushim-4242.json")));
     }
 
     #[test]

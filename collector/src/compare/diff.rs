@@ -142,11 +142,11 @@ fn disambiguate(rows: &mut [Row]) {
 }
 
 /// The row's site as its reports name it: `site 7 (old 0)`, `new site 9`, `site without
-/// backtrace (old only)`.
+/// backtrace (only in the old report)`.
 fn which(r: &Row) -> String {
     match (&r.old, &r.new) {
         (None, Some(n)) => format!("new site {}", site_id_name(n.id)),
-        (Some(o), None) => format!("site {} (old only)", site_id_name(o.id)),
+        (Some(o), None) => format!("site {} (only in the old report)", site_id_name(o.id)),
         (Some(o), Some(n)) if o.id != n.id => format!("site {} (old {})", site_id_name(n.id), site_id_name(o.id)),
         (_, Some(n)) => format!("site {}", site_id_name(n.id)),
         (None, None) => String::new(),
@@ -314,7 +314,12 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
     } else {
         // How many sites changed out of how many in either report, and how many are shown.
         let shown = if changed.len() > top { format!("; the top {top} shown") } else { String::new() };
-        writeln!(out, "sites by live-bytes growth ({} of {} sites changed{shown}):", changed.len(), rows.len())?;
+        writeln!(
+            out,
+            "sites by live-bytes growth ({} of {} changed{shown}):",
+            changed.len(),
+            crate::report::words::count(rows.len() as u64, "site")
+        )?;
         for r in changed.iter().take(top) {
             let (o, n) = (Row::nums(&r.old), Row::nums(&r.new));
             writeln!(
@@ -693,7 +698,7 @@ mod tests {
         assert_eq!(lines[1], "sites by live-bytes growth (3 of 4 sites changed):");
         assert!(lines[2].contains("+9.0 MiB") && lines[2].contains("site 7 (old 0): render (src/app.c:10)"), "{text}");
         assert!(lines[3].contains("+2.0 MiB") && lines[3].contains("new site 9: fresh"), "{text}");
-        assert!(lines[4].contains("-100 B") && lines[4].contains("site 2 (old only): gone"), "{text}");
+        assert!(lines[4].contains("-100 B") && lines[4].contains("site 2 (only in the old report): gone"), "{text}");
         assert_eq!(lines[5], "totals:");
         assert_eq!(lines[6], "  live         6.0 MiB -> 17.0 MiB (+11.0 MiB) in 0 -> 0 allocations");
         assert_eq!(
@@ -725,7 +730,7 @@ mod tests {
         let mut out = Vec::new();
         diff(&only_new, &report(2, vec![]), 10, &mut out).unwrap();
         let text_gone = String::from_utf8(out).unwrap();
-        assert!(text_gone.contains("site without backtrace (old only): (no backtrace)\n"), "{text_gone}");
+        assert!(text_gone.contains("site without backtrace (only in the old report): (no backtrace)\n"), "{text_gone}");
         for t in [&text, &text_new, &text_gone] {
             assert!(!t.contains("4294967295"), "{t}");
         }

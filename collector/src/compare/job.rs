@@ -352,7 +352,9 @@ pub fn write_text(v: &JobView, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "\nprocesses:")?;
     for p in &v.processes {
         let own = match (p.own_ordinal, p.own_from) {
-            (Some(o), Some(from)) => format!(", own GPU ordinal {o} ({from})"),
+            // In words: how the own GPU was found ("most bytes" is the JSON's value).
+            (Some(o), Some("most bytes")) => format!(", its own GPU: GPU {o} (the one it allocated most bytes on)"),
+            (Some(o), Some(from)) => format!(", its own GPU: GPU {o} (from {from})"),
             _ => String::new(),
         };
         // A process without a rank is named by its pid already.
@@ -604,5 +606,7 @@ mod tests {
         let line = text.lines().find(|l| l.contains("(parent ")).unwrap_or_default();
         let words: Vec<&str> = line.split_whitespace().take(3).collect();
         assert_eq!(words, ["pid", pid.to_string().as_str(), "(parent"], "{text}");
+        // How its own GPU was found, in words.
+        assert!(line.ends_with(", its own GPU: GPU 3 (the one it allocated most bytes on)"), "{text}");
     }
 }

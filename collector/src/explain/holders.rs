@@ -106,6 +106,18 @@ fn thousands(n: u64) -> String {
     out
 }
 
+/// A path's root step with the script's file shortened as a frame's file is: the walker names
+/// `__main__` by its file's path (`/home/u/ws4/train.py global 'history'`), a report by the same
+/// last two components as its frames (`ws4/train.py global 'history'`, `ws4/train.py:66`).
+fn short_root(step: &str) -> String {
+    match step.split_once(" global ") {
+        Some((file, key)) if file.contains('/') => {
+            format!("{} global {key}", crate::report::words::short_path(file))
+        }
+        _ => step.to_string(),
+    }
+}
+
 /// The line a person reads for a group.
 fn line_text(h: &WalkedHolder, objects: u64, bytes: u64, one: Option<&str>) -> String {
     let (how, path) = (h.how.as_str(), h.path.as_slice());
@@ -123,7 +135,8 @@ fn line_text(h: &WalkedHolder, objects: u64, bytes: u64, one: Option<&str>) -> S
             let graph = if h.graphs > 1 {
                 format!("{} autograd graphs: {} nodes", thousands(h.graphs), thousands(h.graph_nodes))
             } else {
-                format!("autograd graph: {} nodes", thousands(h.graph_nodes))
+                let s = if h.graph_nodes == 1 { "" } else { "s" };
+                format!("autograd graph: {} node{s}", thousands(h.graph_nodes))
             };
             format!(
                 "saved by autograd for {}, reached from {} \u{2192} {graph} keeping {what}",
@@ -173,8 +186,13 @@ fn block_groups(v: &serde_json::Value) -> Vec<(u64, u64, u64, usize)> {
 
 /// Attributes walk `h` to the live allocations of `state`.
 pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
-    let walked: Walked =
+    let mut walked: Walked =
         if h.result.is_empty() { Walked::default() } else { serde_json::from_str(&h.result).unwrap_or_default() };
+    for h in &mut walked.holders {
+        if let Some(root) = h.path.first_mut() {
+            *root = short_root(root);
+        }
+    }
     let status = status_name(h.status);
     let message = match h.status {
         WalkStatus::Complete => format!("walked {} Python objects", h.visited),
@@ -417,7 +435,7 @@ pub fn site_lines(s: &SiteHolders, max: usize, walk_status: &str) -> Vec<String>
         )
     } else {
         format!(
-            "Python objects hold {} of {} live ({} in {}; {} not held by any object: cached or unreferenced)",
+            "Python objects hold {} of {} live ({} in {}; {} held by no object: free memory a framework's allocator keeps for reuse, or memory nothing refers to any more)",
             fmt_bytes(s.in_use_bytes),
             fmt_bytes(s.live_bytes),
             fmt_bytes(s.object_bytes),
@@ -430,7 +448,10 @@ pub fn site_lines(s: &SiteHolders, max: usize, walk_status: &str) -> Vec<String>
         out.push(format!("held by: {}", h.text));
     }
     if s.holders.len() > max {
-        out.push(format!("{} more holders in the holders file", s.holders.len() - max));
+        out.push(format!(
+            "{} in the holders file",
+            crate::report::words::count((s.holders.len() - max) as u64, "more holder")
+        ));
     }
     out
 }
@@ -473,7 +494,7 @@ mod tests {
             {"ptr":67584,"nbytes":2048,"device":0,"type":"Tensor","desc":"Tensor(512,) float32","holder":0},
             {"ptr":262144,"nbytes":8192,"device":0,"type":"Tensor","desc":"Tensor(2048,) float32","holder":1},
             {"ptr":4096,"nbytes":64,"device":0,"type":"Buf","desc":"Buf(16,) <f4","holder":0}],
-            "holders":[{"how":"path","path":["train.py global 'history'","list[*]"]},
+            "holders":[{"how":"path","path":["/home/u/ws4/train.py global 'history'","list[*]"]},
                        {"how":"cycle","path":["unreachable reference cycle (Net)"]}],"found":4}"#;
         let h = attribute(&walk(r), &s, 42);
         assert_eq!((h.reason.as_str(), h.number, h.walk.status.as_str()), ("snapshot", Some(3), "complete"));
@@ -482,7 +503,10 @@ mod tests {
         // The second view lies inside the first: 4 KiB in use, 12 KiB cached.
         assert_eq!((one.in_use_bytes, one.cached_bytes), (4096, 12288));
         assert_eq!(one.holders.len(), 1);
-        assert_eq!(one.holders[0].text, "train.py global 'history' \u{2192} list[*] \u{2192} 2 objects (6.0 KiB)");
+        // The script's file is shortened as a frame's is (`ws4/train.py:66`): one name for one file.
+        assert_eq!(one.holders[0].text, "ws4/train.py global 'history' \u{2192} list[*] \u{2192} 2 objects (6.0 KiB)");
+        assert_eq!(one.holders[0].path[0], "ws4/train.py global 'history'");
+        assert_eq!(crate::report::words::short_path("/home/u/ws4/train.py"), "ws4/train.py");
         assert_eq!(one.top_objects[0].desc, "Tensor(1024,) float32");
         let two = h.site(2).unwrap();
         assert_eq!((two.in_use_bytes, two.cached_bytes), (8192, 0));
@@ -503,8 +527,8 @@ mod tests {
         let h = attribute(&walk(r), &s, 42);
         assert_eq!(
             site_lines(h.site(1).unwrap(), 3, "complete")[0],
-            "Python objects hold 4.0 KiB of 16.0 KiB live (4.0 KiB in 1 object; 12.0 KiB not held by any object: \
-             cached or unreferenced)"
+            "Python objects hold 4.0 KiB of 16.0 KiB live (4.0 KiB in 1 object; 12.0 KiB held by no object: free \
+             memory a framework's allocator keeps for reuse, or memory nothing refers to any more)"
         );
         // A walk cut at its cap says what it found, not that the rest is held by nothing.
         assert_eq!(

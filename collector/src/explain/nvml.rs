@@ -79,6 +79,18 @@ pub const NO_NVML: &str = "no NVML (no NVIDIA driver)";
 pub const IN_A_CONTAINER: &str =
     "the program runs in a PID namespace of its own (a container), and NVML lists the machine's pids";
 
+/// Why NVML is not sampled when a setting turned it off (`GPUSHIM_NVML=0`): `gpushim demo`
+/// turns it off itself (its examples run on stand-ins, without a GPU), and says so as the
+/// demo's doing, not the user's.
+fn switched_off(s: &crate::settings::Settings) -> Option<&'static str> {
+    let off = s.nvml.as_deref().filter(|v| !v.is_empty()).and_then(gpushim_wire::setting::switch) == Some(false);
+    match (off, s.demo.is_some()) {
+        (false, _) => None,
+        (true, true) => Some("NVML is off in the demo (its examples run on stand-in CUDA libraries, without a GPU)"),
+        (true, false) => Some("NVML sampling is off (GPUSHIM_NVML=0)"),
+    }
+}
+
 /// Whether this process's PID namespace is not the machine's: the inode of
 /// `/proc/self/ns/pid` is not the initial namespace's, which the kernel fixes
 /// (`PROC_PID_INIT_INO`). Unreadable: taken as the machine's.
@@ -251,8 +263,8 @@ impl Sampler {
     pub fn start(pid: u32) -> Sampler {
         let s = crate::settings::Settings::global();
         let set = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
-        let (nvml, unavailable) = if set(&s.nvml).as_deref().and_then(gpushim_wire::setting::switch) == Some(false) {
-            (None, Some("NVML sampling is off (GPUSHIM_NVML=0)".to_string()))
+        let (nvml, unavailable) = if let Some(why) = switched_off(s) {
+            (None, Some(why.to_string()))
         } else if in_a_child_pid_namespace() {
             (None, Some(IN_A_CONTAINER.to_string()))
         } else {
@@ -338,6 +350,19 @@ fn nvml_error(rc: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nvml_turned_off_by_the_demo_is_said_as_the_demos_doing() {
+        let s = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            crate::settings::Settings::read(&|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()), None)
+        };
+        assert_eq!(switched_off(&s(&[])), None);
+        assert_eq!(switched_off(&s(&[("GPUSHIM_NVML", "1")])), None);
+        assert_eq!(switched_off(&s(&[("GPUSHIM_NVML", "off")])), Some("NVML sampling is off (GPUSHIM_NVML=0)"));
+        let demo = switched_off(&s(&[("GPUSHIM_NVML", "0"), ("GPUSHIM_RUN_DEMO", "1")])).unwrap();
+        assert!(demo.starts_with("NVML is off in the demo") && !demo.contains("GPUSHIM_NVML"), "{demo}");
+    }
 
     #[test]
     fn thinning_keeps_the_first_and_latest_samples() {

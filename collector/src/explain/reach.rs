@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::account::live::State;
 use crate::explain::symbolize::Symbolizer;
-use crate::report::words::fmt_bytes;
+use crate::report::words::{count, fmt_bytes};
 use crate::report::{Frame, FrameworkHeld, Held, Reachability, Report, SiteReach};
 
 /// How many of the most referenced reachable allocations are listed with where they are held.
@@ -213,15 +213,17 @@ pub fn apply(report: &mut Report, file: ReachFile) {
         }
         if possibly > 0 {
             x.reason = format!(
-                "{possibly} of {scanned} allocations possibly lost (a pointer left only in memory the scan cannot \
+                "{possibly} of {} possibly lost (a pointer left only in memory the scan cannot \
                  trust); {}",
+                count(scanned, "allocation"),
                 x.reason
             );
         }
         if lost == 0 {
             continue;
         }
-        x.reason = format!("{lost} of {scanned} allocations definitely lost (no pointer left); {}", x.reason);
+        x.reason =
+            format!("{lost} of {} definitely lost (no pointer left); {}", count(scanned, "allocation"), x.reason);
         x.definitely_lost_count = lost;
         x.definitely_lost_bytes = lost_bytes;
         if x.line_sites.is_empty() {
@@ -276,8 +278,8 @@ pub fn scan_line(r: &Reachability) -> String {
     );
     for f in &r.framework_held {
         s += &format!(
-            "; {} segments ({}) reachable by the framework's allocator ({})",
-            f.count,
+            "; {} ({}) reachable by the framework's allocator ({})",
+            count(f.count, "segment"),
             fmt_bytes(f.bytes),
             f.allocator
         );
@@ -364,7 +366,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                (1, "1 of 1 allocations possibly lost (a pointer left only in memory the scan cannot trust); +1 MiB"),
+                (1, "1 of 1 allocation possibly lost (a pointer left only in memory the scan cannot trust); +1 MiB"),
                 (2, "3 of 3 allocations definitely lost (no pointer left); +9 MiB")
             ]
         );

@@ -71,7 +71,7 @@ pub const GLOSSARY: &[Term] = &[
     },
     Term {
         word: "holders, `held by:`",
-        meaning: "the Python objects that keep a site's memory, with the shortest chain of references from a global or a frame: `train.py global 'history' → list[*] → 200 objects`; `[*]` means any index of that list (one line for all its items)",
+        meaning: "the Python objects that keep a site's memory, with the shortest chain of references from a global or a frame: `proj/train.py global 'history' → list[*] → 200 objects`; `[*]` means any index of that list (one line for all its items)",
         marks: &["held by", "[*]"],
     },
     Term {
@@ -88,6 +88,11 @@ pub const GLOSSARY: &[Term] = &[
         word: "internal frame",
         meaning: "a frame of the CUDA runtime, the driver, a framework or the language's runtime (libc, the Python interpreter): folded away, so that a site is named by its first frame of your code",
         marks: &["internal frame", "internal frames"],
+    },
+    Term {
+        word: "via",
+        meaning: "in a suspect's headline, the library function that the line of your code called and that allocated: `step (proj/train.py:21) via Tensor.backward`; none when your code called CUDA itself",
+        marks: &["via"],
     },
     Term {
         word: "untraced",

@@ -293,7 +293,7 @@ fn write_frames(out: &mut dyn Write, frames: &[Frame], opts: TextOptions, indent
         writeln!(out, "{indent}{}", frame_label(f))?;
     }
     if shown.len() > opts.depth {
-        writeln!(out, "{indent}… {} more frames", shown.len() - opts.depth)?;
+        writeln!(out, "{indent}… {}", count((shown.len() - opts.depth) as u64, "more frame"))?;
     }
     if frames.is_empty() {
         writeln!(out, "{indent}(no backtrace)")?;
@@ -452,7 +452,7 @@ pub fn summary_lines(r: &Report, out: &mut dyn Write) -> io::Result<()> {
         }
     }
     if r.suspects.len() > 3 {
-        writeln!(out, "gpushim: {} more suspects in the report", r.suspects.len() - 3)?;
+        writeln!(out, "gpushim: {} in the report", count((r.suspects.len() - 3) as u64, "more suspect"))?;
     }
     if !r.suppressed.is_empty() {
         writeln!(out, "gpushim: {}", suppressed_line(r))?;

@@ -48,8 +48,9 @@ fn frame_label_raw(f: &Frame) -> String {
     }
 }
 
-/// The last two components of a source path (`src/main.rs`), enough to find it.
-fn short_path(p: &str) -> &str {
+/// The last two components of a source path (`src/main.rs`), enough to find it: how a report
+/// names a file, in a frame and in a holder's root (`ws4/train.py global 'history'`).
+pub fn short_path(p: &str) -> &str {
     match p.rmatch_indices('/').nth(1) {
         Some((i, _)) => &p[i + 1..],
         None => p,

@@ -867,8 +867,9 @@ def _thread_name(tid, modules):
 
 
 def _module_label(name, d):
-    """A module as a person knows it: `__main__` by its file's name (from `__file__`, which
-    CPython removes once the script has run, else from its loader's `path`)."""
+    """A module as a person knows it: `__main__` by its file's path (from `__file__`, which
+    CPython removes once the script has run, else from its loader's `path`), which the collector
+    shortens as it shortens a frame's file (`words::short_path`), so that both name it alike."""
     if name == "__main__":
         f = d.get("__file__")
         if type(f) is not str:
@@ -876,7 +877,7 @@ def _module_label(name, d):
             ld = _instance_dict(loader, type(loader)) if loader is not None else None
             f = ld.get("path") if ld is not None else None
         if type(f) is str:
-            return f.rsplit("/", 1)[-1]
+            return f
     return name
 
 
