@@ -84,7 +84,12 @@ impl Scan {
                 let o = (addr - win_start) as usize;
                 Some(u64::from_ne_bytes(this.win.as_slice()[o..o + 8].try_into().ok()?))
             };
-            let Some(sz) = word(p + 8, self) else { return false };
+            // Where a walk that gives up stopped, for the scan's note.
+            self.walk_failed_at = p - s;
+            let Some(sz) = word(p + 8, self) else {
+                self.walk_failed_read = true;
+                return false;
+            };
             let size = sz & !7;
             if size == 16 {
                 // A fencepost (malloc.c sysmalloc): the brk heap could not grow in place and the
@@ -92,7 +97,6 @@ impl Scan {
                 return true;
             }
             if size < MIN_CHUNK || size % 16 != 0 {
-                self.walk_failed_at = p - s;
                 return false;
             }
             let next = p + size;
@@ -103,7 +107,10 @@ impl Scan {
                 self.top = p;
                 return true;
             }
-            let Some(nsz) = word(next + 8, self) else { return false };
+            let Some(nsz) = word(next + 8, self) else {
+                self.walk_failed_read = true;
+                return false;
+            };
             let freed_to_tcache = key != 0 && word(p + 24, self) == Some(key);
             // The heap's first block is the main thread's `tcache_perthread_struct` (0x290
             // bytes with its header): malloc's own list of freed blocks, not the program's.
@@ -112,6 +119,7 @@ impl Scan {
             // only if something points into them.
             if !tcache_struct {
                 if !self.chunks.push((p + 16, next)) {
+                    self.walk_failed_full = true;
                     return false;
                 }
                 let free = nsz & 1 == 0 || freed_to_tcache;

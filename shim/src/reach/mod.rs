@@ -209,6 +209,10 @@ struct Scan {
     exit: bool,
     /// Where a heap walk that did not add up stopped, bytes from the heap's start.
     walk_failed_at: u64,
+    /// The heap walk gave up because a read failed (the heap shrank meanwhile, or a page was
+    /// unreadable), or because its list of blocks was full.
+    walk_failed_read: bool,
+    walk_failed_full: bool,
     /// The main heap's top chunk (free), found by the walk; 0 before it.
     top: u64,
     /// Per page of the heap (`1 << page_shift` bytes), the index of the last block starting at

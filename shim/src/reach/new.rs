@@ -176,6 +176,8 @@ impl Scan {
             chunks: Buf::new(4096)?,
             win: Buf::new(WINDOW)?,
             walk_failed_at: 0,
+            walk_failed_read: false,
+            walk_failed_full: false,
             exit: false,
             top: 0,
             pages: Vec::new(),
@@ -217,9 +219,14 @@ impl Scan {
                     g.role = Role::Root(ReachRegion::Anon, 0);
                 }
                 let at = scan.walk_failed_at;
-                note.push_str(&format!(
-                    "the main heap's chunks did not add up (at byte {at}); it was read whole as a root"
-                ));
+                let why = if scan.walk_failed_read {
+                    format!("could not be read at byte {at} (it shrank or was unmapped meanwhile)")
+                } else if scan.walk_failed_full {
+                    format!("has more blocks than the scan's list holds (stopped at byte {at})")
+                } else {
+                    format!("did not add up (at byte {at})")
+                };
+                note.push_str(&format!("the main heap's chunks {why}; it was read whole as a root"));
             }
         }
         // Never read: device and managed memory, and the shim's own (every buffer of this scan
