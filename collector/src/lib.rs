@@ -58,6 +58,7 @@ pub use cmd::preload::run as preload_path;
 pub use cmd::report::run as report;
 pub use cmd::run::{parse_bytes, run, Options as RunOptions};
 pub use cmd::snapshot::{run as snapshot, Signal};
+pub use cmd::top::{run as top, Options as TopOptions};
 pub use compare::diff::DiffFormat;
 pub use error::{coded, exit_code, is_broken_pipe, USAGE};
 pub use render::format::Format;

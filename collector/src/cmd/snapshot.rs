@@ -176,12 +176,12 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
 }
 
 /// Whether `pid` has libgpushim.so mapped; `None` if its maps cannot be read.
-fn has_shim(pid: i32) -> Option<bool> {
+pub(super) fn has_shim(pid: i32) -> Option<bool> {
     fs::read_to_string(format!("/proc/{pid}/maps")).ok().map(|m| m.contains("libgpushim"))
 }
 
 /// The direct children of `pid` (from `/proc/PID/task/*/children`) that have the shim loaded.
-fn traced_children(pid: i32) -> Vec<i32> {
+pub(super) fn traced_children(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();
     let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return out };
     for t in tasks.flatten() {

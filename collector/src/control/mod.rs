@@ -15,6 +15,7 @@
 //! far ([`crate::collect`]'s snapshot report, labelled `top`) and hands back its path. Nothing
 //! here reaches the traced program.
 
+pub mod client;
 pub mod frame;
 mod serve;
 

@@ -1,0 +1,213 @@
+//! The full-screen view of `gpushim top` (ratatui over crossterm): a frame from the collector
+//! about every second, drawn as a header, a sparkline of live bytes and the top sites.
+//!
+//! Keys: `t` sorts by live bytes or by growth, `g` cycles the growth window, Up/Down select a
+//! site, Enter shows its stack (Enter or Esc back), `s` takes a snapshot and shows its path,
+//! `q` (or Ctrl-C) quits. The terminal is restored on every way out, a panic's included.
+
+use std::io::{self, Stdout};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use crossterm::terminal::{self, EnterAlternateScreen, LeaveAlternateScreen};
+use ratatui::backend::CrosstermBackend;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Borders, Paragraph, Row, Sparkline, Table, TableState};
+use ratatui::{Frame as Screen, Terminal};
+
+use super::top_text::{clean, failure, header, headline, rate, sorted, Sort};
+use crate::control::client;
+use crate::control::frame::Frame;
+use crate::error::{coded, OK, USAGE};
+use crate::report::words::fmt_bytes;
+
+/// The smallest terminal drawn in, columns and rows.
+const MIN_SIZE: (u16, u16) = (60, 14);
+
+/// Time between two frames.
+const REFRESH: Duration = Duration::from_secs(1);
+
+/// What the view shows now.
+struct View {
+    pid: u32,
+    frame: Option<Frame>,
+    sort: Sort,
+    windows: Vec<f64>,
+    window: usize,
+    table: TableState,
+    stack: bool,
+    message: String,
+}
+
+/// Restores the terminal when dropped.
+struct Restore;
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let _ = terminal::disable_raw_mode();
+        let _ = crossterm::execute!(io::stdout(), LeaveAlternateScreen, crossterm::cursor::Show);
+    }
+}
+
+/// Runs the view of traced `pid` until `q`.
+///
+/// # Errors
+/// Exit code 2 when standard output is no terminal, or the first frame cannot be had.
+pub fn run(pid: u32, window: f64) -> Result<ExitCode> {
+    use std::io::IsTerminal;
+    if !io::stdout().is_terminal() || !io::stdin().is_terminal() {
+        return Err(coded(USAGE, "gpushim top needs a terminal: --once prints one text frame, --json one JSON frame"));
+    }
+    let first = client::frame(pid, window).map_err(|f| failure(pid, f))?;
+    let mut windows = vec![10.0, 30.0, 60.0, 300.0];
+    if !windows.contains(&window) {
+        windows.insert(0, window);
+    }
+    let at = windows.iter().position(|&w| w == window).unwrap_or(0);
+    let mut view = View {
+        pid,
+        frame: Some(first),
+        sort: Sort::Live,
+        windows,
+        window: at,
+        table: TableState::default().with_selected(Some(0)),
+        stack: false,
+        message: String::new(),
+    };
+    terminal::enable_raw_mode().map_err(|e| coded(USAGE, format!("cannot use the terminal: {e}")))?;
+    let _restore = Restore;
+    crossterm::execute!(io::stdout(), EnterAlternateScreen, crossterm::cursor::Hide)?;
+    let mut term = Terminal::new(CrosstermBackend::new(io::stdout()))?;
+    view.run(&mut term)?;
+    Ok(ExitCode::from(OK))
+}
+
+impl View {
+    fn run(&mut self, term: &mut Terminal<CrosstermBackend<Stdout>>) -> Result<()> {
+        let mut next = Instant::now() + REFRESH;
+        loop {
+            term.draw(|s| self.draw(s))?;
+            let wait = next.saturating_duration_since(Instant::now());
+            if event::poll(wait)? {
+                if let Event::Key(k) = event::read()? {
+                    if k.kind == KeyEventKind::Release {
+                        continue;
+                    }
+                    let ctrl_c = k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
+                    match k.code {
+                        KeyCode::Char('q') => return Ok(()),
+                        _ if ctrl_c => return Ok(()),
+                        KeyCode::Char('t') => {
+                            self.sort = if self.sort == Sort::Live { Sort::Growth } else { Sort::Live };
+                        }
+                        KeyCode::Char('g') => {
+                            self.window = (self.window + 1) % self.windows.len();
+                            next = Instant::now();
+                        }
+                        KeyCode::Char('s') => {
+                            self.message = "taking a snapshot…".into();
+                            term.draw(|s| self.draw(s))?;
+                            self.message = match client::snapshot(self.pid) {
+                                Ok(p) => format!("snapshot written to {}", p.display()),
+                                Err(f) => format!("no snapshot: {}", failure(self.pid, f)),
+                            };
+                        }
+                        KeyCode::Enter => self.stack = !self.stack,
+                        KeyCode::Esc => self.stack = false,
+                        KeyCode::Down => self.table.select_next(),
+                        KeyCode::Up => self.table.select_previous(),
+                        _ => {}
+                    }
+                }
+                continue;
+            }
+            next = Instant::now() + REFRESH;
+            match client::frame(self.pid, self.windows[self.window]) {
+                Ok(f) => self.frame = Some(f),
+                Err(f) => self.message = format!("{}", failure(self.pid, f)),
+            }
+        }
+    }
+
+    fn draw(&mut self, s: &mut Screen<'_>) {
+        let area = s.area();
+        if area.width < MIN_SIZE.0 || area.height < MIN_SIZE.1 {
+            let line = format!(
+                "gpushim top: the terminal is {}x{}; it needs {}x{} (q quits)",
+                area.width, area.height, MIN_SIZE.0, MIN_SIZE.1
+            );
+            s.render_widget(Paragraph::new(line), Rect { height: 1, ..area });
+            return;
+        }
+        let Some(f) = &self.frame else { return };
+        let [head, spark, body, foot] =
+            Layout::vertical([Constraint::Length(3), Constraint::Length(5), Constraint::Min(4), Constraint::Length(1)])
+                .areas(area);
+        let lines: Vec<Line> = header(f).into_iter().map(Line::from).collect();
+        s.render_widget(Paragraph::new(lines), head);
+        // One point per sample, the latest at the right edge.
+        let width = usize::from(spark.width.saturating_sub(2));
+        let points: Vec<u64> = f.series.iter().rev().take(width).rev().map(|p| p.live_bytes).collect();
+        let peak = points.iter().copied().max().unwrap_or(0);
+        let title = format!(
+            " live bytes, last {:.0} s (top {}, now {}) ",
+            points.len(),
+            fmt_bytes(peak),
+            fmt_bytes(f.totals.live_bytes)
+        );
+        s.render_widget(
+            Sparkline::default().block(Block::default().borders(Borders::ALL).title(title)).data(&points),
+            spark,
+        );
+        let sites = sorted(f, self.sort);
+        let selected = self.table.selected().unwrap_or(0).min(sites.len().saturating_sub(1));
+        self.table.select(Some(selected));
+        if self.stack {
+            let mut lines = Vec::new();
+            if let Some(site) = sites.get(selected) {
+                lines.push(Line::from(format!("site {}: {}", site.id, headline(site))));
+                lines.extend(site.frames.iter().map(|fr| Line::from(format!("  {}", clean(fr)))));
+            }
+            let block = Block::default().borders(Borders::ALL).title(" stack (Enter or Esc: back) ");
+            s.render_widget(Paragraph::new(lines).block(block), body);
+        } else {
+            let rows = sites.iter().map(|site| {
+                Row::new(vec![
+                    fmt_bytes(site.live_bytes),
+                    site.live_count.to_string(),
+                    rate(site.growth_bytes_per_s),
+                    if site.suspect { "suspect".into() } else { String::new() },
+                    headline(site),
+                ])
+            });
+            let by = if self.sort == Sort::Live { "live bytes" } else { "growth" };
+            let title = format!(
+                " sites by {by}, growth over {:.0} s ({} live, {} suspects) ",
+                self.windows[self.window], f.sites_live, f.suspects
+            );
+            let table = Table::new(
+                rows,
+                [
+                    Constraint::Length(10),
+                    Constraint::Length(8),
+                    Constraint::Length(13),
+                    Constraint::Length(8),
+                    Constraint::Min(10),
+                ],
+            )
+            .header(
+                Row::new(vec!["LIVE", "COUNT", "GROWTH", "", "SITE"]).style(Style::new().add_modifier(Modifier::BOLD)),
+            )
+            .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
+            .block(Block::default().borders(Borders::ALL).title(title));
+            s.render_stateful_widget(table, body, &mut self.table);
+        }
+        let keys = "q quit  t sort  g window  s snapshot  Enter stack";
+        let text = if self.message.is_empty() { keys.to_string() } else { format!("{}  |  {keys}", self.message) };
+        s.render_widget(Paragraph::new(text), foot);
+    }
+}
