@@ -151,11 +151,15 @@ impl View {
         s.render_widget(Paragraph::new(lines), head);
         // One point per sample, the latest at the right edge.
         let width = usize::from(spark.width.saturating_sub(2));
-        let points: Vec<u64> = f.series.iter().rev().take(width).rev().map(|p| p.live_bytes).collect();
+        let shown = &f.series[f.series.len().saturating_sub(width)..];
+        let points: Vec<u64> = shown.iter().map(|p| p.live_bytes).collect();
         let peak = points.iter().copied().max().unwrap_or(0);
+        let span = match (shown.first(), shown.last()) {
+            (Some(a), Some(b)) => b.t_s - a.t_s,
+            _ => 0.0,
+        };
         let title = format!(
-            " live bytes, last {:.0} s (top {}, now {}) ",
-            points.len(),
+            " live bytes over the last {span:.0} s (highest {}, now {}) ",
             fmt_bytes(peak),
             fmt_bytes(f.totals.live_bytes)
         );
