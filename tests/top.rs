@@ -1,0 +1,245 @@
+//! `gpushim top`: the live view read from the collector's control endpoint, against
+//! `target_dynamic grow N SIZE MS`, whose one site (`grow_step`) grows by SIZE bytes every MS ms
+//! on absolute deadlines: `--json` and `--once` show it on top with its rate within 10%, a
+//! snapshot request writes a report, bad input gets one line, and the full-screen view under
+//! tmux (send-keys, capture-pane) shows the site, says when the terminal is too small, shows
+//! the site's stack on Enter, takes a snapshot on `s` and gives the shell back on `q`. Without
+//! tmux that test says it is skipped (.ci/run installs tmux).
+//!
+//! Waits are on conditions against `DEADLINE`: the program's "ready" line, a frame whose samples
+//! cover the window, the pane's text.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// Bytes per allocation and ms between them: 1,638,400 bytes per second.
+const SIZE: u64 = 16384;
+const EVERY_MS: u64 = 10;
+const RATE: f64 = SIZE as f64 * 1000.0 / EVERY_MS as f64;
+/// Growth window asked for, seconds.
+const WINDOW: &str = "3";
+
+/// `target_dynamic grow` under the shim for long enough to watch (40 s at most).
+fn grower(test: &str) -> Target {
+    Target::new("target_dynamic", test).args(&["grow", "4000", &SIZE.to_string(), &EVERY_MS.to_string()])
+}
+
+/// `gpushim ARGS`, its output.
+fn top(args: &[&str]) -> Output {
+    Command::new(collector()).args(args).output().expect("running gpushim top")
+}
+
+/// Polls `f` until it gives a value or `DEADLINE` passes (then fails with `what`).
+fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A JSON frame of `pid` whose samples cover the whole window.
+fn full_frame(pid: i32) -> Value {
+    until("a frame covering the window", || {
+        let out = top(&["top", &pid.to_string(), "--json", "--window", WINDOW]);
+        assert!(out.status.success(), "gpushim top --json: {}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).expect("a JSON frame");
+        (v["window_covered_s"].as_f64().unwrap() >= 2.9).then_some(v)
+    })
+}
+
+/// `text` ("+1.6 MiB/s") as bytes per second.
+fn parse_rate(text: &str) -> f64 {
+    let t = text.trim_start_matches('+').trim_end_matches("/s");
+    let (num, unit) = t.split_once(' ').unwrap_or((t, "B"));
+    let mul = match unit {
+        "B" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1048576.0,
+        "GiB" => 1073741824.0,
+        u => panic!("unit {u} in {text}"),
+    };
+    num.parse::<f64>().unwrap() * mul
+}
+
+fn within_10_percent(got: f64) -> bool {
+    (got - RATE).abs() <= 0.1 * RATE
+}
+
+/// One request line to the collector of `pid`, its reply.
+fn ask(pid: i32, request: &str) -> Value {
+    let addr = SocketAddr::from_abstract_name(format!("gpushim-{pid}").as_bytes()).unwrap();
+    let conn = UnixStream::connect_addr(&addr).expect("the control socket");
+    conn.set_read_timeout(Some(DEADLINE)).unwrap();
+    (&conn).write_all(format!("{request}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(&conn).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+#[test]
+fn once_and_json_show_the_growing_site_on_top_with_its_rate() {
+    let t = grower("top-once");
+    let dir = t.dir.path().to_path_buf();
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "ready");
+    let pid = live.pid;
+    let f = full_frame(pid);
+    assert_eq!((f["format"].as_str(), f["pid"].as_i64()), (Some("gpushim-top-frame"), Some(i64::from(pid))));
+    let first = &f["sites"][0];
+    assert!(first["headline"].as_str().unwrap().contains("grow_step"), "{f:#}");
+    let growth = first["growth_bytes_per_s"].as_f64().unwrap();
+    assert!(within_10_percent(growth), "growth {growth} against {RATE}: {f:#}");
+    assert!(
+        first["frames"].as_array().unwrap().iter().any(|fr| fr.as_str().unwrap().contains("scenario_grow")),
+        "{f:#}"
+    );
+    assert!(!f["series"].as_array().unwrap().is_empty());
+    // The endpoint adds no file to the output directory.
+    assert_eq!(names_in(&dir), Vec::<String>::new());
+
+    let once = top(&["top", &pid.to_string(), "--once", "--window", WINDOW]);
+    let text = String::from_utf8_lossy(&once.stdout).into_owned();
+    assert!(once.status.success(), "{text}{}", String::from_utf8_lossy(&once.stderr));
+    let row = text.lines().nth(5).unwrap_or_else(|| panic!("no site row: {text}"));
+    assert!(row.contains("grow_step"), "{text}");
+    let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+    let rate = parse_rate(cells[2]);
+    assert!(within_10_percent(rate), "rate {rate} ({}) against {RATE}: {text}", cells[2]);
+
+    // A snapshot asked for on the socket: a report of the live set, labelled `top`.
+    let reply = ask(pid, "snapshot");
+    let path = PathBuf::from(reply["snapshot"].as_str().unwrap_or_else(|| panic!("{reply}")));
+    assert_eq!(path.parent(), Some(dir.as_path()));
+    assert!(path.file_name().unwrap().to_str().unwrap().starts_with(&format!("gpushim-{pid}-snapshot-top-1")));
+    let r = read_json(&path, &"the snapshot");
+    assert_eq!((r["reason"].as_str(), r["label"].as_str()), (Some("snapshot"), Some("top")));
+    assert!(the_site(&r, "grow_step", &"the snapshot")["live_count"].as_u64().unwrap() > 0);
+    assert!(ask(pid, "nonsense")["error"].as_str().unwrap().contains("unknown request"));
+
+    // The collector gone while the program runs: one line.
+    signal(the_collector(&dir), libc::SIGKILL);
+    let out = until("the collector's end", || {
+        let o = top(&["top", &pid.to_string(), "--once"]);
+        (!o.status.success()).then_some(o)
+    });
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("pid {pid} runs under gpushim but no collector answers")), "{err}");
+    signal(pid, libc::SIGKILL);
+    let _ = live.wait_exit();
+}
+
+#[test]
+fn a_pid_that_is_not_traced_gets_one_line() {
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    for (args, want) in [
+        (vec!["top", &pid, "--once"], format!("pid {pid} is not running under gpushim")),
+        (vec!["top", "999999999", "--once"], "no process 999999999".to_string()),
+        (vec!["top", &pid, "--window", "0"], "--window 0: a number of seconds above 0".to_string()),
+    ] {
+        let out = top(&args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(&want), "{args:?}: {err}");
+    }
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
+/// A tmux server of the test's own, killed when dropped.
+struct Tmux(String);
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> Output {
+        Command::new("tmux").arg("-L").arg(&self.0).args(args).output().expect("running tmux")
+    }
+    fn pane(&self) -> String {
+        String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "top"]).stdout).into_owned()
+    }
+    fn wait_for(&self, what: &str, f: impl Fn(&str) -> bool) -> String {
+        until(what, || {
+            let p = self.pane();
+            f(&p).then_some(p)
+        })
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]);
+    }
+}
+
+/// The full-screen view on `gpushim run`'s pid, under tmux: the growing site on top, `s` shows
+/// a snapshot's path, `q` leaves the alternate screen and the shell has the pane again.
+#[test]
+fn the_full_screen_view_under_tmux() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("SKIPPED the_full_screen_view_under_tmux: tmux is not installed (apt-get install tmux)");
+        return;
+    }
+    let t = grower("top-tmux");
+    let dir = t.dir.path().to_path_buf();
+    let mut run = Command::new(collector());
+    run.arg("run").arg("-o").arg(&dir).arg("--").arg(standin("target_dynamic"));
+    run.args(["grow", "4000", &SIZE.to_string(), &EVERY_MS.to_string()]);
+    run.env("LD_LIBRARY_PATH", standins()).env_remove("LD_PRELOAD").env_remove("GPUSHIM_OUTPUT");
+    let mut live = Live::spawn(run, "gpushim run -- target_dynamic grow".into());
+    assert_eq!(live.line(), "ready");
+    let tmux = Tmux(format!("gpushim-test-{}", std::process::id()));
+    let shell = "env PS1=READY$ sh";
+    let out = tmux.cmd(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "40", shell]);
+    assert!(out.status.success(), "tmux: {}", String::from_utf8_lossy(&out.stderr));
+    tmux.wait_for("the shell's prompt", |p| p.contains("READY$"));
+    let line = format!("{} top {} --window {WINDOW}", collector().display(), live.pid);
+    tmux.cmd(&["send-keys", "-t", "top", &line, "Enter"]);
+    let pane = tmux.wait_for("the growing site on top", |p| {
+        let mut rows = p.lines().skip_while(|l| !l.contains("LIVE"));
+        rows.next().is_some() && rows.next().is_some_and(|r| r.contains("grow_step") && r.contains("suspect"))
+    });
+    assert!(pane.contains("sites by live bytes"), "{pane}");
+    // Too small a terminal: one line says so; back at full size, the view again.
+    tmux.cmd(&["resize-window", "-t", "top", "-x", "50", "-y", "10"]);
+    tmux.wait_for("the too-small line", |p| p.contains("the terminal is 50x10; it needs 60x14"));
+    tmux.cmd(&["resize-window", "-t", "top", "-x", "150", "-y", "40"]);
+    tmux.wait_for("the view again", |p| p.contains("sites by live bytes"));
+    // Enter shows the selected site's stack, with the function that called it.
+    tmux.cmd(&["send-keys", "-t", "top", "Enter"]);
+    let pane = tmux.wait_for("the stack", |p| p.contains("stack (Enter or Esc: back)"));
+    assert!(pane.contains("scenario_grow"), "{pane}");
+    tmux.cmd(&["send-keys", "-t", "top", "Escape"]);
+    tmux.wait_for("the table again", |p| p.contains("sites by live bytes"));
+    tmux.cmd(&["send-keys", "-t", "top", "s"]);
+    let pane = tmux.wait_for("the snapshot's path", |p| p.contains("snapshot written to "));
+    let path = pane.split("snapshot written to ").nth(1).unwrap().split_whitespace().next().unwrap();
+    assert!(Path::new(path).is_file(), "{path}: {pane}");
+    assert!(path.starts_with(dir.to_str().unwrap()), "{path}");
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    let alt = || {
+        String::from_utf8_lossy(&tmux.cmd(&["display", "-p", "-t", "top", "#{alternate_on}"]).stdout).trim().to_string()
+    };
+    until("the view's end", || (alt() == "0").then_some(()));
+    let pane = tmux.wait_for("the prompt back", |p| p.trim_end().ends_with("READY$"));
+    assert!(!pane.contains("sites by"), "{pane}");
+    // The program (gpushim run's child) ends; `run` then ends with it.
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", live.pid)).unwrap_or_default();
+    for c in children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+        signal(c, libc::SIGKILL);
+    }
+    let _ = live.wait_exit();
+}
