@@ -4,7 +4,8 @@
 //! snapshot request writes a report, bad input gets one line, and the full-screen view under
 //! tmux (send-keys, capture-pane) shows the site, says when the terminal is too small, shows
 //! the site's stack on Enter, takes a snapshot on `s` and gives the shell back on `q`. Without
-//! tmux that test says it is skipped (.ci/run installs tmux).
+//! tmux that test says it is skipped (.ci/run installs tmux). On `gpushim run`'s pid with two
+//! traced processes, one row per process, the leaking one's naming its suspect.
 //!
 //! Waits are on conditions against `DEADLINE`: the program's "ready" line, a frame whose samples
 //! cover the window, the pane's text.
@@ -237,9 +238,78 @@ fn the_full_screen_view_under_tmux() {
     let pane = tmux.wait_for("the prompt back", |p| p.trim_end().ends_with("READY$"));
     assert!(!pane.contains("sites by"), "{pane}");
     // The program (gpushim run's child) ends; `run` then ends with it.
-    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", live.pid)).unwrap_or_default();
+    kill_below(live.pid);
+    let _ = live.wait_exit();
+}
+
+/// Every process below `pid`, killed (the test's programs wait for their stdin to end).
+fn kill_below(pid: i32) {
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", pid)).unwrap_or_default();
     for c in children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+        kill_below(c);
         signal(c, libc::SIGKILL);
     }
+}
+
+/// `gpushim top` on `gpushim run`'s pid with two traced processes (rank 0 leaking, rank 1
+/// holding one buffer, its second 100 s away): one row per process, rank 0's naming its suspect with its rate within
+/// 10%, rank 1's none; `--json` gives both frames; under tmux, the rows, Enter into a process
+/// and Esc back.
+#[test]
+fn a_job_shows_one_row_per_process_and_the_leaking_ones_suspect() {
+    let dir = TempDir::new("top-job");
+    let (size, every) = (SIZE.to_string(), EVERY_MS.to_string());
+    let launcher = "RANK=0 \"$0\" grow 4000 \"$1\" \"$2\" & RANK=1 \"$0\" grow 2 \"$1\" 100000 & wait";
+    let mut run = Command::new(collector());
+    run.arg("run").arg("-o").arg(dir.path()).args(["--", "sh", "-c", launcher]);
+    run.arg(standin("target_dynamic")).args([&size, &every]);
+    run.env("LD_LIBRARY_PATH", standins()).env_remove("LD_PRELOAD").env_remove("GPUSHIM_OUTPUT");
+    let live = Live::spawn(run, "gpushim run -- sh -c 'two ranks of target_dynamic grow'".into());
+    let pid = live.pid.to_string();
+    let text = until("a row per process, covering the window", || {
+        let out = top(&["top", &pid, "--once", "--window", WINDOW]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let ready = text.contains("2 traced processes")
+            && text.lines().any(|l| l.starts_with("rank 0") && l.contains("grow_step"))
+            && serde_json::from_slice::<Value>(&top(&["top", &pid, "--json", "--window", WINDOW]).stdout)
+                .ok()
+                .and_then(|v| v["frames"][0]["window_covered_s"].as_f64())
+                .is_some_and(|c| c >= 2.9);
+        ready.then_some(text)
+    });
+    let rank0 = text.lines().find(|l| l.starts_with("rank 0")).unwrap();
+    let rank1 = text.lines().find(|l| l.starts_with("rank 1")).unwrap_or_else(|| panic!("{text}"));
+    assert!(!rank1.contains("grow_step"), "{text}");
+    let cells: Vec<&str> = rank1.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+    assert_eq!(cells[4], "0", "rank 1 has no suspect: {text}");
+    // The suspect's rate, in brackets after its headline.
+    let rate = rank0.rsplit_once('(').unwrap().1.trim_end_matches(')');
+    assert!(within_10_percent(parse_rate(rate)), "{rate}: {text}");
+    let v: Value = serde_json::from_slice(&top(&["top", &pid, "--json"]).stdout).unwrap();
+    assert_eq!(v["format"].as_str(), Some("gpushim-top-job"), "{v:#}");
+    let mut ranks: Vec<i64> = v["frames"].as_array().unwrap().iter().map(|f| f["rank"].as_i64().unwrap()).collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1]);
+    // The full-screen view: the job's rows first, Enter into a process, Esc back, q out.
+    if Command::new("tmux").arg("-V").output().is_ok() {
+        let tmux = Tmux(format!("gpushim-test-job-{}", std::process::id()));
+        let out = tmux.cmd(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "40", "env PS1=READY$ sh"]);
+        assert!(out.status.success(), "tmux: {}", String::from_utf8_lossy(&out.stderr));
+        tmux.wait_for("the shell's prompt", |p| p.contains("READY$"));
+        tmux.cmd(&["send-keys", "-t", "top", &format!("{} top {pid}", collector().display()), "Enter"]);
+        let pane = tmux.wait_for("a row per process", |p| {
+            p.contains("2 traced processes") && p.lines().any(|l| l.contains("rank 0") && l.contains("grow_step"))
+        });
+        assert!(pane.lines().any(|l| l.contains("rank 1")), "{pane}");
+        tmux.cmd(&["send-keys", "-t", "top", "Enter"]);
+        tmux.wait_for("one process's sites", |p| p.contains("sites by live bytes") && p.contains(" rank "));
+        tmux.cmd(&["send-keys", "-t", "top", "Escape"]);
+        tmux.wait_for("the job's rows again", |p| p.contains("2 traced processes"));
+        tmux.cmd(&["send-keys", "-t", "top", "q"]);
+        tmux.wait_for("the prompt back", |p| p.trim_end().ends_with("READY$"));
+    } else {
+        eprintln!("SKIPPED the job's full-screen view: tmux is not installed (apt-get install tmux)");
+    }
+    kill_below(live.pid);
     let _ = live.wait_exit();
 }

@@ -247,8 +247,9 @@ NOINLINE void *grow_step(size_t size)
 }
 
 /* grow N SIZE MS: a 1 MiB buffer, then N allocations of SIZE bytes, one every MS ms, all kept
- * (gpushim top's tests watch the site grow). The deadlines are absolute, so the rate is SIZE
- * per MS however late a wake-up comes. Prints "ready" after the first. */
+ * (gpushim top's tests watch the site grow), then waits for its stdin to end. The deadlines are
+ * absolute, so the rate is SIZE per MS however late a wake-up comes. Prints "ready" after the
+ * first. */
 int scenario_grow(int argc, char **argv)
 {
     long n = argc > 2 ? strtol(argv[2], NULL, 10) : 100;
@@ -275,7 +276,7 @@ int scenario_grow(int argc, char **argv)
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR) {
         }
     }
-    return 0;
+    return read_to_eof(NULL);
 }
 
 /* ------------------------------------------------------------- snapshot */

@@ -182,12 +182,17 @@ pub(super) fn has_shim(pid: i32) -> Option<bool> {
 
 /// The direct children of `pid` (from `/proc/PID/task/*/children`) that have the shim loaded.
 pub(super) fn traced_children(pid: i32) -> Vec<i32> {
+    children(pid).into_iter().filter(|&c| has_shim(c) == Some(true)).collect()
+}
+
+/// The direct children of `pid` (from `/proc/PID/task/*/children`).
+pub(super) fn children(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();
     let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return out };
     for t in tasks.flatten() {
         let Ok(list) = fs::read_to_string(t.path().join("children")) else { continue };
         for c in list.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
-            if has_shim(c) == Some(true) && !out.contains(&c) {
+            if !out.contains(&c) {
                 out.push(c);
             }
         }

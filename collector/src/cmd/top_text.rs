@@ -1,6 +1,6 @@
 //! What `gpushim top` shows of a frame in words: the header's lines, a site's headline and
-//! rate, the sites in either order, one text frame (`--once`), and a failed request in one
-//! line; the full-screen view ([`super::top_view`]) draws the same words.
+//! rate, the sites in either order, one text frame (`--once`), a job's row per process, and a
+//! failed request in one line; the full-screen view ([`super::top_view`]) draws the same words.
 
 use std::fmt::Write as _;
 
@@ -135,6 +135,69 @@ pub(super) fn text(f: &Frame, sort: Sort, top: usize) -> String {
     out
 }
 
+/// A process's name in a job: `rank R (pid P)`, or `pid P` without a rank.
+pub(super) fn process(f: &Frame) -> String {
+    match f.rank {
+        Some(r) => format!("rank {r} (pid {})", f.pid),
+        None => format!("pid {}", f.pid),
+    }
+}
+
+/// The process's live bytes' change over the frame's window, per second (from its series: the
+/// latest point at or before the window's start, else the oldest).
+pub(super) fn process_growth(f: &Frame) -> f64 {
+    let Some(now) = f.series.last() else { return 0.0 };
+    let from = now.t_s - f.window_s;
+    let old = f.series.iter().rev().find(|p| p.t_s <= from).or(f.series.first()).unwrap_or(now);
+    let span = now.t_s - old.t_s;
+    if span <= 0.0 {
+        return 0.0;
+    }
+    (now.live_bytes as f64 - old.live_bytes as f64) / span
+}
+
+/// The suspect a job's row names: the suspect site growing fastest, else none.
+pub(super) fn top_suspect(f: &Frame) -> Option<&SiteLine> {
+    f.sites.iter().filter(|s| s.suspect).max_by(|a, b| a.growth_bytes_per_s.total_cmp(&b.growth_bytes_per_s))
+}
+
+/// The cells of a job's row: process, live, peak, growth, suspects, top suspect.
+pub(super) fn job_cells(f: &Frame) -> [String; 6] {
+    let top = top_suspect(f).map(|s| format!("{} ({})", headline(s), rate(s.growth_bytes_per_s))).unwrap_or_default();
+    [
+        process(f),
+        fmt_bytes(f.totals.live_bytes),
+        fmt_bytes(f.totals.peak_live_bytes),
+        rate(process_growth(f)),
+        f.suspects.to_string(),
+        top,
+    ]
+}
+
+/// The text of a job (`--once` on `gpushim run`'s pid): one row per traced process, and one
+/// line for each process whose frame could not be had.
+pub(super) fn job_text(pid: i32, frames: &[Result<Frame, String>]) -> String {
+    let window = frames.iter().flatten().map(|f| f.window_s).next().unwrap_or(0.0);
+    let mut out = format!("pid {pid}: {} traced processes; growth over the last {window:.0} s\n", frames.len());
+    let _ = writeln!(
+        out,
+        "{:<22}  {:>10}  {:>10}  {:>13}  {:>8}  TOP SUSPECT",
+        "PROCESS", "LIVE", "PEAK", "GROWTH", "SUSPECTS"
+    );
+    for f in frames {
+        match f {
+            Ok(f) => {
+                let [p, live, peak, growth, n, top] = job_cells(f);
+                let _ = writeln!(out, "{p:<22}  {live:>10}  {peak:>10}  {growth:>13}  {n:>8}  {top}");
+            }
+            Err(why) => {
+                let _ = writeln!(out, "{why}");
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,5 +233,34 @@ mod tests {
         let t = text(&f, Sort::Growth, 1);
         assert_eq!(t.lines().count(), 6, "{t}");
         assert!(t.lines().last().unwrap().ends_with("site 2"), "{t}");
+    }
+
+    #[test]
+    fn a_jobs_rows() {
+        use crate::control::frame::Point;
+        let point = |t_s: f64, live_bytes: u64| Point { t_s, live_bytes };
+        let leak = SiteLine {
+            id: "3".into(),
+            headline: "grow (a.c:9)".into(),
+            growth_bytes_per_s: 100.0,
+            suspect: true,
+            ..SiteLine::default()
+        };
+        let f = Frame {
+            pid: 42,
+            rank: Some(1),
+            window_s: 10.0,
+            series: vec![point(0.0, 0), point(5.0, 500), point(15.0, 1500)],
+            suspects: 1,
+            sites: vec![leak],
+            ..Frame::default()
+        };
+        // From the point at or before 15 - 10 = 5 s.
+        assert_eq!(process_growth(&f), 100.0);
+        let t = job_text(7, &[Ok(f), Err("the collector of pid 43 is gone".into())]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "pid 7: 2 traced processes; growth over the last 10 s");
+        assert!(lines[2].starts_with("rank 1 (pid 42)") && lines[2].ends_with("grow (a.c:9) (+100 B/s)"), "{t}");
+        assert_eq!(lines[3], "the collector of pid 43 is gone");
     }
 }

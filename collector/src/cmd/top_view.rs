@@ -1,5 +1,7 @@
 //! The full-screen view of `gpushim top` (ratatui over crossterm): a frame from the collector
-//! about every second, drawn as a header, a sparkline of live bytes and the top sites.
+//! about every second, drawn as a header, a sparkline of live bytes and the top sites. A job
+//! (several traced processes) first shows one row per process (live, peak, growth, suspects and
+//! the top suspect); Enter goes into the selected one, Esc comes back.
 //!
 //! Keys: `t` sorts by live bytes or by growth, `g` cycles the growth window, Up/Down select a
 //! site, Enter shows its stack (Enter or Esc back), `s` takes a snapshot and shows its path,
@@ -19,7 +21,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Sparkline, Table, TableState};
 use ratatui::{Frame as Screen, Terminal};
 
-use super::top_text::{clean, failure, header, headline, rate, sorted, Sort};
+use super::top_text::{clean, failure, header, headline, job_cells, rate, sorted, Sort};
 use crate::control::client;
 use crate::control::frame::Frame;
 use crate::error::{coded, OK, USAGE};
@@ -33,7 +35,14 @@ const REFRESH: Duration = Duration::from_secs(1);
 
 /// What the view shows now.
 struct View {
-    pid: u32,
+    /// The processes watched: one, or a job's.
+    pids: Vec<u32>,
+    /// In a job, each process's latest frame, or why there is none.
+    job: Vec<Result<Frame, String>>,
+    /// The job's selected row.
+    rows: TableState,
+    /// The process shown, `None` on a job's first screen.
+    pid: Option<u32>,
     frame: Option<Frame>,
     sort: Sort,
     windows: Vec<f64>,
@@ -53,24 +62,27 @@ impl Drop for Restore {
     }
 }
 
-/// Runs the view of traced `pid` until `q`.
+/// Runs the view of traced `pids` (one process, or a job's) until `q`.
 ///
 /// # Errors
 /// Exit code 2 when standard output is no terminal, or the first frame cannot be had.
-pub fn run(pid: u32, window: f64) -> Result<ExitCode> {
+pub fn run(pids: &[u32], window: f64) -> Result<ExitCode> {
     use std::io::IsTerminal;
     if !io::stdout().is_terminal() || !io::stdin().is_terminal() {
         return Err(coded(USAGE, "gpushim top needs a terminal: --once prints one text frame, --json one JSON frame"));
     }
-    let first = client::frame(pid, window).map_err(|f| failure(pid, f))?;
     let mut windows = vec![10.0, 30.0, 60.0, 300.0];
     if !windows.contains(&window) {
         windows.insert(0, window);
     }
     let at = windows.iter().position(|&w| w == window).unwrap_or(0);
+    let one = (pids.len() == 1).then(|| pids[0]);
     let mut view = View {
-        pid,
-        frame: Some(first),
+        pids: pids.to_vec(),
+        job: Vec::new(),
+        rows: TableState::default().with_selected(Some(0)),
+        pid: one,
+        frame: None,
         sort: Sort::Live,
         windows,
         window: at,
@@ -78,6 +90,11 @@ pub fn run(pid: u32, window: f64) -> Result<ExitCode> {
         stack: false,
         message: String::new(),
     };
+    if let Some(pid) = one {
+        view.frame = Some(client::frame(pid, window).map_err(|f| failure(pid, f))?);
+    } else {
+        view.refresh();
+    }
     terminal::enable_raw_mode().map_err(|e| coded(USAGE, format!("cannot use the terminal: {e}")))?;
     let _restore = Restore;
     crossterm::execute!(io::stdout(), EnterAlternateScreen, crossterm::cursor::Hide)?;
@@ -109,15 +126,31 @@ impl View {
                             next = Instant::now();
                         }
                         KeyCode::Char('s') => {
-                            self.message = "taking a snapshot…".into();
-                            term.draw(|s| self.draw(s))?;
-                            self.message = match client::snapshot(self.pid) {
-                                Ok(p) => format!("snapshot written to {}", p.display()),
-                                Err(f) => format!("no snapshot: {}", failure(self.pid, f)),
-                            };
+                            if let Some(pid) = self.pid {
+                                self.message = "taking a snapshot…".into();
+                                term.draw(|s| self.draw(s))?;
+                                self.message = match client::snapshot(pid) {
+                                    Ok(p) => format!("snapshot written to {}", p.display()),
+                                    Err(f) => format!("no snapshot: {}", failure(pid, f)),
+                                };
+                            }
+                        }
+                        KeyCode::Enter if self.pid.is_none() => {
+                            let at = self.rows.selected().unwrap_or(0);
+                            self.pid = self.pids.get(at).copied();
+                            self.frame = self.job.get(at).and_then(|f| f.as_ref().ok()).cloned();
+                            self.table.select(Some(0));
+                            next = Instant::now();
                         }
                         KeyCode::Enter => self.stack = !self.stack,
-                        KeyCode::Esc => self.stack = false,
+                        KeyCode::Esc if self.stack => self.stack = false,
+                        KeyCode::Esc if self.pids.len() > 1 => {
+                            self.pid = None;
+                            self.message.clear();
+                            next = Instant::now();
+                        }
+                        KeyCode::Down if self.pid.is_none() => self.rows.select_next(),
+                        KeyCode::Up if self.pid.is_none() => self.rows.select_previous(),
                         KeyCode::Down => self.table.select_next(),
                         KeyCode::Up => self.table.select_previous(),
                         _ => {}
@@ -126,11 +159,62 @@ impl View {
                 continue;
             }
             next = Instant::now() + REFRESH;
-            match client::frame(self.pid, self.windows[self.window]) {
+            self.refresh();
+        }
+    }
+
+    /// Asks for the frames shown: the process's, or on a job's first screen every process's.
+    fn refresh(&mut self) {
+        let window = self.windows[self.window];
+        match self.pid {
+            Some(pid) => match client::frame(pid, window) {
                 Ok(f) => self.frame = Some(f),
-                Err(f) => self.message = format!("{}", failure(self.pid, f)),
+                Err(f) => self.message = format!("{}", failure(pid, f)),
+            },
+            None => {
+                self.job = self
+                    .pids
+                    .iter()
+                    .map(|&p| client::frame(p, window).map_err(|f| format!("{}", failure(p, f))))
+                    .collect();
             }
         }
+    }
+
+    /// A job's first screen: one row per process.
+    fn draw_job(&mut self, s: &mut Screen<'_>, area: Rect) {
+        let [body, foot] = Layout::vertical([Constraint::Min(4), Constraint::Length(1)]).areas(area);
+        let rows = self.job.iter().zip(&self.pids).map(|(f, pid)| match f {
+            Ok(f) => Row::new(job_cells(f).to_vec()),
+            Err(why) => Row::new(vec![
+                format!("pid {pid}"),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                why.clone(),
+            ]),
+        });
+        let title = format!(" {} traced processes, growth over {:.0} s ", self.pids.len(), self.windows[self.window]);
+        let table = Table::new(
+            rows,
+            [
+                Constraint::Length(22),
+                Constraint::Length(10),
+                Constraint::Length(10),
+                Constraint::Length(13),
+                Constraint::Length(9),
+                Constraint::Min(10),
+            ],
+        )
+        .header(
+            Row::new(vec!["PROCESS", "LIVE", "PEAK", "GROWTH", "SUSPECTS", "TOP SUSPECT"])
+                .style(Style::new().add_modifier(Modifier::BOLD)),
+        )
+        .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
+        .block(Block::default().borders(Borders::ALL).title(title));
+        s.render_stateful_widget(table, body, &mut self.rows);
+        s.render_widget(Paragraph::new("q quit  g window  Enter into a process (Esc: back)"), foot);
     }
 
     fn draw(&mut self, s: &mut Screen<'_>) {
@@ -141,6 +225,10 @@ impl View {
                 area.width, area.height, MIN_SIZE.0, MIN_SIZE.1
             );
             s.render_widget(Paragraph::new(line), Rect { height: 1, ..area });
+            return;
+        }
+        if self.pid.is_none() {
+            self.draw_job(s, area);
             return;
         }
         let Some(f) = &self.frame else { return };
@@ -210,7 +298,11 @@ impl View {
             .block(Block::default().borders(Borders::ALL).title(title));
             s.render_stateful_widget(table, body, &mut self.table);
         }
-        let keys = "q quit  t sort  g window  s snapshot  Enter stack";
+        let keys = if self.pids.len() > 1 {
+            "q quit  t sort  g window  s snapshot  Enter stack  Esc processes"
+        } else {
+            "q quit  t sort  g window  s snapshot  Enter stack"
+        };
         let text = if self.message.is_empty() { keys.to_string() } else { format!("{}  |  {keys}", self.message) };
         s.render_widget(Paragraph::new(text), foot);
     }
