@@ -231,11 +231,12 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
         }
     }
 
-    /// Writes a snapshot of the live set as applied so far for each client that asked for one,
-    /// and hands each its path.
+    /// Serves the control endpoint's clients: names the sites for a first frame, and writes a
+    /// snapshot of the live set as applied so far for each client that asked for one, handing
+    /// each its path.
     fn snapshots_asked(&mut self) {
         let Some((c, _)) = self.control.as_mut() else { return };
-        let asked = c.take_requests();
+        let asked = c.take_requests(self.tracker.state(), &mut control_sources!(self.sink));
         if asked.is_empty() {
             return;
         }

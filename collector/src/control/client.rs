@@ -24,6 +24,11 @@ pub enum Failure {
 pub fn request(pid: u32, request: &str, timeout: Duration) -> Result<String, Failure> {
     let addr = SocketAddr::from_abstract_name(socket_name(pid).as_bytes()).map_err(|e| Failure::Gone(e.to_string()))?;
     let conn = UnixStream::connect_addr(&addr).map_err(|_| Failure::NoCollector)?;
+    // Anyone may bind a name of the abstract namespace first: only a collector of our own user
+    // (or root) is believed.
+    if !super::same_user(&conn) {
+        return Err(Failure::Refused(format!("@{} is held by a process of another user", socket_name(pid))));
+    }
     let gone = |e: std::io::Error| Failure::Gone(e.to_string());
     conn.set_read_timeout(Some(timeout)).map_err(gone)?;
     conn.set_write_timeout(Some(timeout)).map_err(gone)?;

@@ -6,14 +6,17 @@
 //! The flow, as the metrics endpoint's ([`crate::metrics`]): the event loop owns a
 //! [`Control`] and copies what the view shows into a [`Shared`] state behind a mutex, rarely: a
 //! [`Sample`] about every [`SAMPLE_EVERY_NS`] (by the events' time while they stream in; by the
-//! clock when the program is quiet, the loop then waiting on its input with a timeout), the
-//! suspects ranked at most every [`SUSPECTS_EVERY_NS`], and a site's headline and frames
-//! symbolized once, when it first enters the top sites. A thread of its own takes the
+//! clock when the program is quiet, the loop then waiting on its input with a timeout). Once a
+//! client has asked for a frame (not before: symbolizing reads the program's files, and a
+//! program nobody watches must not wait for that), the suspects are ranked at most every
+//! [`SUSPECTS_EVERY_NS`] and a site's headline and frames symbolized once, when it first enters
+//! the top sites; the first frame waits for the sample that names them. A thread of its own takes the
 //! connections, and one thread per connection answers a frame from the shared state: a frame
 //! never waits for the event loop. A snapshot request is handed to the event loop (a byte on a
 //! socket pair wakes it when it waits), which writes the report of the live set as applied so
 //! far ([`crate::collect`]'s snapshot report, labelled `top`) and hands back its path. Nothing
-//! here reaches the traced program.
+//! here reaches the traced program. Both ends check that the other runs as the same user (or
+//! root): anyone may bind or connect to a name of the abstract namespace.
 
 pub mod client;
 pub mod frame;
@@ -62,6 +65,25 @@ pub fn socket_name(pid: u32) -> String {
     format!("gpushim-{pid}")
 }
 
+/// Whether the peer runs as this process's user, or as root (`SO_PEERCRED`).
+pub(crate) fn same_user(conn: &UnixStream) -> bool {
+    let mut cred = libc::ucred { pid: 0, uid: u32::MAX, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket, and an out-pointer of the size passed.
+    let rc = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    rc == 0 && (cred.uid == me || cred.uid == 0)
+}
+
 /// A snapshot asked for by a client: the path written, or why not.
 pub(crate) type SnapshotReply = Sender<Result<PathBuf, String>>;
 
@@ -85,12 +107,16 @@ pub(crate) struct Shared {
     pub ended: bool,
     /// Snapshots asked for, not yet written.
     pub requests: Vec<SnapshotReply>,
+    /// Clients of the first frame, waiting for the sample that names the sites.
+    pub waiters: Vec<Sender<()>>,
 }
 
 /// The state shared between the loop and the endpoint, and the flag that says a request waits.
 pub(crate) struct Link {
     pub shared: Mutex<Shared>,
     pub pending: AtomicBool,
+    /// A client has asked for a frame: sites are named and suspects ranked from then on.
+    pub watched: AtomicBool,
 }
 
 /// What the control reads besides the live set: the collector's other state.
@@ -145,7 +171,11 @@ impl Control {
         wake.set_nonblocking(true).ok()?;
         tx.set_nonblocking(true).ok()?;
         let shared = Shared { pid, command: command.to_vec(), ..Shared::default() };
-        let link = Arc::new(Link { shared: Mutex::new(shared), pending: AtomicBool::new(false) });
+        let link = Arc::new(Link {
+            shared: Mutex::new(shared),
+            pending: AtomicBool::new(false),
+            watched: AtomicBool::new(false),
+        });
         Some(Control {
             pid,
             link,
@@ -207,9 +237,19 @@ impl Control {
         self.sample(nvml::now_ns(), state, src);
     }
 
-    /// The snapshots asked for, to be written and answered by the loop.
-    pub(crate) fn take_requests(&mut self) -> Vec<SnapshotReply> {
+    /// Serves what clients asked the loop for: a sample now for those waiting for a first frame
+    /// (it names the sites), and returns the snapshots asked for, to be written and answered.
+    pub(crate) fn take_requests(&mut self, state: &State, src: &mut Sources<'_>) -> Vec<SnapshotReply> {
         self.link.pending.store(false, Ordering::Relaxed);
+        let waiters = std::mem::take(&mut self.lock().waiters);
+        if !waiters.is_empty() {
+            self.dirty = true;
+            self.next_rank_ns = 0;
+            self.sample_now(state, src);
+            for w in waiters {
+                let _ = w.send(());
+            }
+        }
         std::mem::take(&mut self.lock().requests)
     }
 
@@ -219,6 +259,7 @@ impl Control {
         let requests = {
             let mut s = self.lock();
             s.ended = true;
+            s.waiters.clear();
             std::mem::take(&mut s.requests)
         };
         for r in requests {
@@ -250,15 +291,18 @@ impl Control {
             live.truncate(SITES_PER_SAMPLE);
         }
         live.sort_unstable_by(by_size);
-        let named: Vec<u32> = live.iter().take(NAMED_PER_SAMPLE).map(|s| s.0).collect();
+        let watched = self.link.watched.load(Ordering::Relaxed);
+        let named: Vec<u32> = live.iter().take(if watched { NAMED_PER_SAMPLE } else { 0 }).map(|s| s.0).collect();
         live.sort_unstable_by_key(|s| s.0);
         let sample = Sample { ts_ns: ts, live_bytes: state.totals.gauge.live_bytes, sites: live };
-        let suspects = (self.dirty && ts >= self.next_rank_ns).then(|| {
+        let suspects = (watched && self.dirty && ts >= self.next_rank_ns).then(|| {
             self.next_rank_ns = ts.saturating_add(SUSPECTS_EVERY_NS);
             let start = state.first_ts_ns.unwrap_or(ts);
             rank::suspects(state, start, state.last_ts_ns).iter().map(|s| s.site).collect::<Vec<u32>>()
         });
-        self.dirty = false;
+        if watched {
+            self.dirty = false;
+        }
         let new: Vec<u32> = {
             let s = self.lock();
             named.into_iter().filter(|id| !s.names.contains_key(id)).collect()

@@ -11,7 +11,6 @@
 //! (or root) is answered: the abstract namespace has no file permissions.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
@@ -26,6 +25,9 @@ pub const DEFAULT_WINDOW_S: f64 = 10.0;
 
 /// Sites by live bytes (and by growth) when a request names no number.
 pub const DEFAULT_TOP: usize = 50;
+
+/// Longest the first frame waits for the loop to name the sites (it then goes without).
+const FIRST_FRAME_WAIT: Duration = Duration::from_secs(5);
 
 /// Longest a snapshot may take before the client is told it did not come.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
@@ -44,7 +46,7 @@ pub(super) fn listen(pid: u32, link: &Arc<Link>, wake: &Arc<UnixStream>) -> bool
 fn accept(listener: &UnixListener, link: &Arc<Link>, wake: &Arc<UnixStream>) {
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
-        if !same_user(&conn) {
+        if !super::same_user(&conn) {
             continue;
         }
         let (link, wake) = (Arc::clone(link), Arc::clone(wake));
@@ -52,25 +54,6 @@ fn accept(listener: &UnixListener, link: &Arc<Link>, wake: &Arc<UnixStream>) {
             let _ = answer(conn, &link, &wake);
         });
     }
-}
-
-/// Whether the peer runs as this process's user, or as root (`SO_PEERCRED`).
-fn same_user(conn: &UnixStream) -> bool {
-    let mut cred = libc::ucred { pid: 0, uid: u32::MAX, gid: 0 };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: a valid socket, and an out-pointer of the size passed.
-    let rc = unsafe {
-        libc::getsockopt(
-            conn.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    // SAFETY: getuid has no preconditions.
-    let me = unsafe { libc::getuid() };
-    rc == 0 && (cred.uid == me || cred.uid == 0)
 }
 
 /// Reads one request line from `conn` and writes its reply.
@@ -112,6 +95,20 @@ pub(super) fn reply(request: &str, link: &Link, wake: &UnixStream) -> String {
                 Some(Ok(n)) if n > 0 => n.min(1000),
                 Some(_) => return error("frame: the number of sites is 1 or more".into()),
             };
+            if !link.watched.swap(true, Ordering::Relaxed) {
+                // The first frame: the loop names the top sites and ranks the suspects now.
+                let (tx, rx) = std::sync::mpsc::channel();
+                let ended = {
+                    let mut s = link.shared.lock().unwrap_or_else(|e| e.into_inner());
+                    s.waiters.push(tx);
+                    s.ended
+                };
+                if !ended {
+                    link.pending.store(true, Ordering::Relaxed);
+                    let _ = (&*wake).write(&[1]);
+                    let _ = rx.recv_timeout(FIRST_FRAME_WAIT);
+                }
+            }
             let s = link.shared.lock().unwrap_or_else(|e| e.into_inner());
             serde_json::to_string(&frame_of(&s, window, top)).unwrap_or_else(|e| error(e.to_string()))
         }
