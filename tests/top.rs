@@ -253,7 +253,8 @@ fn kill_below(pid: i32) {
 
 /// `gpushim top` on `gpushim run`'s pid with two traced processes (rank 0 leaking, rank 1
 /// holding one buffer, its second 100 s away): one row per process, rank 0's naming its suspect with its rate within
-/// 10%, rank 1's none; `--json` gives both frames; under tmux, the rows, Enter into a process
+/// 10%, rank 1's none; `--json` gives both frames, the output directory names the same job;
+/// under tmux, the rows, Enter into a process
 /// and Esc back.
 #[test]
 fn a_job_shows_one_row_per_process_and_the_leaking_ones_suspect() {
@@ -290,6 +291,14 @@ fn a_job_shows_one_row_per_process_and_the_leaking_ones_suspect() {
     let mut ranks: Vec<i64> = v["frames"].as_array().unwrap().iter().map(|f| f["rank"].as_i64().unwrap()).collect();
     ranks.sort();
     assert_eq!(ranks, [0, 1]);
+    // The same job by its output directory.
+    let out = top(&["top", dir.path().to_str().unwrap(), "--once"]);
+    let by_dir = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(by_dir.starts_with(&format!("{}: 2 traced processes", dir.path().display())), "{by_dir}");
+    let out = top(&["top", "/nonexistent-gpushim-dir", "--once"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!((out.status.code(), err.lines().count()), (Some(2), 1), "{err}");
+    assert!(err.contains("neither a process id nor a directory"), "{err}");
     // The full-screen view: the job's rows first, Enter into a process, Esc back, q out.
     if Command::new("tmux").arg("-V").output().is_ok() {
         let tmux = Tmux(format!("gpushim-test-job-{}", std::process::id()));

@@ -102,10 +102,10 @@ enum Command {
     /// bytes or growth, from its collector (the program is not touched). Keys: t sort, g growth
     /// window, Enter stack, s snapshot, q quit.
     Top {
-        /// Process id of a program traced by gpushim, or of `gpushim run` (its traced child is
-        /// watched).
-        #[arg(value_parser = clap::value_parser!(i32).range(1..))]
-        pid: i32,
+        /// Process id of a program traced by gpushim, or of `gpushim run` (its traced processes
+        /// are watched), or a job's output directory (every process writing reports there).
+        #[arg(value_name = "PID|DIR")]
+        target: String,
         /// Print one text frame and exit (no terminal needed).
         #[arg(long)]
         once: bool,
@@ -210,7 +210,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Diff { old, new, top, format } => collector::diff(&old, &new, top, format),
         Command::Snapshot { pid, signal, timeout } => collector::snapshot(pid, signal, timeout),
-        Command::Top { pid, once, json, window } => collector::top(&collector::TopOptions { pid, once, json, window }),
+        Command::Top { target, once, json, window } => {
+            collector::top(&collector::TopOptions { target, once, json, window })
+        }
         Command::Demo { output } => collector::demo(&collector::DemoOptions { output }),
         Command::PreloadPath => collector::preload_path(),
         Command::Collect { input, output, hold_exit, .. } => collector::collect(input, output, hold_exit),
@@ -259,7 +261,9 @@ mod tests {
         assert!(Cli::try_parse_from(["gpushim", "collect"]).is_ok());
         assert!(matches!(Cli::try_parse_from(["gpushim", "preload-path"]).unwrap().command, Command::PreloadPath));
         match Cli::try_parse_from(["gpushim", "top", "42", "--once", "--window", "30"]).unwrap().command {
-            Command::Top { pid, once, json, window } => assert_eq!((pid, once, json, window), (42, true, false, 30.0)),
+            Command::Top { target, once, json, window } => {
+                assert_eq!((target.as_str(), once, json, window), ("42", true, false, 30.0))
+            }
             c => panic!("{c:?}"),
         }
         assert!(Cli::try_parse_from(["gpushim", "top", "42", "--once", "--json"]).is_err());

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::snapshot::{children, has_shim};
+use super::snapshot::{children, collectors, has_shim};
 use super::top_text::{failure, job_text, text, Sort};
 use crate::control::client;
 use crate::control::frame::{Frame, VERSION};
@@ -23,8 +23,9 @@ pub const JOB_FORMAT: &str = "gpushim-top-job";
 /// What `gpushim top` was asked for.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// The traced program's pid, or that of `gpushim run` (or a shell) holding it.
-    pub pid: i32,
+    /// The traced program's pid, or that of `gpushim run` (or a shell) holding it, or a job's
+    /// output directory.
+    pub target: String,
     /// Print one text frame and exit.
     pub once: bool,
     /// Print one JSON frame and exit.
@@ -42,9 +43,22 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     if !(opts.window.is_finite() && opts.window > 0.0) {
         return Err(coded(USAGE, format!("--window {}: a number of seconds above 0", opts.window)));
     }
-    match traced(opts.pid)? {
+    let (watched, name) = match opts.target.parse::<i64>() {
+        Ok(pid) => {
+            let pid = i32::try_from(pid)
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or_else(|| coded(USAGE, format!("{pid} is no process id (1 or more)")))?;
+            (traced(pid)?, format!("pid {pid}"))
+        }
+        Err(_) => {
+            let dir = Path::new(&opts.target);
+            (in_dir(dir)?, dir.display().to_string())
+        }
+    };
+    match watched {
         Watched::One(pid) => one(pid, opts),
-        Watched::Job(pids) => job(opts.pid, &pids, opts),
+        Watched::Job(pids) => job(&name, &pids, opts),
     }
 }
 
@@ -63,8 +77,8 @@ fn one(pid: u32, opts: &Options) -> Result<ExitCode> {
     super::top_view::run(&[pid], opts.window)
 }
 
-/// `gpushim top` of a job: `pid` runs the traced processes `pids`.
-fn job(pid: i32, pids: &[u32], opts: &Options) -> Result<ExitCode> {
+/// `gpushim top` of a job: `name` (`pid N`, a directory) holds the traced processes `pids`.
+fn job(name: &str, pids: &[u32], opts: &Options) -> Result<ExitCode> {
     if !(opts.json || opts.once) {
         return super::top_view::run(pids, opts.window);
     }
@@ -73,10 +87,10 @@ fn job(pid: i32, pids: &[u32], opts: &Options) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     if opts.json {
         let ok: Vec<&Frame> = frames.iter().flatten().collect();
-        let doc = serde_json::json!({ "format": JOB_FORMAT, "version": VERSION, "pid": pid, "frames": ok });
+        let doc = serde_json::json!({ "format": JOB_FORMAT, "version": VERSION, "of": name, "frames": ok });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
-        write!(out, "{}", job_text(pid, &frames))?;
+        write!(out, "{}", job_text(name, &frames))?;
     }
     Ok(ExitCode::from(OK))
 }
@@ -120,6 +134,27 @@ fn traced(pid: i32) -> Result<Watched> {
             format!("pid {pid} is not running under gpushim (libgpushim.so is not loaded), nor is any child of it"),
         )),
         _ => Ok(Watched::Job(traced)),
+    }
+}
+
+/// The processes whose collectors write into `dir` and answer.
+fn in_dir(dir: &Path) -> Result<Watched> {
+    let want = std::fs::canonicalize(dir)
+        .map_err(|e| coded(USAGE, format!("{}: neither a process id nor a directory ({e})", dir.display())))?;
+    let answers = |p: i32| client::request(p as u32, "frame 1 1", Duration::from_secs(10)).is_ok();
+    let mut pids: Vec<u32> = collectors()
+        .into_iter()
+        .filter(|(_, out)| std::fs::canonicalize(out).is_ok_and(|o| o == want))
+        .map(|(p, _)| p)
+        .filter(|&p| answers(p))
+        .map(|p| p as u32)
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    match pids.as_slice() {
+        [] => Err(coded(USAGE, format!("no running collector writes reports into {}", dir.display()))),
+        [one] => Ok(Watched::One(*one)),
+        _ => Ok(Watched::Job(pids)),
     }
 }
 

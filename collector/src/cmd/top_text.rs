@@ -176,9 +176,9 @@ pub(super) fn job_cells(f: &Frame) -> [String; 6] {
 
 /// The text of a job (`--once` on `gpushim run`'s pid): one row per traced process, and one
 /// line for each process whose frame could not be had.
-pub(super) fn job_text(pid: i32, frames: &[Result<Frame, String>]) -> String {
+pub(super) fn job_text(name: &str, frames: &[Result<Frame, String>]) -> String {
     let window = frames.iter().flatten().map(|f| f.window_s).next().unwrap_or(0.0);
-    let mut out = format!("pid {pid}: {} traced processes; growth over the last {window:.0} s\n", frames.len());
+    let mut out = format!("{name}: {} traced processes; growth over the last {window:.0} s\n", frames.len());
     let _ = writeln!(
         out,
         "{:<22}  {:>10}  {:>10}  {:>13}  {:>8}  TOP SUSPECT",
@@ -257,7 +257,7 @@ mod tests {
         };
         // From the point at or before 15 - 10 = 5 s.
         assert_eq!(process_growth(&f), 100.0);
-        let t = job_text(7, &[Ok(f), Err("the collector of pid 43 is gone".into())]);
+        let t = job_text("pid 7", &[Ok(f), Err("the collector of pid 43 is gone".into())]);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "pid 7: 2 traced processes; growth over the last 10 s");
         assert!(lines[2].starts_with("rank 1 (pid 42)") && lines[2].ends_with("grow (a.c:9) (+100 B/s)"), "{t}");
