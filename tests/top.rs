@@ -3,7 +3,8 @@
 //! on absolute deadlines: `--json` and `--once` show it on top with its rate within 10%, a
 //! snapshot request writes a report, bad input gets one line, and the full-screen view under
 //! tmux (send-keys, capture-pane) shows the site, says when the terminal is too small, shows
-//! the site's stack on Enter, takes a snapshot on `s` and gives the shell back on `q`. Without
+//! the site's stack on Enter, takes a snapshot on `s`, shows what grew since it on `d` and gives
+//! the shell back on `q`. Without
 //! tmux that test says it is skipped (.ci/run installs tmux). On `gpushim run`'s pid with two
 //! traced processes, one row per process, the leaking one's naming its suspect.
 //!
@@ -230,6 +231,12 @@ fn the_full_screen_view_under_tmux() {
     let path = pane.split("snapshot written to ").nth(1).unwrap().split_whitespace().next().unwrap();
     assert!(Path::new(path).is_file(), "{path}: {pane}");
     assert!(path.starts_with(dir.to_str().unwrap()), "{path}");
+    // `d`: another snapshot, and what grew since the first.
+    tmux.cmd(&["send-keys", "-t", "top", "d"]);
+    let pane = tmux.wait_for("the diff", |p| p.contains("what changed since the last snapshot"));
+    assert!(pane.contains("grow_step"), "{pane}");
+    tmux.cmd(&["send-keys", "-t", "top", "Escape"]);
+    tmux.wait_for("the table again", |p| p.contains("sites by live bytes"));
     tmux.cmd(&["send-keys", "-t", "top", "q"]);
     let alt = || {
         String::from_utf8_lossy(&tmux.cmd(&["display", "-p", "-t", "top", "#{alternate_on}"]).stdout).trim().to_string()

@@ -4,10 +4,12 @@
 //! the top suspect); Enter goes into the selected one, Esc comes back.
 //!
 //! Keys: `t` sorts by live bytes or by growth, `g` cycles the growth window, Up/Down select a
-//! site, Enter shows its stack (Enter or Esc back), `s` takes a snapshot and shows its path,
+//! site, Enter shows its stack (Enter or Esc back), `s` takes a snapshot and shows its path, `d`
+//! takes another and shows what changed since the last one (`gpushim diff`'s text; Esc back),
 //! `q` (or Ctrl-C) quits. The terminal is restored on every way out, a panic's included.
 
 use std::io::{self, Stdout};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -22,10 +24,12 @@ use ratatui::widgets::{Block, Borders, Paragraph, Row, Sparkline, Table, TableSt
 use ratatui::{Frame as Screen, Terminal};
 
 use super::top_text::{clean, failure, header, headline, job_cells, rate, sorted, Sort};
+use crate::compare::diff::diff;
 use crate::control::client;
 use crate::control::frame::Frame;
 use crate::error::{coded, OK, USAGE};
 use crate::report::words::fmt_bytes;
+use crate::report::Report;
 
 /// The smallest terminal drawn in, columns and rows.
 const MIN_SIZE: (u16, u16) = (60, 14);
@@ -50,6 +54,10 @@ struct View {
     table: TableState,
     stack: bool,
     message: String,
+    /// The process's latest snapshot taken here, for `d`.
+    last_snapshot: Option<PathBuf>,
+    /// What `d` showed: the diff's lines, while they are shown.
+    diff: Option<Vec<String>>,
 }
 
 /// Restores the terminal when dropped.
@@ -89,6 +97,8 @@ pub fn run(pids: &[u32], window: f64) -> Result<ExitCode> {
         table: TableState::default().with_selected(Some(0)),
         stack: false,
         message: String::new(),
+        last_snapshot: None,
+        diff: None,
     };
     if let Some(pid) = one {
         view.frame = Some(client::frame(pid, window).map_err(|f| failure(pid, f))?);
@@ -130,14 +140,27 @@ impl View {
                                 self.message = "taking a snapshot…".into();
                                 term.draw(|s| self.draw(s))?;
                                 self.message = match client::snapshot(pid) {
-                                    Ok(p) => format!("snapshot written to {}", p.display()),
+                                    Ok(p) => {
+                                        let line = format!("snapshot written to {}", p.display());
+                                        self.last_snapshot = Some(p);
+                                        line
+                                    }
                                     Err(f) => format!("no snapshot: {}", failure(pid, f)),
                                 };
                             }
                         }
+                        KeyCode::Char('d') => {
+                            if let Some(pid) = self.pid {
+                                self.message = "taking a snapshot…".into();
+                                term.draw(|s| self.draw(s))?;
+                                self.diff_since_last(pid);
+                            }
+                        }
+                        KeyCode::Esc if self.diff.is_some() => self.diff = None,
                         KeyCode::Enter if self.pid.is_none() => {
                             let at = self.rows.selected().unwrap_or(0);
                             self.pid = self.pids.get(at).copied();
+                            (self.last_snapshot, self.diff) = (None, None);
                             self.frame = self.job.get(at).and_then(|f| f.as_ref().ok()).cloned();
                             self.table.select(Some(0));
                             next = Instant::now();
@@ -161,6 +184,35 @@ impl View {
             next = Instant::now() + REFRESH;
             self.refresh();
         }
+    }
+
+    /// `d`: a snapshot now, and what changed since the last one taken here (`gpushim diff`'s
+    /// text), shown in place of the sites.
+    fn diff_since_last(&mut self, pid: u32) {
+        let Some(old) = self.last_snapshot.clone() else {
+            self.message = "d shows what changed since the last snapshot: take one first with s".into();
+            return;
+        };
+        let new = match client::snapshot(pid) {
+            Ok(p) => p,
+            Err(f) => {
+                self.message = format!("no snapshot: {}", failure(pid, f));
+                return;
+            }
+        };
+        let mut text = Vec::new();
+        let done = match (Report::read(&old), Report::read(&new)) {
+            (Ok(a), Ok(b)) => diff(&a, &b, 20, &mut text).map_err(|e| e.to_string()),
+            (Err(e), _) | (_, Err(e)) => Err(format!("{e:#}")),
+        };
+        self.message = match done {
+            Ok(()) => {
+                self.diff = Some(String::from_utf8_lossy(&text).lines().map(clean).collect());
+                format!("since {}: snapshot written to {}", old.display(), new.display())
+            }
+            Err(why) => format!("no diff: {why}"),
+        };
+        self.last_snapshot = Some(new);
     }
 
     /// Asks for the frames shown: the process's, or on a job's first screen every process's.
@@ -258,7 +310,12 @@ impl View {
         let sites = sorted(f, self.sort);
         let selected = self.table.selected().unwrap_or(0).min(sites.len().saturating_sub(1));
         self.table.select(Some(selected));
-        if self.stack {
+        if let Some(lines) = &self.diff {
+            let lines: Vec<Line> = lines.iter().map(|l| Line::from(l.as_str())).collect();
+            let block =
+                Block::default().borders(Borders::ALL).title(" what changed since the last snapshot (Esc: back) ");
+            s.render_widget(Paragraph::new(lines).block(block), body);
+        } else if self.stack {
             let mut lines = Vec::new();
             if let Some(site) = sites.get(selected) {
                 lines.push(Line::from(format!("site {}: {}", site.id, headline(site))));
@@ -299,9 +356,9 @@ impl View {
             s.render_stateful_widget(table, body, &mut self.table);
         }
         let keys = if self.pids.len() > 1 {
-            "q quit  t sort  g window  s snapshot  Enter stack  Esc processes"
+            "q quit  t sort  g window  s snapshot  d diff  Enter stack  Esc processes"
         } else {
-            "q quit  t sort  g window  s snapshot  Enter stack"
+            "q quit  t sort  g window  s snapshot  d diff  Enter stack"
         };
         let text = if self.message.is_empty() { keys.to_string() } else { format!("{}  |  {keys}", self.message) };
         s.render_widget(Paragraph::new(text), foot);
