@@ -10,9 +10,9 @@
 //! client has asked for a frame (not before: symbolizing reads the program's files, and a
 //! program nobody watches must not wait for that), the suspects are ranked at most every
 //! [`SUSPECTS_EVERY_NS`] and a site's headline and frames symbolized once, when it first enters
-//! the top sites; the first frame waits for the sample that names them. A thread of its own takes the
-//! connections, and one thread per connection answers a frame from the shared state: a frame
-//! never waits for the event loop. A snapshot request is handed to the event loop (a byte on a
+//! the top sites. A thread of its own takes the connections, and one thread per connection
+//! answers a frame from the shared state: no frame waits for the event loop but the first,
+//! which waits (at most 5 s) for the sample that names the sites. A snapshot request is handed to the event loop (a byte on a
 //! socket pair wakes it when it waits), which writes the report of the live set as applied so
 //! far ([`crate::collect`]'s snapshot report, labelled `top`) and hands back its path. Nothing
 //! here reaches the traced program. Both ends check that the other runs as the same user (or
