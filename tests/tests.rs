@@ -23,4 +23,5 @@ mod rings; // per-thread rings: many threads, threads that end, snapshots and fo
 mod snapshots; // SIGUSR1 snapshots hold exactly the allocations made before the signal
 #[path = "../standins/circles.rs"]
 mod standin_circles; // the C stand-ins: no two files use each other (nm)
+mod top; // gpushim top: the live view from the collector's control endpoint, --once, --json, tmux
 mod unwinding; // the cached unwinder agrees with libgcc's

@@ -13,6 +13,7 @@
 //! - `collect`: the collection of one stream: decoding and ordering, the driving loop, and the
 //!   writer of every kind of report;
 //! - `compare`: reports read back and compared (`diff`, the job view);
+//! - `control`: the control endpoint `gpushim top` reads a running collector's live view from;
 //! - `error`: exit codes;
 //! - `explain`: the live set made into a report (symbols, frame classes, owners, suspects'
 //!   causes, the driver's view, who holds the memory, reachability, a process's identity);
@@ -41,6 +42,7 @@ mod account;
 mod cmd;
 mod collect;
 mod compare;
+mod control;
 mod error;
 mod explain;
 mod metrics;
@@ -56,6 +58,7 @@ pub use cmd::preload::run as preload_path;
 pub use cmd::report::run as report;
 pub use cmd::run::{parse_bytes, run, Options as RunOptions};
 pub use cmd::snapshot::{run as snapshot, Signal};
+pub use cmd::top::{run as top, Options as TopOptions};
 pub use compare::diff::DiffFormat;
 pub use error::{coded, exit_code, is_broken_pipe, USAGE};
 pub use render::format::Format;

@@ -98,6 +98,24 @@ enum Command {
         #[arg(long, value_name = "SECS", default_value_t = 10.0)]
         timeout: f64,
     },
+    /// Watch a running traced program's GPU memory live: its top allocation sites by live
+    /// bytes or growth, from its collector (the program is not touched). Keys: t sort, g growth
+    /// window, Enter stack, s snapshot, q quit.
+    Top {
+        /// Process id of a program traced by gpushim, or of `gpushim run` (its traced processes
+        /// are watched), or a job's output directory (every process writing reports there).
+        #[arg(value_name = "PID|DIR")]
+        target: String,
+        /// Print one text frame and exit (no terminal needed).
+        #[arg(long)]
+        once: bool,
+        /// Print one JSON frame and exit (docs/report-schema.md, "The live frame").
+        #[arg(long, conflicts_with = "once")]
+        json: bool,
+        /// Growth window, seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+        window: f64,
+    },
     /// Jupyter: install a kernel that runs under gpushim (then `%load_ext gpushim` in a notebook).
     Kernel {
         #[command(subcommand)]
@@ -192,6 +210,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Diff { old, new, top, format } => collector::diff(&old, &new, top, format),
         Command::Snapshot { pid, signal, timeout } => collector::snapshot(pid, signal, timeout),
+        Command::Top { target, once, json, window } => {
+            collector::top(&collector::TopOptions { target, once, json, window })
+        }
         Command::Demo { output } => collector::demo(&collector::DemoOptions { output }),
         Command::PreloadPath => collector::preload_path(),
         Command::Collect { input, output, hold_exit, .. } => collector::collect(input, output, hold_exit),
@@ -239,6 +260,13 @@ mod tests {
         assert!(Cli::try_parse_from(["gpushim", "snapshot", "0"]).is_err(), "pid 0 would signal a group");
         assert!(Cli::try_parse_from(["gpushim", "collect"]).is_ok());
         assert!(matches!(Cli::try_parse_from(["gpushim", "preload-path"]).unwrap().command, Command::PreloadPath));
+        match Cli::try_parse_from(["gpushim", "top", "42", "--once", "--window", "30"]).unwrap().command {
+            Command::Top { target, once, json, window } => {
+                assert_eq!((target.as_str(), once, json, window), ("42", true, false, 30.0))
+            }
+            c => panic!("{c:?}"),
+        }
+        assert!(Cli::try_parse_from(["gpushim", "top", "42", "--once", "--json"]).is_err());
         match Cli::try_parse_from(["gpushim", "demo", "-o", "d"]).unwrap().command {
             Command::Demo { output } => assert_eq!(output, Some(PathBuf::from("d"))),
             c => panic!("{c:?}"),

@@ -86,7 +86,7 @@ int read_to_eof(volatile sig_atomic_t *stop)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: target kinds | threads N M | leak N | snapshot | kill | fork | "
+    fprintf(stderr, "usage: target kinds | threads N M | leak N | grow N SIZE MS | snapshot | kill | fork | "
                     "forkexec | errors | none | sleep-snapshot | pause N | sigint-exit | "
                     "burst N | churn N | query | forkexec-tools | reap | pitch-overflow | malloc3d | "
                     "dlreload | odd-rbp | stuck-exit | paths N [fork] | ring-threads N M | "
@@ -110,6 +110,8 @@ int main(int argc, char **argv)
         rc = scenario_threads(argc, argv);
     } else if (strcmp(s, "leak") == 0) {
         rc = scenario_leak(argc, argv);
+    } else if (strcmp(s, "grow") == 0) {
+        rc = scenario_grow(argc, argv);
     } else if (strcmp(s, "snapshot") == 0) {
         rc = scenario_snapshot();
     } else if (strcmp(s, "kill") == 0) {

@@ -39,6 +39,7 @@ NOINLINE void *pause_after(void);
 int scenario_kinds(void);
 int scenario_threads(int argc, char **argv);
 int scenario_leak(int argc, char **argv);
+int scenario_grow(int argc, char **argv);
 int scenario_snapshot(void);
 int scenario_sleep_snapshot(void);
 int scenario_pause(int argc, char **argv);

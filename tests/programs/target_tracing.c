@@ -230,6 +230,55 @@ int scenario_leak(int argc, char **argv)
     return 0;
 }
 
+/* ----------------------------------------------------------------- grow */
+
+NOINLINE void *grow_base(void)
+{
+    void *p = NULL;
+    check("cudaMalloc", cudaMalloc(&p, 1 * MiB));
+    return p;
+}
+
+NOINLINE void *grow_step(size_t size)
+{
+    void *p = NULL; /* kept on purpose */
+    check("cudaMalloc", cudaMalloc(&p, size));
+    return p;
+}
+
+/* grow N SIZE MS: a 1 MiB buffer, then N allocations of SIZE bytes, one every MS ms, all kept
+ * (gpushim top's tests watch the site grow), then waits for its stdin to end. The deadlines are
+ * absolute, so the rate is SIZE per MS however late a wake-up comes. Prints "ready" after the
+ * first. */
+int scenario_grow(int argc, char **argv)
+{
+    long n = argc > 2 ? strtol(argv[2], NULL, 10) : 100;
+    long size = argc > 3 ? strtol(argv[3], NULL, 10) : 65536;
+    long ms = argc > 4 ? strtol(argv[4], NULL, 10) : 10;
+    if (n < 1 || size < 1 || ms < 1) {
+        fprintf(stderr, "target: grow N SIZE MS: bad argument\n");
+        return 2;
+    }
+    (void)grow_base();
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    for (long i = 0; i < n; i++) {
+        (void)grow_step((size_t)size);
+        if (i == 0) {
+            printf("ready\n");
+            fflush(stdout);
+        }
+        next.tv_nsec += ms * 1000000L;
+        while (next.tv_nsec >= 1000000000L) {
+            next.tv_nsec -= 1000000000L;
+            next.tv_sec += 1;
+        }
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR) {
+        }
+    }
+    return read_to_eof(NULL);
+}
+
 /* ------------------------------------------------------------- snapshot */
 
 NOINLINE void *snapshot_before(void) { return device_alloc_named(1 * MiB); }

@@ -39,6 +39,7 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>, hold_exit: bool) -> 
         sample_driver: live,
         interval,
         metrics,
+        control: live.then_some(0),
         reorder_bytes: count_setting("GPUSHIM_REORDER_MIB", s.reorder_mib.as_deref(), &mut err)
             .map(|m| m.saturating_mul(1 << 20)),
         max_stacks: count_setting("GPUSHIM_MAX_STACKS", s.max_stacks.as_deref(), &mut err),

@@ -12,6 +12,9 @@ pub mod run;
 mod run_pipe;
 mod signals;
 pub mod snapshot;
+pub mod top;
+mod top_text;
+mod top_view;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};

@@ -176,18 +176,23 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
 }
 
 /// Whether `pid` has libgpushim.so mapped; `None` if its maps cannot be read.
-fn has_shim(pid: i32) -> Option<bool> {
+pub(super) fn has_shim(pid: i32) -> Option<bool> {
     fs::read_to_string(format!("/proc/{pid}/maps")).ok().map(|m| m.contains("libgpushim"))
 }
 
 /// The direct children of `pid` (from `/proc/PID/task/*/children`) that have the shim loaded.
-fn traced_children(pid: i32) -> Vec<i32> {
+pub(super) fn traced_children(pid: i32) -> Vec<i32> {
+    children(pid).into_iter().filter(|&c| has_shim(c) == Some(true)).collect()
+}
+
+/// The direct children of `pid` (from `/proc/PID/task/*/children`).
+pub(super) fn children(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();
     let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return out };
     for t in tasks.flatten() {
         let Ok(list) = fs::read_to_string(t.path().join("children")) else { continue };
         for c in list.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
-            if has_shim(c) == Some(true) && !out.contains(&c) {
+            if !out.contains(&c) {
                 out.push(c);
             }
         }
@@ -261,8 +266,15 @@ fn output_dir(proc_dir: &Path, pid: i32) -> Result<PathBuf> {
 
 /// The `--output` of the running `gpushim collect` whose `--pid` is `pid`, if any.
 fn collector_output(pid: i32) -> Option<PathBuf> {
-    let want = pid.to_string();
-    for entry in fs::read_dir("/proc").ok()?.flatten() {
+    collectors().into_iter().find(|c| c.0 == pid).map(|c| c.1)
+}
+
+/// Every running `gpushim collect` that names its traced pid and output directory (`--pid PID
+/// --output DIR` on its command line, as the shim starts it): `(PID, DIR)`.
+pub(super) fn collectors() -> Vec<(i32, PathBuf)> {
+    let mut out = Vec::new();
+    let Ok(procs) = fs::read_dir("/proc") else { return out };
+    for entry in procs.flatten() {
         let name = entry.file_name();
         if !name.as_bytes().iter().all(u8::is_ascii_digit) {
             continue;
@@ -273,13 +285,12 @@ fn collector_output(pid: i32) -> Option<PathBuf> {
             continue;
         }
         let value = |flag: &[u8]| args.windows(2).find(|w| w[0] == flag).map(|w| w[1]);
-        if value(b"--pid") == Some(want.as_bytes()) {
-            if let Some(dir) = value(b"--output") {
-                return Some(PathBuf::from(OsString::from_vec(dir.to_vec())));
-            }
+        let pid = value(b"--pid").and_then(|p| std::str::from_utf8(p).ok()?.parse::<i32>().ok());
+        if let (Some(pid), Some(dir)) = (pid, value(b"--output")) {
+            out.push((pid, PathBuf::from(OsString::from_vec(dir.to_vec()))));
         }
     }
-    None
+    out
 }
 
 /// Whether `/proc/PID/status` text `status` says the process ignores signal `sig` (its

@@ -13,6 +13,7 @@ use super::sink::{Ending, Sink};
 use super::write::{Kind, Writer};
 use super::{Options, Outcome, MAX_NOTES, MAX_THREAD_NAMES};
 use crate::account::reorder::{Tracker, DEFAULT_REORDER_BYTES};
+use crate::control::{self, Control, Woken};
 use crate::explain::oom::MAX_OOM_REPORTS;
 use crate::explain::{identity, nvml, reach};
 use crate::metrics::{Publisher, Sources};
@@ -33,12 +34,27 @@ macro_rules! metrics_sources {
     };
 }
 
+/// The collector's state that the control endpoint reads besides the live set
+/// ([`control::Sources`]), borrowed field by field from a [`Sink`].
+macro_rules! control_sources {
+    ($sink:expr) => {
+        control::Sources {
+            sym: &mut $sink.sym,
+            stacks: &$sink.stacks,
+            identity: $sink.identity.as_ref(),
+            sampler: $sink.sampler.as_ref(),
+        }
+    };
+}
+
 /// One stream's collection under way.
 pub(super) struct Drive<'a, 'o, R> {
     dec: Stream<R>,
     sink: Sink<'a>,
     tracker: Tracker,
     metrics: Option<Publisher>,
+    /// The endpoint of `gpushim top`, with the descriptor the stream is read from.
+    control: Option<(Control, i32)>,
     opts: &'o Options,
     /// Notes of the stream not kept (past [`MAX_NOTES`]).
     dropped_notes: u64,
@@ -63,11 +79,13 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
         let mut tracker = Tracker::with_bound(opts.reorder_bytes.unwrap_or(DEFAULT_REORDER_BYTES));
         tracker.state_mut().set_max_stacks(opts.max_stacks.unwrap_or(0));
         let watch = Watch::open(sink.hello.pid, opts.live);
+        let control = opts.control.and_then(|fd| Some((Control::new(sink.hello.pid, &sink.hello.command)?, fd)));
         Drive {
             dec,
             sink,
             tracker,
             metrics,
+            control,
             opts,
             dropped_notes: 0,
             exit_ts: None,
@@ -81,6 +99,9 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
     /// report.
     pub(super) fn run(mut self, stream_read: &mut dyn FnMut()) -> Result<Outcome> {
         let broken = loop {
+            if self.control.is_some() && self.dec.get_ref().buffer().is_empty() {
+                self.idle();
+            }
             match self.dec.next_event() {
                 Ok(Some(ev)) => self.step(ev),
                 Ok(None) => break None,
@@ -93,6 +114,9 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
         self.sink.lost = self.tracker.lost();
         self.tracker.finish(&mut self.sink);
         stream_read();
+        if let Some((c, _)) = self.control.as_mut() {
+            c.finish(self.tracker.state(), &mut control_sources!(self.sink));
+        }
         // After the program's exit is released: a last ranking and labels take their time.
         if let Some(m) = self.metrics.as_mut() {
             m.finish(self.tracker.state(), &mut metrics_sources!(self.sink));
@@ -112,6 +136,12 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
         self.apply(ev);
         self.sink.lost = self.tracker.lost();
         self.publish(ts);
+        if let Some((c, _)) = self.control.as_mut() {
+            c.after_event(ts, self.tracker.state(), &mut control_sources!(self.sink));
+            if c.requested() {
+                self.snapshots_asked();
+            }
+        }
         self.forget_evicted();
         self.interval_report(ts);
     }
@@ -186,6 +216,34 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
         let mut src = metrics_sources!(sink);
         m.after_event(ts, self.tracker.state(), &mut src);
         m.caught_up(!self.dec.get_ref().buffer().is_empty(), self.tracker.state(), &mut src);
+    }
+
+    /// Nothing buffered to read: waits for the stream while taking the control endpoint's
+    /// samples when due and writing the snapshots its clients ask for.
+    fn idle(&mut self) {
+        loop {
+            let Some((c, fd)) = self.control.as_mut() else { return };
+            match c.wait(*fd) {
+                Woken::Input => return,
+                Woken::Due => c.sample_now(self.tracker.state(), &mut control_sources!(self.sink)),
+                Woken::Request => self.snapshots_asked(),
+            }
+        }
+    }
+
+    /// Serves the control endpoint's clients: names the sites for a first frame, and writes a
+    /// snapshot of the live set as applied so far for each client that asked for one, handing
+    /// each its path.
+    fn snapshots_asked(&mut self) {
+        let Some((c, _)) = self.control.as_mut() else { return };
+        let asked = c.take_requests(self.tracker.state(), &mut control_sources!(self.sink));
+        if asked.is_empty() {
+            return;
+        }
+        let written = self.sink.top_snapshot(self.tracker.state()).map_err(|e| format!("{e:#}"));
+        for r in asked {
+            let _ = r.send(written.clone());
+        }
     }
 
     /// Sites forgotten to stay within the bound: their stacks go with them.

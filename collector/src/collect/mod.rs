@@ -39,6 +39,10 @@ pub struct Options {
     pub interval: Option<Intervals>,
     /// Serve Prometheus metrics while the stream is read (`GPUSHIM_METRICS`, [`crate::metrics`]).
     pub metrics: Option<crate::metrics::Config>,
+    /// Listen for `gpushim top` while the stream is read ([`crate::control`]): the descriptor
+    /// the stream is read from (the shim's socket), polled while the loop waits. `None` for a
+    /// recorded stream.
+    pub control: Option<i32>,
     /// The reorder buffer's bound, bytes (`GPUSHIM_REORDER_MIB`; `None`:
     /// [`crate::account::reorder::DEFAULT_REORDER_BYTES`]).
     pub reorder_bytes: Option<usize>,

@@ -61,6 +61,8 @@ pub(super) struct Sink<'a> {
     pub(super) physical: BTreeMap<i32, PhysicalDevice>,
     /// Interval reports written so far.
     pub(super) intervals: u32,
+    /// Snapshots written for `gpushim top` so far.
+    pub(super) top_snapshots: u32,
     /// The reachability scan of the final report (it arrives before `Exit`), classified with
     /// the final report once the stream is read.
     pub(super) exit_reach: Option<Reach>,
@@ -121,6 +123,7 @@ impl<'a> Sink<'a> {
             identity: None,
             physical: BTreeMap::new(),
             intervals: 0,
+            top_snapshots: 0,
             out,
         }
     }
@@ -281,6 +284,23 @@ impl<'a> Sink<'a> {
         report.interval = Some(n);
         let stem = format!("{}-interval-{n}", self.stem());
         let _ = self.out.report(&stem, Kind::Interval { n, keep }, &mut report);
+    }
+
+    /// Writes a snapshot report of the live set as applied so far, asked for by `gpushim top`
+    /// (through the control endpoint, not the program): `gpushim-[rankR-]PID-snapshot-top-N.json`,
+    /// labelled `top`, numbered on its own (the program's snapshots keep their numbers), with no
+    /// heap walk or reachability scan (those run in the program). Nothing is said on stderr:
+    /// the client gets the path.
+    pub(super) fn top_snapshot(&mut self, state: &State) -> anyhow::Result<PathBuf> {
+        self.top_snapshots += 1;
+        let n = self.top_snapshots;
+        self.driver = self.sampler.as_ref().map(nvml::Sampler::view_now);
+        let end = state.last_ts_ns;
+        let ending = Ending { snapshot: Some(n), ..Ending::now(Reason::Snapshot, end, self.lost, self.notes.clone()) };
+        let mut report = self.build_report(state, ending);
+        report.label = Some("top".to_string());
+        let stem = format!("{}-snapshot-top-{n}", self.stem());
+        self.out.report(&stem, Kind::TopSnapshot, &mut report)
     }
 
     /// Writes one snapshot report and says where on stderr (or answers the API's caller); a

@@ -1,4 +1,4 @@
-//! Where the reports of one stream go: one writer for the four kinds of report (snapshot,
+//! Where the reports of one stream go: one writer for the kinds of report (snapshot,
 //! out-of-memory, interval, final), with the files written beside them (who holds the memory,
 //! reachability, the HTML page) and the lines said on stderr about each.
 
@@ -18,6 +18,8 @@ pub(super) enum Kind<'k> {
     /// Snapshot number `n`; `api`: asked for through the shim's C API, so answered on the
     /// socket (and not said on stderr) rather than by signal.
     Snapshot { n: u32, api: bool },
+    /// A snapshot asked for by `gpushim top`: its client gets the path, stderr nothing.
+    TopSnapshot,
     /// Out-of-memory report; `what`: the failed request in words.
     Oom { what: &'k str },
     /// Interval report number `n`, of which the latest `keep` files are kept.
@@ -73,6 +75,12 @@ impl<'a> Writer<'a> {
                 }
                 if api {
                     self.answer(n, written.as_ref().map_err(|e| format!("{e:#}")));
+                }
+            }
+            Kind::TopSnapshot => {
+                if let Ok(path) = &written {
+                    self.html_beside(report, path);
+                    self.snapshots.push(path.clone());
                 }
             }
             Kind::Oom { what } => match &written {

@@ -206,7 +206,8 @@ pub struct DriverView {
     pub unavailable: Option<String>,
 }
 
-fn now_ns() -> u64 {
+/// The monotonic clock, ns (the shim's clock).
+pub fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid out-pointer; CLOCK_MONOTONIC is the shim's clock (shim/src/sys.rs).
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -307,6 +308,14 @@ impl Sampler {
                 .ok()
         });
         Sampler { shared, thread: thread.flatten() }
+    }
+
+    /// The latest sample taken, without taking one, or why there is none.
+    pub fn latest(&self) -> (Option<Sample>, Option<String>) {
+        match self.shared.view.lock() {
+            Ok(v) => (v.samples.last().cloned(), v.unavailable.clone()),
+            Err(_) => (None, None),
+        }
     }
 
     /// Takes one sample now (at a report) and returns everything so far.

@@ -1,0 +1,70 @@
+//! The client's side of the control endpoint: one request, one reply, on `@gpushim-<pid>`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::frame::{Frame, FORMAT, VERSION};
+use super::socket_name;
+
+/// Why a request got no answer.
+#[derive(Debug)]
+pub enum Failure {
+    /// Nothing listens for that pid: no collector (or one from before the endpoint).
+    NoCollector,
+    /// The collector closed the connection or did not answer in time: it is gone or stuck.
+    Gone(String),
+    /// It answered with an error.
+    Refused(String),
+}
+
+/// Sends `request` to the collector of traced `pid` and returns its reply line.
+pub fn request(pid: u32, request: &str, timeout: Duration) -> Result<String, Failure> {
+    let addr = SocketAddr::from_abstract_name(socket_name(pid).as_bytes()).map_err(|e| Failure::Gone(e.to_string()))?;
+    let conn = UnixStream::connect_addr(&addr).map_err(|_| Failure::NoCollector)?;
+    // Anyone may bind a name of the abstract namespace first: only a collector of our own user
+    // (or root) is believed.
+    if !super::same_user(&conn) {
+        return Err(Failure::Refused(format!("@{} is held by a process of another user", socket_name(pid))));
+    }
+    let gone = |e: std::io::Error| Failure::Gone(e.to_string());
+    conn.set_read_timeout(Some(timeout)).map_err(gone)?;
+    conn.set_write_timeout(Some(timeout)).map_err(gone)?;
+    (&conn).write_all(format!("{request}\n").as_bytes()).map_err(gone)?;
+    let mut line = String::new();
+    BufReader::new(&conn).read_line(&mut line).map_err(gone)?;
+    if line.is_empty() {
+        return Err(Failure::Gone("the connection closed without an answer".into()));
+    }
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+        if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+            return Err(Failure::Refused(e.to_string()));
+        }
+    }
+    Ok(line)
+}
+
+/// A frame of traced `pid` with growth over `window_s` seconds.
+pub fn frame(pid: u32, window_s: f64) -> Result<Frame, Failure> {
+    let line = request(pid, &format!("frame {window_s}"), Duration::from_secs(10))?;
+    let f: Frame = serde_json::from_str(&line).map_err(|e| Failure::Refused(format!("not a frame: {e}")))?;
+    if f.format != FORMAT || f.version > VERSION {
+        return Err(Failure::Refused(format!(
+            "a frame of format {} version {} (this gpushim reads {FORMAT} up to version {VERSION})",
+            f.format, f.version
+        )));
+    }
+    Ok(f)
+}
+
+/// Asks the collector of traced `pid` for a snapshot report; its path.
+pub fn snapshot(pid: u32) -> Result<PathBuf, Failure> {
+    let line = request(pid, "snapshot", Duration::from_secs(70))?;
+    let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| Failure::Refused(e.to_string()))?;
+    v.get("snapshot")
+        .and_then(|p| p.as_str())
+        .map(PathBuf::from)
+        .ok_or_else(|| Failure::Refused(format!("not a snapshot's answer: {}", line.trim())))
+}
