@@ -87,8 +87,7 @@ impl Scan {
             // Where a walk that gives up stopped, for the scan's note.
             self.walk_failed_at = p - s;
             let Some(sz) = word(p + 8, self) else {
-                self.walk_failed_read = true;
-                return false;
+                return self.heap_ended_at(p, p + 8);
             };
             let size = sz & !7;
             if size == 16 {
@@ -108,8 +107,7 @@ impl Scan {
                 return true;
             }
             let Some(nsz) = word(next + 8, self) else {
-                self.walk_failed_read = true;
-                return false;
+                return self.heap_ended_at(p, next + 8);
             };
             let freed_to_tcache = key != 0 && word(p + 24, self) == Some(key);
             // The heap's first block is the main thread's `tcache_perthread_struct` (0x290
@@ -138,6 +136,23 @@ impl Scan {
             want = if size > SMALL_WINDOW as u64 { SMALL_WINDOW } else { WINDOW };
             p = next;
         }
+    }
+
+    /// The read of the word at `at`, in chunk `p` or the chunk after it, failed: if the heap's
+    /// end (the program break) is now below `at + 8`, malloc gave memory back to the system since
+    /// the mappings were listed (a free that grew the top chunk past `M_TRIM_THRESHOLD`, by
+    /// any thread, the writer's own included): the heap ends at `p`, which is the top chunk,
+    /// and the blocks walked so far are whole. Else the walk gives up (`walk_failed_read`).
+    fn heap_ended_at(&mut self, p: u64, at: u64) -> bool {
+        // SAFETY: `brk` with an address below the heap's start changes nothing and returns the
+        // current break (Linux, mm/mmap.c).
+        let brk = unsafe { libc::syscall(libc::SYS_brk, 0usize) } as u64;
+        if brk != 0 && brk < at + 8 {
+            self.top = p;
+            return true;
+        }
+        self.walk_failed_read = true;
+        false
     }
 
     /// Marks as free ([`mark::FREE`]) the blocks of [`Scan::chunks`] freed into the main
