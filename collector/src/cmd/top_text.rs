@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::control::client::Failure;
 use crate::control::frame::{Frame, SiteLine};
 use crate::error::{coded, USAGE};
-use crate::report::words::fmt_bytes;
+use crate::report::words::{self, fmt_bytes};
 
 /// A failed request in one line.
 pub(super) fn failure(pid: u32, f: Failure) -> anyhow::Error {
@@ -117,8 +117,11 @@ pub(super) fn text(f: &Frame, sort: Sort, top: usize) -> String {
     }
     let _ = writeln!(
         out,
-        "{} sites live, {} suspects; growth over the last {:.0} s ({:.1} s of samples)",
-        f.sites_live, f.suspects, f.window_s, f.window_covered_s
+        "{} live, {}; growth over the last {:.0} s ({:.1} s of samples)",
+        words::count(f.sites_live, "site"),
+        words::count(f.suspects, "suspect"),
+        f.window_s,
+        f.window_covered_s
     );
     let _ = writeln!(out, "{:>10}  {:>7}  {:>13}  {:<7}  SITE", "LIVE", "COUNT", "GROWTH", "SUSPECT");
     for s in sorted(f, sort).into_iter().take(top) {

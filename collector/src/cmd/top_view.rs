@@ -335,8 +335,10 @@ impl View {
             });
             let by = if self.sort == Sort::Live { "live bytes" } else { "growth" };
             let title = format!(
-                " sites by {by}, growth over {:.0} s ({} live, {} suspects) ",
-                self.windows[self.window], f.sites_live, f.suspects
+                " sites by {by}, growth over {:.0} s ({} live, {}) ",
+                self.windows[self.window],
+                f.sites_live,
+                crate::report::words::count(f.suspects, "suspect")
             );
             let table = Table::new(
                 rows,
