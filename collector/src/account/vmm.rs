@@ -250,6 +250,11 @@ impl Vmm {
         p.created
     }
 
+    /// Every mapping as `(start, length, handle)`, by start address.
+    pub fn mappings(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        self.maps.iter().map(|(&addr, m)| (addr, m.size, m.handle))
+    }
+
     /// The mapping whose range holds `addr`.
     fn mapping_at(&self, addr: u64) -> Option<&Mapping> {
         let (&start, m) = self.maps.range(..=addr).next_back()?;

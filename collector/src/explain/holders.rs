@@ -5,7 +5,7 @@
 //! `…-oom-<n>.holders.json`, `gpushim-<pid>.holders.json`; docs/report-schema.md), and read back
 //! by `gpushim report` and `gpushim diff` when present.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
@@ -209,10 +209,21 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
     // Live pointer allocations by address: (end, site).
     let mut by_addr: BTreeMap<u64, (u64, u32)> = BTreeMap::new();
     let mut site_live: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut handle_site: HashMap<u64, u32> = HashMap::new();
     for (&(handle, addr), e) in state.live() {
         *site_live.entry(e.site).or_default() += e.size;
-        if !handle {
+        if handle {
+            handle_site.insert(addr, e.site);
+        } else {
             by_addr.insert(addr, (addr.saturating_add(e.size), e.site));
+        }
+    }
+    // A VMM handle (`cuMemCreate`) has no address of its own: its memory is where it is
+    // mapped, and an object there belongs to the handle's site (PyTorch's expandable
+    // segments map 2 MiB or 20 MiB handles into one reserved range).
+    for (addr, size, handle) in state.vmm.mappings() {
+        if let Some(&site) = handle_site.get(&handle) {
+            by_addr.entry(addr).or_insert((addr.saturating_add(size), site));
         }
     }
     // Per site (None: unattributed): objects with their allocation.
@@ -482,6 +493,53 @@ mod tests {
             visited: 100,
             result: result.into(),
         }
+    }
+
+    /// PyTorch's expandable segments: two 2 MiB handles (sites 4 and 5) mapped side by side
+    /// into one reserved range; a tensor in each mapping belongs to its handle's site.
+    #[test]
+    fn objects_in_mapped_vmm_memory_belong_to_the_handles_site() {
+        use gpushim_wire::{Alloc, Api, Kind, Map};
+        let mut s = State::default();
+        let mib2 = 2 << 20;
+        let va = 0x3_0000_0000u64;
+        for (i, (handle, site)) in [(0x11u64, 4u32), (0x12, 5)].into_iter().enumerate() {
+            let i = i as u64;
+            s.apply(&Op::Alloc(Alloc {
+                seq: 2 * i,
+                ts_ns: 2 * i,
+                addr: handle,
+                size: mib2,
+                kind: Kind::Device,
+                api: Api::CuMemCreate,
+                device: 0,
+                stream: 0,
+                tid: 1,
+                stack: site,
+                ctx: 0,
+            }));
+            s.apply(&Op::Map(Map {
+                seq: 2 * i + 1,
+                ts_ns: 2 * i + 1,
+                addr: va + i * mib2,
+                size: mib2,
+                handle,
+                tid: 1,
+            }));
+        }
+        let r = format!(
+            r#"{{"objects":[
+            {{"ptr":{},"nbytes":1048576,"device":0,"type":"Tensor","desc":"Tensor(262144,) float32","holder":0}},
+            {{"ptr":{},"nbytes":4096,"device":0,"type":"Tensor","desc":"Tensor(1024,) float32","holder":0}}],
+            "holders":[{{"how":"path","path":["/w/t.py global 'features'","dict[*]"]}}],"found":2}}"#,
+            va + 4096,
+            va + mib2
+        );
+        let h = attribute(&walk(&r), &s, 42);
+        let site = |id: u32| h.site(id).map(|x| (x.live_bytes, x.objects, x.in_use_bytes));
+        assert_eq!(site(s.sites.keys().copied().min().unwrap()), Some((mib2, 1, 1 << 20)));
+        assert_eq!(site(s.sites.keys().copied().max().unwrap()), Some((mib2, 1, 4096)));
+        assert_eq!(h.unattributed.objects, 0);
     }
 
     /// Two views of the same 4 KiB inside a 16 KiB segment of site 1, a tensor in site 2 kept by
