@@ -718,3 +718,43 @@ fn a_fifo_or_a_device_named_like_a_report_in_the_job_directory_is_said_in_one_li
     let _reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
     writer.join().unwrap();
 }
+
+#[test]
+fn a_recorded_stream_read_again_gives_the_same_suspects() {
+    let rec = TempDir::new("cli-record");
+    let run =
+        Target::new("leak_example", "cli-record-run").args(&["20"]).env("GPUSHIM_RECORD", rec.path().display()).run();
+    run.success();
+    let first = read_json(&run.dir.path().join(&run.files()[0]), &run);
+    let streams = names_in(rec.path());
+    assert_eq!(streams.len(), 1, "{streams:?}");
+    assert!(streams[0].starts_with("stream-") && streams[0].ends_with(".gpushim"), "{streams:?}");
+    let again = TempDir::new("cli-record-again");
+    let out = gpushim([
+        "collect",
+        "--input",
+        rec.path().join(&streams[0]).to_str().unwrap(),
+        "--output",
+        again.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: Vec<String> = names_in(again.path()).into_iter().filter(|n| n.ends_with(".json")).collect();
+    let second = read_json(&again.path().join(json.iter().find(|n| !n.contains(".holders")).unwrap()), &run);
+    let suspects = |r: &serde_json::Value| -> Vec<(u64, u64, String)> {
+        r["suspects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["site"].as_u64().unwrap(),
+                    s["live_bytes"].as_u64().unwrap(),
+                    s["reason"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    assert!(!suspects(&first).is_empty(), "{first}");
+    assert_eq!(suspects(&first), suspects(&second));
+    assert_eq!(first["totals"], second["totals"]);
+}

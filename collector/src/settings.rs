@@ -46,6 +46,8 @@ pub struct Settings {
     pub suppressions: Option<String>,
     /// `GPUSHIM_DEFAULT_SUPPRESSIONS`: `0` drops the built-in suppressions.
     pub default_suppressions: Option<String>,
+    /// `GPUSHIM_RECORD`: a directory the raw event stream is copied into as it is read.
+    pub record: Option<OsString>,
     /// `TMPDIR`: the first place a report goes when its directory cannot take it.
     pub tmpdir: Option<OsString>,
 }
@@ -54,7 +56,10 @@ impl Settings {
     /// The settings of this process's environment, read the first time they are asked for.
     pub fn global() -> &'static Settings {
         static S: OnceLock<Settings> = OnceLock::new();
-        S.get_or_init(|| Settings::read(&|k| std::env::var(k).ok(), std::env::var_os("TMPDIR")))
+        S.get_or_init(|| Settings {
+            record: std::env::var_os("GPUSHIM_RECORD").filter(|v| !v.is_empty()),
+            ..Settings::read(&|k| std::env::var(k).ok(), std::env::var_os("TMPDIR"))
+        })
     }
 
     /// The settings that `get` gives by variable name, with `tmpdir` as `TMPDIR`.
@@ -76,6 +81,7 @@ impl Settings {
             torchinductor_cache_dir: get("TORCHINDUCTOR_CACHE_DIR"),
             suppressions: get("GPUSHIM_SUPPRESSIONS"),
             default_suppressions: get("GPUSHIM_DEFAULT_SUPPRESSIONS"),
+            record: None,
             tmpdir,
         }
     }

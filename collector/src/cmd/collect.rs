@@ -62,7 +62,8 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>, hold_exit: bool) -> 
                 None => Box::new(io::sink()),
             };
             let mut confirmed = false;
-            let outcome = collect::collect_with(io::stdin().lock(), &opts, &mut err, &mut answers, &mut || {
+            let input = Recorded { input: io::stdin().lock(), copy: record_file(s, &mut err) };
+            let outcome = collect::collect_with(input, &opts, &mut err, &mut answers, &mut || {
                 if !hold_exit {
                     confirm_to_shim();
                     confirmed = true;
@@ -171,6 +172,45 @@ fn confirm_to_shim() {
 fn stdin_copy() -> Option<File> {
     use std::os::fd::AsFd;
     io::stdin().as_fd().try_clone_to_owned().ok().map(File::from)
+}
+
+/// The live stream, copied as it is read into the file `GPUSHIM_RECORD` names (a directory:
+/// `stream-<collector pid>.gpushim` in it), for `gpushim collect FILE` to read again: the same
+/// events give the same suspects, which is how the verdict is worked on without the GPU the
+/// program ran on. A copy that fails stops copying; the collection goes on.
+struct Recorded<R> {
+    input: R,
+    copy: Option<File>,
+}
+
+impl<R: io::Read> io::Read for Recorded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.input.read(buf)?;
+        if let Some(f) = self.copy.as_mut() {
+            if f.write_all(&buf[..n]).is_err() {
+                self.copy = None;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// The file the stream is copied into, if `GPUSHIM_RECORD` asks for one (one line on `err` if
+/// it cannot be made).
+fn record_file(s: &Settings, err: &mut dyn Write) -> Option<File> {
+    let dir = PathBuf::from(s.record.as_ref()?);
+    let path = dir.join(format!("stream-{}.gpushim", std::process::id()));
+    match File::create(&path) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            let _ = writeln!(
+                err,
+                "gpushim: GPUSHIM_RECORD: cannot write {}: {e}; the stream is not recorded",
+                path.display()
+            );
+            None
+        }
+    }
 }
 
 #[cfg(test)]
