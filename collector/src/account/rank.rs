@@ -77,6 +77,7 @@ pub struct Hints {
     /// of one kind that share a line are also judged together, as one union: a pool's segments
     /// for one line of code come from changing native stacks as the pool grows, so each site
     /// alone sees only a few allocations (as when a program makes a new stream per iteration).
+    /// A library's own state (`owners::Owner::library`) has no line here.
     pub line: HashMap<u32, String>,
     /// Sites whose memory a caching pool holds (`owners::Owner::pool`). A pool grows to its
     /// working set and then holds still: such a site (or union) that is no longer growing at

@@ -131,6 +131,23 @@ pub struct Owner {
     pub pool: bool,
 }
 
+/// Owners whose memory is a library's own state (a handle's workspaces, a communicator's
+/// buffers, a plan): made once per handle, at the handle's first use, under whatever line of
+/// the program first used it.
+pub const LIBRARY_OWNERS: &[&str] = &["cuBLAS workspace", "cuBLAS", "cuDNN", "NCCL", "cuFFT plans"];
+
+impl Owner {
+    /// True if a library's own state is part of this owner: `cuBLAS`, or `PyTorch caching
+    /// allocator (cuBLAS workspace)` (a workspace PyTorch took from its pool for cuBLAS).
+    pub fn library(&self) -> bool {
+        LIBRARY_OWNERS.iter().any(|l| {
+            self.name == *l
+                || self.name.strip_prefix(l).is_some_and(|rest| rest.starts_with(" ("))
+                || self.name.strip_suffix(')').is_some_and(|n| n.ends_with(&format!("({l}")))
+        })
+    }
+}
+
 /// The owner of an allocation made with stack `frames` (innermost first). An empty stack (no
 /// backtrace recorded) is owned by nobody known: [`USER_OWNER`].
 pub fn owner_of(frames: &[Frame]) -> Owner {
@@ -247,6 +264,11 @@ mod tests {
         let user = py("run_linear", "/home/u/leak.py", 5);
         let got = owner_of(&[native("cudaMalloc", "/usr/lib/libcudart.so.13"), pool.clone(), ws, user.clone()]);
         assert_eq!(got, Owner { name: "PyTorch caching allocator (cuBLAS workspace)".into(), pool: true });
+        assert!(got.library());
+        let own = |n: &str| Owner { name: n.into(), pool: false };
+        assert!(own("cuBLAS").library() && own("NCCL").library() && own("cuBLAS workspace").library());
+        assert!(!own(USER_OWNER).library() && !own("PyTorch caching allocator").library());
+        assert!(!own("CuPy memory pool").library() && !own("XLA allocator").library());
         assert_eq!(owner_of(&[pool.clone(), pool, user.clone()]).name, "PyTorch caching allocator");
         let host = native(
             "at::cuda::(anonymous namespace)::CUDACachingHostAllocatorImpl::allocate_host_memory(unsigned long, void**)",
