@@ -727,8 +727,13 @@ fn a_recorded_stream_read_again_gives_the_same_suspects() {
     run.success();
     let first = read_json(&run.dir.path().join(&run.files()[0]), &run);
     let streams = names_in(rec.path());
-    assert_eq!(streams.len(), 1, "{streams:?}");
-    assert!(streams[0].starts_with("stream-") && streams[0].ends_with(".gpushim"), "{streams:?}");
+    // The stream, and the frames its return addresses were symbolized to (for reading it again
+    // where the program's libraries are not).
+    assert_eq!(streams.len(), 2, "{streams:?}");
+    let frames = streams.iter().find(|n| n.ends_with(".frames.json")).expect("a frames file");
+    let streams: Vec<String> = streams.iter().filter(|n| n.ends_with(".gpushim")).cloned().collect();
+    assert_eq!(frames.replace(".frames.json", ".gpushim"), streams[0]);
+    assert!(streams[0].starts_with("stream-"), "{streams:?}");
     let again = TempDir::new("cli-record-again");
     let out = gpushim([
         "collect",
@@ -757,4 +762,7 @@ fn a_recorded_stream_read_again_gives_the_same_suspects() {
     assert!(!suspects(&first).is_empty(), "{first}");
     assert_eq!(suspects(&first), suspects(&second));
     assert_eq!(first["totals"], second["totals"]);
+    let frames =
+        |r: &serde_json::Value| r["sites"].as_array().unwrap().iter().map(|s| s["frames"].clone()).collect::<Vec<_>>();
+    assert_eq!(frames(&first), frames(&second));
 }

@@ -44,6 +44,12 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>, hold_exit: bool) -> 
             .map(|m| m.saturating_mul(1 << 20)),
         max_stacks: count_setting("GPUSHIM_MAX_STACKS", s.max_stacks.as_deref(), &mut err),
         live,
+        frames_out: if live {
+            record_dir(s).map(|d| d.join(format!("stream-{}.frames.json", std::process::id())))
+        } else {
+            None
+        },
+        frames_in: input.as_ref().filter(|_| !live).map(|p| p.with_extension("frames.json")).filter(|p| p.is_file()),
     };
     signals::ignore_file_size_signal();
     let outcome = match input.filter(|p| p.as_os_str() != "-") {
@@ -195,10 +201,15 @@ impl<R: io::Read> io::Read for Recorded<R> {
     }
 }
 
+/// The directory `GPUSHIM_RECORD` names, if set.
+fn record_dir(s: &Settings) -> Option<PathBuf> {
+    s.record.as_ref().map(PathBuf::from)
+}
+
 /// The file the stream is copied into, if `GPUSHIM_RECORD` asks for one (one line on `err` if
 /// it cannot be made).
 fn record_file(s: &Settings, err: &mut dyn Write) -> Option<File> {
-    let dir = PathBuf::from(s.record.as_ref()?);
+    let dir = record_dir(s)?;
     let path = dir.join(format!("stream-{}.gpushim", std::process::id()));
     match File::create(&path) {
         Ok(f) => Some(f),

@@ -72,6 +72,9 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
     /// A collection of the stream `dec`, which `hello` opened, writing its reports through `out`.
     pub(super) fn new(dec: Stream<R>, hello: Hello, opts: &'o Options, out: Writer<'a>) -> Self {
         let mut sink = Sink::new(hello, out);
+        if let Some(text) = opts.frames_in.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
+            sink.sym.preload(serde_json::from_str(&text).unwrap_or_default());
+        }
         if opts.sample_driver {
             sink.sampler = Some(nvml::Sampler::start(sink.hello.pid));
         }
@@ -358,6 +361,11 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
                 sink.out.err,
                 "gpushim: event stream from pid {pid} broken: {e}; report holds what was received"
             );
+        }
+        if let Some(p) = &self.opts.frames_out {
+            if let Ok(text) = serde_json::to_string(&sink.sym.cached_frames()) {
+                let _ = std::fs::write(p, text);
+            }
         }
         let (snapshots, ooms) = (std::mem::take(&mut sink.out.snapshots), std::mem::take(&mut sink.out.ooms));
         // A running program that exited having made no CUDA call worth a report (its collector

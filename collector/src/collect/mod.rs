@@ -53,6 +53,12 @@ pub struct Options {
     /// final report's reason takes a stop signal the collector received ([`ending::STOP`]) and
     /// whether the program still runs after a stream without an exit event.
     pub live: bool,
+    /// Where to write, at the end, every return address symbolized with its frames (with a
+    /// recorded stream: `GPUSHIM_RECORD`), so that the stream read again elsewhere, without the
+    /// program's libraries, names the same frames.
+    pub frames_out: Option<PathBuf>,
+    /// Such a file to start from (`gpushim collect --input X` reads `X`'s `.frames.json`).
+    pub frames_in: Option<PathBuf>,
 }
 
 /// At most this many thread names are kept (a long-running service may start threads without

@@ -112,6 +112,21 @@ impl Symbolizer {
         self.python.forget_stack(id);
     }
 
+    /// Every return address symbolized so far, with its frames (for a recorded stream:
+    /// `GPUSHIM_RECORD`).
+    pub fn cached_frames(&self) -> Vec<(u64, Vec<Frame>)> {
+        let mut v: Vec<(u64, Vec<Frame>)> = self.cache.iter().map(|(&a, f)| (a, f.clone())).collect();
+        v.sort_unstable_by_key(|e| e.0);
+        v
+    }
+
+    /// Takes `entries` ([`Symbolizer::cached_frames`] of the run that recorded the stream) as
+    /// already symbolized: a stream read again without the program's libraries names the same
+    /// frames.
+    pub fn preload(&mut self, entries: Vec<(u64, Vec<Frame>)>) {
+        self.cache.extend(entries);
+    }
+
     /// Addresses in the per-address cache.
     #[cfg(test)]
     pub(crate) fn cached(&self) -> usize {

@@ -21,9 +21,14 @@ Scores, per program:
 A program that crashes, times out, has no report or a report of an unexpected shape is scored
 wrong (in every measure it takes part in), with the reason; the scorer itself does not fail.
 
+With --record, each program's event stream is kept as well (`GPUSHIM_RECORD`, with the frames
+its return addresses were symbolized to) in corpus-streams.tar.gz; --replay DIR (that tarball
+unpacked, DIR/<program>/) runs nothing and scores what this collector makes of the same events:
+the verdict is worked on here, without the GPU, and the GPU run confirms it.
+
 Usage: score.py [--manifest FILE] [--only NAME...] [--jobs N] [--timeout S] [--sanitizer]
-                [--gpushim PATH] [--standins DIR] [--work DIR] [--out DIR]
-                [--expect-min METRIC=VALUE,...] [--list] [--check]
+                [--gpushim PATH] [--standins DIR] [--work DIR] [--out DIR] [--record]
+                [--replay DIR] [--expect-min METRIC=VALUE,...] [--list] [--check]
 Exit status: 0; 1 when an --expect-min bound is not met; 2 for a bad manifest or usage.
 """
 
@@ -731,6 +736,9 @@ class Runner:
         env = dict(os.environ)
         env.update(p.env)
         env["GPUSHIM_OUTPUT"] = str(run_dir)
+        if self.args.record:
+            (run_dir / "stream").mkdir(exist_ok=True)
+            env["GPUSHIM_RECORD"] = str(run_dir / "stream")
         env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
@@ -748,7 +756,19 @@ class Runner:
         note = None
         left = self.time_left()
         cut = False
-        if failed:
+        if self.args.replay:
+            rc, error = self.replay(p, run_dir)
+            path, note = find_final_report(run_dir, None)
+            if error is None and path is None:
+                error = "no report"
+            elif error is None:
+                report, error = read_json(path)
+                hp = holders_of(path)
+                if error is None and hp.exists():
+                    holders, _ = read_json(hp)
+                if error is None:
+                    self.text_report(path, run_dir)
+        elif failed:
             error = failed[0]
         elif left is not None and left <= 0:
             error = f"not run: past the run's deadline ({self.args.deadline:.0f} s)"
@@ -792,6 +812,24 @@ class Runner:
         verdict = "right" if res["right"] else "WRONG"
         self.log(f"[{n}/{len(self.programs)}] {p.name}: {verdict} ({got_text(res)}) {elapsed:.1f} s")
         return res
+
+    def replay(self, p: Program, run_dir: Path) -> tuple[int | None, str | None]:
+        """`gpushim collect` of `p`'s recorded streams (--replay DIR: `DIR/<name>/*.gpushim`) into
+        `run_dir`: the reports the same events give with this collector."""
+        streams = sorted((Path(self.args.replay) / p.name).glob("*.gpushim"))
+        if not streams:
+            return None, "no recorded stream"
+        rc = 0
+        for f in streams:
+            out = subprocess.run(
+                [str(self.args.gpushim), "collect", "--input", str(f), "--output", str(run_dir)],
+                capture_output=True,
+                timeout=600,
+                check=False,
+            )
+            (run_dir / "program.stderr").write_bytes(out.stderr)
+            rc = max(rc, out.returncode)
+        return rc, None
 
     def text_report(self, path: Path, run_dir: Path) -> None:
         """`gpushim report` of the final report, beside it, for a person reading the logs."""
@@ -915,7 +953,12 @@ def write_tarball(work: Path, dest: Path, results: list[dict]) -> str:
     for level in range(3):
         with tarfile.open(dest, "w:gz", compresslevel=6) as tar:
             for path in sorted(work.rglob("*")):
-                if path.is_file() and not path.is_symlink() and (path.parent.name != "bin") and keep(level, path):
+                if (
+                    path.is_file()
+                    and not path.is_symlink()
+                    and path.parent.name not in ("bin", "stream")
+                    and keep(level, path)
+                ):
                     tar.add(path, arcname=str(Path("corpus-logs") / path.relative_to(work)))
         if dest.stat().st_size <= TARBALL_LIMIT:
             return notes[level]
@@ -936,6 +979,18 @@ def main(argv: list[str] | None = None) -> int:
         "(each is scored wrong, with the reason), and the results are written",
     )
     ap.add_argument("--sanitizer", action="store_true", help="also run compute-sanitizer's leak check where labelled")
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="also record each program's event stream (GPUSHIM_RECORD) into corpus-streams.tar.gz",
+    )
+    ap.add_argument(
+        "--replay",
+        default=None,
+        metavar="DIR",
+        help="run nothing: score what this gpushim's collector makes of the streams recorded in DIR\n"
+        "(DIR/<program>/*.gpushim, as corpus-streams.tar.gz unpacks under streams/)",
+    )
     ap.add_argument("--gpushim", default=str(REPO / "target/release/gpushim"), help="the gpushim binary")
     ap.add_argument("--standins", default=None, help="the stand-in CUDA libraries' directory ({standins})")
     ap.add_argument("--python", default=sys.executable, help="the Python that runs the programs ({python})")
@@ -991,7 +1046,8 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(args, [b for b in builds if b.name in needed], programs)
     runner.t0 = t0  # the deadline counts from the start
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        list(pool.map(runner.build, [b for b in builds if b.name in needed]))
+        if not args.replay:
+            list(pool.map(runner.build, [b for b in builds if b.name in needed]))
         order = sorted(programs, key=lambda p: -p.cost)
         results_by_name = dict(zip([p.name for p in order], pool.map(runner.run_program, order), strict=True))
     results = [results_by_name[p.name] for p in programs]
@@ -1009,6 +1065,10 @@ def main(argv: list[str] | None = None) -> int:
     doc["programs"] = results
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     left = write_tarball(work, out / "corpus-logs.tar.gz", results)
+    if args.record:
+        with tarfile.open(out / "corpus-streams.tar.gz", "w:gz", compresslevel=6) as tar:
+            for f in sorted((work / "runs").glob("*/stream/*")):
+                tar.add(f, arcname=f"streams/{f.parent.parent.name}/{f.name}")
     if own_work:
         shutil.rmtree(work, ignore_errors=True)
     print(f"results in {out}: table.txt, accuracy.md, results.json, corpus-logs.tar.gz", end="")
