@@ -90,7 +90,7 @@ pub struct Hints {
     pub work_end_ns: Option<u64>,
 }
 
-/// Ranks the sites of `state` as leak suspects, most likely first (score, then live bytes,
+/// Ranks the sites of `state` as leak suspects, most live bytes first (then score,
 /// then site id). `run_start_ns..=run_end_ns` is the span the report covers (monotonic ns).
 pub fn suspects(state: &State, run_start_ns: u64, run_end_ns: u64) -> Vec<Suspect> {
     suspects_with(state, run_start_ns, run_end_ns, &Hints::default())
@@ -248,7 +248,7 @@ pub fn suspects_with(state: &State, run_start_ns: u64, run_end_ns: u64, hints: &
     let in_unions: std::collections::HashSet<u32> = unions.iter().flat_map(|u| u.line_sites.iter().copied()).collect();
     out.retain(|s| !in_unions.contains(&s.site));
     out.append(&mut unions);
-    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.live_bytes.cmp(&a.live_bytes)).then(a.site.cmp(&b.site)));
+    out.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(b.score.total_cmp(&a.score)).then(a.site.cmp(&b.site)));
     out
 }
 
@@ -480,7 +480,7 @@ pub fn group(suspects: Vec<Suspect>, key_of: impl Fn(u32) -> Option<String>) -> 
             head
         })
         .collect();
-    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.live_bytes.cmp(&a.live_bytes)).then(a.site.cmp(&b.site)));
+    out.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(b.score.total_cmp(&a.score)).then(a.site.cmp(&b.site)));
     out
 }
 
@@ -580,14 +580,14 @@ mod tests {
         assert_eq!(
             shape,
             vec![
-                (4, vec![4, 1, 2], 35, 35, 1.0),
                 (3, vec![3], 40, 40, 0.8),
+                (4, vec![4, 1, 2], 35, 35, 1.0),
                 (5, vec![5], 1, 1, 0.5),
                 (6, vec![6], 1, 1, 0.5),
             ]
         );
-        assert_eq!(got[0].reason, "3 sites, 35 live (35.0 MiB) in all; the largest: r4");
-        assert_eq!(got[1].reason, "r3");
+        assert_eq!(got[1].reason, "3 sites, 35 live (35.0 MiB) in all; the largest: r4");
+        assert_eq!(got[0].reason, "r3");
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub const GLOSSARY: &[Term] = &[
     },
     Term {
         word: "suspect",
-        meaning: "a site whose live memory kept growing over the run, most likely first (memory no pointer reaches is said apart, as definitely lost, and moves a suspect up, but does not make one by itself)",
+        meaning: "a site whose live memory kept growing over the run, most live bytes first (memory no pointer reaches is said apart, as definitely lost, and moves a suspect up, but does not make one by itself)",
         marks: &[],
     },
     Term {

@@ -125,7 +125,7 @@ pub struct Report {
     pub vmm: Vec<VmmTotals>,
     /// Allocation sites, most live bytes first.
     pub sites: Vec<Site>,
-    /// Leak suspects, most likely first.
+    /// Leak suspects, those with definitely lost allocations first, then most live bytes first.
     pub suspects: Vec<Suspect>,
     /// Suspects a suppression hid; absent when none was.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
