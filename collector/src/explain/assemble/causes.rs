@@ -152,6 +152,50 @@ pub(super) fn by_cause(
     (out, suppressed)
 }
 
+/// The suspects less those that are a caching pool keeping freed memory: every site of the
+/// suspect is a pool's (`pool`), and the complete exit heap walk (`walked`; `None` when there
+/// was none or it did not finish) found some of their memory in use but less than half of it
+/// (PyTorch's allocated bytes, or the objects found in them). The pool grew to a working set
+/// and keeps what the program freed for reuse: a bounded cache refilled with new keys, a
+/// buffer that grew with its input. One note each says what the walk saw. A suspect whose
+/// segments hold nothing in use at exit stays: the program let go of its memory only at the
+/// end (a loop in `main()`, whose list is gone when the exit walk runs), which the walk cannot
+/// tell from a leak.
+pub(super) fn without_pool_retention(
+    suspects: Vec<Suspect>,
+    pool: &HashSet<u32>,
+    walked: Option<&Walked<'_>>,
+    notes: &mut Vec<String>,
+) -> Vec<Suspect> {
+    let Some(walked) = walked else { return suspects };
+    let retained = |x: &Suspect| -> Option<(u64, u64)> {
+        let (mut live, mut in_use) = (0u64, 0u64);
+        let ids: HashSet<u32> = std::iter::once(x.site).chain(x.line_sites.iter().copied()).collect();
+        for id in ids {
+            let s = walked.get(&id).filter(|_| pool.contains(&id))?;
+            live = live.saturating_add(s.live_bytes);
+            in_use = in_use.saturating_add(s.in_use_bytes.min(s.live_bytes));
+        }
+        (in_use > 0 && in_use.saturating_mul(2) < live).then_some((live, in_use))
+    };
+    suspects
+        .into_iter()
+        .filter(|x| match retained(x) {
+            None => true,
+            Some((live, in_use)) => {
+                notes.push(format!(
+                    "not a suspect: site {}: {} in a caching pool's segments of which {} were in use at exit (the heap walk); \
+                     the rest is memory the program freed and the pool keeps for reuse: a working set that grew, not memory that accumulates",
+                    x.site,
+                    crate::report::words::fmt_bytes(live),
+                    crate::report::words::fmt_bytes(in_use)
+                ));
+                false
+            }
+        })
+        .collect()
+}
+
 /// The exit heap walk's sites by id (empty without a walk), read by the suspects' grouping.
 pub(super) type Walked<'a> = HashMap<u32, &'a crate::report::SiteHolders>;
 

@@ -83,6 +83,8 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     let sites = sites::site_records(&order, &mut frames, sym, ctx.thread_names, &secs);
     let walked = causes::walked_sites(ctx.holders);
     let blocks = causes::block_heads(&walked, sym.python());
+    let complete = ctx.holders.is_some_and(|h| h.walk.status == "complete");
+    let suspects = causes::without_pool_retention(suspects, &hints.pool, complete.then_some(&walked), &mut notes);
     let (suspects, suppressed) = causes::by_cause(suspects, state, &sites, &blocks, &walked, &mut notes);
     let failures = sites::failure_records(state, &mut frames, sym, &secs);
     notes::state_notes(state, frames.missing, failures.len(), &mut notes);
@@ -178,6 +180,42 @@ mod tests {
         let walked = walked_sites(Some(h));
         let blocks = block_heads(&walked, &py);
         top_block_head(h.sites.iter().filter_map(|s| s.site), &blocks, &walked).map(|h| h.text)
+    }
+
+    #[test]
+    fn a_pool_keeping_freed_memory_beside_a_working_set_is_no_suspect() {
+        use super::causes::without_pool_retention;
+        use crate::report::Suspect;
+        let sus = |site: u32, line_sites: Vec<u32>| Suspect { site, line_sites, ..Suspect::default() };
+        // Site 1: 8 of 32 MiB in use (a bounded cache refilled); site 2: 30 of 32 MiB (kept
+        // tensors); site 3: nothing in use (let go only at the end); site 4 is no pool's.
+        let h = holders(vec![
+            torch_site(1, 8 * MIB, &[]),
+            torch_site(2, 30 * MIB, &[]),
+            torch_site(3, 0, &[]),
+            torch_site(4, 8 * MIB, &[]),
+            torch_site(5, 20 * MIB, &[]),
+        ]);
+        let walked = walked_sites(Some(&h));
+        let pool: std::collections::HashSet<u32> = [1, 2, 3, 5].into();
+        let all = || vec![sus(1, vec![]), sus(2, vec![]), sus(3, vec![]), sus(4, vec![]), sus(1, vec![1, 5])];
+        let mut notes = Vec::new();
+        let kept: Vec<(u32, Vec<u32>)> = without_pool_retention(all(), &pool, Some(&walked), &mut notes)
+            .into_iter()
+            .map(|s| (s.site, s.line_sites))
+            .collect();
+        // The union of 1 and 5: 28 of 64 MiB in use, less than half.
+        assert_eq!(kept, vec![(2, vec![]), (3, vec![]), (4, vec![])]);
+        assert_eq!(notes.len(), 2);
+        assert!(
+            notes[0].starts_with(
+                "not a suspect: site 1: 32.0 MiB in a caching pool's segments of which 8.0 MiB were in use"
+            ),
+            "{}",
+            notes[0]
+        );
+        // Without a complete walk nothing is taken out.
+        assert_eq!(without_pool_retention(all(), &pool, None, &mut notes).len(), 5);
     }
 
     #[test]
