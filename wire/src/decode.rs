@@ -7,11 +7,11 @@ use std::fmt;
 use std::io::{self, Read};
 
 use crate::{
-    Alloc, Api, ApiSnapshot, ContextCreated, DeviceInfo, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
-    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind,
+    Activity, Alloc, Api, ApiSnapshot, ContextCreated, DeviceInfo, Event, Exit, Failed, Free, FreePending, GraphAlloc,
+    GraphExec, GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind,
     LineTableFormat, Map, MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reach, ReachClass, ReachEntry,
     ReachRegion, ReachStatus, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus, HEADER_LEN, MAGIC,
-    MAX_FRAME, VERSION,
+    MAX_FRAME, OLDEST_VERSION, VERSION,
 };
 
 /// Frames up to this length (all that the shim writes in practice) are read into a buffer
@@ -44,7 +44,7 @@ impl fmt::Display for WireError {
         match self {
             WireError::BadMagic => write!(f, "not a gpushim event stream (bad magic)"),
             WireError::BadVersion(v) => {
-                write!(f, "event stream version {v}, this collector reads {VERSION}")
+                write!(f, "event stream version {v}, this collector reads {OLDEST_VERSION} to {VERSION}")
             }
             WireError::Truncated => write!(f, "event stream ends in the middle of a frame"),
             WireError::BadLength(n) => write!(f, "frame length {n} is out of range"),
@@ -351,6 +351,7 @@ pub fn decode_body(body: &[u8]) -> Result<Option<Event>, WireError> {
             result: r.str()?,
         }),
         50 => Event::ThreadName(ThreadName { tid: r.u32()?, name: r.str()? }),
+        70 => Event::Activity(Activity { ts_ns: r.u64()?, count: r.u64()? }),
         56 => {
             let ordinal = r.i32()?;
             let pci_bus_id = r.str()?;
@@ -432,7 +433,7 @@ impl<Rd: Read> Decoder<Rd> {
             return Err(WireError::BadMagic);
         }
         let v = u16::from_le_bytes([h[8], h[9]]);
-        if v != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&v) {
             return Err(WireError::BadVersion(v));
         }
         Ok(Decoder { inner, buf: Vec::new() })

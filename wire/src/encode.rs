@@ -283,6 +283,11 @@ pub fn encode(ev: &Event, out: &mut Vec<u8>) {
                 w.str(v);
             }
         }
+        Event::Activity(a) => {
+            w.u8(70);
+            w.u64(a.ts_ns);
+            w.u64(a.count);
+        }
         Event::Reach(x) => {
             w.u8(65);
             w.u8(x.reason as u8);
@@ -340,7 +345,7 @@ mod tests {
     fn golden_bytes() {
         let mut buf = Vec::new();
         write_header(&mut buf);
-        assert_eq!(buf, b"GPUSHIM\0\x03\x00\x00\x00");
+        assert_eq!(buf, b"GPUSHIM\0\x04\x00\x00\x00");
         buf.clear();
         encode(
             &Event::Free(Free { seq: 1, ts_ns: 2, addr: 3, api: Api::CudaFree, stream: 4, tid: 5, result: -1 }),

@@ -47,16 +47,20 @@ pub use answer::{answer_line, parse_answer, END_OF_STREAM};
 pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{
-    Alloc, Api, ApiSnapshot, ContextCreated, DeviceInfo, Event, Exit, Failed, Free, FreePending, GraphAlloc, GraphExec,
-    GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind,
+    Activity, Alloc, Api, ApiSnapshot, ContextCreated, DeviceInfo, Event, Exit, Failed, Free, FreePending, GraphAlloc,
+    GraphExec, GraphExecDestroy, GraphLaunch, GraphMemTrim, GraphNode, HandleRef, HeapWalk, Hello, Identity, Kind,
     LineTableFormat, Map, MemInfo, Module, PyCode, PyFrame, PyRuntime, PyStack, Reach, ReachClass, ReachEntry,
     ReachRegion, ReachStatus, Reset, Snapshot, Stack, ThreadName, Unmap, WalkReason, WalkStatus, PY_NO_OFFSET,
 };
 
 /// The first eight bytes of every stream.
 pub const MAGIC: [u8; 8] = *b"GPUSHIM\0";
-/// The version of this format; a reader refuses any other.
-pub const VERSION: u16 = 3;
+/// The version of this format. Version 4 added `Activity` (tag 70) and changed nothing else:
+/// a reader takes the versions from [`OLDEST_VERSION`] to this one (a recorded stream of 3 is
+/// read as one without activity) and refuses any other.
+pub const VERSION: u16 = 4;
+/// The oldest version a reader takes (see [`VERSION`]).
+pub const OLDEST_VERSION: u16 = 3;
 /// Length of the stream header in bytes: magic, version (u16), reserved (u16).
 pub const HEADER_LEN: usize = 12;
 /// Largest frame a reader accepts, in bytes. Frames are small (a stack of 256 frames is about
@@ -206,6 +210,7 @@ mod tests {
                 api: Api::CudaDeviceGraphMemTrim,
                 tid: 7,
             }),
+            Event::Activity(crate::Activity { ts_ns: 40, count: 12_345 }),
             Event::PyRuntime(PyRuntime { version: 0x030C_03F0 }),
             Event::PyCode(PyCode {
                 id: 0,

@@ -254,6 +254,20 @@ pub struct ThreadName {
     pub name: String,
 }
 
+/// How much the program has done: the number of kernel launches, graph launches and memsets
+/// the shim had seen when the event after this one (an allocation) was recorded, or, with no
+/// event after it, at `ts_ns`. The program's own steps, counted in its calls to the GPU, tell a
+/// site that grew and then held still while the program went on working (a warm-up) from one
+/// that grew to the end. Sent only when the count changed (tags 70 to 74 are kept for activity).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Activity {
+    /// Monotonic clock (`CLOCK_MONOTONIC`), ns: the time of the allocation it precedes, or when
+    /// it was read.
+    pub ts_ns: u64,
+    /// Calls counted since tracing started.
+    pub count: u64,
+}
+
 /// Who the process is in a multi-process job: the launcher's variables (`RANK`, `LOCAL_RANK`,
 /// `WORLD_SIZE`, `TORCHELASTIC_RUN_ID`, `SLURM_JOB_ID`, `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK`,
 /// …) and `CUDA_VISIBLE_DEVICES`, as the shim read them from its environment when tracing
@@ -342,6 +356,8 @@ pub enum Event {
     DeviceInfo(DeviceInfo),
     /// Tag 65 (tags 65 to 69 are kept for reachability).
     Reach(Reach),
+    /// Tag 70: the program's activity so far.
+    Activity(Activity),
 }
 
 #[cfg(test)]
