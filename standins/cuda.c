@@ -60,6 +60,8 @@
     X(cuMemCreate)                  \
     X(cuMemRelease)                 \
     X(cuMemGetInfo_v2)              \
+    X(cuMemsetD8_v2)                \
+    X(cuLaunchKernel)               \
     X(cuGetExportTable)             \
     X(cuGetProcAddress)             \
     X(cuGetProcAddress_v2)
@@ -285,6 +287,25 @@ static CUresult counted_cuMemRelease(CUmemGenericAllocationHandle handle)
     return impl_cuMemRelease(handle);
 }
 
+static CUresult impl_cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n)
+{
+    (void)dst;
+    (void)value;
+    (void)n;
+    COUNT(cuMemsetD8_v2);
+    return CUDA_SUCCESS;
+}
+
+static CUresult impl_cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                    unsigned int by, unsigned int bz, unsigned int shmem, void *stream,
+                                    void **params, void **extra)
+{
+    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)stream;
+    (void)params, (void)extra;
+    COUNT(cuLaunchKernel);
+    return CUDA_SUCCESS;
+}
+
 static CUresult impl_cuMemGetInfo_v2(size_t *freep, size_t *totalp)
 {
     COUNT(cuMemGetInfo_v2);
@@ -355,6 +376,8 @@ static const struct proc procs[] = {
     {"cuMemAllocPitch", FP(impl_cuMemAllocPitch_v2), NULL, 3020, NULL},
     {"cuMemAllocHost", FP(impl_cuMemAllocHost_v2), NULL, 3020, NULL},
     {"cuMemGetInfo", FP(impl_cuMemGetInfo_v2), NULL, 3020, NULL},
+    {"cuMemsetD8", FP(impl_cuMemsetD8_v2), NULL, 3020, NULL},
+    {"cuLaunchKernel", FP(impl_cuLaunchKernel), NULL, 0, NULL},
     {"cuMemAllocManaged", FP(impl_cuMemAllocManaged), NULL, 0, NULL},
     {"cuMemAllocAsync", FP(impl_cuMemAllocAsync), NULL, 0, FP(impl_cuMemAllocAsync_ptsz)},
     {"cuMemFreeAsync", FP(impl_cuMemFreeAsync), NULL, 0, FP(impl_cuMemFreeAsync_ptsz)},
@@ -552,6 +575,16 @@ API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, C
 API CUresult cuMemGetInfo_v2(size_t *freep, size_t *totalp)
 {
     return impl_cuMemGetInfo_v2(freep, totalp);
+}
+API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n)
+{
+    return impl_cuMemsetD8_v2(dst, value, n);
+}
+API CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                            unsigned int by, unsigned int bz, unsigned int shmem, void *stream, void **params,
+                            void **extra)
+{
+    return impl_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
 }
 API CUresult cuGetExportTable(const void **ppExportTable, const void *id)
 {

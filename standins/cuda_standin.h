@@ -79,6 +79,11 @@ CUresult cuCtxGetDevice(int *device);
 CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytesize); /* v1 ABI */
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult cuMemFree_v2(CUdeviceptr dptr);
+/* Work, as the program's activity: they do nothing here but count. */
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n);
+CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                        unsigned int by, unsigned int bz, unsigned int shmem, void *stream, void **params,
+                        void **extra);
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
                             size_t Height, unsigned int ElementSizeBytes);
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
@@ -228,6 +233,9 @@ typedef CUresult (*PFN_cuMemCreate)(CUmemGenericAllocationHandle *, size_t,
                                     const CUmemAllocationProp *, unsigned long long);
 typedef CUresult (*PFN_cuMemRelease)(CUmemGenericAllocationHandle);
 typedef CUresult (*PFN_cuMemGetInfo_v2)(size_t *, size_t *);
+typedef CUresult (*PFN_cuMemsetD8_v2)(CUdeviceptr, unsigned char, size_t);
+typedef CUresult (*PFN_cuLaunchKernel)(void *, unsigned int, unsigned int, unsigned int, unsigned int,
+                                       unsigned int, unsigned int, unsigned int, void *, void **, void **);
 typedef CUresult (*PFN_cuGetExportTable)(const void **, const void *);
 typedef CUresult (*PFN_cuGetProcAddress_v1)(const char *, void **, int, unsigned long long);
 typedef CUresult (*PFN_cuGetProcAddress_v2)(const char *, void **, int, unsigned long long, int *);

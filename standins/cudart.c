@@ -55,6 +55,7 @@ static struct {
     PFN_cuMemAllocHost_v2 memAllocHost;
     PFN_cuMemFreeHost memFreeHost;
     PFN_cuMemGetInfo_v2 memGetInfo;
+    PFN_cuMemsetD8_v2 memsetD8;
     PFN_cuMemAllocAsync memAllocAsync;
     PFN_cuMemAllocAsync memAllocAsync_ptsz;
     PFN_cuMemFreeAsync memFreeAsync;
@@ -149,6 +150,7 @@ static void runtime_init(void)
     drv.memAllocHost = (PFN_cuMemAllocHost_v2)load("cuMemAllocHost", 3020, 0);
     drv.memFreeHost = (PFN_cuMemFreeHost)load("cuMemFreeHost", 2000, 0);
     drv.memGetInfo = (PFN_cuMemGetInfo_v2)load("cuMemGetInfo", 3020, 0);
+    drv.memsetD8 = (PFN_cuMemsetD8_v2)load("cuMemsetD8", 3020, 0);
     drv.memAllocAsync = (PFN_cuMemAllocAsync)load("cuMemAllocAsync", 11020, 0);
     drv.memAllocAsync_ptsz = (PFN_cuMemAllocAsync)load(
         "cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
@@ -370,6 +372,13 @@ API cudaError_t cudaMemGetInfo(size_t *freeBytes, size_t *totalBytes)
 {
     REQUIRE(drv.memGetInfo);
     return map_error(drv.memGetInfo(freeBytes, totalBytes));
+}
+
+/* Through the driver table, as the real runtime's cudaMemset (the program's activity). */
+API cudaError_t cudaMemset(void *devPtr, int value, size_t count)
+{
+    REQUIRE(drv.memsetD8);
+    return map_error(drv.memsetD8((CUdeviceptr)(uintptr_t)devPtr, (unsigned char)value, count));
 }
 
 API cudaError_t cudaGetDevice(int *device)

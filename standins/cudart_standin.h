@@ -37,6 +37,7 @@ cudaError_t cudaMallocHost(void **ptr, size_t size);
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
 cudaError_t cudaFreeHost(void *ptr);
 cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
+cudaError_t cudaMemset(void *devPtr, int value, size_t count);
 
 /* CUDA arrays (cuda_runtime_api.h's names and layouts). */
 typedef void *cudaArray_t;

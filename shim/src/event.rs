@@ -28,6 +28,9 @@ pub enum Msg {
         /// The stack is the same as the previous `Alloc` with frames from this `tid`, and
         /// `frames` and `py` are empty (see `last_stack`).
         same: bool,
+        /// The program's activity when it was recorded (`state::ACTIVITY`), its low 32 bits
+        /// (the message stays within its ring slot's size); the writer extends it.
+        activity: u32,
     },
     /// A free call and its result; `stamp` as in `Alloc`.
     Free { seq: u64, stamp: u64, addr: u64, api: Api, stream: u64, tid: u32, result: i32 },

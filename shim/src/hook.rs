@@ -26,6 +26,8 @@
 //!     stream to ask whether it is capturing into a graph: a stream-ordered allocation on a
 //!     capturing stream is a graph allocation node (not live until launched), a free there a
 //!     free node (`exports/graphs.rs`);
+//!   - `count()`: the call is counted as the program's activity (`state::ACTIVITY`) and
+//!     forwarded; nothing is recorded;
 //!   - `custom(path, MISSING)`: the export calls `path(real_fn, args...)`, which records
 //!     whatever it needs; `MISSING` is returned when no CUDA library defines the function.
 //!
@@ -267,6 +269,53 @@ macro_rules! for_each_hook {
             /// `cuGraphLaunch`, per-thread default stream ABI.
             CuGraphLaunchPtsz = cuGraphLaunch_ptsz(exec: *mut c_void, stream: *mut c_void) in driver("cuGraphLaunch", 10000, yes)
                 => custom(graphs::launch_drv, NOT_INITIALIZED);
+            // The program's activity: the calls that do its work on the GPU, counted (the
+            // runtime's kernel launches and memsets reach these through its driver table).
+
+            /// `CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, gridDimY, gridDimZ,
+            /// blockDimX, blockDimY, blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+            /// void **kernelParams, void **extra)`.
+            CuLaunchKernel = cuLaunchKernel(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) in driver("cuLaunchKernel", 4000, no)
+                => count();
+            /// `cuLaunchKernel`, per-thread default stream ABI.
+            CuLaunchKernelPtsz = cuLaunchKernel_ptsz(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) in driver("cuLaunchKernel", 4000, yes)
+                => count();
+            /// `CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void
+            /// **kernelParams, void **extra)`.
+            CuLaunchKernelEx = cuLaunchKernelEx(config: *const c_void, f: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) in driver("cuLaunchKernelEx", 11060, no)
+                => count();
+            /// `cuLaunchKernelEx`, per-thread default stream ABI.
+            CuLaunchKernelExPtsz = cuLaunchKernelEx_ptsz(config: *const c_void, f: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) in driver("cuLaunchKernelEx", 11060, yes)
+                => count();
+            /// `CUresult cuMemsetD8(CUdeviceptr dstDevice, unsigned char uc, size_t N)`
+            /// (`cuMemsetD8_v2`).
+            CuMemsetD8V2 = cuMemsetD8_v2(dst: DevPtr, value: u8, n: usize) in driver("cuMemsetD8", 3020, no)
+                => count();
+            /// `cuMemsetD8_v2`, per-thread default stream ABI.
+            CuMemsetD8V2Ptds = cuMemsetD8_v2_ptds(dst: DevPtr, value: u8, n: usize) in driver("cuMemsetD8", 3020, yes)
+                => count();
+            /// `CUresult cuMemsetD32(CUdeviceptr dstDevice, unsigned int ui, size_t N)`
+            /// (`cuMemsetD32_v2`).
+            CuMemsetD32V2 = cuMemsetD32_v2(dst: DevPtr, value: c_uint, n: usize) in driver("cuMemsetD32", 3020, no)
+                => count();
+            /// `cuMemsetD32_v2`, per-thread default stream ABI.
+            CuMemsetD32V2Ptds = cuMemsetD32_v2_ptds(dst: DevPtr, value: c_uint, n: usize) in driver("cuMemsetD32", 3020, yes)
+                => count();
+            /// `CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+            /// CUstream hStream)`.
+            CuMemsetD8Async = cuMemsetD8Async(dst: DevPtr, value: u8, n: usize, stream: *mut c_void) in driver("cuMemsetD8Async", 3020, no)
+                => count();
+            /// `cuMemsetD8Async`, per-thread default stream ABI.
+            CuMemsetD8AsyncPtsz = cuMemsetD8Async_ptsz(dst: DevPtr, value: u8, n: usize, stream: *mut c_void) in driver("cuMemsetD8Async", 3020, yes)
+                => count();
+            /// `CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
+            /// CUstream hStream)`.
+            CuMemsetD32Async = cuMemsetD32Async(dst: DevPtr, value: c_uint, n: usize, stream: *mut c_void) in driver("cuMemsetD32Async", 3020, no)
+                => count();
+            /// `cuMemsetD32Async`, per-thread default stream ABI.
+            CuMemsetD32AsyncPtsz = cuMemsetD32Async_ptsz(dst: DevPtr, value: c_uint, n: usize, stream: *mut c_void) in driver("cuMemsetD32Async", 3020, yes)
+                => count();
+
             /// `cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)`.
             CudaGraphExecDestroy = cudaGraphExecDestroy(exec: *mut c_void) in runtime
                 => custom(graphs::exec_destroy_rt, NOT_INITIALIZED);
@@ -511,7 +560,11 @@ mod tests {
         assert_eq!(r(c"cuGetProcAddress", 13000, 0), Some(Hook::CuGetProcAddressV2));
         assert_eq!(r(c"cuGetProcAddress", 11030, 0), Some(Hook::CuGetProcAddress));
         assert_eq!(r(c"cudaMalloc", 13000, 0), None);
-        assert_eq!(r(c"cuMemsetD8", 13000, 0), None);
+        assert_eq!(r(c"cuMemsetD8", 13000, 0), Some(Hook::CuMemsetD8V2));
+        assert_eq!(r(c"cuMemsetD8", 13000, 2), Some(Hook::CuMemsetD8V2Ptds));
+        assert_eq!(r(c"cuMemsetD8", 2000, 0), None);
+        assert_eq!(r(c"cuLaunchKernel", 12000, 2), Some(Hook::CuLaunchKernelPtsz));
+        assert_eq!(r(c"cuMemcpy", 13000, 0), None);
         assert_eq!(r(c"cuStreamBeginCapture", 10000, 0), Some(Hook::CuStreamBeginCapture));
         assert_eq!(r(c"cuStreamBeginCapture", 13000, 2), Some(Hook::CuStreamBeginCaptureV2Ptsz));
         assert_eq!(r(c"cuStreamBeginCaptureToGraph", 12020, 0), None);

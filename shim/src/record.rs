@@ -335,7 +335,8 @@ pub fn alloc(api: Api, kind: Kind, result: i32, addr: u64, size: u64, device: i3
         let seq = SEQ.fetch_add(1, AcqRel);
         crate::probe::probe!(Stamp);
         let msg = if result == 0 {
-            Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same }
+            let activity = crate::state::ACTIVITY.load(std::sync::atomic::Ordering::Relaxed) as u32;
+            Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same, activity }
         } else {
             // CUDA_ERROR_OUT_OF_MEMORY and cudaErrorMemoryAllocation are both 2; the free and
             // total memory are those of the device the allocation was for. Not asked on a

@@ -27,6 +27,10 @@ pub const FINISHED: u8 = 4;
 pub static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 /// Next sequence number (see the wire crate's docs for the ordering rule).
 pub static SEQ: AtomicU64 = AtomicU64::new(0);
+/// The program's activity: kernel launches, graph launches and memsets seen so far (the hooks
+/// of `hook.rs`'s `count()` shape and the graph launches'). Each allocation's record carries
+/// the count at that moment (wire's `Activity`).
+pub static ACTIVITY: AtomicU64 = AtomicU64::new(0);
 /// The process that started tracing (0 before); a vfork or fork child that calls `_exit`
 /// is not it.
 pub static TRACED_PID: AtomicI32 = AtomicI32::new(0);

@@ -90,7 +90,8 @@ static void usage(void)
                     "forkexec | errors | none | sleep-snapshot | pause N | sigint-exit | "
                     "burst N | churn N | query | forkexec-tools | reap | pitch-overflow | malloc3d | "
                     "dlreload | odd-rbp | stuck-exit | paths N [fork] | ring-threads N M | "
-                    "ring-exit N K | ring-snap N M | ring-fork N | graceful-term | close-range | subreaper-reap\n");
+                    "ring-exit N K | ring-snap N M | ring-fork N | graceful-term | close-range | subreaper-reap | "
+                    "steps workspace|leak N\n");
 }
 
 int main(int argc, char **argv)
@@ -112,6 +113,8 @@ int main(int argc, char **argv)
         rc = scenario_leak(argc, argv);
     } else if (strcmp(s, "grow") == 0) {
         rc = scenario_grow(argc, argv);
+    } else if (strcmp(s, "steps") == 0) {
+        rc = scenario_steps(argc, argv);
     } else if (strcmp(s, "snapshot") == 0) {
         rc = scenario_snapshot();
     } else if (strcmp(s, "kill") == 0) {

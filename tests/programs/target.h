@@ -47,6 +47,7 @@ int scenario_burst(int argc, char **argv);
 int scenario_churn(int argc, char **argv);
 int scenario_query(void);
 int scenario_malloc3d(void);
+int scenario_steps(int argc, char **argv);
 
 /* Processes: signals, fork, exec, reaping, reloads, cancellation, exits
  * (target_processes.c). */

@@ -5,6 +5,8 @@
  */
 #include "target.h"
 
+#include <dlfcn.h>
+
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -461,3 +463,63 @@ int scenario_query(void)
     printf("query threads %ld\n", status_field("Threads:"));
     return 0;
 }
+
+/* ---------------------------------------------------------------- steps */
+
+/* A workspace per size, kept in a table: four sizes asked for in turn. */
+NOINLINE void *steps_workspace(size_t size)
+{
+    static void *cache[4];
+    static size_t sizes[4];
+    for (int i = 0; i < 4; i++) {
+        if (sizes[i] == size)
+            return cache[i];
+        if (sizes[i] == 0) {
+            check("cudaMalloc", cudaMalloc(&cache[i], size));
+            sizes[i] = size;
+            return cache[i];
+        }
+    }
+    return NULL;
+}
+
+/* One buffer per step, never freed. */
+NOINLINE void *steps_leak(size_t size)
+{
+    void *p = NULL; /* kept on purpose */
+    check("cudaMalloc", cudaMalloc(&p, size));
+    return p;
+}
+
+/* steps workspace|leak N: N steps of the program's own work, each a cudaMemset (through the
+ * runtime's driver table) and a kernel launch (the driver's symbol). `workspace` asks for one
+ * of four workspaces each step: they are made in the first four steps and reused for the rest
+ * (a warm-up, however fast). `leak` allocates 1 MiB every step and keeps it. */
+int scenario_steps(int argc, char **argv)
+{
+    const char *how = argc > 2 ? argv[2] : "";
+    long n = argc > 3 ? strtol(argv[3], NULL, 10) : 300;
+    int leak = strcmp(how, "leak") == 0;
+    if ((!leak && strcmp(how, "workspace") != 0) || n < 1) {
+        fprintf(stderr, "target: steps workspace|leak N: bad arguments\n");
+        return 2;
+    }
+    const size_t sizes[4] = {1 * MiB, 2 * MiB, 3 * MiB, 4 * MiB};
+    /* The driver's kernel launch as JAX and CuPy find it: dlsym on libcuda. */
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+    PFN_cuLaunchKernel cuLaunchKernel = lib ? (PFN_cuLaunchKernel)dlsym(lib, "cuLaunchKernel") : NULL;
+    if (cuLaunchKernel == NULL) {
+        fprintf(stderr, "target: no cuLaunchKernel in libcuda.so.1\n");
+        return 1;
+    }
+    for (long i = 0; i < n; i++) {
+        void *p = leak ? steps_leak(1 * MiB) : steps_workspace(sizes[i % 4]);
+        size_t size = leak ? 1 * MiB : sizes[i % 4];
+        check("cudaMemset", cudaMemset(p, (int)(i & 0xff), size));
+        if (cuLaunchKernel(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+            fail("cuLaunchKernel", cudaErrorInitializationError, cudaSuccess);
+    }
+    printf("%ld steps\n", n);
+    return 0;
+}
+

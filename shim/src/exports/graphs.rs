@@ -477,6 +477,9 @@ unsafe fn launch(api: Api, f: Launch, exec: *mut c_void, stream: *mut c_void) ->
         // SAFETY: the caller's arguments, unchanged, to the real function.
         return unsafe { f(exec, stream) };
     };
+    // The program's activity: one step of a graph, counted once (the runtime's call reaches
+    // the driver's inside the guard).
+    crate::state::ACTIVITY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // SAFETY: as above.
     let r = unsafe { f(exec, stream) };
     if r == 0 && has_memory_nodes(exec as u64) {

@@ -202,6 +202,13 @@ macro_rules! hook_body {
         hook_body!(@enter 1, ($($arg),*), $f);
         hook_body!(@free $api, $addr, $stream, ($($arg),*), $f)
     }};
+    // A call counted as the program's activity (`state::ACTIVITY`), then forwarded: no guard,
+    // no record, one relaxed increment.
+    (count() $v:ident, ($($arg:ident),*), $f:ident) => {{
+        crate::state::ACTIVITY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's arguments, unchanged, to the real function.
+        unsafe { $f($($arg),*) }
+    }};
     // A handler of its own.
     (custom($handler:path, $missing:expr) $v:ident, ($($arg:ident),*), $f:ident) => {{
         // SAFETY: the handler's contract is the export's: the real function and the caller's

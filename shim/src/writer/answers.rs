@@ -76,6 +76,7 @@ impl Writer {
                     let (_, tx) = self.answers.swap_remove(i);
                     if walks && reply.is_ok() {
                         if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, n) {
+                            self.activity_now();
                             self.push(&Event::HeapWalk(h));
                         }
                     }
@@ -93,6 +94,7 @@ impl Writer {
             let boundary = SNAP_BOUNDARY.load(Acquire);
             let ts_ns = SNAP_TS.load(Acquire);
             self.drain_below(boundary);
+            self.activity_now();
             self.push(&Event::Snapshot(wire::Snapshot { boundary, ts_ns }));
             // Frees still inside their real call would hold the snapshot back until they
             // return (a free waits for the device): send them as in progress.
@@ -103,6 +105,7 @@ impl Writer {
             }
             self.snapshots_sent = self.snapshots_sent.saturating_add(1);
             if let Some(h) = python::heap::request(wire::WalkReason::Snapshot, self.snapshots_sent) {
+                self.activity_now();
                 self.push(&Event::HeapWalk(h));
             }
             self.reachability(Scan::Report(wire::WalkReason::Snapshot, self.snapshots_sent));
@@ -131,6 +134,7 @@ impl Writer {
             r.ts_ns = r.ts_ns.min(asked_ns);
         }
         let read = r.scanned_bytes;
+        self.activity_now();
         self.push(&Event::Reach(r));
         Some(read)
     }

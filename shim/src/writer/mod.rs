@@ -162,6 +162,8 @@ struct Writer {
     exit_scanned: bool,
     /// That scan's bytes read and time taken (ns), for the exit's line when it was slow.
     exit_scan_took: Option<(u64, u64)>,
+    /// The program's activity last sent (`Event::Activity`).
+    activity_sent: u64,
 }
 
 impl Writer {
@@ -172,6 +174,7 @@ impl Writer {
             stacks: HashMap::default(),
             last_stack: HashMap::default(),
             ring_last_stack: Vec::new(),
+            activity_sent: 0,
             gone: false,
             active: Vec::new(),
             clock: StampClock::new(),
@@ -277,6 +280,7 @@ impl Writer {
             // snapshot's boundary was numbered after the signal, so the marker goes first.
             self.snapshots();
             if let Some(h) = python::heap::poll() {
+                self.activity_now();
                 self.push(&Event::HeapWalk(h));
             }
             if !self.answers.is_empty() {
@@ -305,6 +309,7 @@ impl Writer {
                     // seen; else now, after the program's exit handlers.
                     let scan = if self.exit_scanned { None } else { self.reachability(Scan::ExitAfterHandlers) };
                     let scanned = sys::now_ns();
+                    self.activity_now();
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
                     if self.flush() {
                         self.close_and_wait();
@@ -314,6 +319,7 @@ impl Writer {
                     return;
                 }
                 Ok(Msg::QuickExit { ts_ns }) => {
+                    self.activity_now();
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
                     self.flush();
                     QUICK_EXIT_DONE.store(true, Release);
@@ -356,6 +362,7 @@ impl Writer {
     fn end_as_last_thread(&mut self) -> ! {
         // What the ended threads queued last (their rings stay until drained).
         self.drain_rings();
+        self.activity_now();
         self.push(&Event::Exit(wire::Exit { ts_ns: sys::now_ns() }));
         if self.flush() {
             self.close_and_wait();
@@ -370,13 +377,31 @@ impl Writer {
         wire::encode(ev, &mut self.buf);
     }
 
+    /// Sends the program's activity `count` at `ts_ns` if it changed since the last one sent
+    /// (it never goes back: a record whose relaxed read came a little before another's is
+    /// sent as the count already sent).
+    fn activity_at(&mut self, ts_ns: u64, count: u64) {
+        if count > self.activity_sent {
+            self.activity_sent = count;
+            self.push(&Event::Activity(wire::Activity { ts_ns, count }));
+        }
+    }
+
+    /// Sends the program's activity now (before a heap walk's, a scan's or the exit's event:
+    /// what the program did up to the end of its work).
+    fn activity_now(&mut self) {
+        let count = crate::state::ACTIVITY.load(std::sync::atomic::Ordering::Relaxed);
+        self.activity_at(sys::now_ns(), count);
+    }
+
     /// Turns `msg` into wire events; `ring` is the ring it came through (`None`: the channel).
     fn handle(&mut self, msg: Msg, ring: Option<u32>) {
         self.events += 1;
         match msg {
-            Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same } => {
+            Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same, activity } => {
                 self.describe_device(device);
                 let ts_ns = self.clock.ns_of(stamp);
+                self.activity_at(ts_ns, widen(self.activity_sent, activity));
                 // Through PyTorch's caching allocator (a frame in its library; without
                 // backtraces none is known): its blocks' stacks are wanted, while they are still
                 // to be asked for (the frames are searched only then).
@@ -483,12 +508,17 @@ impl Writer {
                 if result == OUT_OF_MEMORY {
                     self.ooms_sent = self.ooms_sent.saturating_add(1);
                     if let Some(h) = python::heap::request(wire::WalkReason::Oom, self.ooms_sent) {
+                        self.activity_now();
                         self.push(&Event::HeapWalk(h));
                     }
                     self.reachability(Scan::Report(wire::WalkReason::Oom, self.ooms_sent));
                 }
             }
-            Msg::HeapWalk(h) => self.push(&Event::HeapWalk(h)),
+            Msg::HeapWalk(h) => {
+                self.activity_now();
+                self.activity_now();
+                self.push(&Event::HeapWalk(h));
+            }
             Msg::ApiSnapshot(req) => self.api_snapshot(*req),
             Msg::ThreadName { tid, name, len } => {
                 let name = String::from_utf8_lossy(&name[..usize::from(len).min(name.len())]).into_owned();
@@ -524,5 +554,27 @@ fn hello(cfg: &Config) -> wire::Hello {
         cwd: cfg.cwd.to_string_lossy().into_owned(),
         output_dir: cfg.output_dir.to_string_lossy().into_owned(),
         shim_version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+/// The full activity count of a record's low 32 bits `low`, given the count `last` sent before
+/// it: the nearest value with those low bits (records of different threads read the counter
+/// in any order, by little). Wrong only if more than 2^31 GPU calls came between two
+/// allocations.
+fn widen(last: u64, low: u32) -> u64 {
+    last.wrapping_add(i64::from(low.wrapping_sub(last as u32) as i32) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::widen;
+
+    #[test]
+    fn a_records_activity_is_widened_to_the_nearest_count() {
+        assert_eq!(widen(0, 5), 5);
+        assert_eq!(widen(41, 40), 40);
+        assert_eq!(widen(u64::from(u32::MAX) - 2, 3), u64::from(u32::MAX) + 4);
+        assert_eq!(widen((7 << 32) + 100, 90), (7 << 32) + 90);
+        assert_eq!(widen((7 << 32) + 100, 200), (7 << 32) + 200);
     }
 }
