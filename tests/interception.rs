@@ -158,3 +158,35 @@ fn null_out_pointers_unknown_frees_and_oom_pass_through() {
     let failures = r["failures"].as_array().unwrap();
     assert!(failures.iter().any(|f| f["result"] == 2 && f["size"] == 2 * MIB), "{run}");
 }
+
+/// The program's own steps (kernel launches and memsets, counted by the shim) tell a warm-up
+/// from a leak however fast the run: a workspace cache of four sizes filled in the first four
+/// of 300 steps is no suspect, one buffer kept every step is. With the static runtime the
+/// memsets reach the shim through the driver table (`cuGetProcAddress`), with the shared one
+/// the same; the kernel launches through `dlsym` on libcuda.
+#[test]
+fn the_programs_own_steps_tell_a_fast_warm_up_from_a_leak() {
+    for program in ["target_dynamic", "target_static"] {
+        let warm = Target::new(program, &format!("steps-warm-{program}")).args(&["steps", "workspace", "300"]).run();
+        warm.success();
+        let r = warm.report();
+        assert_eq!(r["suspects"].as_array().map(Vec::len), Some(0), "{program}: {r}{warm}");
+        let held = &r["held_growth"];
+        assert_eq!(held["live_count"], 4, "{program}: {held}{warm}");
+        // 300 steps of two calls: the cache grew over its first 3 steps (6 calls, give or take
+        // the call before the first allocation) and held for the other 297.
+        let (grew, after) = (held["grew_calls"].as_u64().unwrap(), held["held_calls"].as_u64().unwrap());
+        assert!(grew <= 8 && after >= 590, "{program}: {held}{warm}");
+        assert!(warm.stderr.contains("GPU calls after): a warm-up or a cache filled once"), "{program}{warm}");
+
+        let leak = Target::new(program, &format!("steps-leak-{program}")).args(&["steps", "leak", "300"]).run();
+        leak.success();
+        let r = leak.report();
+        let suspects = r["suspects"].as_array().unwrap();
+        assert_eq!(suspects.len(), 1, "{program}: {r}{leak}");
+        assert_eq!(suspects[0]["live_count"], 300, "{program}{leak}");
+        // (The static runtime's own frames are inside the executable: its headline is theirs.)
+        let site = suspects[0]["site"].as_u64().unwrap();
+        assert!(sites_with(&r, "steps_leak").iter().any(|s| s["id"] == site), "{program}{leak}");
+    }
+}

@@ -201,6 +201,7 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
             }
             Event::Identity(i) => sink.identity = Some(identity::from_vars(&i.vars)),
             Event::Reach(r) => sink.reach(&r, self.tracker.state()),
+            Event::Activity(a) => sink.activity(a.ts_ns, a.count),
             Event::Hello(_) => sink.notes.push("the stream held a second Hello event; it was ignored".into()),
             // Thread names past the bound, and the operations on the live set (`decode::op_of`).
             _ => {}

@@ -27,6 +27,10 @@ pub(super) struct Sink<'a> {
     pub(super) stacks: HashMap<u32, Vec<u64>>,
     /// Each thread's name from its first event, by kernel thread id.
     pub(super) thread_names: HashMap<u32, String>,
+    /// The program's activity over time (wire's `Activity`): `(ts_ns, calls so far)`, thinned,
+    /// and the latest, which the verdict needs exactly.
+    pub(super) activity: crate::account::series::Series<u64, 4096>,
+    pub(super) activity_last: Option<(u64, u64)>,
     pub(super) notes: Vec<String>,
     pub(super) mem_info: BTreeMap<i32, MemInfo>,
     /// Recent MemInfo events, to find the one sent with an out-of-memory failure.
@@ -106,6 +110,8 @@ impl<'a> Sink<'a> {
             sym: Symbolizer::new(),
             stacks: HashMap::new(),
             thread_names: HashMap::new(),
+            activity: Default::default(),
+            activity_last: None,
             notes: Vec::new(),
             mem_info: BTreeMap::new(),
             mem_log: MemInfoLog::default(),
@@ -128,6 +134,21 @@ impl<'a> Sink<'a> {
         }
     }
 
+    /// The program's activity so far: the thinned series and its latest point.
+    fn activity_points(&self) -> Vec<(u64, u64)> {
+        let mut v = self.activity.points().to_vec();
+        if let Some(last) = self.activity_last.filter(|l| v.last() != Some(l)) {
+            v.push((last.0.max(v.last().map_or(0, |p| p.0)), last.1));
+        }
+        v
+    }
+
+    /// The program's activity reached `count` at `ts_ns` (wire's `Activity`).
+    pub(super) fn activity(&mut self, ts_ns: u64, count: u64) {
+        self.activity.record(ts_ns, count);
+        self.activity_last = Some((ts_ns, count));
+    }
+
     /// The report of `state` that `e` describes, with the stream's identity and GPUs: what the
     /// snapshot, out-of-memory, interval and final reports share.
     pub(super) fn build_report(&mut self, state: &State, e: Ending) -> Report {
@@ -144,6 +165,7 @@ impl<'a> Sink<'a> {
             work_end_ns: e.work_end_ns,
             thread_names: &self.thread_names,
             holders: self.exit_holders.as_ref(),
+            activity: &self.activity_points(),
         };
         let mut report = assemble::build(state, ctx, &mut self.sym);
         report.identity = self.identity.clone();

@@ -213,8 +213,16 @@ pub fn held_line(r: &Report) -> Option<String> {
     let h = r.held_growth.as_ref()?;
     let at = r.site(h.site).and_then(first_user_frame).map(|f| format!(" at {}", frame_label(f))).unwrap_or_default();
     let what = if h.pool { "a caching pool at its working set" } else { "a warm-up or a cache filled once" };
+    // In the program's own steps where the stream counted them: a fast warm-up holds still for
+    // little wall time but many calls.
+    let calls = match (h.grew_calls, h.held_calls) {
+        (Some(g), Some(a)) if a > g => {
+            format!(" ({} while it grew, {} after)", count(g, "GPU call"), count(a, "GPU call"))
+        }
+        _ => String::new(),
+    };
     Some(format!(
-        "the largest growth held still: {} in {}{at}, grown over {}, then held for {}: {what}",
+        "the largest growth held still: {} in {}{at}, grown over {}, then held for {}{calls}: {what}",
         fmt_bytes(h.live_bytes),
         count(h.live_count, "allocation"),
         fmt_period(h.grew_s),

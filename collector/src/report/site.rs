@@ -139,6 +139,12 @@ pub struct HeldGrowth {
     pub held_s: f64,
     /// Its memory is a caching pool's (PyTorch's, CuPy's, XLA's).
     pub pool: bool,
+    /// The program's GPU calls (kernel launches, graph launches, memsets) while it grew and
+    /// after it, when the stream counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grew_calls: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_calls: Option<u64>,
 }
 
 /// A leak suspect.

@@ -55,6 +55,9 @@ pub struct Context<'a> {
     /// Who holds the memory, from the heap walk at exit (for the final report), whose PyTorch
     /// blocks name the suspects made of the caching allocator's segments.
     pub holders: Option<&'a crate::report::Holders>,
+    /// The program's activity over time, `(ts_ns, GPU calls so far)`, oldest first; empty
+    /// when the stream has none.
+    pub activity: &'a [(u64, u64)],
 }
 
 /// Builds the report of `state`.
@@ -63,7 +66,8 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     let start = state.first_ts_ns.unwrap_or(end).min(end);
     let secs = |ts: u64| ts.saturating_sub(start) as f64 / 1e9;
     let mut notes = ctx.notes;
-    let (owner_of, hints) = sites::owners_of_live(state, ctx.stacks, ctx.work_end_ns, sym);
+    let (owner_of, mut hints) = sites::owners_of_live(state, ctx.stacks, ctx.work_end_ns, sym);
+    hints.activity = ctx.activity.to_vec();
     let suspects = rank::suspects_with(state, start, end, &hints);
     let held_growth = if suspects.is_empty() {
         rank::held_growth(state, start, end, &hints).map(|h| crate::report::HeldGrowth {
@@ -73,6 +77,8 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
             grew_s: h.grew_ns as f64 / 1e9,
             held_s: h.held_ns as f64 / 1e9,
             pool: h.pool,
+            grew_calls: h.steps.map(|s| s.0),
+            held_calls: h.steps.map(|s| s.1),
         })
     } else {
         None

@@ -26,7 +26,7 @@ int main(void)
 {
     const size_t sizes[] = {16 << 10, 32 << 10, 64 << 10, 128 << 10};
     for (int i = 0; i < 300; i++)
-        memset(workspace(sizes[i % 4]), i & 0xFF, 64);
+        check(cudaMemset(workspace(sizes[i % 4]), i & 0xFF, 64), "cudaMemset");
     printf("300 steps\n");
     return 0;
 }

@@ -9,7 +9,7 @@ NOINLINE void step(void)
 {
     void *tmp = NULL;
     check(cudaMalloc(&tmp, 64 << 10), "cudaMalloc");
-    memset(tmp, 1, 64 << 10);
+    check(cudaMemset(tmp, 1, 64 << 10), "cudaMemset");
     check(cudaFree(tmp), "cudaFree");
 }
 

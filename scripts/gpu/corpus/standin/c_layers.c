@@ -22,7 +22,7 @@ int main(void)
 {
     load_layers();
     for (int i = 0; i < 300; i++)
-        memset(g_layers[i % g_count], i & 0xFF, 64);
+        check(cudaMemset(g_layers[i % g_count], i & 0xFF, 64), "cudaMemset");
     printf("%zu layers\n", g_count);
     return 0;
 }

@@ -3,8 +3,10 @@ programs: it plays the part a framework plays (CuPy, Numba), so the corpus runs 
 code (GPUSHIM_INTERNAL_MODULES=devbuf.py) and the user's line is the program's.
 
 `load(path)` loads the runtime; `DevBuf(n)` is n bytes of device memory with
-`__cuda_array_interface__`, freed when the object is; `malloc(n)`/`free(ptr)` are the raw calls
-(pointers as ints, as cuda-python hands them out)."""
+`__cuda_array_interface__`, filled when made (as a framework's new array is, by a kernel) and
+freed when the object is; `malloc(n)`/`free(ptr)` are the raw calls (pointers as ints, as
+cuda-python hands them out) and `work(ptr, n)` a step of the program's work on the GPU (a
+`cudaMemset`)."""
 
 import ctypes
 
@@ -16,6 +18,7 @@ def load(path):
     _rt = ctypes.CDLL(path)
     _rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
     _rt.cudaFree.argtypes = [ctypes.c_void_p]
+    _rt.cudaMemset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
 
 
 def malloc(n):
@@ -30,10 +33,17 @@ def free(ptr):
     _rt.cudaFree(ptr)
 
 
+def work(ptr, n):
+    rc = _rt.cudaMemset(ptr, 0, n)
+    if rc != 0:
+        raise RuntimeError(f"cudaMemset returned {rc}")
+
+
 class DevBuf:
     def __init__(self, nbytes):
         self.ptr = malloc(nbytes)
         self.nbytes = nbytes
+        work(self.ptr, nbytes)
         self.__cuda_array_interface__ = {
             "data": (self.ptr, False),
             "shape": (nbytes // 4,),

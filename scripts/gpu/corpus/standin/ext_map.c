@@ -22,18 +22,18 @@ __attribute__((visibility("default"))) int ext_acquire(long key, size_t n)
     if (cudaMalloc(&p, n) != 0) // @leak
         return 1;
     map_put(&g_buffers, key, p);
-    return 0;
+    return cudaMemset(p, 0, n) != 0;
 }
 
 __attribute__((visibility("default"))) int ext_workspace(size_t n)
 {
-    if (map_find(&g_workspaces, (long)n))
-        return 0;
-    void *p = NULL;
-    if (cudaMalloc(&p, n) != 0)
-        return 1;
-    map_put(&g_workspaces, (long)n, p);
-    return 0;
+    void *p = map_find(&g_workspaces, (long)n);
+    if (p == NULL) {
+        if (cudaMalloc(&p, n) != 0)
+            return 1;
+        map_put(&g_workspaces, (long)n, p);
+    }
+    return cudaMemset(p, 1, n) != 0;
 }
 
 __attribute__((visibility("default"))) size_t ext_count(void) { return g_buffers.size + g_workspaces.size; }

@@ -59,7 +59,7 @@ elif MODE == "flat":
 elif MODE == "ints":
     pool = [devbuf.malloc(64 * KIB) for _ in range(16)]
     for step in range(300):
-        _ = pool[step % 16]
+        devbuf.work(pool[step % 16], 64 * KIB)
 elif MODE == "queue":
     q = queue.Queue(maxsize=4)
 

@@ -18,6 +18,7 @@ typedef int cudaError_t;
 typedef void *cudaStream_t;
 cudaError_t cudaMalloc(void **devPtr, size_t size);
 cudaError_t cudaFree(void *devPtr);
+cudaError_t cudaMemset(void *devPtr, int value, size_t count);
 cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream);
 cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream);
 #ifdef __cplusplus
