@@ -4,6 +4,12 @@ a kernel runs on them 300 times.
 Usage: held.py"""
 
 import numpy as np
+
+# numba-cuda 0.30 compiles a kernel through `np.row_stack`, which NumPy 2.4 removed (the device
+# image has NumPy 2.5): the alias NumPy had for `vstack`, so that the kernels compile there.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
 from numba import cuda
 
 

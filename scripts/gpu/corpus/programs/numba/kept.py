@@ -7,6 +7,12 @@ import sys
 import time
 
 import numpy as np
+
+# numba-cuda 0.30 compiles a kernel through `np.row_stack`, which NumPy 2.4 removed (the device
+# image has NumPy 2.5): the alias NumPy had for `vstack`, so that the kernels compile there.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
 from numba import cuda
 
 SLOW = sys.argv[1] == "slow"
