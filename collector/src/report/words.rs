@@ -165,9 +165,22 @@ pub fn count(n: u64, noun: &str) -> String {
     }
 }
 
+/// A suspect's score for a person, the same in every format (the text report, the HTML page):
+/// two decimals, `1.00`, `0.75`.
+pub fn fmt_score(score: f64) -> String {
+    format!("{score:.2}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_score_has_two_decimals() {
+        assert_eq!(fmt_score(1.0), "1.00");
+        assert_eq!(fmt_score(0.754), "0.75");
+        assert_eq!(fmt_score(0.0), "0.00");
+    }
 
     #[test]
     fn the_site_without_backtrace_has_a_name_not_a_number() {
