@@ -680,9 +680,9 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         Text(TextOptions::default()).render(&r, &mut out).unwrap();
         let t = String::from_utf8(out).unwrap();
-        assert!(t.contains("      site 1: Python objects hold 3.0 MiB of 3.0 MiB live (3.0 MiB in 3 objects; "), "{t}");
+        assert!(t.contains("      site 1: Python objects hold all 3.0 MiB live (3 objects, 3.0 MiB)\n"), "{t}");
         assert!(t.contains("      held by: train.py global 'history' \u{2192} 3 objects\n"), "{t}");
-        assert!(t.contains("      site 5: Python objects hold 1.0 MiB of 1.0 MiB live (1.0 MiB in 2 objects; "), "{t}");
+        assert!(t.contains("      site 5: Python objects hold all 1.0 MiB live (2 objects, 1.0 MiB)\n"), "{t}");
         assert!(t.contains("      held by: train.py global 'cache' \u{2192} 2 objects\n"), "{t}");
         let mut err = Vec::new();
         summary(&r, std::path::Path::new("/o/gpushim-1234.json"), &mut err).unwrap();
