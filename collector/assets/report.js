@@ -103,8 +103,9 @@
   card([live], bytes(R.totals.live_bytes), count(R.totals.live_count, "allocation"));
   card("peak", bytes(R.totals.peak_live_bytes));
   for (const [k, t] of Object.entries(R.kinds)) {
+    if (!t.peak_live_bytes) continue;
     const kind = k === "pinned_host" ? term("pinned_host", "pinned host") : k;
-    if (t.peak_live_bytes) card([kind, " ", term("live")], bytes(t.live_bytes), "peak " + bytes(t.peak_live_bytes));
+    card([kind, " ", term("live")], bytes(t.live_bytes), "peak " + bytes(t.peak_live_bytes));
   }
   for (const d of R.devices) card(["GPU " + d.ordinal + " ", term("live")], bytes(d.live_bytes), "peak " + bytes(d.peak_live_bytes));
   // The driver's view of each GPU (NVML), when it was sampled: what no allocation call made.
