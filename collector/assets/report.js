@@ -53,6 +53,8 @@
   // The last two components of a path (as the text report shows it); the full path is the title.
   const short = (p) => p.split("/").slice(-2).join("/");
   function frameText(f) {
+    // A notebook cell as the notebook names it (`In [4] line 2`), as the text report does.
+    if (f.cell) return f.function + " (" + f.cell + ")";
     const place = f.file ? short(f.file) + (f.line != null ? ":" + f.line : "")
       : (f.module ? f.module.split("/").pop() + "+" + (f.offset || "") : "");
     return (f.function === "??" && place ? "" : f.function) + (place ? " (" + place + ")" : "");
