@@ -108,7 +108,7 @@ grep -qE "^gpushim demo: examples/leak\.py: found the leak: suspect #1 is render
   die "gpushim demo: no verdict that found the Python example's leak"
 grep -q "render (examples/leak.c:$c_line)" "$work/demo.out" || die "gpushim demo printed no report naming render"
 grep -q "examples/leak.py global 'history'" "$work/demo.out" || die "gpushim demo's Python report names no holder 'history'"
-ok "gpushim demo: the wheel's stand-ins; render (leak.c:$c_line) and render (leak.py:$py_line) found"
+ok "gpushim demo: the wheel's stand-ins; render (examples/leak.c:$c_line) and render (examples/leak.py:$py_line) found"
 
 # Nothing but the demo loads them: a program under gpushim run that asks for the CUDA libraries
 # by name gets none of the wheel's.
