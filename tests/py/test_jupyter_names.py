@@ -42,6 +42,7 @@ def test_the_collectors_text_names_cells_as_the_diff_does():
 def test_the_report_files_the_magic_writes_name_the_cells(tmp_path):
     """`%gpushim snapshot` and `%gpushim report` leave a file whose cell frames carry `cell`, the
     name `gpushim report` shows; other frames, and a file with no cell frame, stay as written."""
+
     def frame(file, line, python=True):
         return {"function": "<module>", "file": file, "line": line, "python": python}
 
