@@ -102,13 +102,13 @@ grep -qE "^gpushim: suspect #1 site [0-9]+: .* at render \(examples/leak\.c:$c_l
   die "gpushim demo: no suspect #1 at render (examples/leak.c:$c_line)"
 grep -qE '^gpushim: pid [0-9]+: definitely lost: [0-9.]+ MiB in (19[0-9]|20[01]) allocations' "$work/demo.err" ||
   die "gpushim demo: no 'definitely lost' line of the C example's 200 to 201 allocations"
-grep -qE "^gpushim demo: examples/leak\.c: found the leak: suspect #1 is render \(leak\.c:$c_line\), 200 allocations live, (19[0-9]|200) definitely lost\$" "$work/demo.err" ||
+grep -qE "^gpushim demo: examples/leak\.c: found the leak: suspect #1 is render \(examples/leak\.c:$c_line\), 200 allocations live, (19[0-9]|200) definitely lost\$" "$work/demo.err" ||
   die "gpushim demo: no verdict that found the C example's leak"
-grep -qE "^gpushim demo: examples/leak\.py: found the leak: suspect #1 is render \(leak\.py:$py_line\), 200 allocations live" "$work/demo.err" ||
+grep -qE "^gpushim demo: examples/leak\.py: found the leak: suspect #1 is render \(examples/leak\.py:$py_line\), 200 allocations live" "$work/demo.err" ||
   die "gpushim demo: no verdict that found the Python example's leak"
 grep -q "render (examples/leak.c:$c_line)" "$work/demo.out" || die "gpushim demo printed no report naming render"
-grep -q "leak.py global 'history'" "$work/demo.out" || die "gpushim demo's Python report names no holder 'history'"
-ok "gpushim demo: the wheel's stand-ins; render (leak.c:$c_line) and render (leak.py:$py_line) found"
+grep -q "examples/leak.py global 'history'" "$work/demo.out" || die "gpushim demo's Python report names no holder 'history'"
+ok "gpushim demo: the wheel's stand-ins; render (examples/leak.c:$c_line) and render (examples/leak.py:$py_line) found"
 
 # Nothing but the demo loads them: a program under gpushim run that asks for the CUDA libraries
 # by name gets none of the wheel's.

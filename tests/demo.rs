@@ -81,7 +81,8 @@ fn demo_runs_the_c_and_python_examples_and_finds_both_leaks() {
         .find(|l| l.starts_with("gpushim demo: examples/leak.c: found the leak: "))
         .unwrap_or_else(|| panic!("no verdict for leak.c{all}"));
     let want = format!(
-        "gpushim demo: examples/leak.c: found the leak: suspect #1 is render (leak.c:{c_line}), 200 allocations live, "
+        "gpushim demo: examples/leak.c: found the leak: suspect #1 is render (examples/leak.c:{c_line}), 200 allocations \
+         live, "
     );
     assert!(verdict.starts_with(&want), "{verdict:?} does not start with {want:?}{all}");
     // A conservative scan may keep one or two reachable through a stale word (as in
@@ -107,17 +108,26 @@ fn demo_runs_the_c_and_python_examples_and_finds_both_leaks() {
         .unwrap_or_else(|| panic!("no verdict for leak.py{all}"));
     assert!(
         verdict.starts_with(&format!(
-            "gpushim demo: examples/leak.py: found the leak: suspect #1 is render (leak.py:{py_line}), 200 allocations live"
+            "gpushim demo: examples/leak.py: found the leak: suspect #1 is render (examples/leak.py:{py_line}), 200 \
+             allocations live"
         )),
         "{verdict}{all}"
     );
+    // It ran the copy it made beside the reports, which the report names as the demo does.
+    let script = dir.path().join("examples/leak.py");
+    assert!(stderr.contains(&format!(" {} 200\n", script.display())) && script.is_file(), "{all}");
+    assert!(stderr.contains(&format!(" allocated at render (examples/leak.py:{py_line})\n")), "{all}");
+    assert!(!all.contains("standins/leak.py"), "{all}");
     // The model is main()'s local, freed when main returns; the 200 scratch buffers stay in
     // the global list until the interpreter's teardown.
     let r = final_report(&dir.path().join("python"), &all);
     assert_eq!(total(&r, "live_bytes"), 200 * MIB, "{all}");
-    assert!(stdout.contains("leak.py global 'history'"), "who holds the buffers{all}");
-    // The demo turned NVML off itself: the reports say so, and never blame a setting of the user's.
-    assert!(!all.contains("GPUSHIM_NVML=0") && stdout.contains("NVML is off in the demo"), "{all}");
+    assert!(stdout.contains("examples/leak.py global 'history'"), "who holds the buffers{all}");
+    // The demo turned NVML off itself: the reports say so, and never blame a setting of the user's;
+    // without a GPU neither the summary nor the text report has a line of where the GPU memory is.
+    let note = r["gpu_memory"][0]["driver_note"].as_str().unwrap_or_default();
+    assert!(!all.contains("GPUSHIM_NVML=0") && note.contains("NVML is off in the demo"), "{note}{all}");
+    assert!(!all.contains("GPU 0 memory"), "{all}");
     assert_eq!(
         stderr.lines().last(),
         Some(format!(
@@ -231,8 +241,8 @@ fn demo_finds_the_standins_in_an_installed_wheels_package() {
     let c_line = line_of("examples/leak.c", "cudaMalloc((void **)&s");
     assert!(
         lines[3].starts_with(&format!(
-            "gpushim demo: examples/leak.c: found the leak: suspect #1 is render (leak.c:{c_line}), 200 allocations \
-             live, "
+            "gpushim demo: examples/leak.c: found the leak: suspect #1 is render (examples/leak.c:{c_line}), 200 \
+             allocations live, "
         )),
         "{all}"
     );

@@ -371,7 +371,8 @@ fn cell_output<'a>(stdout: &'a str, n: usize, run: &Outcome) -> &'a str {
 /// started from it by jupyter_client runs a cell that leaks 8 MiB twice; `%gpushim diff` shows
 /// what the last cell left alive (8 MiB, one new site at the cell's line 2, `In [4] line 2`,
 /// and the holder that grew: the list `kept`), `%gpushim diff cell2` what was left since
-/// (16 MiB), `%gpushim snapshot LABEL` and `%gpushim report` work.
+/// (16 MiB), `%gpushim snapshot LABEL` and `%gpushim report` work, and the files they write name
+/// the cells as the notebook does.
 #[test]
 fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     let py = venv_python();
@@ -478,7 +479,21 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
     );
     let mine = PathBuf::from(cell_output(&run.stdout, 6, &run).trim());
     assert!(mine.to_str().unwrap().ends_with("-mine.json") && mine.starts_with(&dir), "{run}");
-    assert_eq!(total(&read_json(&mine, &run), "live_bytes"), 16 << 20, "{run}");
+    let mine_json = read_json(&mine, &run);
+    assert_eq!(total(&mine_json, "live_bytes"), 16 << 20, "{run}");
+    // The file the user asked for names the cells as the notebook does (the frame's `cell`),
+    // and so does `gpushim report` of it, outside the notebook: not IPython's file for the cell.
+    let cells: Vec<&str> = mine_json["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["frames"].as_array().unwrap())
+        .filter_map(|f| f["cell"].as_str())
+        .collect();
+    assert!(cells.contains(&"In [4] line 2"), "{cells:?}{run}");
+    let text = gpushim(["report", mine.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("<module> (In [4] line 2)") && !text.contains("(ipykernel_"), "{text}{run}");
     let report = cell_output(&run.stdout, 7, &run);
     assert!(report.contains("live: 16.0 MiB in 2 allocations"), "{report}{run}");
     // The report names the cell as the diff does, not by IPython's file for it.

@@ -49,10 +49,12 @@
 
   // ---- the glossary (collector/src/render/glossary.rs, the README's table): terms.js ----
   const glossary = R.glossary || [];
-  const { term, explain } = gpushimTerms(glossary, el);
+  const { term, explain, used } = gpushimTerms(glossary, el);
   // The last two components of a path (as the text report shows it); the full path is the title.
   const short = (p) => p.split("/").slice(-2).join("/");
   function frameText(f) {
+    // A notebook cell as the notebook names it (`In [4] line 2`), as the text report does.
+    if (f.cell) return f.function + " (" + f.cell + ")";
     const place = f.file ? short(f.file) + (f.line != null ? ":" + f.line : "")
       : (f.module ? f.module.split("/").pop() + "+" + (f.offset || "") : "");
     return (f.function === "??" && place ? "" : f.function) + (place ? " (" + place + ")" : "");
@@ -94,12 +96,18 @@
   // A card: a value over its label (text or nodes) and an optional second line.
   const card = (label, value, sub) => cards.append(el("div", { class: "card" }, el("b", {}, value),
     el("span", {}, ...[].concat(label)), sub ? el("span", { class: "card-sub" }, sub) : null));
+  // What the reachability scan found definitely lost comes first, as on stderr and in the text.
+  const scan = R.reachability;
+  if (scan && scan.definitely_lost_count > 0) {
+    card([term("definitely lost")], bytes(scan.definitely_lost_bytes), count(scan.definitely_lost_count, "allocation"));
+  }
   const live = term("live");
   card([live], bytes(R.totals.live_bytes), count(R.totals.live_count, "allocation"));
   card("peak", bytes(R.totals.peak_live_bytes));
   for (const [k, t] of Object.entries(R.kinds)) {
+    if (!t.peak_live_bytes) continue;
     const kind = k === "pinned_host" ? term("pinned_host", "pinned host") : k;
-    if (t.peak_live_bytes) card([kind, " ", term("live")], bytes(t.live_bytes), "peak " + bytes(t.peak_live_bytes));
+    card([kind, " ", term("live")], bytes(t.live_bytes), "peak " + bytes(t.peak_live_bytes));
   }
   for (const d of R.devices) card(["GPU " + d.ordinal + " ", term("live")], bytes(d.live_bytes), "peak " + bytes(d.peak_live_bytes));
   // The driver's view of each GPU (NVML), when it was sampled: what no allocation call made.
@@ -111,6 +119,8 @@
   card([term("suspect", noun(R.suspects.length, "suspect"))], R.suspects.length);
   card(noun(R.totals.failed_count, "failed allocation"), R.totals.failed_count);
   app.append(cards);
+  // The scan's line (and note), in the words of stderr and the text report (render/text.rs).
+  if ((R.scan_lines || []).length) app.append(el("div", { class: "sub", id: "scan" }, ...R.scan_lines.map((l) => el("div", {}, explain(l)))));
   // Owners, when the report has them: a per-site `owner`, and any per-GPU owners table.
   const owned = new Map();
   for (const s of R.sites) {
@@ -132,7 +142,17 @@
 
   // ---- live bytes over time ----
   const chartSec = section("Live bytes over time", "timeline");
-  chartSec.append(el("div", { class: "sub" }, "Drag to zoom, double-click to reset; hover for values. Red lines: out-of-memory failures and the snapshot."));
+  // Red lines mark the out-of-memory failures and the moment of a snapshot or out-of-memory
+  // report; the page speaks of them only when it draws any.
+  const oomTimes = R.failures.filter((f) => f.result === 2).map((f) => f.ts_s);
+  const markers = oomTimes.slice();
+  if (R.reason === "snapshot" || R.reason === "oom") markers.push(R.duration_s);
+  const marked = [];
+  if (oomTimes.length) marked.push(count(oomTimes.length, "out-of-memory failure"));
+  if (R.reason === "snapshot") marked.push("the snapshot");
+  if (R.reason === "oom") marked.push("this report");
+  const red = markers.length ? " Red " + (markers.length === 1 ? "line" : "lines") + ": " + marked.join(" and ") + "." : "";
+  chartSec.append(el("div", { class: "sub" }, "Drag to zoom, double-click to reset; hover for values." + red));
   const chartBox = el("div", { id: "chart" });
   chartSec.append(chartBox);
   const pts = R.timeline.points;
@@ -165,8 +185,6 @@
       return j < 0 ? null : s.series[j][1];
     }), [6, 3]);
   });
-  const markers = R.failures.filter((f) => f.result === 2).map((f) => f.ts_s);
-  if (R.reason === "snapshot" || R.reason === "oom") markers.push(R.duration_s);
   if (xs.length) {
     const plot = new uPlot({
       width: chartBox.clientWidth || 960,
@@ -295,7 +313,7 @@
     const s = sitesById.get(sp.site);
     const box = el("div", { class: "suspect" });
     box.append(el("div", {}, el("b", {}, "#" + (k + 1) + " " + (s ? s.label : "site " + sp.site)),
-      " \u2014 " + bytes(sp.live_bytes) + " ", term("live"), " in " + count(sp.live_count, "allocation") + ", ", term("score"), " " + sp.score));
+      " \u2014 " + bytes(sp.live_bytes) + " ", term("live"), " in " + count(sp.live_count, "allocation") + ", ", term("score"), " " + sp.score_text));
     box.append(el("div", { class: "reason" }, explain(sp.reason)));
     if (s) box.append(stackList(s.frames));
     const h = holdersBySite.get(sp.site);
@@ -347,7 +365,7 @@
   siteSec.append(table);
   fill();
 
-  // ---- the words of this page ----
+  // ---- the words of this page: only those it shows (the README has them all) ----
   const words = section("Words on this page", "glossary");
-  words.append(el("dl", { class: "glossary" }, ...glossary.flatMap((t) => [el("dt", {}, t.word), el("dd", {}, t.meaning)])));
+  words.append(el("dl", { class: "glossary" }, ...used().flatMap((t) => [el("dt", {}, t.word), el("dd", {}, t.meaning)])));
 })();

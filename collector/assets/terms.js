@@ -3,9 +3,11 @@
 // the README's table) and its element maker `el(tag, attrs, ...children)`.
 "use strict";
 // `term(word, shown)`: an element showing `shown` (the word unless given) with the word's meaning
-// as its tooltip; `explain(text)`: `text` with every glossary mark in it made such a term.
+// as its tooltip; `explain(text)`: `text` with every glossary mark in it made such a term;
+// `used`: the glossary's words placed so far, in the glossary's order (a page lists only those).
 function gpushimTerms(glossary, el) {
   const termByWord = new Map(glossary.map((t) => [t.word, t]));
+  const placed = new Set();
   // `shown` (the word itself unless given) with the word's meaning as its tooltip.
   function term(word, shown) {
     const t = termByWord.get(word);
@@ -13,8 +15,10 @@ function gpushimTerms(glossary, el) {
       console.error("gpushim: no glossary word " + JSON.stringify(word));
       return shown || word;
     }
+    placed.add(word);
     return el("abbr", { class: "term", title: t.meaning, tabindex: "0" }, shown || word);
   }
+  const used = () => glossary.filter((t) => placed.has(t.word));
   // The glossary's marks as one pattern, longest first; a mark that starts or ends with a word
   // character matches only as a whole word there ("reachable", not in "unreachable").
   const marks = glossary.flatMap((t) => t.marks.map((m) => [m, t])).sort((a, b) => b[0].length - a[0].length);
@@ -36,5 +40,5 @@ function gpushimTerms(glossary, el) {
     span.append(text.slice(at));
     return span;
   }
-  return { term, explain };
+  return { term, explain, used };
 }

@@ -40,9 +40,10 @@ enum Command {
         /// Directory for reports (default: the program's working directory).
         #[arg(short, long, value_name = "DIR")]
         output: Option<PathBuf>,
-        /// Exit 3 when the program exited 0 but its final report has leak suspects, or (with
-        /// BYTES: a number of bytes, or with KiB, MiB, GiB) more live bytes at exit than BYTES.
-        /// For test suites and CI.
+        /// Exit 3 when the program exited 0 but its final report has a leak suspect (a site
+        /// whose live memory kept growing; definitely lost memory alone does not fail it), or
+        /// (with BYTES: a number of bytes, or with KiB, MiB, GiB) more live bytes at exit than
+        /// BYTES. For test suites and CI.
         #[arg(long, value_name = "BYTES", num_args = 0..=1, require_equals = true, default_missing_value = "")]
         fail_on_leak: Option<String>,
         /// The program and its arguments (put them after `--`).

@@ -28,7 +28,10 @@ runs). Without it the magic says that tracing is off.
 In what the magic shows (the diff and the report), a place in a cell is named as the diff's
 notebook lines name it, ``In [4] line 2`` (``_cell_name``), not by the file IPython compiled the
 cell under (``ipykernel_4711/2849048635.py:2``). Only the kernel knows which cell a file is: the
-report files and the collector's exit lines keep the file's name.
+magic writes each cell's name into the report files it leaves in the output directory
+(``%gpushim snapshot`` and ``%gpushim report``: the frame's ``cell``, which ``gpushim report``
+and the HTML page show), while the final report, which the collector writes after the kernel has
+ended, and the collector's exit lines keep the file's name.
 """
 
 from __future__ import annotations
@@ -138,6 +141,8 @@ class _Session:
         else in the output directory; remembered for ``diff`` when ``keep``."""
         where = self.cells_dir if cell else None
         path = _api.snapshot(label, timeout=SNAPSHOT_TIMEOUT_S, directory=where)
+        if path is not None and not cell:
+            _name_cells_in_file(path, _ipython)
         if path is not None and keep:
             self.snaps.append((label, path))
         return path
@@ -229,6 +234,34 @@ def _name_cells(text: str, ipython) -> str:
         return got or m.group(0)
 
     return _CELL_PLACE.sub(name, text)
+
+
+def _name_cells_in_file(path: str, ipython) -> None:
+    """Writes into the report at ``path`` each notebook cell's name on its Python frames, as
+    ``_cell_name`` names it: ``"cell": "In [4] line 2"`` (docs/report-schema.md), which
+    ``gpushim report`` and the HTML page show in place of IPython's file for the cell. The file
+    is replaced in one rename, and left as it was when no frame is a cell's. Never raises."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        cells = _cells(ipython)
+        stacks = [s.get("frames") for s in doc.get("sites") or []]
+        stacks += [x.get("frames") for x in doc.get("failures") or []]
+        stacks.append((doc.get("oom") or {}).get("frames"))
+        named = 0
+        for frames in stacks:
+            for fr in frames or []:
+                name = _cell_name(fr.get("file") or "", fr.get("line"), cells) if fr.get("python") else None
+                if name is not None:
+                    fr["cell"] = name
+                    named += 1
+        if named:
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(doc, f, ensure_ascii=False)
+            os.replace(tmp, path)
+    except Exception as e:
+        print(f"gpushim: could not name the notebook cells in {path}: {e!r}")
 
 
 def _cell_lines(ipython, old: str, new: str) -> list[str]:

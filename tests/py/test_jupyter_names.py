@@ -4,6 +4,7 @@ the diff's lines and in the collector's text shown in the notebook (`%gpushim re
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 from gpushim import _jupyter
@@ -36,3 +37,31 @@ def test_the_collectors_text_names_cells_as_the_diff_does():
     # A cell file the kernel does not know stays as the collector wrote it.
     assert "f (ipykernel_4711/1111.py:7)" in got
     assert _jupyter._name_cells(text, None) == text
+
+
+def test_the_report_files_the_magic_writes_name_the_cells(tmp_path):
+    """`%gpushim snapshot` and `%gpushim report` leave a file whose cell frames carry `cell`, the
+    name `gpushim report` shows; other frames, and a file with no cell frame, stay as written."""
+
+    def frame(file, line, python=True):
+        return {"function": "<module>", "file": file, "line": line, "python": python}
+
+    doc = {
+        "sites": [{"id": 1, "frames": [frame(CELL, 2), frame("/home/u/ws4/train.py", 66)]}],
+        "failures": [{"frames": [frame(CELL, 5)]}],
+        "oom": None,
+    }
+    path = tmp_path / "gpushim-1-snapshot-1-mine.json"
+    path.write_text(json.dumps(doc))
+    _jupyter._name_cells_in_file(str(path), kernel({CELL: 4}))
+    got = json.loads(path.read_text())
+    assert got["sites"][0]["frames"][0]["cell"] == "In [4] line 2"
+    assert "cell" not in got["sites"][0]["frames"][1]
+    assert got["failures"][0]["frames"][0]["cell"] == "In [4] line 5"
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+    plain = tmp_path / "plain.json"
+    text = json.dumps({"sites": [{"frames": [frame("/home/u/ws4/train.py", 66)]}]})
+    plain.write_text(text)
+    _jupyter._name_cells_in_file(str(plain), kernel({CELL: 4}))
+    assert plain.read_text() == text

@@ -203,6 +203,20 @@ def test_html_report_in_a_browser(demo, tmp_path):
         assert f"{n} suspect" + ("" if n == 1 else "s") in cards, cards
         assert "0 failed allocations" in cards, cards
         assert func in page.locator("#suspects").inner_text()
+        # The definitely lost total comes first, as on stderr and in the text report, and the
+        # scan's line under the cards; the score is written as the text writes it (1.00).
+        scan = report["reachability"]
+        lost = scan["definitely_lost_count"]
+        assert lost > 0 and cards[0] == f"{lost * 1.0:.1f} MiB definitely lost {lost} allocations", cards
+        assert page.locator("#scan").inner_text().startswith(f"reachability scan complete: {lost} lost, "), cards
+        score = f"{report['suspects'][0]['score']:.2f}"
+        assert f"score {score}" in page.locator("#suspects .suspect").first.inner_text()
+        # An exit report has no red lines to speak of.
+        assert "Red line" not in page.locator("#timeline").inner_text()
+        # The word list holds the words the page shows, and only those.
+        shown = set(page.evaluate("() => [...document.querySelectorAll('abbr.term')].map((a) => a.title)"))
+        listed = page.evaluate("() => [...document.querySelectorAll('#glossary dd')].map((d) => d.textContent)")
+        assert listed and set(listed) == shown, (sorted(listed), sorted(shown))
 
         # Clicking a frame narrower than the graph zooms: it then spans the whole width.
         frame = page.locator('#flame svg g.frame[name="load_model"]').first
@@ -288,8 +302,9 @@ def png_rgb(data: bytes) -> tuple[int, int, list[bytes]]:
 
 
 def pixels(page, box) -> list[tuple[int, int, int]]:
-    """The pixels of the page inside `box` (a bounding box), row by row."""
-    w, _, rows = png_rgb(page.screenshot(clip=box))
+    """The pixels of the page inside `box` (a bounding box of the page not scrolled, so in the
+    page's coordinates), row by row; the box may lie below the window."""
+    w, _, rows = png_rgb(page.screenshot(clip=box, full_page=True))
     return [tuple(r[3 * x : 3 * x + 3]) for r in rows for x in range(w)]
 
 

@@ -157,15 +157,15 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
         name: "examples/leak.c",
         subdir: "c",
         command: vec![standins.join("leak_example").into(), FRAMES.into()],
-        file: "leak.c",
+        file: "examples/leak.c",
     }];
     let script = standins.join(PYTHON_EXAMPLE);
     match (script.is_file(), python(exe.parent().unwrap_or(Path::new("/")))) {
         (true, Some(py)) => examples.push(Example {
             name: "examples/leak.py",
             subdir: "python",
-            command: vec![py.into(), script.into(), FRAMES.into()],
-            file: "leak.py",
+            command: vec![py.into(), python_example(&script, &out)?.into(), FRAMES.into()],
+            file: "examples/leak.py",
         }),
         (false, _) => say(&format!("examples/leak.py is skipped: no {}", script.display())),
         (true, None) => say("examples/leak.py is skipped: no python3 beside gpushim nor on PATH"),
@@ -184,6 +184,19 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     }
     say(&format!("done: every example's leak was found; the reports are in {}", out.display()));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The Python example as the demo runs it: the stand-ins' copy, copied to `examples/leak.py`
+/// in the reports' directory `out`, so that the report names it as the demo does and as the
+/// user finds it in a checkout (`render (examples/leak.py:66)`, `examples/leak.py global
+/// 'history'`: a report names a file by its directory and its name), and the user can run it again.
+fn python_example(script: &Path, out: &Path) -> Result<PathBuf> {
+    let dir = out.join("examples");
+    let copy = dir.join(PYTHON_EXAMPLE);
+    std::fs::create_dir_all(&dir).and_then(|()| std::fs::copy(script, &copy)).map_err(|e| {
+        coded(USAGE, format!("demo: cannot copy {} to {}: {}", script.display(), copy.display(), file_cause(&e)))
+    })?;
+    Ok(copy)
 }
 
 /// The command as a person would type it (arguments joined by spaces).
@@ -238,7 +251,8 @@ fn run_example(exe: &Path, standins: &Path, dir: &Path, ex: &Example) -> Result<
 }
 
 /// The line that says the example's leak was found: its first suspect is `render` in the
-/// example's file. An error when it is not.
+/// example's file (named as the report names it: `render (examples/leak.c:57)`). An error when
+/// it is not.
 fn found_leak(path: &Path, ex: &Example) -> Result<String> {
     let report = Report::read(path).with_context(|| format!("demo: cannot read {}", path.display()))?;
     let top = report.suspects.first().and_then(|s| report.sites.iter().find(|site| site.id == s.site));
@@ -263,10 +277,9 @@ fn found_leak(path: &Path, ex: &Example) -> Result<String> {
         .filter(|r| r.definitely_lost_count > 0)
         .map_or(String::new(), |r| format!(", {} definitely lost", r.definitely_lost_count));
     Ok(format!(
-        "{}: found the leak: suspect #1 is render ({}:{}), {} live{lost}",
+        "{}: found the leak: suspect #1 is {}, {} live{lost}",
         ex.name,
-        ex.file,
-        frame.line.unwrap_or(0),
+        crate::report::words::frame_label(frame),
         crate::report::words::count(site.live_count, "allocation")
     ))
 }

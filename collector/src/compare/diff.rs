@@ -597,6 +597,7 @@ mod tests {
             inlined: false,
             python: false,
             class: Default::default(),
+            cell: None,
         }
     }
 

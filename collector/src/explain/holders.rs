@@ -444,13 +444,22 @@ pub fn site_lines(s: &SiteHolders, max: usize, walk_status: &str) -> Vec<String>
             fmt_bytes(s.object_bytes),
             crate::report::words::count(s.objects, "object"),
         )
-    } else {
+    } else if s.cached_bytes == 0 && s.in_use_bytes == s.live_bytes {
         format!(
-            "Python objects hold {} of {} live ({} in {}; {} held by no object: free memory a framework's allocator keeps for reuse, or memory nothing refers to any more)",
+            "Python objects hold all {} live ({}, {})",
+            fmt_bytes(s.live_bytes),
+            crate::report::words::count(s.objects, "object"),
+            fmt_bytes(s.object_bytes),
+        )
+    } else {
+        // The rest is either free memory an allocator keeps for reuse or memory nothing refers
+        // to any more: the walk cannot tell which.
+        format!(
+            "Python objects hold {} of {} live ({}, {}); {} held by no object (an allocator's cache, or unreferenced)",
             fmt_bytes(s.in_use_bytes),
             fmt_bytes(s.live_bytes),
-            fmt_bytes(s.object_bytes),
             crate::report::words::count(s.objects, "object"),
+            fmt_bytes(s.object_bytes),
             fmt_bytes(s.cached_bytes)
         )
     };
@@ -585,14 +594,22 @@ mod tests {
         let h = attribute(&walk(r), &s, 42);
         assert_eq!(
             site_lines(h.site(1).unwrap(), 3, "complete")[0],
-            "Python objects hold 4.0 KiB of 16.0 KiB live (4.0 KiB in 1 object; 12.0 KiB held by no object: free \
-             memory a framework's allocator keeps for reuse, or memory nothing refers to any more)"
+            "Python objects hold 4.0 KiB of 16.0 KiB live (1 object, 4.0 KiB); 12.0 KiB held by no object (an \
+             allocator's cache, or unreferenced)"
         );
         // A walk cut at its cap says what it found, not that the rest is held by nothing.
         assert_eq!(
             site_lines(h.site(1).unwrap(), 3, "cut")[0],
             "Python objects found holding 4.0 KiB of 16.0 KiB live (4.0 KiB in 1 object) before the heap walk \
              stopped (cut): the rest's holders are not known"
+        );
+        // All of it held: one short line, nothing said of what no object holds.
+        let full = r#"{"objects":[{"ptr":65536,"nbytes":16384,"desc":"Buf(4096,) <f4","holder":0}],
+            "holders":[{"how":"path","path":["m global 'x'"]}],"found":1}"#;
+        let all = attribute(&walk(full), &s, 42);
+        assert_eq!(
+            site_lines(all.site(1).unwrap(), 3, "complete")[0],
+            "Python objects hold all 16.0 KiB live (1 object, 16.0 KiB)"
         );
     }
 

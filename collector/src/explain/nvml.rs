@@ -70,7 +70,8 @@ fn sym(lib: *mut c_void, name: &str) -> Option<*mut c_void> {
 /// How the driver's view is said to be unknown when there is no NVIDIA driver to ask: NVML
 /// cannot be loaded, `nvmlInit_v2` fails (`NVML_ERROR_DRIVER_NOT_LOADED` and the like), or it
 /// lists no GPU (NVML API Reference, "Initialization and Cleanup", "Device Queries"). The
-/// stderr summary leaves the GPU memory lines out then (`render::text::summary`).
+/// stderr summary and the text report leave the GPU memory lines out then
+/// (`render::text::gpu_memory_shown`).
 pub const NO_NVML: &str = "no NVML (no NVIDIA driver)";
 
 /// Why the driver's view is unknown in a PID namespace of its own (a container): NVML lists
@@ -79,6 +80,10 @@ pub const NO_NVML: &str = "no NVML (no NVIDIA driver)";
 pub const IN_A_CONTAINER: &str =
     "the program runs in a PID namespace of its own (a container), and NVML lists the machine's pids";
 
+/// Why NVML is not sampled in `gpushim demo`: its examples run on the stand-ins, without a GPU
+/// (the summary and the text report leave the GPU memory lines out then, as without a driver).
+pub const DEMO_NVML_OFF: &str = "NVML is off in the demo (its examples run on stand-in CUDA libraries, without a GPU)";
+
 /// Why NVML is not sampled when a setting turned it off (`GPUSHIM_NVML=0`): `gpushim demo`
 /// turns it off itself (its examples run on stand-ins, without a GPU), and says so as the
 /// demo's doing, not the user's.
@@ -86,7 +91,7 @@ fn switched_off(s: &crate::settings::Settings) -> Option<&'static str> {
     let off = s.nvml.as_deref().filter(|v| !v.is_empty()).and_then(gpushim_wire::setting::switch) == Some(false);
     match (off, s.demo.is_some()) {
         (false, _) => None,
-        (true, true) => Some("NVML is off in the demo (its examples run on stand-in CUDA libraries, without a GPU)"),
+        (true, true) => Some(DEMO_NVML_OFF),
         (true, false) => Some("NVML sampling is off (GPUSHIM_NVML=0)"),
     }
 }

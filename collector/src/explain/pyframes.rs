@@ -112,6 +112,7 @@ impl Python {
             inlined: false,
             python: true,
             class: Default::default(),
+            cell: None,
         }
     }
 

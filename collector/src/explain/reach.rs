@@ -249,9 +249,10 @@ pub fn lead_line(r: &Reachability) -> Option<String> {
     ))
 }
 
-/// Whether the scan is worth a line in the summary: it found something lost, framework
-/// allocators' segments, or did not complete (a clean scan of a program that frees everything
-/// adds no line).
+/// Whether a snapshot's or out-of-memory report's scan is worth a line on stderr (the one naming
+/// its `*.reach.json`): it found something lost, framework allocators' segments, or did not
+/// complete. The final report's summary has the scan's line whenever there was a scan
+/// (`render::text::scan_lines`).
 pub fn worth_a_line(r: &Reachability) -> bool {
     r.status != "complete"
         || r.definitely_lost_count > 0

@@ -233,6 +233,7 @@ impl Symbolizer {
                             inlined,
                             python: false,
                             class,
+                            cell: None,
                         }
                     };
                     let mut v: Vec<Frame> =

@@ -14,7 +14,7 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use super::Render;
-use crate::report::words::{first_user_frame, frame_label, shell_words};
+use crate::report::words::{first_user_frame, fmt_score, frame_label, shell_words};
 use crate::report::{Report, Timeline, TimelinePoint};
 
 /// Most timeline points the page holds (the report holds up to 2001).
@@ -80,8 +80,9 @@ pub fn downsample(t: &Timeline) -> Timeline {
 /// included) with the timeline cut, series kept only for the charted suspects, the live
 /// allocations list left out, a `label` (first user frame) and a `name` (what its site column
 /// shows: the id, or [`NO_BACKTRACE_CELL`] with `no_backtrace` holding [`NO_BACKTRACE_TITLE`]) per
-/// site, the heap walk's holders when there was one, and the glossary
-/// ([`super::glossary::page_terms`]) for the page's tooltips.
+/// site, the heap walk's holders when there was one, the reachability scan's lines as the text
+/// report says them (`scan_lines`), each suspect's score as the text report writes it
+/// (`score_text`), and the glossary ([`super::glossary::page_terms`]) for the page's tooltips.
 pub fn page_data(r: &Report) -> Value {
     let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
     let charted: Vec<u32> = r.suspects.iter().take(CHART_SUSPECTS).map(|s| s.site).collect();
@@ -90,6 +91,15 @@ pub fn page_data(r: &Report) -> Value {
         o.insert("timeline".into(), serde_json::to_value(downsample(&r.timeline)).unwrap_or(Value::Null));
         o.insert("program".into(), Value::String(shell_words(&r.command)));
         o.insert("glossary".into(), super::glossary::page_terms());
+        // The scan's lines as stderr and the text report say them.
+        o.insert("scan_lines".into(), json!(super::text::scan_lines(r)));
+        if let Some(Value::Array(suspects)) = o.get_mut("suspects") {
+            for (v, s) in suspects.iter_mut().zip(&r.suspects) {
+                if let Some(v) = v.as_object_mut() {
+                    v.insert("score_text".into(), Value::String(fmt_score(s.score)));
+                }
+            }
+        }
         if let Some(h) = &r.holders {
             o.insert("holders".into(), serde_json::to_value(h).unwrap_or(Value::Null));
         }
@@ -249,6 +259,20 @@ mod tests {
         assert_eq!(data["suspects"][0]["site"], 1);
         assert_eq!(data["timeline"]["points"].as_array().unwrap().len(), 3);
         assert_eq!(data["glossary"], super::super::glossary::page_terms());
+        // The score as the text report writes it, and no scan's lines without a scan.
+        assert_eq!(data["suspects"][0]["score_text"], "1.00");
+        assert_eq!(data["scan_lines"], json!([]));
+        let mut r = sample();
+        r.reachability = Some(crate::report::Reachability {
+            status: "complete".into(),
+            definitely_lost_count: 2,
+            definitely_lost_bytes: 2 << 20,
+            ..Default::default()
+        });
+        let data = page_data(&r);
+        assert_eq!(data["scan_lines"], json!(super::super::text::scan_lines(&r)));
+        assert!(data["scan_lines"][0].as_str().unwrap().starts_with("reachability scan complete: 2 lost, "));
+        assert_eq!(data["reachability"]["definitely_lost_bytes"], 2 << 20, "the page's definitely lost card reads it");
     }
 
     /// The JSON in the page's data block, and the page without it.

@@ -7,7 +7,8 @@ use std::io::{self, Write};
 
 use super::{Render, TextOptions};
 use crate::report::words::{
-    count, first_user_frame, fmt_bytes, fmt_period, fmt_seconds, frame_label, shell_words, site_id_name, site_name,
+    count, first_user_frame, fmt_bytes, fmt_period, fmt_score, fmt_seconds, frame_label, shell_words, site_id_name,
+    site_name,
 };
 use crate::report::{Frame, Report, Site, Suspect, VmmTotals};
 
@@ -62,17 +63,17 @@ impl Render for Text {
         for v in &r.vmm {
             writeln!(out, "  {}", vmm_line(v))?;
         }
-        for l in gpu_memory_lines(r) {
-            writeln!(out, "  {l}")?;
+        if gpu_memory_shown(r) {
+            for l in gpu_memory_lines(r) {
+                writeln!(out, "  {l}")?;
+            }
         }
-        if let Some(rc) = &r.reachability {
-            // The lines the summary on stderr says of the scan, so that the report says them too.
-            if let Some(l) = crate::explain::reach::lead_line(rc) {
-                writeln!(out, "{l}")?;
-            }
-            if crate::explain::reach::worth_a_line(rc) {
-                writeln!(out, "{}", crate::explain::reach::scan_line(rc))?;
-            }
+        // The lines the summary on stderr says of the scan, in the same words.
+        if let Some(l) = lost_line(r) {
+            writeln!(out, "{l}")?;
+        }
+        for l in scan_lines(r) {
+            writeln!(out, "{l}")?;
         }
         let odd = anomalies(r);
         if !odd.is_empty() {
@@ -105,7 +106,14 @@ impl Render for Text {
         } else {
             writeln!(out, "leak suspects:")?;
             for (i, s) in r.suspects.iter().enumerate() {
-                writeln!(out, "  #{} site {} (score {:.2}): {}", i + 1, site_id_name(s.site), s.score, s.reason)?;
+                writeln!(
+                    out,
+                    "  #{} site {} (score {}): {}",
+                    i + 1,
+                    site_id_name(s.site),
+                    fmt_score(s.score),
+                    s.reason
+                )?;
                 if let Some(h) = suspect_headline(r, s) {
                     writeln!(out, "      at {h}")?;
                 }
@@ -371,6 +379,36 @@ pub fn gpu_memory_lines(r: &Report) -> Vec<String> {
     out
 }
 
+/// Whether the report says where the GPU memory is (`GPU 0 memory: …`, in the text report and
+/// the summary on stderr alike): when the NVIDIA driver could be asked, or NVML was off on a
+/// machine that may have one, or there are findings. Without a GPU (no NVIDIA driver, or the
+/// demo, whose examples run on the stand-ins) the line would only repeat the live line.
+pub fn gpu_memory_shown(r: &Report) -> bool {
+    let no_gpu = |note: &str| {
+        note.strip_prefix("unknown: ")
+            .is_some_and(|n| n.starts_with(crate::explain::nvml::NO_NVML) || n == crate::explain::nvml::DEMO_NVML_OFF)
+    };
+    !r.findings.is_empty() || r.gpu_memory.iter().any(|g| !no_gpu(&g.driver_note))
+}
+
+/// The first line of the summary and of the scan's lines in the text report, when the
+/// reachability scan found anything definitely lost: `definitely lost: 200.0 MiB in 200
+/// allocations (no pointer left in the program's memory)`.
+pub fn lost_line(r: &Report) -> Option<String> {
+    r.reachability.as_ref().and_then(crate::explain::reach::lead_line)
+}
+
+/// The reachability scan in words, the same in the summary on stderr and the text report: one
+/// line whenever the report has a scan (`reachability scan complete: 0 lost, 0 indirectly lost,
+/// 200 reachable (…)`: a program whose memory is all still referred to says so, as its JSON
+/// does), then its note, if any.
+pub fn scan_lines(r: &Report) -> Vec<String> {
+    let Some(x) = &r.reachability else { return Vec::new() };
+    let mut out = vec![crate::explain::reach::scan_line(x)];
+    out.extend(x.note.iter().map(|n| format!("reachability: {n}")));
+    out
+}
+
 /// The collector's closing lines on stderr (each starting `gpushim: `): totals, up to three
 /// suspects or "no leak suspects", and where the report went.
 pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::Result<()> {
@@ -381,7 +419,7 @@ pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::R
 /// The summary's lines but the last (where the report went): also printed when no directory
 /// took the report, so the totals are not lost with it.
 pub fn summary_lines(r: &Report, out: &mut dyn Write) -> io::Result<()> {
-    if let Some(l) = r.reachability.as_ref().and_then(crate::explain::reach::lead_line) {
+    if let Some(l) = lost_line(r) {
         writeln!(out, "gpushim: pid {}: {l}", r.pid)?;
     }
     let t = &r.totals;
@@ -425,15 +463,10 @@ pub fn summary_lines(r: &Report, out: &mut dyn Write) -> io::Result<()> {
     for v in &r.vmm {
         writeln!(out, "gpushim: {}", vmm_line(v))?;
     }
-    if let Some(x) = r.reachability.as_ref().filter(|x| crate::explain::reach::worth_a_line(x)) {
-        writeln!(out, "gpushim: {}", crate::explain::reach::scan_line(x))?;
-        if let Some(n) = &x.note {
-            writeln!(out, "gpushim: reachability: {n}")?;
-        }
+    for l in scan_lines(r) {
+        writeln!(out, "gpushim: {l}")?;
     }
-    // Without an NVIDIA driver (the stand-ins) the table says nothing the first line does not.
-    let no_driver = format!("unknown: {}", crate::explain::nvml::NO_NVML);
-    if !r.gpu_memory.iter().all(|g| g.driver_note.starts_with(&no_driver)) || !r.findings.is_empty() {
+    if gpu_memory_shown(r) {
         for l in gpu_memory_lines(r) {
             writeln!(out, "gpushim: {l}")?;
         }
@@ -655,14 +688,93 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         Text(TextOptions::default()).render(&r, &mut out).unwrap();
         let t = String::from_utf8(out).unwrap();
-        assert!(t.contains("      site 1: Python objects hold 3.0 MiB of 3.0 MiB live (3.0 MiB in 3 objects; "), "{t}");
+        assert!(t.contains("      site 1: Python objects hold all 3.0 MiB live (3 objects, 3.0 MiB)\n"), "{t}");
         assert!(t.contains("      held by: train.py global 'history' \u{2192} 3 objects\n"), "{t}");
-        assert!(t.contains("      site 5: Python objects hold 1.0 MiB of 1.0 MiB live (1.0 MiB in 2 objects; "), "{t}");
+        assert!(t.contains("      site 5: Python objects hold all 1.0 MiB live (2 objects, 1.0 MiB)\n"), "{t}");
         assert!(t.contains("      held by: train.py global 'cache' \u{2192} 2 objects\n"), "{t}");
         let mut err = Vec::new();
         summary(&r, std::path::Path::new("/o/gpushim-1234.json"), &mut err).unwrap();
         let e = String::from_utf8(err).unwrap();
         assert!(e.contains("gpushim:     held by: train.py global 'history' \u{2192} 3 objects\n"), "{e}");
         assert!(e.contains("gpushim:     held by: train.py global 'cache' \u{2192} 2 objects\n"), "{e}");
+    }
+
+    /// A scan that found everything reachable (a Python list holds the buffers) still gets its
+    /// line, in the text report as on stderr, as its JSON says it was made; the definitely lost
+    /// line comes only with something lost, first on stderr and before the scan's line in the text.
+    #[test]
+    fn the_scan_has_one_line_in_the_text_and_on_stderr_whatever_it_found() {
+        use crate::report::Reachability;
+        let mut r = sample();
+        r.reachability = Some(Reachability {
+            status: "complete".into(),
+            elapsed_ms: 21.0,
+            scanned_bytes: 13 << 20,
+            reachable_count: 200,
+            reachable_bytes: 200 << 20,
+            ..Reachability::default()
+        });
+        let line = "reachability scan complete: 0 lost, 0 indirectly lost, 200 reachable (13.0 MiB read in 21 ms)\n";
+        let t = render(&Text(opts(false)), &r);
+        assert!(t.contains(&format!("\n{line}")) && !t.contains("definitely lost"), "{t}");
+        let mut err = Vec::new();
+        summary(&r, std::path::Path::new("/o/g.json"), &mut err).unwrap();
+        let err = String::from_utf8(err).unwrap();
+        assert!(err.contains(&format!("\ngpushim: {line}")) && !err.contains("definitely lost"), "{err}");
+
+        let x = r.reachability.as_mut().unwrap();
+        (x.definitely_lost_count, x.definitely_lost_bytes, x.reachable_count) = (200, 200 << 20, 1);
+        x.note = Some("the heap could not be walked".into());
+        let lost = "definitely lost: 200.0 MiB in 200 allocations (no pointer left in the program's memory)\n";
+        let scan = "reachability scan complete: 200 lost, 0 indirectly lost, 1 reachable (13.0 MiB read in 21 ms)\n\
+                    reachability: the heap could not be walked\n";
+        let t = render(&Text(opts(false)), &r);
+        assert!(t.contains(&format!("\n{lost}{scan}")), "{t}");
+        let mut err = Vec::new();
+        summary(&r, std::path::Path::new("/o/g.json"), &mut err).unwrap();
+        let err = String::from_utf8(err).unwrap();
+        assert!(err.starts_with(&format!("gpushim: pid 1234: {lost}")), "{err}");
+        assert!(err.contains(&format!("\ngpushim: {}", scan.replace("\nreach", "\ngpushim: reach"))), "{err}");
+    }
+
+    /// The line of where the GPU memory is comes in the text report exactly when it comes on
+    /// stderr: not without a GPU (no NVIDIA driver, or the demo's stand-ins), and with a
+    /// driver's view or a finding.
+    #[test]
+    fn the_gpu_memory_line_is_in_the_text_exactly_when_on_stderr() {
+        use crate::explain::nvml::{DEMO_NVML_OFF, NO_NVML};
+        use crate::report::{GpuMemory, OwnerBytes};
+        let mut r = sample();
+        let owner =
+            OwnerBytes { owner: "user code (direct calls)".into(), live_bytes: 3 << 20, ..OwnerBytes::default() };
+        let gpu = |note: String, driver: Option<u64>| GpuMemory {
+            ordinal: 0,
+            owners: vec![owner.clone()],
+            traced_bytes: 3 << 20,
+            driver_bytes: driver,
+            untraced_bytes: driver.map(|d| d - (3 << 20)),
+            driver_note: note,
+            ..GpuMemory::default()
+        };
+        for (g, findings, shown) in [
+            (gpu(format!("unknown: {NO_NVML}: libnvidia-ml.so.1 not found"), None), vec![], false),
+            (gpu(format!("unknown: {DEMO_NVML_OFF}"), None), vec![], false),
+            (gpu(format!("unknown: {DEMO_NVML_OFF}"), None), vec!["GPU 0: something".to_string()], true),
+            (gpu("unknown: NVML sampling is off (GPUSHIM_NVML=0)".into(), None), vec![], true),
+            (gpu(String::new(), Some(300 << 20)), vec![], true),
+        ] {
+            r.gpu_memory = vec![g];
+            r.findings = findings;
+            let t = render(&Text(opts(false)), &r);
+            let mut err = Vec::new();
+            summary(&r, std::path::Path::new("/o/g.json"), &mut err).unwrap();
+            let err = String::from_utf8(err).unwrap();
+            assert_eq!(t.contains("  GPU 0 memory: user code (direct calls) 3.0 MiB; untraced "), shown, "{t}");
+            assert_eq!(
+                err.contains("gpushim: GPU 0 memory: user code (direct calls) 3.0 MiB; untraced "),
+                shown,
+                "{err}"
+            );
+        }
     }
 }

@@ -101,6 +101,12 @@ pub struct Frame {
     /// name, `file` and `line` the Python source's). Written only when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub python: bool,
+    /// For a Python frame in a Jupyter notebook's cell, the cell as the notebook names it,
+    /// `In [4] line 2`: written by the `%gpushim` magic into the reports it writes (only the
+    /// kernel knows which cell a file is); shown in place of the file IPython compiled the cell
+    /// under. Written only when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cell: Option<String>,
 }
 
 impl Frame {

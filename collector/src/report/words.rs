@@ -34,6 +34,9 @@ pub fn frame_label(f: &Frame) -> String {
 }
 
 fn frame_label_raw(f: &Frame) -> String {
+    if let Some(cell) = &f.cell {
+        return format!("{} ({cell})", f.function);
+    }
     let place = match (&f.file, f.line) {
         (Some(file), Some(line)) => Some(format!("{}:{line}", short_path(file))),
         (Some(file), None) => Some(short_path(file).to_string()),
@@ -165,9 +168,22 @@ pub fn count(n: u64, noun: &str) -> String {
     }
 }
 
+/// A suspect's score for a person, the same in every format (the text report, the HTML page):
+/// two decimals, `1.00`, `0.75`.
+pub fn fmt_score(score: f64) -> String {
+    format!("{score:.2}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_score_has_two_decimals() {
+        assert_eq!(fmt_score(1.0), "1.00");
+        assert_eq!(fmt_score(0.754), "0.75");
+        assert_eq!(fmt_score(0.0), "0.00");
+    }
 
     #[test]
     fn the_site_without_backtrace_has_a_name_not_a_number() {
@@ -224,8 +240,19 @@ mod tests {
             inlined: false,
             python: false,
             class: Default::default(),
+            cell: None,
         };
         assert_eq!(frame_label(&f), "render_frame (src/target.c:42)");
+        // A notebook cell, named as the notebook names it (the magic writes `cell`).
+        let py = Frame {
+            function: "<module>".into(),
+            file: Some("/tmp/ipykernel_4711/2849048635.py".into()),
+            line: Some(2),
+            python: true,
+            cell: Some("In [4] line 2".into()),
+            ..Frame::default()
+        };
+        assert_eq!(frame_label(&py), "<module> (In [4] line 2)");
         f.file = None;
         f.line = None;
         assert_eq!(frame_label(&f), "render_frame (app+0x1234)");
