@@ -347,3 +347,24 @@ fn a_blocked_thread_on_a_stack_the_program_gave_it_leaves_the_memory_below_possi
     assert_eq!(scan(&r)["status"], "complete", "{d}");
     assert_eq!(lost_possibly_reachable(&r), (1, 3, 0), "{d}");
 }
+
+/// Memory a library made for its own state is never called definitely lost: with the stand-in
+/// cuBLAS's handles moved out of the scan's sight (as the real one keeps part of a handle in
+/// device memory), their 40 device and 20 pinned buffers are possibly lost, and a note says why.
+#[test]
+fn a_librarys_own_state_is_possibly_lost_never_definitely() {
+    let run = Target::new("threads", "reach-cublas-hidden").args(&["cublas-hidden", "20"]).run();
+    run.success();
+    let r = run.report();
+    let reach = &r["reachability"];
+    assert_eq!(reach["status"], "complete", "{run}");
+    assert_eq!(
+        (reach["definitely_lost_count"].as_u64(), reach["indirectly_lost_count"].as_u64()),
+        (Some(0), Some(0)),
+        "{reach}{run}"
+    );
+    assert_eq!(reach["possibly_lost_count"], 60, "{reach}{run}");
+    let note = reach["note"].as_str().unwrap_or_default();
+    assert!(note.contains("60 allocations a library made for its own state"), "{note}{run}");
+    assert!(!run.stderr.contains("definitely lost"), "{run}");
+}

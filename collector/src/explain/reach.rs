@@ -86,6 +86,9 @@ pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sy
     };
     let mut sites: BTreeMap<u32, SiteReach> = BTreeMap::new();
     let mut frameworks: HashMap<u32, Option<&'static str>> = HashMap::new();
+    // Per site: made by a library for its own state (`owners::Owner::library`).
+    let mut libraries: HashMap<u32, bool> = HashMap::new();
+    let mut library_capped = 0u64;
     let mut fw: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
     // (site, size, the scan's entry) of each reachable allocation.
     let mut held: Vec<(u32, u64, &gpushim_wire::ReachEntry)> = Vec::new();
@@ -99,6 +102,10 @@ pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sy
             let frames = stacks.get(&e.site).map(|a| sym.stack_of(e.site, a)).unwrap_or_default();
             framework_of(&frames)
         });
+        let library = *libraries.entry(e.site).or_insert_with(|| {
+            let frames = stacks.get(&e.site).map(|a| sym.stack_of(e.site, a)).unwrap_or_default();
+            crate::explain::owners::owner_of(&frames).library()
+        });
         let s = sites.entry(e.site).or_default();
         if let Some(name) = framework {
             s.framework = Some(name.to_string());
@@ -107,7 +114,18 @@ pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sy
             f.1 += e.size;
             continue;
         }
-        match x.class {
+        // A library's own state (a cuBLAS handle's workspaces) is at most possibly lost: the
+        // library keeps its pointers in the handle, parts of which lie where the scan does not
+        // read (device memory, the driver's mappings); memory left out of the scan never makes
+        // "definitely lost" (issue 29: 2 or 3 per PyTorch run, while the handle was alive).
+        let class = match x.class {
+            ReachClass::Lost | ReachClass::IndirectlyLost if library => {
+                library_capped += 1;
+                ReachClass::PossiblyLost
+            }
+            c => c,
+        };
+        match class {
             ReachClass::Lost => {
                 s.definitely_lost_count += 1;
                 s.definitely_lost_bytes += e.size;
@@ -143,6 +161,18 @@ pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sy
             }
         }
         s.scanned_count += 1;
+    }
+    if library_capped > 0 {
+        let why = format!(
+            "{} a library made for its own state (a cuBLAS handle's workspaces) said possibly lost, never definitely: \
+             the library keeps their pointers in its handle, parts of which lie where the scan does not read \
+             (device memory, the driver's mappings)",
+            crate::report::words::count(library_capped, "allocation")
+        );
+        r.note = Some(match r.note.take() {
+            Some(n) => format!("{n}; {why}"),
+            None => why,
+        });
     }
     r.framework_held = fw
         .into_iter()
