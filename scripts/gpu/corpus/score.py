@@ -205,7 +205,7 @@ def expand_entry(entry: dict, defaults: dict, base_dir: Path, vals: dict, build_
     if not isinstance(entry.get("command"), list) or not entry["command"]:
         raise ManifestError(f"{where}: 'command' must be a non-empty list")
     variants = entry.get("variants") or [None]
-    if leak and sorted(v for v in variants if v) != ["fast", "slow"]:
+    if leak and defaults.get("leak_variants", True) and sorted(v for v in variants if v) != ["fast", "slow"]:
         raise ManifestError(f'{where}: a leak comes as variants ["fast", "slow"]')
     needs = entry.get("needs", [])
     missing = [n for n in needs if n not in build_names]

@@ -15,11 +15,12 @@ kept across frames except a small host-side list of floats.
 
 Truth: no leak (bounded cache plus pool reuse; flat after the first cycle).
 """
+
 import sys
 
 import cupy as cp
 
-LENGTHS = [2 ** 16 + 96 * k for k in range(40)]  # many non-power-of-two lengths
+LENGTHS = [2**16 + 96 * k for k in range(40)]  # many non-power-of-two lengths
 
 
 def main() -> int:
@@ -38,8 +39,10 @@ def main() -> int:
             power = cp.abs(spec) ** 2
             peaks.append(float(power.max()))
             del frames, spec, power
-        print(f"cycle {c}: plans cached {cache.get_curr_size()}, pool used "
-              f"{pool.used_bytes() / 2**20:.0f} MiB, pool total {pool.total_bytes() / 2**20:.0f} MiB")
+        print(
+            f"cycle {c}: plans cached {cache.get_curr_size()}, pool used "
+            f"{pool.used_bytes() / 2**20:.0f} MiB, pool total {pool.total_bytes() / 2**20:.0f} MiB"
+        )
     cp.cuda.Device().synchronize()
     return 0
 

@@ -14,6 +14,7 @@ a constant number live. The loss history is kept as Python floats.
 
 Truth: no leak.
 """
+
 import sys
 
 import jax

@@ -13,6 +13,7 @@ own device allocation, so the kept logits are individual allocations.
 Truth: leak. The logits are produced at the line with the leak marker (the jitted call) and held by
 the global list `all_logits`.
 """
+
 import sys
 
 import jax
@@ -48,8 +49,10 @@ def main() -> int:
         all_logits.append(logits)
         correct += int((logits.argmax(-1) == y).sum())
     total = sum(a.nbytes for a in all_logits)
-    print(f"evaluated {batches} batches, acc {correct / (512 * batches):.4f}; kept "
-          f"{len(all_logits)} logits arrays, {total / 2**20:.0f} MiB")
+    print(
+        f"evaluated {batches} batches, acc {correct / (512 * batches):.4f}; kept "
+        f"{len(all_logits)} logits arrays, {total / 2**20:.0f} MiB"
+    )
     return 0
 
 

@@ -13,6 +13,7 @@ manifest), so every tensor is its own cudaMallocAsync allocation.
 Truth: leak. The probabilities are made at the line with the leak marker and held by the list
 `preds` of the global `metric`.
 """
+
 import os
 import sys
 

@@ -16,6 +16,7 @@ float history.
 
 Truth: no leak (growth then plateau).
 """
+
 import sys
 
 import torch
@@ -57,8 +58,7 @@ def main() -> int:
         opt.step()
         history.append(loss.item())
         if step % 100 == 0:
-            print(f"step {step}: loss {history[-1]:.3f}, reserved "
-                  f"{torch.cuda.memory_reserved() / 2**20:.0f} MiB")
+            print(f"step {step}: loss {history[-1]:.3f}, reserved {torch.cuda.memory_reserved() / 2**20:.0f} MiB")
     torch.cuda.synchronize()
     print(f"done: peak allocated {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
     return 0

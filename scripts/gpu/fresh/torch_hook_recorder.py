@@ -10,6 +10,7 @@ pytorch/pytorch issue #46386 (GPU memory kept by a forward hook).
 Truth: leak. The hook's copy (cast to fp16 "to save memory") is made at the line with
 the leak marker and kept in the list `saved` of the global `recorder`.
 """
+
 import sys
 
 import torch
@@ -28,9 +29,7 @@ recorder = Recorder()
 
 
 def build_model() -> nn.Module:
-    return nn.Sequential(
-        nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10)
-    ).cuda()
+    return nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10)).cuda()
 
 
 def main() -> int:
@@ -47,9 +46,11 @@ def main() -> int:
             logits = model(x)
             correct += int((logits.argmax(-1) == y).sum())
     torch.cuda.synchronize()
-    print(f"evaluated {batches} batches, acc {correct / (256 * batches):.3f}; recorder holds "
-          f"{len(recorder.saved)} activations, allocated "
-          f"{torch.cuda.memory_allocated() / 2**20:.0f} MiB")
+    print(
+        f"evaluated {batches} batches, acc {correct / (256 * batches):.3f}; recorder holds "
+        f"{len(recorder.saved)} activations, allocated "
+        f"{torch.cuda.memory_allocated() / 2**20:.0f} MiB"
+    )
     return 0
 
 

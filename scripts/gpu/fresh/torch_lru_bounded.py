@@ -9,6 +9,7 @@ allocator's pool warms, then stays flat. Model weights are held for the whole ru
 
 Truth: no leak (bounded cache, flat after warm-up).
 """
+
 import functools
 import sys
 
@@ -29,9 +30,7 @@ def rope_table(seq_len: int) -> torch.Tensor:
 def main() -> int:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 600
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(DIM, 2048), torch.nn.GELU(), torch.nn.Linear(2048, DIM)
-    ).cuda()
+    model = torch.nn.Sequential(torch.nn.Linear(DIM, 2048), torch.nn.GELU(), torch.nn.Linear(2048, DIM)).cuda()
     gen = torch.Generator().manual_seed(2)
     acc = 0.0
     with torch.no_grad():
@@ -43,9 +42,11 @@ def main() -> int:
                 acc += float(y.mean())
     torch.cuda.synchronize()
     info = rope_table.cache_info()
-    print(f"{steps} requests; cache {info.currsize}/8 tables, hits {info.hits}, "
-          f"allocated {torch.cuda.memory_allocated() / 2**20:.0f} MiB, "
-          f"reserved {torch.cuda.memory_reserved() / 2**20:.0f} MiB")
+    print(
+        f"{steps} requests; cache {info.currsize}/8 tables, hits {info.hits}, "
+        f"allocated {torch.cuda.memory_allocated() / 2**20:.0f} MiB, "
+        f"reserved {torch.cuda.memory_reserved() / 2**20:.0f} MiB"
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ will keep pointers ... alive forever and leak memory"), ruff B019.
 Truth: leak. The tables are created at the line with the leak marker and held by the cache of the
 module-level function `rope_table` (the lru_cache wrapper).
 """
+
 import functools
 import sys
 
@@ -46,8 +47,10 @@ def main() -> int:
             total += float(y[0, 0])
     torch.cuda.synchronize()
     info = rope_table.cache_info()
-    print(f"served {steps} requests; rope cache holds {info.currsize} tables, "
-          f"allocated {torch.cuda.memory_allocated() / 2**20:.0f} MiB")
+    print(
+        f"served {steps} requests; rope cache holds {info.currsize} tables, "
+        f"allocated {torch.cuda.memory_allocated() / 2**20:.0f} MiB"
+    )
     return 0
 
 
