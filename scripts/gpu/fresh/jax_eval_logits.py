@@ -41,7 +41,7 @@ def main() -> int:
     key = jax.random.PRNGKey(0)
     params = init(key)
     correct = 0
-    for i in range(batches):
+    for _i in range(batches):
         key, kx, ky = jax.random.split(key, 3)
         x = jax.random.normal(kx, (512, 1024), jnp.float32)
         y = jax.random.randint(ky, (512,), 0, 2048)
