@@ -3,9 +3,10 @@
 
 Mechanism, from public reports: a metric with "list/cat" states (AUROC, AP, confusion over
 all samples) appends each batch's probabilities and targets on the device; the training
-script forgets `reset()` at epoch end, so the state grows for the whole run. Sources: Lightning-AI/torchmetrics issue #1949 ("Memory leak when creating
-multiple instances of the same metric": BinaryAUROC etc. keep their states on the GPU
-without reset()), #2481 (retrieval metrics' list states grow GPU memory), and
+script forgets `reset()` at epoch end, so the state grows for the whole run. Sources:
+Lightning-AI/torchmetrics issue #1949 ("Memory leak when creating multiple instances of the
+same metric": BinaryAUROC etc. keep their states on the GPU without reset()), #2481
+(retrieval metrics' list states grow GPU memory), and
 NRCan/geo-deep-learning issue #582 (memory rises every epoch until reset() was added).
 The program runs with `PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync` (set by the
 manifest), so every tensor is its own cudaMallocAsync allocation.

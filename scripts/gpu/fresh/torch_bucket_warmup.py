@@ -46,7 +46,7 @@ def main() -> int:
     # the schedule: small buckets first (a curriculum), then all of them at random
     history = []
     for step in range(steps):
-        if step < 40:
+        if step < 40:  # noqa: SIM108
             L = BUCKETS[step % 3]
         else:
             L = BUCKETS[int(torch.randint(0, len(BUCKETS), (1,), generator=gen))]

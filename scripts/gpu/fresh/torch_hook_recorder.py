@@ -40,7 +40,7 @@ def main() -> int:
     model.eval()
     correct = 0
     with torch.no_grad():
-        for i in range(batches):
+        for _i in range(batches):
             x = torch.randn(256, 1024, device="cuda")
             y = torch.randint(0, 10, (256,), device="cuda")
             logits = model(x)

@@ -19,7 +19,7 @@ import torch
 DIM = 512
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)  # noqa: UP033 (the form of the reports)
 def rope_table(seq_len: int) -> torch.Tensor:
     pos = torch.arange(seq_len, device="cuda", dtype=torch.float32)
     inv = 1.0 / (10000 ** (torch.arange(0, DIM, 2, device="cuda", dtype=torch.float32) / DIM))
@@ -39,7 +39,7 @@ def main() -> int:
     gen = torch.Generator().manual_seed(1)
     total = 0.0
     with torch.no_grad():
-        for step in range(steps):
+        for _step in range(steps):
             # request lengths vary: nearly every request brings a new length
             seq = 600 + int(torch.randint(0, 1400, (1,), generator=gen))
             x = torch.randn(seq, DIM, device="cuda")
