@@ -57,6 +57,12 @@ struct WalkedObject {
     nbytes: u64,
     desc: String,
     holder: usize,
+    /// What the walker could tell of its role (`parameter`, `grad`, `optimizer_state`).
+    #[serde(default)]
+    role: Option<String>,
+    /// The index in `torch_stacks` of the block its memory starts in.
+    #[serde(default)]
+    stack: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -257,6 +263,22 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
             .filter_map(|(i, n, b)| Some(BlockStack { blocks: n, bytes: b, frames: stacks.get(i)?.as_ref()?.clone() }))
             .collect()
     };
+    let found: Vec<crate::explain::kinds::Found> = walked
+        .objects
+        .iter()
+        .map(|o| {
+            let h = walked.holders.get(o.holder);
+            crate::explain::kinds::Found {
+                ptr: o.ptr,
+                nbytes: o.nbytes,
+                role: o.role.as_deref(),
+                how: h.map_or("path", |h| h.how.as_str()),
+                saved_for: h.and_then(|h| h.saved_for.as_deref()),
+                stack: o.stack,
+            }
+        })
+        .collect();
+    let kinds = crate::explain::kinds::of_walk(&found, walked.torch_segments.as_deref().unwrap_or(&[]), &stacks, state);
     let holder_of = |o: &WalkedObject| walked.holders.get(o.holder);
     let build = |site: Option<u32>, objs: &[Placed]| -> SiteHolders {
         let live_bytes = site.and_then(|s| site_live.get(&s).copied()).unwrap_or(0);
@@ -362,6 +384,7 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
         },
         sites,
         unattributed,
+        kinds,
     }
 }
 

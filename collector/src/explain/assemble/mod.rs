@@ -92,6 +92,8 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     let ordinals: Vec<i32> = state.devices.keys().copied().collect();
     let (gpu_memory, findings) =
         gpumem::table(&by_owner, &ordinals, ctx.driver, &timeline, start, state.teardown_from_ns);
+    let memory_kinds =
+        ctx.holders.map(|h| crate::explain::kinds::complete(&h.kinds, &gpu_memory, &sites)).unwrap_or_default();
     Report {
         schema: SCHEMA.to_string(),
         pid: ctx.hello.pid,
@@ -125,6 +127,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         },
         context_teardowns: totals::teardowns(state),
         gpu_memory,
+        memory_kinds,
         findings,
         notes,
         allocations,
@@ -170,6 +173,7 @@ mod tests {
             walk: Default::default(),
             sites,
             unattributed: SiteHolders::default(),
+            kinds: vec![],
         }
     }
 
