@@ -95,12 +95,14 @@ fn stack_line(frames: &[BlockFrame], py: &Python) -> Option<String> {
 type Tally = BTreeMap<i32, Vec<(u64, u64, BTreeMap<(String, Option<u32>), (u64, u64)>)>>;
 
 /// The kinds of the traced memory of each device from a walk's objects, PyTorch's segments
-/// (`[address, total, allocated]`) and block stacks, placed in the live allocations of `state`.
+/// (`[address, total, allocated]`) and block stacks (their frames named by `py`'s code objects),
+/// placed in the live allocations of `state`.
 pub fn of_walk(
     objects: &[Found<'_>],
     segments: &[[u64; 3]],
     stacks: &[Option<Vec<BlockFrame>>],
     state: &State,
+    py: &Python,
 ) -> Vec<DeviceKinds> {
     let mut traced: BTreeMap<i32, u64> = BTreeMap::new();
     // Live device and managed pointer allocations by address: (end, site, device).
@@ -117,7 +119,6 @@ pub fn of_walk(
     let place = |p: u64| by_addr.range(..=p).next_back().filter(|(_, &(end, _, _))| p < end).map(|(&s, &v)| (s, v));
     let segs: BTreeMap<u64, (u64, u64)> = segments.iter().map(|&[a, t, u]| (a, (a.saturating_add(t), u))).collect();
     let mut seg_tensor: BTreeMap<u64, u64> = BTreeMap::new();
-    let py = Python::default();
     let mut lines_of: BTreeMap<usize, Option<String>> = BTreeMap::new();
     let mut order: Vec<(usize, &Found)> = objects.iter().map(|o| (kind_of(o.role, o.how, o.saved_for), o)).collect();
     order.sort_by_key(|(k, o)| (*k, o.ptr));
@@ -131,7 +132,7 @@ pub fn of_walk(
             *seg_tensor.entry(s).or_default() += new;
         }
         let line = o.stack.and_then(|i| {
-            lines_of.entry(i).or_insert_with(|| stacks.get(i)?.as_ref().and_then(|f| stack_line(f, &py))).clone()
+            lines_of.entry(i).or_insert_with(|| stacks.get(i)?.as_ref().and_then(|f| stack_line(f, py))).clone()
         });
         let key = match line {
             Some(l) => (l, None),
@@ -320,7 +321,7 @@ mod tests {
             // In no live allocation: in no kind.
             found(0x900_0000, MIB, None, "path"),
         ];
-        let walked = of_walk(&objects, &[[0x100_0000, 8 * MIB, 6 * MIB]], &[], &s);
+        let walked = of_walk(&objects, &[[0x100_0000, 8 * MIB, 6 * MIB]], &[], &s, &Python::default());
         assert_eq!(walked.iter().map(|d| d.ordinal).collect::<Vec<_>>(), [0, 1]);
         let g0 = &walked[0];
         assert_eq!((g0.traced_bytes, g0.tensor_bytes), (9 * MIB, 5 * MIB + 512 * KIB));
@@ -394,7 +395,7 @@ mod tests {
         a.stack = Some(0);
         let mut b = found(0x110_0000, MIB, Some("parameter"), "path");
         b.stack = Some(0);
-        let walked = of_walk(&[a, b], &[], &[Some(stack)], &s);
+        let walked = of_walk(&[a, b], &[], &[Some(stack)], &s, &Python::default());
         let l = &walked[0].kinds[0].lines;
         assert_eq!(l.len(), 1, "{l:?}");
         assert_eq!(
