@@ -4,11 +4,14 @@ caching allocator of fake_torch/, of every kind the report tells apart. A model'
 line O), an activation that only the autograd graph of the loss keeps (2 MiB, line A; held from
 native code, as PyTorch's saved tensors are), the loss (1 MiB, line L: another tensor) and a
 freed scratch tensor whose block the pool keeps (3 MiB, line S). The program records its own
-block stacks. Usage: torch_kinds.py LIBC10. Prints `done` and the lines P, G, O, A, L."""
+block stacks, and takes a snapshot (SIGUSR1) at the end, waiting for its walk's holders file.
+Usage: torch_kinds.py LIBC10. Prints `done` and the lines P, G, O, A, L."""
 
 import ctypes
 import os
+import signal
 import sys
+import time
 
 os.environ["FAKE_C10"] = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_torch", "site-packages"))
@@ -56,4 +59,11 @@ loss = forward()
 scratch = torch.tensor(3 * MIB)  # line S
 scratch.free()
 del scratch
+os.kill(os.getpid(), signal.SIGUSR1)
+walked = os.path.join(os.environ["GPUSHIM_OUTPUT"], f"gpushim-{os.getpid()}-snapshot-1.holders.json")
+deadline = time.monotonic() + 60
+while not os.path.exists(walked):
+    if time.monotonic() > deadline:
+        raise SystemExit("no snapshot walk")
+    time.sleep(0.005)
 print("done", *(line_of(f"# line {x}") for x in "PGOAL"))
