@@ -319,10 +319,11 @@ def _is_subclass(t, cls):
 ROLE_PARAMETER, ROLE_GRAD, ROLE_OPTIMIZER_STATE = "parameter", "grad", "optimizer_state"
 
 
-def role_of(w, i, o):
+def role_of(w, i, o, memo=None):
     """The role of object `o` (walk index i, or None for an object the walk did not reach), or
     None: its type is a Parameter; else it is some tensor's `.grad`; else its path from the
-    root passes through an optimizer's instance attribute `state`."""
+    root passes through an optimizer's instance attribute `state`. `memo`: whether each type met
+    on the paths is an optimizer's, by id (the types stay alive with the walk's objects)."""
     finder = w.finder
     if _is_subclass(type(o), finder.param_cls):
         return ROLE_PARAMETER
@@ -331,8 +332,14 @@ def role_of(w, i, o):
     if i is None or finder.optim_cls is None:
         return None
     objs, _ = w.chain(i)
+    if memo is None:
+        memo = {}
     for k in range(len(objs) - 2):
-        if not _is_subclass(type(objs[k]), finder.optim_cls):
+        t = type(objs[k])
+        is_optim = memo.get(id(t))
+        if is_optim is None:
+            is_optim = memo[id(t)] = _is_subclass(t, finder.optim_cls)
+        if not is_optim:
             continue
         d = _instance_dict(objs[k], type(objs[k]))
         st = d.get("state") if d is not None else None
@@ -1282,11 +1289,12 @@ def _walk(deadline):
     found = [0]
     descs = {i: got["desc"] for i, got in w.found}
     graph_of_holder = {}
+    optim_memo = {}
 
     def add(got, how, steps, i=None, o=None):
         found[0] += 1
         if o is not None and len(objects) < MAX_OBJECTS:
-            role = role_of(w, i, o)
+            role = role_of(w, i, o, optim_memo)
             if role is not None:
                 got["role"] = role
         extra_fields = {}
