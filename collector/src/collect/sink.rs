@@ -194,6 +194,10 @@ impl<'a> Sink<'a> {
                         holders.walk.message,
                         in_a_line(&path)
                     );
+                    // The walk's kinds (no workspaces or untraced bytes: the report has those).
+                    for l in crate::render::text::kinds_lines(&holders.kinds) {
+                        let _ = writeln!(self.out.err, "gpushim: {l}");
+                    }
                 }
             }
             Err(e) => {

@@ -368,8 +368,8 @@ pub fn gpu_memory_lines(r: &Report) -> Vec<String> {
 
 /// One line per GPU of the device memory by kind (the kinds that hold bytes):
 /// `GPU 0 by kind of memory: parameters 12.0 MiB, gradients 12.0 MiB, …`.
-pub fn kinds_lines(r: &Report) -> Vec<String> {
-    r.memory_kinds
+pub fn kinds_lines(kinds: &[crate::report::DeviceKinds]) -> Vec<String> {
+    kinds
         .iter()
         .map(|d| {
             let parts: Vec<String> = d
@@ -474,7 +474,7 @@ pub fn summary_lines(r: &Report, out: &mut dyn Write) -> io::Result<()> {
             writeln!(out, "gpushim: {l}")?;
         }
     }
-    for l in kinds_lines(r) {
+    for l in kinds_lines(&r.memory_kinds) {
         writeln!(out, "gpushim: {l}")?;
     }
     if r.suspects.is_empty() {
