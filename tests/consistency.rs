@@ -76,13 +76,20 @@ fn parse_stderr(stderr: &str) -> Screen {
         } else if let Some(rest) = l.strip_prefix("suspect #") {
             let site = rest.split_once(" site ").unwrap().1.split_once(':').unwrap().0;
             s.suspects.push((site.to_string(), None));
-        } else if l.starts_with("GPU ") && l.contains(" memory: ") {
+        } else if is_gpu_memory_line(l) {
             s.gpu_memory = true;
         } else if let Some(h) = l.trim_start().strip_prefix("held by: ").filter(|_| s.suspects.len() == 1) {
             s.held_by.push(h.to_string());
         }
     }
     s
+}
+
+/// `GPU 0 memory: …`, where the GPU memory is by owner (not `GPU 0 by kind of memory: …`).
+fn is_gpu_memory_line(l: &str) -> bool {
+    l.strip_prefix("GPU ")
+        .and_then(|r| r.split_once(' '))
+        .is_some_and(|(n, rest)| n.parse::<u32>().is_ok() && rest.starts_with("memory: "))
 }
 
 /// The text report (`gpushim report FILE`).
@@ -97,7 +104,7 @@ fn parse_text(text: &str) -> Screen {
             s.lost = amount(l, "definitely lost: ");
         } else if l.starts_with("reachability scan ") {
             s.scan = scan_counts(l);
-        } else if l.starts_with("  GPU ") && l.contains(" memory: ") {
+        } else if l.starts_with("  ") && is_gpu_memory_line(l.trim_start()) {
             s.gpu_memory = true;
         } else if l == "leak suspects:" {
             in_suspects = true;

@@ -463,3 +463,103 @@ fn segments_mostly_free_beside_a_held_leak_are_not_a_suspect_but_alone_they_stay
     assert_eq!(headlines(&r), [format!("step (programs/torch_blocks.py:{b_line}) via empty")]);
     assert!(!r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("not a suspect")));
 }
+
+/// Issue 32, the kinds of memory: one training step over the stand-in caching allocator
+/// (tests/programs/torch_kinds.py) holds a parameter, its gradient, AdamW's state for it, an
+/// activation only the loss's autograd graph keeps, the loss, and a freed block the pool keeps.
+/// The final report gives GPU 0's memory by kind with the bytes of each, which add up to the
+/// traced bytes; each tensor kind names the line that allocated it (the program records its
+/// blocks' stacks); stderr says it in one line, `gpushim report` in a section, the HTML page
+/// carries it, and the holders file has the walk's part.
+#[test]
+fn device_memory_is_told_by_kind_with_the_lines_of_each() {
+    let dir = TempDir::new("torch-kinds");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/torch_kinds.py");
+    let out = std::process::Command::new(collector())
+        .args(["run", "--output", dir.path().to_str().unwrap(), "--"])
+        .arg(python3())
+        .arg(&script)
+        .arg(standin("libc10_cuda.so"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{err}");
+    let done = stdout.lines().find(|l| l.starts_with("done ")).unwrap_or_else(|| panic!("{stdout}{err}"));
+    let lines: Vec<u64> = done.split(' ').skip(1).map(|w| w.parse().unwrap()).collect();
+    let [p, g, o, a, l] = lines[..] else { panic!("{done}") };
+    let names = names_in(dir.path());
+    let report =
+        names.iter().find(|n| n.ends_with(".json") && !n.contains(".holders") && !n.contains("-snapshot-")).unwrap();
+    let r: Value = serde_json::from_slice(&std::fs::read(dir.path().join(report)).unwrap()).unwrap();
+    let d = &r["memory_kinds"][0];
+    assert_eq!(d["ordinal"], 0, "{r:#}");
+    let kinds: Vec<(&str, u64, u64)> = d["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["kind"].as_str().unwrap(), k["bytes"].as_u64().unwrap(), k["objects"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("parameters", 4 * MIB, 1),
+            ("gradients", 4 * MIB, 1),
+            ("optimizer_state", 8 * MIB, 2),
+            ("activations", 2 * MIB, 1),
+            ("other_tensors", MIB, 1),
+            ("cached_free", 3 * MIB, 0),
+        ],
+        "{d:#}"
+    );
+    // The kinds add up to the traced bytes; the tensor kinds to the tensors'.
+    assert_eq!((d["traced_bytes"].as_u64(), d["tensor_bytes"].as_u64()), (Some(22 * MIB), Some(19 * MIB)), "{d:#}");
+    assert_eq!(kinds.iter().map(|k| k.1).sum::<u64>(), 22 * MIB);
+    assert_eq!(r["gpu_memory"][0]["traced_bytes"].as_u64(), Some(22 * MIB), "{r:#}");
+    // Each tensor kind's line: the user frame of its block's stack.
+    let line_of = |k: usize| d["kinds"][k]["lines"][0]["line"].as_str().unwrap().to_string();
+    for (k, (func, n)) in [("Linear.__init__", p), ("backward", g), ("adamw_step", o), ("forward", a), ("forward", l)]
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(line_of(k), format!("{func} (programs/torch_kinds.py:{n}) via tensor"), "{d:#}");
+    }
+    assert_eq!(d["kinds"][2]["lines"][0]["objects"], 2, "{d:#}");
+    // One line on stderr.
+    let want = "gpushim: GPU 0 by kind of memory: parameters 4.0 MiB, gradients 4.0 MiB, optimizer state 8.0 MiB, \
+                activations saved by autograd 2.0 MiB, other tensors 1.0 MiB, cached free 3.0 MiB";
+    // At the snapshot's walk (the same memory) and at exit.
+    assert_eq!(err.lines().filter(|x| *x == want).count(), 2, "{err}");
+    // The holders file has the walk's part: the same tensor kinds.
+    let holders = names.iter().find(|n| n.ends_with(".holders.json") && !n.contains("-snapshot-")).unwrap();
+    let h: Value = serde_json::from_slice(&std::fs::read(dir.path().join(holders)).unwrap()).unwrap();
+    assert_eq!(h["kinds"][0]["kinds"][2]["bytes"].as_u64(), Some(8 * MIB), "{h:#}");
+    // The text report's section, and the HTML page's data.
+    let path = dir.path().join(report);
+    let show = |args: &[&str]| {
+        let mut a = vec!["report".as_ref(), path.as_os_str()];
+        a.extend(args.iter().map(std::ffi::OsStr::new));
+        let out = gpushim(a);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = show(&[]);
+    assert!(
+        text.contains("GPU 0 by kind of memory (the heap walk's objects: tensors 19.0 MiB of 22.0 MiB traced):"),
+        "{text}"
+    );
+    let opt_line = format!("         8.0 MiB  adamw_step (programs/torch_kinds.py:{o}) via tensor (2 objects)");
+    assert!(text.lines().any(|x| x == opt_line), "{text}");
+    let html = show(&["--format", "html"]);
+    // A snapshot's report was written before its walk: `gpushim report` takes the kinds from
+    // its holders file.
+    let snap = names.iter().find(|n| n.ends_with("-snapshot-1.json")).unwrap();
+    let snap = gpushim(["report".as_ref(), dir.path().join(snap).as_os_str()]);
+    let snap = String::from_utf8_lossy(&snap.stdout);
+    assert!(snap.contains("  optimizer state                     8.0 MiB in 2 objects"), "{snap}");
+    assert!(
+        html.contains("\"memory_kinds\":[{\"kinds\":[{\"bytes\":4194304,\"kind\":\"parameters\""),
+        "the page's data has the kinds"
+    );
+}

@@ -7,6 +7,13 @@
   const sitesById = new Map(R.sites.map((s) => [s.id, s]));
   const holdersBySite = new Map(((R.holders && R.holders.sites) || []).map((h) => [h.site, h]));
 
+  // The kinds of memory in words (collector/src/report/kinds.rs, KIND_NAMES).
+  const kindWords = {
+    parameters: "parameters", gradients: "gradients", optimizer_state: "optimizer state",
+    activations: "activations saved by autograd", other_tensors: "other tensors",
+    allocated_no_tensor: "allocated, no tensor found", cached_free: "cached free", no_object: "no object found",
+  };
+
   // ---- helpers ----
   function bytes(n) {
     if (n == null) return "";
@@ -136,6 +143,20 @@
     const t = el("table", {}, el("tr", {}, ...keys.map((k) => el("th", {}, k))));
     R.owners.forEach((row) => t.append(el("tr", {}, ...keys.map((k) => el("td", {}, typeof row[k] === "object" ? JSON.stringify(row[k]) : row[k])))));
     app.append(t);
+  }
+  // Device memory by kind (`memory_kinds`, from the heap walk): per GPU, each kind with its
+  // bytes and the lines that allocated its objects.
+  for (const d of R.memory_kinds || []) {
+    const t = el("table", { class: "kinds", id: "kinds-" + d.ordinal },
+      el("tr", {}, el("th", {}, "kind"), el("th", {}, "bytes"), el("th", {}, "objects"), el("th", {}, "top lines")));
+    for (const k of d.kinds) {
+      const name = k.kind === "workspace" ? explain(k.owner) : k.kind === "untraced" ? term("untraced") : kindWords[k.kind] || k.kind;
+      const lines = el("ul", {}, ...(k.lines || []).map((l) => el("li", {}, bytes(l.bytes) + "  " + l.line + " (" + count(l.objects, "object") + ")")));
+      t.append(el("tr", {}, el("td", {}, name), el("td", {}, bytes(k.bytes)), el("td", {}, k.objects || ""), el("td", {}, lines)));
+    }
+    const of = "tensors " + bytes(d.tensor_bytes) + " of " + bytes(d.traced_bytes) + " traced" +
+      (d.driver_bytes != null ? ", the driver counts " + bytes(d.driver_bytes) : "");
+    app.append(el("h2", {}, "GPU " + d.ordinal + " by kind of memory"), el("div", { class: "sub" }, "From the ", term("heap walk"), ": " + of), t);
   }
   const notes = R.notes.concat(R.findings || []);
   if (notes.length) app.append(el("ul", { class: "notes" }, ...notes.map((n) => el("li", {}, explain(n)))));

@@ -163,7 +163,7 @@ def test_unreachable_cycles_and_native_holders(hw):
         w = hw["Walk"](hw["roots_of"](sys.modules, sys._current_frames()), hw["_Finder"](sys.modules)).run()
         extra = {id(w.queue), id(w.parent), id(w.index), id(w.label), id(w.found), id(w.roots)}
         out = hw["analyse_unreached"](w, extra)
-        mine = [(how, steps) for got, how, steps in out if got["ptr"] == 0xC0]
+        mine = [(how, steps) for got, how, steps, _o in out if got["ptr"] == 0xC0]
         assert mine == [("cycle", ["unreachable reference cycle (Net)"])]
     finally:
         if was:
@@ -321,7 +321,7 @@ def test_autograd_graphs_are_counted_once_and_name_what_saved_a_tensor(hw):
                 g2.add(i, w2.queue[i])
             extra = {id(w2.queue), id(w2.parent), id(w2.index), id(w2.label), id(w2.found), id(w2.roots)}
             out = hw["analyse_unreached"](w2, extra, g2)
-            mine = [(how, link[1]) for got, how, link in out if got["ptr"] == 0x3000]
+            mine = [(how, link[1]) for got, how, link, _o in out if got["ptr"] == 0x3000]
             assert mine == [("autograd", "AbsBackward0")]
         finally:
             if was:
@@ -446,3 +446,54 @@ def test_leaves_kept_by_a_graph_and_gradients(hw):
     got = {g["ptr"]: hw["render"](w, i, False, {}) for i, g in w.found}
     assert got[0x8000] == ["m global 'p'", "TensorBase.grad"]
     graphs.clear()
+
+
+def test_roles_parameters_gradients_and_optimizer_state(hw):
+    """A tensor's role is told by class identity and by how it was reached: a Parameter (a
+    subclass of torch.nn.parameter.Parameter), the `.grad` of a tensor found, a tensor reached
+    through an optimizer's `state`; any other tensor has none, even one named like a parameter."""
+    import collections
+    import types
+
+    torch, TB = fake_torch()
+    nn_param = types.ModuleType("torch.nn.parameter")
+    optim = types.ModuleType("torch.optim.optimizer")
+
+    class Parameter(TB):
+        __slots__ = ()
+
+    class Optimizer:
+        def __init__(self, params):
+            self.param_groups = [{"params": list(params)}]
+            self.state = collections.defaultdict(dict)
+
+    AdamW = type("AdamW", (Optimizer,), {})
+    nn_param.Parameter, optim.Optimizer = Parameter, Optimizer
+    Weight = type("Parameter", (TB,), {"__slots__": ()})  # a name alone says nothing
+    w = Parameter(0x1000, 64)
+    w.grad = TB(0x2000, 64)
+    opt = AdamW([w])
+    opt.state[w] = {"exp_avg": TB(0x3000, 64), "exp_avg_sq": TB(0x4000, 64)}
+    model = types.SimpleNamespace(weight=w, named=Weight(0x5000, 64))
+    modules = {"torch": torch, "torch.nn.parameter": nn_param, "torch.optim.optimizer": optim}
+    finder = hw["_Finder"](modules)
+    walk = hw["Walk"]([(("global", "train"), {"model": model, "opt": opt, "x": TB(0x6000, 64)})], finder).run()
+    roles = {got["ptr"]: hw["role_of"](walk, i, walk.queue[i]) for i, got in walk.found}
+    assert roles == {
+        0x1000: "parameter",
+        0x2000: "grad",
+        0x3000: "optimizer_state",
+        0x4000: "optimizer_state",
+        0x5000: None,
+        0x6000: None,
+    }
+    # Without torch.optim imported, nothing is optimizer state.
+    finder = hw["_Finder"]({"torch": torch, "torch.nn.parameter": nn_param})
+    walk = hw["Walk"]([(("global", "train"), {"opt": opt})], finder).run()
+    assert {got["ptr"]: hw["role_of"](walk, i, walk.queue[i]) for i, got in walk.found}[0x3000] is None
+
+
+def test_objects_get_the_stack_of_the_block_they_start_in(hw):
+    objects = [{"ptr": 0x2100}, {"ptr": 0x1000}, {"ptr": 0x9000}, {"ptr": 0x1800}]
+    hw["_mark_stacks"](objects, [(0x2000, 0x800, 1), (0x1000, 0x800, 0)])
+    assert [o.get("stack") for o in objects] == [1, 0, None, None]

@@ -56,7 +56,14 @@ fn read_report(path: &Path) -> Result<Report> {
     if !stdin {
         // A damaged companion file costs only itself: the report is shown without it.
         match crate::explain::holders::read_beside(path) {
-            Ok(h) => report.holders = h,
+            Ok(h) => {
+                // A snapshot's report was written before its walk: its kinds of memory come from
+                // the companion file.
+                if let Some(h) = h.as_ref().filter(|_| report.memory_kinds.is_empty()) {
+                    report.memory_kinds = crate::explain::kinds::complete(&h.kinds, &report.gpu_memory, &report.sites);
+                }
+                report.holders = h;
+            }
             Err(e) => eprintln!("gpushim: {e:#}; the report is shown without who holds its memory"),
         }
     }

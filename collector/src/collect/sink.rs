@@ -195,7 +195,7 @@ impl<'a> Sink<'a> {
         if h.reason != WalkReason::Exit {
             self.pause_start.get_or_insert(h.ts_ns);
         }
-        let holders = holders::attribute(h, state, self.hello.pid);
+        let holders = holders::attribute(h, state, self.hello.pid, self.sym.python());
         let stem = match h.reason {
             WalkReason::Exit => {
                 self.work_end = Some(self.pause_start.map_or(h.ts_ns, |p| p.min(h.ts_ns)));
@@ -216,6 +216,10 @@ impl<'a> Sink<'a> {
                         holders.walk.message,
                         in_a_line(&path)
                     );
+                    // The walk's kinds (no workspaces or untraced bytes: the report has those).
+                    for l in crate::render::text::kinds_lines(&holders.kinds) {
+                        let _ = writeln!(self.out.err, "gpushim: {l}");
+                    }
                 }
             }
             Err(e) => {

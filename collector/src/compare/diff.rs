@@ -645,6 +645,7 @@ mod tests {
             context_teardowns: Vec::new(),
             interpreter_teardown: None,
             gpu_memory: vec![],
+            memory_kinds: vec![],
             findings: vec![],
             notes: vec![],
             allocations: vec![],
@@ -852,6 +853,7 @@ mod holder_tests {
                 .map(|holders| SiteHolders { site: Some(0), holders, ..Default::default() })
                 .collect(),
             unattributed: SiteHolders::default(),
+            kinds: vec![],
         }
     }
 

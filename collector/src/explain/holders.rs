@@ -57,6 +57,12 @@ struct WalkedObject {
     nbytes: u64,
     desc: String,
     holder: usize,
+    /// What the walker could tell of its role (`parameter`, `grad`, `optimizer_state`).
+    #[serde(default)]
+    role: Option<String>,
+    /// The index in `torch_stacks` of the block its memory starts in.
+    #[serde(default)]
+    stack: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -184,8 +190,9 @@ fn block_groups(v: &serde_json::Value) -> Vec<(u64, u64, u64, usize)> {
         .collect()
 }
 
-/// Attributes walk `h` to the live allocations of `state`.
-pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
+/// Attributes walk `h` to the live allocations of `state`; `py`: the stream's Python code
+/// objects, which name the frames of PyTorch's block stacks.
+pub fn attribute(h: &HeapWalk, state: &State, pid: u32, py: &crate::explain::pyframes::Python) -> Holders {
     let mut walked: Walked =
         if h.result.is_empty() { Walked::default() } else { serde_json::from_str(&h.result).unwrap_or_default() };
     for h in &mut walked.holders {
@@ -268,6 +275,23 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
             .filter_map(|(i, n, b)| Some(BlockStack { blocks: n, bytes: b, frames: stacks.get(i)?.as_ref()?.clone() }))
             .collect()
     };
+    let found: Vec<crate::explain::kinds::Found> = walked
+        .objects
+        .iter()
+        .map(|o| {
+            let h = walked.holders.get(o.holder);
+            crate::explain::kinds::Found {
+                ptr: o.ptr,
+                nbytes: o.nbytes,
+                role: o.role.as_deref(),
+                how: h.map_or("path", |h| h.how.as_str()),
+                saved_for: h.and_then(|h| h.saved_for.as_deref()),
+                stack: o.stack,
+            }
+        })
+        .collect();
+    let kinds =
+        crate::explain::kinds::of_walk(&found, walked.torch_segments.as_deref().unwrap_or(&[]), &stacks, state, py);
     let holder_of = |o: &WalkedObject| walked.holders.get(o.holder);
     let build = |site: Option<u32>, objs: &[Placed]| -> SiteHolders {
         let live_bytes = site.and_then(|s| site_live.get(&s).copied()).unwrap_or(0);
@@ -373,6 +397,7 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32) -> Holders {
         },
         sites,
         unattributed,
+        kinds,
     }
 }
 
@@ -563,7 +588,7 @@ mod tests {
             {"ptr":4096,"nbytes":64,"device":0,"type":"Buf","desc":"Buf(16,) <f4","holder":0}],
             "holders":[{"how":"path","path":["/home/u/ws4/train.py global 'history'","list[*]"]},
                        {"how":"cycle","path":["unreachable reference cycle (Net)"]}],"found":4}"#;
-        let h = attribute(&walk(r), &s, 42);
+        let h = attribute(&walk(r), &s, 42, &Default::default());
         assert_eq!((h.reason.as_str(), h.number, h.walk.status.as_str()), ("snapshot", Some(3), "complete"));
         let one = h.site(1).unwrap();
         assert_eq!((one.live_bytes, one.objects, one.object_bytes), (16384, 2, 6144));
@@ -591,7 +616,7 @@ mod tests {
         let s = state(&[(0x10000, 16384, 1)]);
         let r = r#"{"objects":[{"ptr":65536,"nbytes":4096,"desc":"Buf(1024,) <f4","holder":0}],
             "holders":[{"how":"path","path":["m global 'x'"]}],"found":1}"#;
-        let h = attribute(&walk(r), &s, 42);
+        let h = attribute(&walk(r), &s, 42, &Default::default());
         assert_eq!(
             site_lines(h.site(1).unwrap(), 3, "complete")[0],
             "Python objects hold 4.0 KiB of 16.0 KiB live (1 object, 4.0 KiB); 12.0 KiB held by no object (an \
@@ -625,7 +650,7 @@ mod tests {
             "holders":[{"how":"autograd","path":["function 's1_aux_loss' (cases.py:155) local 'total_aux'",
                 "Tensor() float32 grad_fn=AddBackward0"],"saved_for":"AbsBackward0","graphs":1,"graph_nodes":16004}],
             "found":2}"#;
-        let h = attribute(&walk(r), &s, 42);
+        let h = attribute(&walk(r), &s, 42, &Default::default());
         let one = h.site(1).unwrap();
         assert_eq!((one.holders[0].graph_nodes, one.holders[0].saved_for.as_deref()), (16004, Some("AbsBackward0")));
         assert_eq!(
@@ -645,7 +670,7 @@ mod tests {
         let r = r#"{"objects":[{"ptr":2097152,"nbytes":512,"desc":"Tensor(128,) float32","holder":0}],
             "holders":[{"how":"path","path":["m global 'x'"]}],"found":1,
             "torch_segments":[[2097152,20971520,1048576],[33554432,2097152,2097152]]}"#;
-        let h = attribute(&walk(r), &s, 42);
+        let h = attribute(&walk(r), &s, 42, &Default::default());
         let by = |id| {
             let x = h.site(id).unwrap();
             (x.in_use_bytes, x.cached_bytes, x.in_use_from.clone())
@@ -662,12 +687,12 @@ mod tests {
         let mut w = walk("");
         w.status = WalkStatus::Blocked;
         w.elapsed_ns = 2_000_000_000;
-        let h = attribute(&w, &s, 42);
+        let h = attribute(&w, &s, 42, &Default::default());
         assert_eq!(h.walk.status, "blocked");
         assert!(h.walk.message.starts_with("no walk: the main thread ran no Python code for 2"), "{}", h.walk.message);
         assert_eq!((h.sites[0].live_bytes, h.sites[0].objects, h.sites[0].cached_bytes), (4096, 0, 4096));
         // Garbage in the result is treated as no result.
-        let h = attribute(&walk("{not json"), &s, 42);
+        let h = attribute(&walk("{not json"), &s, 42, &Default::default());
         assert_eq!(h.sites[0].objects, 0);
     }
 

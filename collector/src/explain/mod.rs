@@ -14,6 +14,7 @@ pub mod frames;
 pub mod gpumem;
 pub mod holders;
 pub mod identity;
+pub mod kinds;
 pub mod nvml;
 pub mod oom;
 pub mod owners;

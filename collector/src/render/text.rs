@@ -68,6 +68,9 @@ impl Render for Text {
                 writeln!(out, "  {l}")?;
             }
         }
+        for l in kinds_section(r) {
+            writeln!(out, "{l}")?;
+        }
         // The lines the summary on stderr says of the scan, in the same words.
         if let Some(l) = lost_line(r) {
             writeln!(out, "{l}")?;
@@ -409,6 +412,47 @@ pub fn scan_lines(r: &Report) -> Vec<String> {
     out
 }
 
+/// One line per GPU of the device memory by kind (the kinds that hold bytes):
+/// `GPU 0 by kind of memory: parameters 12.0 MiB, gradients 12.0 MiB, …`.
+pub fn kinds_lines(kinds: &[crate::report::DeviceKinds]) -> Vec<String> {
+    kinds
+        .iter()
+        .map(|d| {
+            let parts: Vec<String> = d
+                .kinds
+                .iter()
+                .filter(|k| k.bytes > 0)
+                .map(|k| format!("{} {}", k.words(), fmt_bytes(k.bytes)))
+                .collect();
+            let parts = if parts.is_empty() { "nothing traced".to_string() } else { parts.join(", ") };
+            format!("GPU {} by kind of memory: {parts}", d.ordinal)
+        })
+        .collect()
+}
+
+/// The text report's section of the memory by kind: per GPU, each kind with its bytes, objects
+/// and top lines.
+fn kinds_section(r: &Report) -> Vec<String> {
+    let mut out = Vec::new();
+    for d in &r.memory_kinds {
+        let driver = d.driver_bytes.map(|b| format!(", the driver counts {}", fmt_bytes(b))).unwrap_or_default();
+        out.push(format!(
+            "GPU {} by kind of memory (the heap walk's objects: tensors {} of {} traced{driver}):",
+            d.ordinal,
+            fmt_bytes(d.tensor_bytes),
+            fmt_bytes(d.traced_bytes)
+        ));
+        for k in &d.kinds {
+            let objects = if k.objects > 0 { format!(" in {}", count(k.objects, "object")) } else { String::new() };
+            out.push(format!("  {:<32} {:>10}{objects}", k.words(), fmt_bytes(k.bytes)));
+            for l in &k.lines {
+                out.push(format!("      {:>10}  {} ({})", fmt_bytes(l.bytes), l.line, count(l.objects, "object")));
+            }
+        }
+    }
+    out
+}
+
 /// The collector's closing lines on stderr (each starting `gpushim: `): totals, up to three
 /// suspects or "no leak suspects", and where the report went.
 pub fn summary(r: &Report, path: &std::path::Path, out: &mut dyn Write) -> io::Result<()> {
@@ -470,6 +514,9 @@ pub fn summary_lines(r: &Report, out: &mut dyn Write) -> io::Result<()> {
         for l in gpu_memory_lines(r) {
             writeln!(out, "gpushim: {l}")?;
         }
+    }
+    for l in kinds_lines(&r.memory_kinds) {
+        writeln!(out, "gpushim: {l}")?;
     }
     if r.suspects.is_empty() {
         writeln!(out, "gpushim: no leak suspects")?;
@@ -684,6 +731,7 @@ pub(crate) mod tests {
                 member(5, 1 << 20, "train.py global 'cache'", 2),
             ],
             unattributed: SiteHolders::default(),
+            kinds: vec![],
         });
         let mut out = Vec::new();
         Text(TextOptions::default()).render(&r, &mut out).unwrap();

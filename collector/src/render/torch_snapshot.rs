@@ -351,6 +351,7 @@ mod tests {
                 ..SiteHolders::default()
             }],
             unattributed: SiteHolders::default(),
+            kinds: vec![],
         });
         let v: Value = serde_pickle::from_slice(&render_bytes(&TorchSnapshot, &r), DeOptions::new()).unwrap();
         let seg = &list(key(&v, "segments"))[0];

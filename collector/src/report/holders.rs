@@ -30,6 +30,11 @@ pub struct Holders {
     /// Objects whose memory lies in no live allocation (allocated before tracing, by an untraced
     /// path, or freed already); `site` is absent.
     pub unattributed: SiteHolders,
+    /// The traced device memory by kind, per device (no workspaces or untraced bytes: the
+    /// report's owners and driver figure complete it, `explain::kinds::complete`); absent in
+    /// older files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<super::DeviceKinds>,
 }
 
 /// How a walk went.

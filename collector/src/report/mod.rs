@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 mod holders;
 pub mod json;
+mod kinds;
 pub mod output;
 mod process;
 mod reach;
@@ -20,6 +21,7 @@ mod totals;
 pub mod words;
 
 pub use holders::*;
+pub use kinds::*;
 pub use process::*;
 pub use reach::*;
 pub use site::*;
@@ -155,6 +157,11 @@ pub struct Report {
     /// driver's view of the process's device memory with the untraced remainder.
     #[serde(default)]
     pub gpu_memory: Vec<GpuMemory>,
+    /// Device memory by kind (parameters, gradients, optimizer state, ..., untraced), per
+    /// device, from the heap walk of the report's moment; absent without one (written in the
+    /// final report; a snapshot's is made from its holders file when it is read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_kinds: Vec<DeviceKinds>,
     /// Observations that are not leak suspects (untraced device memory that grew), in words.
     #[serde(default)]
     pub findings: Vec<String>,
@@ -280,6 +287,7 @@ mod tests {
                 bytes: 3,
             }],
             gpu_memory: vec![],
+            memory_kinds: vec![],
             findings: vec![],
             notes: vec!["n".into()],
             allocations: vec![],

@@ -189,6 +189,10 @@ class _Finder:
                 cd = _module_dict(c)
                 self.tensor_base = cd.get("TensorBase") or cd.get("_TensorBase")
                 self.no_tf = cd.get("DisableTorchFunctionSubclass") or cd.get("_DisableTorchFunctionSubclass")
+        #: torch.nn.Parameter and torch.optim.Optimizer, when the program imported them: a
+        #: tensor's role is told by these classes (identity on its type's MRO), never by names.
+        self.param_cls = _class_in(modules, ("torch.nn.parameter", "torch.nn"), "Parameter")
+        self.optim_cls = _class_in(modules, ("torch.optim.optimizer", "torch.optim"), "Optimizer")
 
     def kind(self, t):
         k = id(t)
@@ -289,6 +293,61 @@ class _Finder:
             "type": _short_type(t),
             "desc": desc,
         }
+
+
+def _class_in(modules, names, attr):
+    """Class `attr` of the first of the modules `names` the program imported that has it (read
+    from the module's dictionary: no module is imported), or None."""
+    for name in names:
+        m = modules.get(name)
+        if type(m) is not _ModuleType:
+            continue
+        v = _module_dict(m).get(attr)
+        if v is not None and _is_subclass(type(v), type):
+            return v
+    return None
+
+
+def _is_subclass(t, cls):
+    """Whether `cls` is on type `t`'s MRO (identity: no metaclass code runs)."""
+    return cls is not None and any(k is cls for k in type.__dict__["__mro__"].__get__(t))
+
+
+#: The roles of an object the walker can tell (the collector's kinds of memory,
+#: collector/src/explain/kinds.rs): a torch.nn.Parameter; the `.grad` of a tensor the walk met;
+#: reached through an optimizer's `state`. Anything else has no role.
+ROLE_PARAMETER, ROLE_GRAD, ROLE_OPTIMIZER_STATE = "parameter", "grad", "optimizer_state"
+
+
+def role_of(w, i, o, memo=None):
+    """The role of object `o` (walk index i, or None for an object the walk did not reach), or
+    None: its type is a Parameter; else it is some tensor's `.grad`; else its path from the
+    root passes through an optimizer's instance attribute `state`. `memo`: whether each type met
+    on the paths is an optimizer's, by id (the types stay alive with the walk's objects)."""
+    finder = w.finder
+    if _is_subclass(type(o), finder.param_cls):
+        return ROLE_PARAMETER
+    if id(o) in w.grads:
+        return ROLE_GRAD
+    if i is None or finder.optim_cls is None:
+        return None
+    objs, _ = w.chain(i)
+    if memo is None:
+        memo = {}
+    for k in range(len(objs) - 2):
+        t = type(objs[k])
+        is_optim = memo.get(id(t))
+        if is_optim is None:
+            is_optim = memo[id(t)] = _is_subclass(t, finder.optim_cls)
+        if not is_optim:
+            continue
+        d = _instance_dict(objs[k], type(objs[k]))
+        st = d.get("state") if d is not None else None
+        # The attribute is one step on (an instance whose values the GC visits directly) or
+        # two (through its dictionary).
+        if st is not None and (objs[k + 1] is st or (objs[k + 1] is d and objs[k + 2] is st)):
+            return ROLE_OPTIMIZER_STATE
+    return None
 
 
 def _getset(o, name, descs=None):
@@ -425,14 +484,15 @@ def _block_stack(fr):
     return tuple(key) or None
 
 
-def _torch_segments(modules):
+def _torch_segments(modules, blocks_out=None):
     """PyTorch's caching allocator as torch.cuda.memory_snapshot() shows it, or None when torch
     is not imported or CUDA not initialized (never initialized here): [[address, total bytes,
     allocated bytes]] of every segment (`total_size`, `allocated_size`); and, for the live
     blocks whose allocation PyTorch recorded a Python stack for (`frames`, innermost first:
     see `torch_history`), the stacks, each once, as [[file, line, function], ...], and the
     blocks grouped by segment and stack as [[segment address, blocks, bytes, stack index]]
-    (blocks beyond the caps are left out)."""
+    (blocks beyond the caps are left out). With `blocks_out` (a list), each such block listed
+    is also appended to it as (address, bytes, stack index)."""
     d = _torch_cuda(modules)
     if d is None:
         return None
@@ -476,6 +536,9 @@ def _torch_segments(modules):
                     g = groups[(a, i)] = [a, 0, 0, i]
                 g[1] += 1
                 g[2] += bn
+                ba = b.get("address")
+                if blocks_out is not None and type(ba) is int:
+                    blocks_out.append((ba, bn, i))
         return out, stacks, list(groups.values())
     except Exception:
         return None
@@ -657,6 +720,8 @@ class Walk:
         #: Ids of the objects queued.
         self.index = set()
         self.found = []
+        #: Ids of the `.grad` tensors of the tensors found (alive: each is queued).
+        self.grads = set()
         self.cut = False
 
     def run(self):
@@ -667,7 +732,7 @@ class Walk:
             except Exception:
                 # The native core failed (it sets RuntimeError, never crashes): walk again in
                 # Python, from the start, within the same deadline.
-                for c in (self.queue, self.label, self.found):
+                for c in (self.queue, self.label, self.found, self.grads):
                     c.clear()
                 self.index, self.parent, self.cut = set(), [], False
                 _BFS(_OP_FREE)
@@ -714,6 +779,7 @@ class Walk:
                     g = grad_of(o)
                     if g is not None:
                         refs = [*refs, g]
+                        self.grads.add(id(g))
                 if t is frame:
                     refs = _frame_values(o) + refs
                 nat(_OP_LINK, queue, refs, p)
@@ -772,6 +838,7 @@ class Walk:
                         g = grad_of(o)
                         if g is not None:
                             refs = [*refs, g]
+                            self.grads.add(id(g))
                     if type(o) is frame:
                         # A running frame (3.11+) traverses nothing: the GC finds its locals
                         # through the thread's stack. Its locals are read by name instead.
@@ -1066,7 +1133,8 @@ def analyse_unreached(walk, extra, graphs=None):
     """The GPU objects the walk did not reach from a root: held from native code (with the
     holder's type), or only by unreachable reference cycles. `extra`: ids of the walker's own
     objects. A tensor held from native code whose grad_fn lies in one of `graphs` is saved by
-    autograd: (info, "autograd", (graph number, node name)). Returns [(info, how, steps)]."""
+    autograd: (info, "autograd", (graph number, node name)). Returns [(info, how, steps,
+    object)]."""
     rest = _unreached(walk.index, extra, walk.finder)
     try:
         return _analyse(walk, rest, graphs)
@@ -1109,11 +1177,11 @@ def _analyse(walk, rest, graphs=None):
     out = []
     for n, got in targets:
         if parent[n] == -2:
-            out.append((got, "cycle", [_cycle_name(rest, referrer, n)]))
+            out.append((got, "cycle", [_cycle_name(rest, referrer, n)], rest[n]))
             continue
         link = graphs.link(rest[n]) if graphs is not None else None
         if link is not None:
-            out.append((got, "autograd", link))
+            out.append((got, "autograd", link, rest[n]))
             continue
         chain = []
         m = n
@@ -1127,7 +1195,7 @@ def _analyse(walk, rest, graphs=None):
             s = step(objs, j, j == len(objs) - 2, walk.finder)
             if s is not None and s != steps[-1]:
                 steps.append(s)
-        out.append((got, "native", steps))
+        out.append((got, "native", steps, rest[n]))
     return out
 
 
@@ -1160,6 +1228,23 @@ def _cycle_name(rest, referrer, n):
         if nm not in names:
             names.append(nm)
     return "unreachable reference cycle ({})".format(" \u2194 ".join(names or ["?"]))
+
+
+def _mark_stacks(objects, blocks):
+    """Gives each object (a result dict) whose memory starts inside one of PyTorch's live
+    `blocks` ((address, bytes, stack index)) that block's stack index as `stack`: the line
+    that allocated its memory."""
+    if not blocks or not objects:
+        return
+    blocks.sort()
+    order = sorted(range(len(objects)), key=lambda n: objects[n]["ptr"])
+    b = 0
+    for n in order:
+        ptr = objects[n]["ptr"]
+        while b < len(blocks) and blocks[b][0] + blocks[b][1] <= ptr:
+            b += 1
+        if b < len(blocks) and blocks[b][0] <= ptr:
+            objects[n]["stack"] = blocks[b][2]
 
 
 def walk(reason, number, cap_ms, emit):
@@ -1204,9 +1289,14 @@ def _walk(deadline):
     found = [0]
     descs = {i: got["desc"] for i, got in w.found}
     graph_of_holder = {}
+    optim_memo = {}
 
-    def add(got, how, steps):
+    def add(got, how, steps, i=None, o=None):
         found[0] += 1
+        if o is not None and len(objects) < MAX_OBJECTS:
+            role = role_of(w, i, o, optim_memo)
+            if role is not None:
+                got["role"] = role
         extra_fields = {}
         if how == "autograd":
             g, saved_for = steps
@@ -1232,11 +1322,12 @@ def _walk(deadline):
 
     memo = {}
     for i, got in w.found:
-        add(got, "path", render(w, i, True, modules, memo))
+        add(got, "path", render(w, i, True, modules, memo), i, w.queue[i])
     # Emptied before the unreached objects are listed (it holds dictionary keys).
     memo.clear()
     if not w.cut and not graphs.cut:
         extra = {id(w.queue), id(w.parent), id(w.index), id(w.label), id(w.found), id(w.roots), id(objects)}
+        extra.add(id(w.grads))
         extra.update((id(graphs.nodes), id(graphs.of_node), id(graphs.consumer), id(graphs.graphs)))
         extra.update(id(r) for r in roots)
         extra.add(id(roots))
@@ -1246,16 +1337,18 @@ def _walk(deadline):
                 extra.add(id(f))
             f = f.f_back
         del f
-        for got, how, steps in analyse_unreached(w, extra, graphs):
-            add(got, how, steps)
+        for got, how, steps, o in analyse_unreached(w, extra, graphs):
+            add(got, how, steps, None, o)
     res = {"objects": objects, "holders": holders, "found": found[0], "core": w.core}
-    torch = _torch_segments(modules)
+    blocks = []
+    torch = _torch_segments(modules, blocks)
+    _mark_stacks(objects, blocks)
     if torch is not None:
         res["torch_segments"], res["torch_stacks"], res["torch_blocks"] = torch
     cut = w.cut or graphs.cut
     graphs.clear()
     memo.clear()
-    for c in (w.queue, w.parent, w.index, w.label, w.found, roots):
+    for c in (w.queue, w.parent, w.index, w.label, w.found, w.grads, roots):
         c.clear()
     if cut:
         res["cut_after"] = w.visited

@@ -100,6 +100,8 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     let ordinals: Vec<i32> = state.devices.keys().copied().collect();
     let (gpu_memory, findings) =
         gpumem::table(&by_owner, &ordinals, ctx.driver, &timeline, start, state.teardown_from_ns);
+    let memory_kinds =
+        ctx.holders.map(|h| crate::explain::kinds::complete(&h.kinds, &gpu_memory, &sites)).unwrap_or_default();
     Report {
         schema: SCHEMA.to_string(),
         pid: ctx.hello.pid,
@@ -133,6 +135,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
         },
         context_teardowns: totals::teardowns(state),
         gpu_memory,
+        memory_kinds,
         findings,
         notes,
         allocations,
@@ -178,6 +181,7 @@ mod tests {
             walk: Default::default(),
             sites,
             unattributed: SiteHolders::default(),
+            kinds: vec![],
         }
     }
 
