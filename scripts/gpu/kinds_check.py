@@ -12,6 +12,9 @@ import sys
 
 
 def run(out):
+    # The model and its optimizer live for the whole program, as a training script's do: the
+    # exit's heap walk must see what PyTorch's counts below saw (locals of run() are gone then).
+    global model, opt
     import torch
 
     torch.manual_seed(0)
