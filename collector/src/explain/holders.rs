@@ -569,7 +569,7 @@ mod tests {
             va + 4096,
             va + mib2
         );
-        let h = attribute(&walk(&r), &s, 42);
+        let h = attribute(&walk(&r), &s, 42, &Default::default());
         let site = |id: u32| h.site(id).map(|x| (x.live_bytes, x.objects, x.in_use_bytes));
         assert_eq!(site(s.sites.keys().copied().min().unwrap()), Some((mib2, 1, 1 << 20)));
         assert_eq!(site(s.sites.keys().copied().max().unwrap()), Some((mib2, 1, 4096)));
@@ -631,7 +631,7 @@ mod tests {
         // All of it held: one short line, nothing said of what no object holds.
         let full = r#"{"objects":[{"ptr":65536,"nbytes":16384,"desc":"Buf(4096,) <f4","holder":0}],
             "holders":[{"how":"path","path":["m global 'x'"]}],"found":1}"#;
-        let all = attribute(&walk(full), &s, 42);
+        let all = attribute(&walk(full), &s, 42, &Default::default());
         assert_eq!(
             site_lines(all.site(1).unwrap(), 3, "complete")[0],
             "Python objects hold all 16.0 KiB live (1 object, 16.0 KiB)"
