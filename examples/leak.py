@@ -4,7 +4,7 @@ global list by mistake, besides a 32 MiB model it means to keep.
     gpushim run -- python examples/leak.py 200
 
 The report names `render (examples/leak.py:N)` as the suspect, and the heap walk's companion
-file says who holds the buffers: `leak.py global 'history' → list[*]`.
+file says who holds the buffers: `examples/leak.py global 'history' → list[*]`.
 
 It uses no framework: the buffers come from the CUDA runtime's `cudaMalloc` through ctypes
 and are Python objects with `__cuda_array_interface__`, as a CuPy or Numba array would be. Without

@@ -57,6 +57,11 @@ def test_shortest_path_wins_and_is_rendered_for_a_person(hw):
     mod = {"deep": deep, "short": shallow}
     got = paths(hw, [(("global", "train"), mod)])
     assert got == {0x100: ["train global 'short'", "dict['k']"]}
+    # An imported module with a file is named by its path, as its frames are (the collector
+    # shortens both alike); the module's name only stands where there is no file.
+    mod["__file__"] = "/home/u/proj/train.py"
+    got = paths(hw, [(("global", "train"), mod)])
+    assert got == {0x100: ["/home/u/proj/train.py global 'short'", "dict['k']"]}
 
 
 def test_lists_tuples_attributes_class_attributes_and_closures(hw):

@@ -38,7 +38,7 @@ impl Render for Text {
             count(t.gauge.live_count, "allocation"),
             fmt_bytes(t.gauge.peak_live_bytes),
             count(t.alloc_count, "allocation"),
-            count(t.free_count, "free"),
+            frees_of(r, t.free_count),
             t.failed_count,
         )?;
         for (name, k) in r.kinds.iter() {
@@ -159,7 +159,7 @@ impl Render for Text {
                     s.apis.join(", "),
                     count(s.alloc_count, "allocation"),
                     fmt_bytes(s.alloc_bytes),
-                    count(s.free_count, "free"),
+                    frees_of(r, s.free_count),
                     fmt_bytes(s.peak_live_bytes),
                 )?;
                 if let Some((w, h)) = r.holders.as_ref().and_then(|h| Some((h.walk.status.as_str(), h.site(s.id)?))) {
@@ -394,6 +394,17 @@ pub fn gpu_memory_shown(r: &Report) -> bool {
     !r.findings.is_empty() || r.gpu_memory.iter().any(|g| !no_gpu(&g.driver_note))
 }
 
+/// `n` frees, said as the program's when a teardown freed what the report counts as live
+/// ("0 frees by the program" beside "200 allocations were freed only by the interpreter's
+/// teardown").
+fn frees_of(r: &Report, n: u64) -> String {
+    if r.interpreter_teardown.is_some() || !r.context_teardowns.is_empty() {
+        format!("{} by the program", count(n, "free"))
+    } else {
+        count(n, "free")
+    }
+}
+
 /// The first line of the summary and of the scan's lines in the text report, when the
 /// reachability scan found anything definitely lost: `definitely lost: 200.0 MiB in 200
 /// allocations (no pointer left in the program's memory)`.
@@ -442,7 +453,8 @@ fn kinds_section(r: &Report) -> Vec<String> {
             fmt_bytes(d.tensor_bytes),
             fmt_bytes(d.traced_bytes)
         ));
-        for k in &d.kinds {
+        // Only the kinds that hold bytes: a program without PyTorch has no parameters to list.
+        for k in d.kinds.iter().filter(|k| k.bytes > 0) {
             let objects = if k.objects > 0 { format!(" in {}", count(k.objects, "object")) } else { String::new() };
             out.push(format!("  {:<32} {:>10}{objects}", k.words(), fmt_bytes(k.bytes)));
             for l in &k.lines {

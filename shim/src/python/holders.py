@@ -934,17 +934,18 @@ def _thread_name(tid, modules):
 
 
 def _module_label(name, d):
-    """A module as a person knows it: `__main__` by its file's path (from `__file__`, which
-    CPython removes once the script has run, else from its loader's `path`), which the collector
-    shortens as it shortens a frame's file (`words::short_path`), so that both name it alike."""
-    if name == "__main__":
-        f = d.get("__file__")
-        if type(f) is not str:
-            loader = d.get("__loader__")
-            ld = _instance_dict(loader, type(loader)) if loader is not None else None
-            f = ld.get("path") if ld is not None else None
-        if type(f) is str:
-            return f
+    """A module as a person knows it: by its file's path (from `__file__`; for `__main__`, from
+    which CPython removes it once the script has run, else from its loader's `path`), which the
+    collector shortens as it shortens a frame's file (`words::short_path`), so that a holder and
+    a location name one file alike, the script's or a module it imported; by its name when it
+    has no file (a built-in or namespace module)."""
+    f = d.get("__file__")
+    if type(f) is not str and name == "__main__":
+        loader = d.get("__loader__")
+        ld = _instance_dict(loader, type(loader)) if loader is not None else None
+        f = ld.get("path") if ld is not None else None
+    if type(f) is str:
+        return f
     return name
 
 
