@@ -89,7 +89,8 @@ pub enum Msg {
         nodes: Box<(Vec<gpushim_wire::GraphAlloc>, Vec<u64>)>,
     },
     /// A launch of an executable graph with memory nodes.
-    GraphLaunch { seq: u64, ts_ns: u64, exec: u64, api: Api, stream: u64, tid: u32 },
+    /// `activity`: as an `Alloc`'s (the launch makes the graph's allocations live).
+    GraphLaunch { seq: u64, ts_ns: u64, exec: u64, api: Api, stream: u64, tid: u32, activity: u32 },
     /// An executable graph with memory nodes destroyed.
     GraphExecDestroy { seq: u64, ts_ns: u64, exec: u64, api: Api, tid: u32 },
     /// A device's graph memory trimmed.

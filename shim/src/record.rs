@@ -457,7 +457,8 @@ pub fn graph_launch(api: Api, exec: u64, stream: u64) {
     sys::guarded(|| {
         let Some(tx) = sender() else { return };
         let seq = SEQ.fetch_add(1, AcqRel);
-        send(tx, Msg::GraphLaunch { seq, ts_ns: sys::now_ns(), exec, api, stream, tid: tid() });
+        let activity = crate::state::ACTIVITY.load(std::sync::atomic::Ordering::Relaxed) as u32;
+        send(tx, Msg::GraphLaunch { seq, ts_ns: sys::now_ns(), exec, api, stream, tid: tid(), activity });
     });
 }
 

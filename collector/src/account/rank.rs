@@ -101,9 +101,14 @@ pub const MIN_STEPS_AFTER: u64 = 16;
 
 /// The GPU calls the program made while a track grew (from its first to its latest live
 /// allocation) and after it (to the end of the stream), from `activity` (see [`Hints`]);
-/// `None` without activity.
+/// `None` without activity, or when no count is known from before the track's latest growth
+/// (allocations of a graph's launches carry none: a count known only at the end would read
+/// as all of the program's calls coming after the growth).
 fn steps(activity: &[(u64, u64)], first: u64, last: u64) -> Option<(u64, u64)> {
     let &(_, end) = activity.last()?;
+    if activity.first().is_none_or(|&(ts, _)| ts > last) {
+        return None;
+    }
     let at = |t: u64| match activity.partition_point(|&(ts, _)| ts <= t) {
         0 => 0,
         i => activity[i - 1].1,

@@ -174,7 +174,9 @@ impl Writer {
             stacks: HashMap::default(),
             last_stack: HashMap::default(),
             ring_last_stack: Vec::new(),
-            activity_sent: 0,
+            // None sent yet: the first allocation sends its count, 0 or not, so that the
+            // collector knows the count from the start of the growth on.
+            activity_sent: u64::MAX,
             gone: false,
             active: Vec::new(),
             clock: StampClock::new(),
@@ -381,7 +383,7 @@ impl Writer {
     /// (it never goes back: a record whose relaxed read came a little before another's is
     /// sent as the count already sent).
     fn activity_at(&mut self, ts_ns: u64, count: u64) {
-        if count > self.activity_sent {
+        if self.activity_sent == u64::MAX || count > self.activity_sent {
             self.activity_sent = count;
             self.push(&Event::Activity(wire::Activity { ts_ns, count }));
         }
@@ -401,7 +403,8 @@ impl Writer {
             Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same, activity } => {
                 self.describe_device(device);
                 let ts_ns = self.clock.ns_of(stamp);
-                self.activity_at(ts_ns, widen(self.activity_sent, activity));
+                let last = if self.activity_sent == u64::MAX { 0 } else { self.activity_sent };
+                self.activity_at(ts_ns, widen(last, activity));
                 // Through PyTorch's caching allocator (a frame in its library; without
                 // backtraces none is known): its blocks' stacks are wanted, while they are still
                 // to be asked for (the frames are searched only then).
@@ -483,7 +486,9 @@ impl Writer {
                 let x = wire::GraphExec { seq, ts_ns, exec, graph, api, auto_free, tid, stack, allocs, frees };
                 self.push(&Event::GraphExec(x));
             }
-            Msg::GraphLaunch { seq, ts_ns, exec, api, stream, tid } => {
+            Msg::GraphLaunch { seq, ts_ns, exec, api, stream, tid, activity } => {
+                let last = if self.activity_sent == u64::MAX { 0 } else { self.activity_sent };
+                self.activity_at(ts_ns, widen(last, activity));
                 self.push(&Event::GraphLaunch(wire::GraphLaunch { seq, ts_ns, exec, api, stream, tid }));
             }
             Msg::GraphExecDestroy { seq, ts_ns, exec, api, tid } => {
