@@ -450,7 +450,7 @@ fn judge(site: &Track<'_>, run: u64, run_end: u64, activity: &[(u64, u64)]) -> O
         format!(" across {} sites of one line", site.members.len())
     };
     let reason = format!(
-        "+{} per {} over {}, {} live ({}){until}{across}, {freed}",
+        "+{} per {} over {}, {} live ({}){across}{until}, {freed}",
         fmt_bytes((slope * period).round() as u64),
         fmt_period(period),
         fmt_period(secs),
