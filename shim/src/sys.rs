@@ -115,7 +115,7 @@ pub fn alone() -> bool {
     let after_comm = |stat: &str| {
         stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().map(String::from).collect::<Vec<_>>())
     };
-    let Some(fields) = std::fs::read_to_string("/proc/self/stat").ok().and_then(|s| after_comm(&s)) else {
+    let Some(fields) = read_own_file(c"/proc/self/stat").and_then(|s| after_comm(&s)) else {
         return false;
     };
     match fields.get(17).and_then(|n| n.parse::<u32>().ok()) {
@@ -123,15 +123,50 @@ pub fn alone() -> bool {
         // The other thread must be the main thread (the thread group leader, whose id is the
         // process id), ended: other threads that end are not kept as zombies.
         Some(2) => {
-            let leader = format!("/proc/self/task/{}/stat", getpid_raw());
+            let Ok(leader) = std::ffi::CString::new(format!("/proc/self/task/{}/stat", getpid_raw())) else {
+                return false;
+            };
             gettid() as i32 != getpid_raw()
-                && std::fs::read_to_string(leader)
-                    .ok()
+                && read_own_file(&leader)
                     .and_then(|s| after_comm(&s))
                     .is_some_and(|f| f.first().map(String::as_str) == Some("Z"))
         }
         _ => false,
     }
+}
+
+/// The text of the file at `path`, read on a descriptor of the shim's own that the program may
+/// close and reuse at any moment (a daemon closing every descriptor): each read and the close
+/// are made only while the number is still the file the shim opened (same device and inode), so
+/// the shim never reads from nor closes what has become the program's (a close by number, as
+/// `std::fs` makes, would close the program's new file: issue 30's descriptor test).
+pub fn read_own_file(path: &std::ffi::CStr) -> Option<String> {
+    // SAFETY: a NUL-terminated path; the descriptor is ours until the checks below say not.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let id = fd_identity(fd)?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let ok = loop {
+        if fd_identity(fd) != Some(id) {
+            break false;
+        }
+        // SAFETY: reading into a valid buffer from the descriptor just checked.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        match n {
+            0 => break true,
+            n if n > 0 => out.extend_from_slice(&buf[..n as usize]),
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => break false,
+        }
+    };
+    if fd_identity(fd) == Some(id) {
+        // SAFETY: still the file this function opened.
+        unsafe { libc::close(fd) };
+    }
+    ok.then(|| String::from_utf8_lossy(&out).into_owned())
 }
 
 /// The identity of the file `fd` is open on (`st_dev`, `st_ino`), or `None` if it is not open.
@@ -303,6 +338,13 @@ impl std::fmt::Write for Line {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_file_of_our_own_is_read_and_closed_only_while_it_is_ours() {
+        let stat = read_own_file(c"/proc/self/stat").expect("/proc/self/stat");
+        assert!(stat.starts_with(&format!("{} (", std::process::id())), "{stat}");
+        assert_eq!(read_own_file(c"/nonexistent/file"), None);
+    }
+
     use super::*;
 
     #[test]
