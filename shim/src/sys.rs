@@ -1,6 +1,8 @@
 //! Small wrappers of the system calls the shim makes for itself: clocks, thread and process
 //! ids, and running the shim's own work with cancellation off and panics caught.
 
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
+
 /// Monotonic clock, ns (`clock_gettime` is async-signal-safe, POSIX signal-safety(7)).
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -115,7 +117,7 @@ pub fn alone() -> bool {
     let after_comm = |stat: &str| {
         stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().map(String::from).collect::<Vec<_>>())
     };
-    let Some(fields) = read_own_file(c"/proc/self/stat").and_then(|s| after_comm(&s)) else {
+    let Some(fields) = read_stat().and_then(|s| after_comm(&s)) else {
         return false;
     };
     match fields.get(17).and_then(|n| n.parse::<u32>().ok()) {
@@ -167,6 +169,44 @@ pub fn read_own_file(path: &std::ffi::CStr) -> Option<String> {
         unsafe { libc::close(fd) };
     }
     ok.then(|| String::from_utf8_lossy(&out).into_owned())
+}
+
+/// This process's `/proc/self/stat`, opened once by [`open_stat`] and then only read with
+/// `pread` and never closed: the program may close every descriptor and reuse the numbers at any
+/// moment (a daemon), and a descriptor the shim opened, read and closed while the program runs
+/// could, between the check of its identity and the close, have become the program's. Its
+/// process id, identity (`st_dev`, `st_ino`) and number; -1 while not open.
+static STAT: (AtomicI32, AtomicI32, AtomicU64, AtomicU64) =
+    (AtomicI32::new(-1), AtomicI32::new(-1), AtomicU64::new(0), AtomicU64::new(0));
+
+/// Opens `/proc/self/stat` for [`alone`], on the thread that starts tracing, before the program
+/// goes on (in a forked child that starts tracing again, anew).
+pub fn open_stat() {
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { libc::open(c"/proc/self/stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if let Some((dev, ino)) = (fd >= 0).then(|| fd_identity(fd)).flatten() {
+        STAT.2.store(dev, Relaxed);
+        STAT.3.store(ino, Relaxed);
+        STAT.1.store(fd, Relaxed);
+        STAT.0.store(getpid_raw(), Release);
+    }
+}
+
+/// The text of this process's `/proc/self/stat`, read from [`open_stat`]'s descriptor while it
+/// is still that file; `None` otherwise (the program closed it, or this is a forked child).
+fn read_stat() -> Option<String> {
+    if STAT.0.load(Acquire) != getpid_raw() {
+        return None;
+    }
+    let fd = STAT.1.load(Relaxed);
+    if fd_identity(fd) != Some((STAT.2.load(Relaxed), STAT.3.load(Relaxed))) {
+        return None;
+    }
+    let mut buf = [0u8; 1024];
+    // SAFETY: reading into a valid buffer; `pread` changes no offset and, should the number
+    // have become the program's since the check, reads (never writes, never closes) it.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    (n > 0).then(|| String::from_utf8_lossy(&buf[..n as usize]).into_owned())
 }
 
 /// The identity of the file `fd` is open on (`st_dev`, `st_ino`), or `None` if it is not open.

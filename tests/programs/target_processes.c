@@ -456,8 +456,10 @@ int scenario_close_fds(int argc, char **argv)
         check("cudaMalloc", cudaMalloc(&p, 4096));
     int bad = 0;
     for (int i = 0; i < 8; i++)
-        if (write(f[i], "data\n", 5) != 5)
+        if (write(f[i], "data\n", 5) != 5) {
+            fprintf(stderr, "target: write to fd %d (file %d) failed: %s\n", f[i], i, strerror(errno));
             bad++;
+        }
     printf("failed writes %d\n", bad);
     return bad ? 1 : 0;
 }

@@ -65,6 +65,8 @@ pub fn start() -> Option<Sender<Msg>> {
     let sock = sock?;
     // Before the writer's clock is made and before the first stamp (`clock`).
     clock::choose();
+    // On this thread, before the program goes on: the writer's checks read it (`sys::alone`).
+    sys::open_stat();
     // The header, Hello and module map go out before the first event is queued, so that the
     // collector knows who and where even if the program is killed a moment later.
     let mut w = Writer::new(sock);
