@@ -183,7 +183,16 @@ static STAT: (AtomicI32, AtomicI32, AtomicU64, AtomicU64) =
 /// goes on (in a forked child that starts tracing again, anew).
 pub fn open_stat() {
     // SAFETY: a NUL-terminated path.
-    let fd = unsafe { libc::open(c"/proc/self/stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let mut fd = unsafe { libc::open(c"/proc/self/stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if (0..=2).contains(&fd) {
+        // A program started with a standard stream closed keeps it closed: a copy numbered 3
+        // or more, this one closed (the caller's thread is the program's, inside our hook).
+        // SAFETY: duplicating and closing the descriptor just opened.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+        // SAFETY: as above.
+        unsafe { libc::close(fd) };
+        fd = dup;
+    }
     if let Some((dev, ino)) = (fd >= 0).then(|| fd_identity(fd)).flatten() {
         STAT.2.store(dev, Relaxed);
         STAT.3.store(ino, Relaxed);
