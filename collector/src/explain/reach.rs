@@ -85,9 +85,9 @@ pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sy
         ..Reachability::default()
     };
     let mut sites: BTreeMap<u32, SiteReach> = BTreeMap::new();
-    let mut frameworks: HashMap<u32, Option<&'static str>> = HashMap::new();
-    // Per site: made by a library for its own state (`owners::Owner::library`).
-    let mut libraries: HashMap<u32, bool> = HashMap::new();
+    // Per site: the framework allocator holding it, and whether a library made it for its own
+    // state (`owners::Owner::library`).
+    let mut kinds: HashMap<u32, (Option<&'static str>, bool)> = HashMap::new();
     let mut library_capped = 0u64;
     let mut fw: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
     // (site, size, the scan's entry) of each reachable allocation.
@@ -98,13 +98,11 @@ pub fn classify(scan: &Reach, state: &State, stacks: &HashMap<u32, Vec<u64>>, sy
             r.unknown_bytes += e.size;
             continue;
         };
-        let framework = *frameworks.entry(e.site).or_insert_with(|| {
+        // One symbolization per site: the allocator that holds it and whether it is a
+        // library's own state.
+        let (framework, library) = *kinds.entry(e.site).or_insert_with(|| {
             let frames = stacks.get(&e.site).map(|a| sym.stack_of(e.site, a)).unwrap_or_default();
-            framework_of(&frames)
-        });
-        let library = *libraries.entry(e.site).or_insert_with(|| {
-            let frames = stacks.get(&e.site).map(|a| sym.stack_of(e.site, a)).unwrap_or_default();
-            crate::explain::owners::owner_of(&frames).library()
+            (framework_of(&frames), crate::explain::owners::owner_of(&frames).library())
         });
         let s = sites.entry(e.site).or_default();
         if let Some(name) = framework {

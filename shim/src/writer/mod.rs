@@ -391,6 +391,12 @@ impl Writer {
         }
     }
 
+    /// Sends the activity a record carried (its low 32 bits, `low`) at the record's time.
+    fn activity_of_record(&mut self, ts_ns: u64, low: u32) {
+        let last = if self.activity_sent == u64::MAX { 0 } else { self.activity_sent };
+        self.activity_at(ts_ns, widen(last, low));
+    }
+
     /// Sends the program's activity now (before a heap walk's, a scan's or the exit's event:
     /// what the program did up to the end of its work).
     fn activity_now(&mut self) {
@@ -405,8 +411,7 @@ impl Writer {
             Msg::Alloc { seq, stamp, addr, size, kind, api, device, stream, tid, frames, py, ctx, same, activity } => {
                 self.describe_device(device);
                 let ts_ns = self.clock.ns_of(stamp);
-                let last = if self.activity_sent == u64::MAX { 0 } else { self.activity_sent };
-                self.activity_at(ts_ns, widen(last, activity));
+                self.activity_of_record(ts_ns, activity);
                 // Through PyTorch's caching allocator (a frame in its library; without
                 // backtraces none is known): its blocks' stacks are wanted, while they are still
                 // to be asked for (the frames are searched only then).
@@ -489,8 +494,7 @@ impl Writer {
                 self.push(&Event::GraphExec(x));
             }
             Msg::GraphLaunch { seq, ts_ns, exec, api, stream, tid, activity } => {
-                let last = if self.activity_sent == u64::MAX { 0 } else { self.activity_sent };
-                self.activity_at(ts_ns, widen(last, activity));
+                self.activity_of_record(ts_ns, activity);
                 self.push(&Event::GraphLaunch(wire::GraphLaunch { seq, ts_ns, exec, api, stream, tid }));
             }
             Msg::GraphExecDestroy { seq, ts_ns, exec, api, tid } => {
