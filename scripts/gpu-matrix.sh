@@ -144,8 +144,8 @@ run_case fault_cublas_threads -- "$WORK/bin/vendor_threads" cublas-per-thread 10
 # NCCL from PyTorch's nvidia-nccl wheel (the GPU machine has no system NCCL).
 NCCL_LIB=${NCCL_LIB:-$(python3 -c 'import glob, nvidia; print((sorted(f for p in nvidia.__path__ for f in glob.glob(p + "/nccl/lib/libnccl.so*")) or [""])[0])' 2>/dev/null || true)}
 run_case fault_nccl_cycles NCCL_LIB="$NCCL_LIB" -- "$WORK/bin/vendor_threads" nccl-per-cycle 20
-run_case fault_logits GPUSHIM_TORCH_STACKS=1 -- $PY T13_logits $T
-run_case fault_logits_compiled GPUSHIM_TORCH_STACKS=1 -- $PY T13_logits_compiled $T
+run_case fault_logits -- $PY T13_logits $T
+run_case fault_logits_compiled -- $PY T13_logits_compiled $T
 run_case fault_autograd_cycle -- $PY T13_autograd_cycle $T
 run_case fault_devices_per_thread -- "$WORK/bin/faults" devices-per-thread
 run_case fault_exit_time -- "$WORK/bin/faults" exit-time 1000000

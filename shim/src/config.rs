@@ -44,12 +44,11 @@ static HEAP_WALK: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_HEAP_WALK_NATIVE` is not `0`: the walk's breadth-first core runs in native code
 /// (shim/src/python/bfs.rs) where the interpreter allows it; `0` keeps the walker's Python loop.
 static HEAP_WALK_NATIVE: AtomicBool = AtomicBool::new(true);
-/// `GPUSHIM_TORCH_STACKS=1`: in a CPython program using PyTorch's CUDA caching allocator, the
-/// shim turns on PyTorch's record of each live block's Python stack (python/heap.rs). Off by
-/// default: PyTorch's first snapshot with stacks then imports `torch._dynamo` and
-/// `torch._inductor` into the program (seconds of CPU: README),
-/// which the exit heap walk would add to every program's exit.
-static TORCH_STACKS: AtomicBool = AtomicBool::new(false);
+/// `GPUSHIM_TORCH_STACKS` is not `0`: in a CPython program using PyTorch's CUDA caching
+/// allocator, the shim turns on PyTorch's record of each live block's Python stack
+/// (python/heap), unless the program keeps a record of its own, so that suspects are named by
+/// the lines of the tensors inside the allocator's segments.
+static TORCH_STACKS: AtomicBool = AtomicBool::new(true);
 /// `GPUSHIM_HEAP_WALK_MS`: the cap on one heap walk, milliseconds (default 2000), also the
 /// longest the shim waits for a walk to start.
 static HEAP_WALK_MS: AtomicU64 = AtomicU64::new(2000);
@@ -129,7 +128,7 @@ pub fn heap_walk_native() -> bool {
 }
 
 /// Whether the shim turns on PyTorch's record of live blocks' Python stacks
-/// (`GPUSHIM_TORCH_STACKS=1`, heap walks on).
+/// (`GPUSHIM_TORCH_STACKS` not `0`, heap walks on).
 pub fn torch_stacks() -> bool {
     TORCH_STACKS.load(Relaxed) && heap_walk()
 }

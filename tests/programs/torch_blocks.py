@@ -58,11 +58,12 @@ first.free()
 # thread between two bytecodes, once its writer has seen an allocation come through
 # libc10_cuda.so: wait for its look (at most 30 s; not at all when the test expects none).
 deadline = time.monotonic() + (30 if os.environ.get("EXPECT_LOOK") == "1" else 0)
-while not torch.snapshot_calls[0] and time.monotonic() < deadline:
+while not torch.looked() and time.monotonic() < deadline:
     time.sleep(0.001)
 for _ in range(STEPS):
     step(model, kept)
 if MODE == "cleared":
     for t in kept:
         t.free()
+print("inductor imported:", "torch._inductor" in sys.modules)
 print("done", line_of("# the model's line"), line_of("# line B"), line_of("# line M"), torch.record_calls)

@@ -356,11 +356,14 @@ def test_torch_allocator_state_only_when_cuda_is_initialized(hw):
         "junk",
     ]
 
-    def memory_snapshot():
+    def _snapshot():
         calls.append(1)
-        return [{"address": 0x10, "total_size": 2 << 20, "allocated_size": 1024, "blocks": blocks}, "junk"]
+        return {
+            "segments": [{"address": 0x10, "total_size": 2 << 20, "allocated_size": 1024, "blocks": blocks}, "junk"]
+        }
 
-    cuda.is_initialized, cuda.memory_snapshot = is_initialized, memory_snapshot
+    memory = types.ModuleType("torch.cuda.memory")
+    cuda.is_initialized, cuda.memory, memory._snapshot = is_initialized, memory, _snapshot
     assert hw["_torch_segments"]({"torch": torch}) is None
     assert calls == []
     state["init"] = True

@@ -89,7 +89,7 @@ pub struct SiteHolders {
     pub top_objects: Vec<HeldObject>,
     /// PyTorch's live blocks inside the site's segments whose allocation PyTorch recorded a
     /// Python stack for (`torch.cuda.memory_snapshot()`'s `frames`; the shim turns the record
-    /// on: `GPUSHIM_TORCH_STACKS`), grouped by stack, most bytes first, at most 10
+    /// on by default: `GPUSHIM_TORCH_STACKS`), grouped by stack, most bytes first, at most 10
     /// (`holders::TOP_BLOCK_STACKS`). Absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocks: Vec<BlockStack>,

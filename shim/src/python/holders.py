@@ -18,7 +18,9 @@ Rules, because this runs in someone else's program:
 - Autograd graphs are followed from each tensor's grad_fn along next_functions (C-level
   descriptors); saved tensors are never unpacked, so no saved-tensor hook runs and nothing is
   allocated on the GPU. When the program initialized CUDA in PyTorch, the caching allocator's
-  own state is read with torch.cuda.memory_snapshot() (PyTorch's code, not the program's);
+  own state is read with torch.cuda.memory._snapshot() (PyTorch's code, not the program's; in a
+  short-lived copy of the process unless the program imported torch._inductor: see
+  `_torch_snapshot`);
   CUDA is never initialized here (torch.cuda.is_initialized() first).
 - Nothing is imported that the program did not import: gc is imported and at once removed
   from sys.modules again if it was not there; frameworks are only looked at through
@@ -39,6 +41,7 @@ def _quiet_import(name):
 
 
 _gc = _quiet_import("gc")
+_marshal = _quiet_import("marshal")
 # Builtin modules (compiled into the interpreter, importing nothing): C-level loops for the walk.
 _it = _quiet_import("itertools")
 _op = _quiet_import("_operator")
@@ -50,6 +53,7 @@ _ModuleType = type(_sys)
 _module_dict = _ModuleType.__dict__["__dict__"].__get__
 _FrameType = type(_sys._getframe())
 _FunctionType = type(_quiet_import)
+_BuiltinType = type(len)
 _GetSetType = type(type.__dict__["__dict__"])
 _MemberType = type(_ModuleType.__dict__["__dict__"])
 _PropertyType = property
@@ -98,6 +102,11 @@ _ATOMS = frozenset(id(t) for t in _ATOM_TYPES)
 #: tests) or with GPUSHIM_HEAP_WALK_NATIVE=0. Its operations, by number:
 _BFS = globals().get("_gpushim_bfs")
 _OP_RESET, _OP_ADD, _OP_RUN, _OP_LINK, _OP_PARENT, _OP_CONTAINS, _OP_FREE = range(7)
+#: `_gpushim_fork_call(fn, args, dumps, module_dict)`: `dumps(fn(*args))` made in a short-lived
+#: copy of the process with `module_dict["_inductor"]` set to None there
+#: (shim/src/python/heap/fork_call.rs), or None; put here by the shim, absent when this file
+#: runs on its own (its unit tests).
+_FORK = globals().get("_gpushim_fork_call")
 
 
 def _cell_type():
@@ -265,6 +274,11 @@ class _Finder:
             return None
         try:
             with self.no_tf():
+                # Only a leaf's: PyTorch warns into the program when a non-leaf's `.grad` is
+                # read (a UserWarning on its stderr), and keeps none there unless asked to.
+                found, gf = _getset(o, "grad_fn", self.descs)
+                if not found or gf is not None:
+                    return None
                 found, g = _getset(o, "grad", self.descs)
         except Exception:
             return None
@@ -472,6 +486,48 @@ def _torch_cuda(modules):
     return _module_dict(cuda)
 
 
+#: The arguments `torch._C._cuda_memorySnapshot` took in this process (PyTorch 2.1 and later
+#: take a pool id or None; earlier ones nothing), once known.
+_SNAP_ARGS = []
+
+
+def _torch_snapshot(modules, d):
+    """PyTorch's snapshot of its caching allocator (`torch.cuda.memory._snapshot()`: a dict of
+    "segments" and "device_traces"), or None; `d` is torch.cuda's namespace. Imports nothing:
+    PyTorch turns the Python frames it recorded into text with `hasattr(torch, "_inductor")`,
+    whose lazy `__getattr__` imports torch._inductor and torch._dynamo (seconds) unless the
+    program imported them. So, unless it did, the snapshot is taken in a short-lived copy of the
+    process (`_FORK`), through PyTorch's builtin `torch._C._cuda_memorySnapshot` (no bytecode
+    runs in the copy; a stand-in without it has its Python `_snapshot` called there), and its
+    result comes back through `marshal`."""
+    torch = modules.get("torch")
+    mem = d.get("memory")
+    if type(torch) is not _ModuleType or type(mem) is not _ModuleType:
+        return None
+    td = _module_dict(torch)
+    snap = _module_dict(mem).get("_snapshot")
+    if "_inductor" in td or _FORK is None:
+        # The check finds the module without importing it (the import sets the attribute);
+        # or this file runs on its own.
+        return snap() if type(snap) is _FunctionType else None
+    c = td.get("_C")
+    fn = _module_dict(c).get("_cuda_memorySnapshot") if type(c) is _ModuleType else None
+    if type(fn) is not _BuiltinType:
+        if type(snap) is not _FunctionType:
+            return None
+        fn, tries = snap, [()]
+    else:
+        tries = _SNAP_ARGS[:1] or [(None,), ()]
+    for args in tries:
+        data = _FORK(fn, args, _marshal.dumps, td)
+        if type(data) is bytes:
+            if fn is not snap and not _SNAP_ARGS:
+                _SNAP_ARGS.append(args)
+            s = _marshal.loads(data)
+            return s if type(s) is dict else None
+    return None
+
+
 def _block_stack(fr):
     """The frames PyTorch recorded for a block as ((file, line, function), ...), innermost
     first, or None: only well-formed frames, names cut to MAX_NAME characters."""
@@ -485,7 +541,7 @@ def _block_stack(fr):
 
 
 def _torch_segments(modules, blocks_out=None):
-    """PyTorch's caching allocator as torch.cuda.memory_snapshot() shows it, or None when torch
+    """PyTorch's caching allocator as its snapshot shows it (`_torch_snapshot`), or None when torch
     is not imported or CUDA not initialized (never initialized here): [[address, total bytes,
     allocated bytes]] of every segment (`total_size`, `allocated_size`); and, for the live
     blocks whose allocation PyTorch recorded a Python stack for (`frames`, innermost first:
@@ -496,13 +552,16 @@ def _torch_segments(modules, blocks_out=None):
     d = _torch_cuda(modules)
     if d is None:
         return None
-    is_init, snap = d.get("is_initialized"), d.get("memory_snapshot")
-    if type(is_init) is not _FunctionType or type(snap) is not _FunctionType:
+    is_init = d.get("is_initialized")
+    if type(is_init) is not _FunctionType:
         return None
     try:
         if is_init() is not True:
             return None
-        segs = snap()
+        s = _torch_snapshot(modules, d)
+        segs = s.get("segments") if type(s) is dict else None
+        if segs is None:
+            return None
         out, stacks, index, groups = [], [], {}, {}
         for s in segs if type(segs) is list else ():
             if type(s) is not dict:
@@ -592,14 +651,16 @@ def _torch_history():
     if type(is_init) is not _FunctionType or type(mem) is not _ModuleType:
         return TORCH_NOT_YET
     md = _module_dict(mem)
-    record, snap = md.get("_record_memory_history"), md.get("_snapshot")
-    if type(record) is not _FunctionType or type(snap) is not _FunctionType:
+    record = md.get("_record_memory_history")
+    if type(record) is not _FunctionType:
         return TORCH_NOT_YET
     try:
         if is_init() is not True:
             return TORCH_NOT_YET
-        s = snap()
+        s = _torch_snapshot(_sys.modules, d)
     except Exception:
+        return TORCH_NOT_YET
+    if s is None:
         return TORCH_NOT_YET
     traces = s.get("device_traces") if type(s) is dict else None
     for t in traces if type(traces) is list else ():

@@ -44,6 +44,16 @@ pub(super) struct CApi {
     /// PyObject *)` (steals) (Include/tupleobject.h).
     pub(super) tuple_new: unsafe extern "C" fn(isize) -> Obj,
     pub(super) tuple_set_item: unsafe extern "C" fn(Obj, isize, Obj) -> c_int,
+    /// `PyObject *PyTuple_GetItem(PyObject *, Py_ssize_t)` (borrowed) and `Py_ssize_t
+    /// PyTuple_Size(PyObject *)`.
+    pub(super) tuple_get_item: unsafe extern "C" fn(Obj, isize) -> Obj,
+    pub(super) tuple_size: unsafe extern "C" fn(Obj) -> isize,
+    /// `PyObject *PyBytes_FromStringAndSize(const char *, Py_ssize_t)` (Include/bytesobject.h).
+    pub(super) bytes_from_string_and_size: unsafe extern "C" fn(*const c_char, isize) -> Obj,
+    /// `PyThreadState *PyEval_SaveThread(void)` and `void PyEval_RestoreThread(PyThreadState *)`
+    /// (Include/ceval.h): the GIL let go of, and taken again.
+    pub(super) eval_save_thread: unsafe extern "C" fn() -> Obj,
+    pub(super) eval_restore_thread: unsafe extern "C" fn(Obj),
     /// `PyObject *PyLong_FromLongLong(long long)` (Include/longobject.h).
     pub(super) long_from_long_long: unsafe extern "C" fn(i64) -> Obj,
     /// `int PyBytes_AsStringAndSize(PyObject *, char **, Py_ssize_t *)`
@@ -117,6 +127,11 @@ pub(super) fn api() -> Option<&'static CApi> {
                 call_object: t(f(c"PyObject_CallObject")?),
                 tuple_new: t(f(c"PyTuple_New")?),
                 tuple_set_item: t(f(c"PyTuple_SetItem")?),
+                tuple_get_item: t(f(c"PyTuple_GetItem")?),
+                tuple_size: t(f(c"PyTuple_Size")?),
+                bytes_from_string_and_size: t(f(c"PyBytes_FromStringAndSize")?),
+                eval_save_thread: t(f(c"PyEval_SaveThread")?),
+                eval_restore_thread: t(f(c"PyEval_RestoreThread")?),
                 long_from_long_long: t(f(c"PyLong_FromLongLong")?),
                 bytes_as_string_and_size: t(f(c"PyBytes_AsStringAndSize")?),
                 long_as_long: t(f(c"PyLong_AsLong")?),

@@ -25,6 +25,7 @@
 //!   event. No ctypes.
 
 mod capi;
+mod fork_call;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
@@ -69,6 +70,12 @@ static EMIT_DEF: MethodDef =
     MethodDef { name: c"_gpushim_emit".as_ptr(), meth: emit, flags: METH_O, doc: std::ptr::null() };
 static BFS_DEF: MethodDef =
     MethodDef { name: c"_gpushim_bfs".as_ptr(), meth: super::bfs::entry, flags: METH_VARARGS, doc: std::ptr::null() };
+static FORK_DEF: MethodDef = MethodDef {
+    name: c"_gpushim_fork_call".as_ptr(),
+    meth: fork_call::entry,
+    flags: METH_VARARGS,
+    doc: std::ptr::null(),
+};
 static EXIT_DEF: MethodDef =
     MethodDef { name: c"_gpushim_exit_walk".as_ptr(), meth: exit_walk, flags: METH_NOARGS, doc: std::ptr::null() };
 
@@ -354,11 +361,16 @@ fn walker(a: &CApi) -> Option<Obj> {
         if bfs.is_null() {
             (a.err_clear)();
         }
-        let names: &[(&CStr, Obj)] = if bfs.is_null() { &[] } else { &[(c"_gpushim_bfs", bfs)] };
-        let r = exec_in(a, ns, WALKER, c"<gpushim-heap-walk>", names);
-        if !bfs.is_null() {
-            // The namespace holds it now.
-            (a.decref)(bfs);
+        let fork = (a.cfunction_new_ex)(&FORK_DEF, std::ptr::null_mut(), std::ptr::null_mut());
+        if fork.is_null() {
+            (a.err_clear)();
+        }
+        let names: Vec<(&CStr, Obj)> =
+            [(c"_gpushim_bfs", bfs), (c"_gpushim_fork_call", fork)].into_iter().filter(|(_, o)| !o.is_null()).collect();
+        let r = exec_in(a, ns, WALKER, c"<gpushim-heap-walk>", &names);
+        for (_, o) in names {
+            // The namespace holds them now.
+            (a.decref)(o);
         }
         match r {
             Some(r) => (a.decref)(r),
