@@ -46,7 +46,7 @@ selected() {
 # a selected case needs one.
 needs_nvcc() {
   [ ${#SELECTED[@]} -eq 0 ] && return 0
-  local c; for c in "${SELECTED[@]}"; do case $c in cxx_*|S7|S7_cuda_data|fault_*|reach_lost|reach_kept|reach_cublas|reach_lost_cuda_data) return 0 ;; esac; done; return 1
+  local c; for c in "${SELECTED[@]}"; do case $c in cxx_*|S7|S7_cuda_data|fault_*|reach_lost|reach_kept|reach_cublas|reach_shared|reach_registered|reach_stack|reach_lost_cuda_data) return 0 ;; esac; done; return 1
 }
 if needs_nvcc; then
   nvcc -g -O1 -o "$WORK/bin/alloc_static" "$ROOT/scripts/gpu/alloc_matrix.cu" -lpthread > "$WORK/nvcc.log" 2>&1
@@ -146,6 +146,8 @@ NCCL_LIB=${NCCL_LIB:-$(python3 -c 'import glob, nvidia; print((sorted(f for p in
 run_case fault_nccl_cycles NCCL_LIB="$NCCL_LIB" -- "$WORK/bin/vendor_threads" nccl-per-cycle 20
 run_case fault_logits -- $PY T13_logits $T
 run_case fault_logits_compiled -- $PY T13_logits_compiled $T
+# Issue 29: no torch._inductor import because of the shim, after a snapshot and at exit.
+run_case no_import SNAP=1 -- python3 "$ROOT/scripts/gpu/no_import_check.py"
 run_case fault_autograd_cycle -- $PY T13_autograd_cycle $T
 run_case fault_devices_per_thread -- "$WORK/bin/faults" devices-per-thread
 run_case fault_exit_time -- "$WORK/bin/faults" exit-time 1000000
@@ -180,6 +182,11 @@ run_job_case job_leak_one_rank PYTORCH_NO_CUDA_MEMORY_CACHING=1
 run_case reach_lost -- "$WORK/bin/reach" lost
 run_case reach_kept -- "$WORK/bin/reach" kept
 run_case reach_cublas -- "$WORK/bin/reach" cublas
+# Issue 29, item 5: pointers in shared anonymous memory, in a block the driver also points to,
+# below a blocked thread's given stack.
+run_case reach_shared -- "$WORK/bin/reach" shared
+run_case reach_registered -- "$WORK/bin/reach" registered
+run_case reach_stack -- "$WORK/bin/reach" stack
 # The same with the CUDA libraries' data read as the program's roots: what leaving it out does.
 run_case reach_lost_cuda_data GPUSHIM_REACHABILITY_CUDA_DATA=1 -- "$WORK/bin/reach" lost
 run_case S7_cuda_data GPUSHIM_REACHABILITY_CUDA_DATA=1 -- "$WORK/bin/s7_leak" 300

@@ -557,6 +557,7 @@ def checks():
     devices_per_thread_rows()
     job_rows()
     reach_rows()
+    no_import_row()
 
 
 def torch_snapshot_rows():
@@ -1376,6 +1377,30 @@ def reach_line(x):
     )
 
 
+def no_import_row():
+    """Issue 29: PyTorch's block stacks on by default add no torch._inductor or torch._dynamo
+    import to the program (scripts/gpu/no_import_check.py with a snapshot)."""
+    t, r, _ = load("no_import")
+    if not r or not t:
+        missing("no_import")
+        return
+    states = {k: v for k, v in t.items() if isinstance(v, dict)}
+    any_import = [k for k, v in states.items() if v.get("inductor") or v.get("dynamo")]
+    heads = [s["headline"] for s in r["suspects"]]
+    want = f"no_import_check.py:{t['model_line']})"
+    row(
+        "no_import",
+        "a kept-outputs loop with a snapshot: no torch._inductor/_dynamo import; the model's line heads",
+        f"none imported; 1 suspect at {want[:-1]}",
+        f"imported at: {', '.join(any_import) or 'none'}; {len(heads)} suspects: {'; '.join(heads[:2])}",
+        set(states) >= {"before_snapshot", "after_snapshot", "at_exit"}
+        and not any_import
+        and len(heads) == 1
+        and want in heads[0],
+        ", ".join(f"{k} {v}" for k, v in states.items()),
+    )
+
+
 def reach_rows():
     """Reachability (issue 17): scripts/gpu/reach.cu, S7, cases.py R_torch."""
     for case, keep in (("reach_lost", False), ("reach_kept", True)):
@@ -1393,6 +1418,29 @@ def reach_rows():
             f"{got[0]} lost, {got[1]} reachable",
             x["status"] == "complete" and got == want,
             reach_line(x) + ("; from " + x["most_referenced"][0]["from"] if x.get("most_referenced") else ""),
+        )
+    # Issue 29, item 5: memory the scan once left out, read now (shared anonymous memory), or
+    # called possibly lost where it cannot be sure (a block the driver points to, the memory below
+    # a blocked thread's given stack); never definitely lost.
+    for case, what, reachable in (
+        ("reach_shared", "kept only in MAP_SHARED|MAP_ANONYMOUS memory: reachable", True),
+        ("reach_registered", "kept only in a block pinned with cudaHostRegister: never definitely lost", False),
+        ("reach_stack", "kept only below a blocked thread's given stack: never definitely lost", False),
+    ):
+        t, r, _ = load(case)
+        if not r or "reachability" not in r:
+            missing(case)
+            continue
+        x, s = r["reachability"], site_reach(r, "vector_add_once")
+        lost, reach = s.get("definitely_lost_count", 0), s.get("reachable_count", 0)
+        possibly = s.get("possibly_lost_count", 0)
+        row(
+            case,
+            "vectorAdd's 9 x 4 MiB " + what,
+            "0 lost, 9 reachable" if reachable else "0 lost",
+            f"{lost} lost, {possibly} possibly lost, {reach} reachable",
+            x["status"] == "complete" and lost == 0 and (reach == 9 or not reachable),
+            reach_line(x),
         )
     t, r, _ = load("reach_cublas")
     if r and "reachability" in r:

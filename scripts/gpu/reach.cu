@@ -8,12 +8,20 @@
 //   cublas  8 threads, each creating its own cuBLAS handle, running one SGEMM of 512 x 512 on its
 //           own matrices (kept in a global table) and ending without cublasDestroy: the handles'
 //           own device memory (workspace) is held only through cuBLAS's own objects.
+//   shared  the 9 pointers kept only in MAP_SHARED|MAP_ANONYMOUS memory (its mapping reads as
+//           `/dev/zero (deleted)`): all 9 reachable.
+//   registered  kept only in a heap block the program also pinned with cudaHostRegister (so the
+//           driver points to it too): never definitely lost.
+//   stack   kept only in the low end of a mapping whose high end is the stack the program gave
+//           a thread (pthread_attr_setstack), blocked in read() at exit: never definitely lost.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define CHECK(x)                                                                          \
     do {                                                                                  \
@@ -82,10 +90,12 @@ __attribute__((noinline)) static void clear_stack()
     __asm__ volatile("" : : "r"(pad) : "memory");
 }
 
-static int vector_cases(bool keep)
+static int vector_cases(bool keep, Buffers *where = NULL)
 {
-    if (keep)
+    if (keep && !where)
         g_kept = (Buffers *)calloc(3, sizeof(Buffers));
+    else if (where)
+        g_kept = where;
     float err = 0;
     for (int i = 0; i < 3; i++)
         err += vector_add_once(keep ? &g_kept[i] : NULL);
@@ -96,6 +106,53 @@ static int vector_cases(bool keep)
             keep ? "true" : "false", err);
     fclose(f);
     return 0;
+}
+
+// ---- the kinds of memory an outside review found the scan left out (issue 29, item 5)
+static int shared_case()
+{
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return 1;
+    return vector_cases(true, (Buffers *)m);
+}
+
+static int registered_case()
+{
+    Buffers *b = (Buffers *)aligned_alloc(4096, 4096);
+    memset(b, 0, 4096);
+    CHECK(cudaHostRegister(b, 4096, cudaHostRegisterDefault));
+    return vector_cases(true, b);
+}
+
+static int g_pipe[2];
+
+static void *blocked_thread(void *)
+{
+    char c;
+    // Blocked until the process exits: its stack pointer stays near the top of its stack.
+    while (read(g_pipe[0], &c, 1) < 0) {
+    }
+    return NULL;
+}
+
+static int stack_case()
+{
+    const size_t total = 1 << 20, stack = 768 << 10;
+    char *m = (char *)mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || pipe(g_pipe))
+        return 1;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstack(&a, m + (total - stack), stack);
+    pthread_t t;
+    if (pthread_create(&t, &a, blocked_thread, NULL))
+        return 1;
+    // The pointers go to the mapping's low end, below the thread's stack, and the global that
+    // would lead to them is cleared: only the mapping holds them.
+    int rc = vector_cases(true, (Buffers *)m);
+    g_kept = NULL;
+    return rc;
 }
 
 // ---- cublas: one handle per thread, never destroyed
@@ -145,6 +202,12 @@ int main(int argc, char **argv)
         return vector_cases(true);
     if (!strcmp(c, "cublas"))
         return cublas_case();
-    fprintf(stderr, "usage: reach lost|kept|cublas\n");
+    if (!strcmp(c, "shared"))
+        return shared_case();
+    if (!strcmp(c, "registered"))
+        return registered_case();
+    if (!strcmp(c, "stack"))
+        return stack_case();
+    fprintf(stderr, "usage: reach lost|kept|cublas|shared|registered|stack\n");
     return 2;
 }
