@@ -91,3 +91,35 @@ fn a_graceful_shutdown_under_gpushim_run_stopped_with_sigterm_leaves_the_report(
     assert!(notes.contains("stopped by SIGTERM: the program ran its exit path after it"), "{d}");
     assert_eq!(total(&r, "live_bytes"), MIB, "the 1 MiB live before the signal{d}");
 }
+
+#[test]
+fn a_ctrl_c_that_ends_the_program_under_gpushim_run_leaves_a_report_that_says_stopped() {
+    // The terminal's Ctrl-C: SIGINT to the foreground process group, `gpushim run` and the
+    // program, but not the collector (a process group of its own). The program dies of it; its
+    // exit status, read from its zombie (run reaps it only after the collector is done), says
+    // so: "stopped", not "killed".
+    let dir = TempDir::new("ctrl-c");
+    let mut cmd = Command::new(collector());
+    cmd.args(["run", "--output", dir.path().to_str().unwrap(), "--"])
+        .arg(standin("target_dynamic"))
+        .args(["pause", "0"])
+        .env("LD_LIBRARY_PATH", standins())
+        .env_remove("LD_PRELOAD");
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut live = Live::spawn(cmd, "gpushim run -- target_dynamic pause 0".into());
+    assert_eq!(live.line(), "ready");
+    let c = the_collector(dir.path());
+    let program = program_of(c);
+    // Every event made before the signal has reached the collector (a snapshot holds them).
+    take_snapshot(program);
+    // SAFETY: a signal to the process group the test made.
+    assert_eq!(unsafe { libc::kill(-live.pid, libc::SIGINT) }, 0);
+    let d = live.finish();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(d.status.signal(), Some(libc::SIGINT), "run dies of the program's signal{d}");
+    let r = d.report_in(dir.path());
+    assert_eq!((r["reason"].as_str(), r["signal"].as_str()), (Some("stopped"), Some("SIGINT")), "{d}");
+    assert!(r["notes"].to_string().contains("stopped by SIGINT: the program ended by it"), "{d}");
+    assert!(d.stderr.contains(&format!("gpushim: pid {program} (stopped by SIGINT): ")), "{d}");
+    assert_eq!(total(&r, "live_bytes"), MIB, "the 1 MiB live before the signal{d}");
+}

@@ -218,8 +218,11 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
             _ => coded(CANNOT_EXECUTE, format!("cannot run {name}: {e}")),
         }
     })?;
-    let status = child.wait().context("waiting for the program")?;
+    // The program is waited for without being reaped until its collector is done: a program a
+    // signal ended stays a zombie meanwhile, whose exit status the collector reads to say so.
+    wait_unreaped(child.id());
     let waited = wait_for_eof(done_read, COLLECTOR_WAIT);
+    let status = child.wait().context("waiting for the program")?;
     drop(run_pipe);
     let heard = match waited {
         Waited::Eof(h) => {
@@ -352,6 +355,19 @@ impl Heard {
                 }
                 None => return,
             }
+        }
+    }
+}
+
+/// Waits until the child `pid` has ended, leaving it unreaped (`waitid` with `WNOWAIT`).
+fn wait_unreaped(pid: u32) {
+    loop {
+        // SAFETY: a zeroed siginfo_t for waitid to fill.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child; the status stays to be reaped by `wait`.
+        let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return;
         }
     }
 }

@@ -66,6 +66,9 @@ pub(super) struct Drive<'a, 'o, R> {
     watch: Watch,
     /// The stop signal received before the stream's end was read ([`STOP`]; live streams).
     stop: Option<i32>,
+    /// The stop signal that ended the program, as its zombie said when its stream ended
+    /// without an exit event (the signal did not reach the collector: a terminal's Ctrl-C).
+    died_of: Option<i32>,
 }
 
 impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
@@ -95,6 +98,7 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
             interval_due: None,
             watch,
             stop: None,
+            died_of: None,
         }
     }
 
@@ -113,6 +117,9 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
         };
         if self.exit_ts.is_none() && self.opts.live {
             self.stop = STOP.now();
+            if self.stop.is_none() && self.watch.runs_on() != Some(true) {
+                self.died_of = self.watch.stop_signal();
+            }
         }
         self.sink.lost = self.tracker.lost();
         self.tracker.finish(&mut self.sink);
@@ -326,6 +333,14 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
         }
         if self.exit_ts.is_some() {
             return (Reason::Exit, None);
+        }
+        if let Some(sig) = self.died_of {
+            let name = ending::signal_name(sig);
+            notes.push(format!(
+                "stopped by {name}: the program ended by it (a terminal's Ctrl-C, or the signal sent to the program), \
+                 without an exit event"
+            ));
+            return (Reason::Stopped, Some(name));
         }
         if self.watch.runs_on() == Some(true) {
             notes.push(

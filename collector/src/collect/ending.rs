@@ -76,4 +76,60 @@ impl Watch {
         const PF_EXITING: u64 = 0x4;
         Some(!matches!(state, "Z" | "X" | "x") && flags & PF_EXITING == 0)
     }
+
+    /// The stop signal (SIGTERM, SIGHUP or SIGINT) that ended the program, when its stream
+    /// ended without an exit event and it is a zombie not yet reaped: the exit status its
+    /// parent will read (`/proc/PID/stat`'s `exit_code`, field 52). A terminal's Ctrl-C reaches
+    /// the program's process group, not the collector's. `gpushim run` reaps the program only
+    /// after its collector is done; under another parent that reaps first, nothing is known.
+    /// Called for a program that is exiting: its stream closes before it is a zombie, so this
+    /// waits up to [`ZOMBIE_WAIT_MS`] for that.
+    pub(super) fn stop_signal(&self) -> Option<i32> {
+        use std::os::fd::AsRawFd;
+        let fd = self.0.as_ref()?.as_raw_fd();
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd. Readable: the program has ended, so a zombie at its pid is
+        // the program (its pid cannot be reused before it is reaped).
+        if unsafe { libc::poll(&mut p, 1, ZOMBIE_WAIT_MS) } <= 0 {
+            return None;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.1)).ok()?;
+        stop_signal_of(&stat)
+    }
+}
+
+/// Longest wait for an exiting program to become a zombie, ms.
+const ZOMBIE_WAIT_MS: i32 = 500;
+
+/// The stop signal a zombie's `/proc/PID/stat` says it died of (its state `Z`, its `exit_code`
+/// a wait status with the signal in the low 7 bits).
+fn stop_signal_of(stat: &str) -> Option<i32> {
+    // Fields after the command's closing parenthesis: state (3), ..., exit_code (52).
+    let rest: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+    if *rest.first()? != "Z" {
+        return None;
+    }
+    let code: i32 = rest.get(49)?.parse().ok()?;
+    let sig = code & 0x7f;
+    [libc::SIGTERM, libc::SIGHUP, libc::SIGINT].contains(&sig).then_some(sig)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zombie_killed_by_a_stop_signal_says_which() {
+        let stat = |state: &str, code: i32| {
+            let mut f: Vec<String> = (4..=51).map(|i| i.to_string()).collect();
+            f.push(code.to_string());
+            format!("4242 (py (x)) {state} {}", f.join(" "))
+        };
+        assert_eq!(stop_signal_of(&stat("Z", libc::SIGINT)), Some(libc::SIGINT));
+        assert_eq!(stop_signal_of(&stat("Z", libc::SIGTERM | 0x80)), Some(libc::SIGTERM), "with a core dump bit");
+        assert_eq!(stop_signal_of(&stat("Z", libc::SIGKILL)), None, "not a stop signal");
+        assert_eq!(stop_signal_of(&stat("Z", 3 << 8)), None, "exited with status 3");
+        assert_eq!(stop_signal_of(&stat("S", libc::SIGINT)), None, "not a zombie");
+        assert_eq!(stop_signal_of("garbage"), None);
+    }
 }
