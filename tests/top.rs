@@ -329,3 +329,35 @@ fn a_job_shows_one_row_per_process_and_the_leaking_ones_suspect() {
     kill_below(live.pid);
     let _ = live.wait_exit();
 }
+
+/// The site detail (Enter) says who held the site's memory at the latest snapshot's heap walk:
+/// a Python program keeping eight buffers in a global list, a snapshot, then the frame.
+#[test]
+fn a_sites_detail_names_its_holders_from_the_latest_snapshot() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/top_holders.py");
+    let cudart = standin("libcudart.so.13");
+    let t = Target::new(crate::python::python3(), "top-holders")
+        .args(&[script.to_str().unwrap(), cudart.to_str().unwrap()])
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "ready");
+    let pid = live.pid;
+    // Before any snapshot: no holders.
+    let f = ask(pid, "frame");
+    assert!(f["holders_from"].is_null(), "{f:#}");
+    take_snapshot(pid);
+    let (f, site) = until("a frame with the snapshot's holders", || {
+        let f = ask(pid, "frame");
+        let site = f["sites"].as_array()?.iter().find(|s| s["held_by"].is_array())?.clone();
+        Some((f, site))
+    });
+    assert_eq!(f["holders_from"], "snapshot 1", "{f:#}");
+    let held: Vec<&str> = site["held_by"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert_eq!(site["live_bytes"], 8 * 64 * 1024, "{f:#}");
+    assert!(
+        held.iter().any(|l| l.starts_with("held by: programs/top_holders.py global 'kept' → list[*] → 8 objects")),
+        "{held:#?}"
+    );
+    let d = live.finish();
+    assert!(d.status.success(), "{d}");
+}

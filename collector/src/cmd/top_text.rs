@@ -216,6 +216,7 @@ mod tests {
             growth_bytes_per_s: g,
             suspect: g > 0.0,
             frames: vec![],
+            held_by: vec![],
         };
         let f = Frame {
             pid: 7,

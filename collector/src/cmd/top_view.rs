@@ -320,6 +320,12 @@ impl View {
             if let Some(site) = sites.get(selected) {
                 lines.push(Line::from(format!("site {}: {}", site.id, headline(site))));
                 lines.extend(site.frames.iter().map(|fr| Line::from(format!("  {}", clean(fr)))));
+                if !site.held_by.is_empty() {
+                    let from = f.holders_from.as_deref().unwrap_or("a snapshot");
+                    lines.push(Line::from(""));
+                    lines.push(Line::from(format!("who held it at {from}'s heap walk:")));
+                    lines.extend(site.held_by.iter().map(|l| Line::from(format!("  {}", clean(l)))));
+                }
             }
             let block = Block::default().borders(Borders::ALL).title(" stack (Enter or Esc: back) ");
             s.render_widget(Paragraph::new(lines).block(block), body);

@@ -194,7 +194,10 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
             Event::PyCode(c) => sink.sym.python_mut().add_code(c),
             Event::PyStack(s) => sink.sym.python_mut().add_stack(s),
             Event::HeapWalk(h) => {
-                sink.heap_walk(&h, self.tracker.state());
+                let held = sink.heap_walk(&h, self.tracker.state());
+                if let (Some(held), Some((c, _))) = (held, self.control.as_mut()) {
+                    c.set_holders(&held);
+                }
                 if h.reason == WalkReason::Exit {
                     // What is freed from the walk's start on, the interpreter's teardown freed.
                     self.tracker.state_mut().teardown_from_ns = Some(h.ts_ns);

@@ -188,9 +188,9 @@ impl<'a> Sink<'a> {
     }
 
     /// A heap walk's result: attributed to the live set as it is now (the walk saw the objects
-    /// then); written beside its snapshot or out-of-memory report at once, kept for the end for
-    /// the final report.
-    pub(super) fn heap_walk(&mut self, h: &HeapWalk, state: &State) {
+    /// then); written beside its snapshot or out-of-memory report at once (and returned, for
+    /// `gpushim top`), kept for the end for the final report.
+    pub(super) fn heap_walk(&mut self, h: &HeapWalk, state: &State) -> Option<holders::Holders> {
         self.walks += 1;
         if h.reason != WalkReason::Exit {
             self.pause_start.get_or_insert(h.ts_ns);
@@ -200,7 +200,7 @@ impl<'a> Sink<'a> {
             WalkReason::Exit => {
                 self.work_end = Some(self.pause_start.map_or(h.ts_ns, |p| p.min(h.ts_ns)));
                 self.exit_holders = Some(holders);
-                return;
+                return None;
             }
             WalkReason::Snapshot => format!("{}.holders", self.snapshot_stem(h.number)),
             WalkReason::Oom => format!("{}-oom-{}.holders", self.stem(), h.number),
@@ -226,6 +226,7 @@ impl<'a> Sink<'a> {
                 let _ = writeln!(self.out.err, "gpushim: cannot write {stem}.json: {e:#}");
             }
         }
+        Some(holders)
     }
 
     /// A reachability scan: classified against the live set as it is now (the scan saw memory

@@ -60,6 +60,9 @@ pub const NAMED_PER_SAMPLE: usize = 50;
 /// Frames kept per named site.
 pub const MAX_FRAMES: usize = 48;
 
+/// Holder groups kept per site from a snapshot's heap walk.
+pub const HELD_BY_LINES: usize = 5;
+
 /// The socket's name in the abstract namespace (without the leading NUL) for traced `pid`.
 pub fn socket_name(pid: u32) -> String {
     format!("gpushim-{pid}")
@@ -104,6 +107,9 @@ pub(crate) struct Shared {
     pub history: VecDeque<Sample>,
     pub names: HashMap<u32, Name>,
     pub suspects: Vec<u32>,
+    /// Per site, who held its memory at the latest snapshot's heap walk, and which walk.
+    pub holders: HashMap<u32, Vec<String>>,
+    pub holders_from: Option<String>,
     pub ended: bool,
     /// Snapshots asked for, not yet written.
     pub requests: Vec<SnapshotReply>,
@@ -186,6 +192,23 @@ impl Control {
             next_rank_ns: 0,
             dirty: true,
         })
+    }
+
+    /// Keeps who held each site's memory at a snapshot's (or out-of-memory report's) heap
+    /// walk, for the view's site detail: the lines a report gives under the site.
+    pub fn set_holders(&mut self, h: &crate::report::Holders) {
+        let from = match h.number {
+            Some(n) => format!("{} {n}", h.reason),
+            None => h.reason.clone(),
+        };
+        let lines = h
+            .sites
+            .iter()
+            .filter_map(|s| Some((s.site?, crate::explain::holders::site_lines(s, HELD_BY_LINES, &h.walk.status))))
+            .collect();
+        let mut sh = self.link.shared.lock().unwrap_or_else(|e| e.into_inner());
+        sh.holders = lines;
+        sh.holders_from = Some(from);
     }
 
     /// Whether a client asked for a snapshot that is not written yet (one relaxed load).

@@ -138,7 +138,7 @@ pub(super) fn frame_of(s: &Shared, window_s: f64, top: usize) -> Frame {
     let first = s.first_ts_ns.unwrap_or(0);
     let secs = |ts: u64| ts.saturating_sub(first) as f64 / 1e9;
     let window_ns = (window_s * 1e9) as u64;
-    let (sites, span) = frame::sites(&s.history, window_ns, top, &s.names, &s.suspects);
+    let (sites, span) = frame::sites(&s.history, window_ns, top, &s.names, &s.suspects, &s.holders);
     let traced: u64 = s.gpus.iter().map(|g| g.1.live_bytes).sum();
     let driver: Vec<DriverLine> = s
         .driver
@@ -171,5 +171,6 @@ pub(super) fn frame_of(s: &Shared, window_s: f64, top: usize) -> Frame {
         sites_live: s.sites_live,
         sites,
         suspects: s.suspects.len() as u64,
+        holders_from: s.holders_from.clone(),
     }
 }
