@@ -93,7 +93,14 @@ pub struct Hints {
     /// The program's activity over time: `(monotonic ns, GPU calls so far)`, oldest first (the
     /// shim counts kernel launches, graph launches and memsets). Empty when not known.
     pub activity: Vec<(u64, u64)>,
+    /// Per site, the objects of its live memory that the exit heap walk found accumulated in
+    /// one container (the largest group of objects reached by one path, when it holds at least
+    /// half the site's live bytes): evidence of accumulation however fast it happened.
+    pub accumulated: HashMap<u32, u64>,
 }
+
+/// Fewest objects in one container that count as accumulation (see [`Hints::accumulated`]).
+pub const MIN_ACCUMULATED: u64 = 8;
 
 /// Fewest GPU calls the program must have made after a track's last growth for its steps to
 /// call the growth a warm-up (see [`warmed_up`]).
@@ -267,7 +274,8 @@ pub fn suspects_with(state: &State, run_start_ns: u64, run_end_ns: u64, hints: &
     for id in ids {
         let Some(site) = state.sites.get(&id) else { continue };
         let t = track(&[site], &live_times[&id], hints.pool.contains(&id));
-        if let Some(s) = judge(&t, run, run_end_ns, &hints.activity) {
+        let heaped = hints.accumulated.get(&id).copied().unwrap_or(0) >= MIN_ACCUMULATED;
+        if let Some(s) = judge(&t, run, run_end_ns, &hints.activity, heaped) {
             out.push(s);
         }
         if let Some(line) = hints.line.get(&id) {
@@ -280,7 +288,9 @@ pub fn suspects_with(state: &State, run_start_ns: u64, run_end_ns: u64, hints: &
         .filter_map(|g| {
             let live: Vec<(u64, u64)> = g.iter().flat_map(|s| live_times[&s.id].iter().copied()).collect();
             let pool = g.iter().any(|s| hints.pool.contains(&s.id));
-            judge(&track(&g, &live, pool), run, run_end_ns, &hints.activity)
+            let heaped =
+                g.iter().map(|s| hints.accumulated.get(&s.id).copied().unwrap_or(0)).sum::<u64>() >= MIN_ACCUMULATED;
+            judge(&track(&g, &live, pool), run, run_end_ns, &hints.activity, heaped)
         })
         .collect();
     // A union that is a suspect stands for its members.
@@ -375,7 +385,7 @@ fn one_of_each(group: &[&SiteStats], live_times: &HashMap<u32, Vec<(u64, u64)>>)
 
 /// Applies the four tests to one track; `run` is the report's span in ns (> 0), ending at
 /// `run_end` (monotonic ns).
-fn judge(site: &Track<'_>, run: u64, run_end: u64, activity: &[(u64, u64)]) -> Option<Suspect> {
+fn judge(site: &Track<'_>, run: u64, run_end: u64, activity: &[(u64, u64)], heaped: bool) -> Option<Suspect> {
     let g = site.gauge;
     let times = &site.times;
     if times.is_empty() || g.live_count < MIN_LIVE || (times.len() as u64) < MIN_LIVE {
@@ -408,9 +418,14 @@ fn judge(site: &Track<'_>, run: u64, run_end: u64, activity: &[(u64, u64)]) -> O
     let lifetime = run_end.saturating_sub(first_live) as f64;
     let own_share = live_span as f64 >= MIN_LIFETIME_SHARE * lifetime;
     let recent = idle <= (2.0 * cadence).max(RECENT_SHARE * run as f64);
-    if !covers && !own_share && !recent {
+    // Growth too short by the clock is still a suspect when its objects lie accumulated in one
+    // container (`heaped`) and it went on into the run's second half (a warm-up's containers
+    // fill early), unless the program's own steps say it held.
+    let heaped = heaped && idle <= 0.5 * run as f64;
+    if !covers && !own_share && !recent && !heaped {
         return None;
     }
+    let by_heap = !covers && !own_share && !recent;
     // A pool that stopped growing and has held still for longer than it grew has warmed up.
     if site.pool && !recent && idle > live_span as f64 {
         return None;
@@ -449,8 +464,10 @@ fn judge(site: &Track<'_>, run: u64, run_end: u64, activity: &[(u64, u64)]) -> O
     } else {
         format!(" across {} sites of one line", site.members.len())
     };
+    // The evidence when the clock alone would not have made it a suspect.
+    let heap = if by_heap { "; accumulated in one container (the exit's heap walk)" } else { "" };
     let reason = format!(
-        "+{} per {} over {}, {} live ({}){across}{until}, {freed}",
+        "+{} per {} over {}, {} live ({}){across}{until}, {freed}{heap}",
         fmt_bytes((slope * period).round() as u64),
         fmt_period(period),
         fmt_period(secs),
@@ -805,8 +822,7 @@ mod tests {
         Hints {
             line: sites.into_iter().map(|id| (id, line.to_string())).collect(),
             pool: pool.iter().copied().collect(),
-            work_end_ns: None,
-            activity: Vec::new(),
+            ..Hints::default()
         }
     }
 
@@ -937,6 +953,48 @@ mod tests {
         let h = Hints { work_end_ns: Some(5032 * MS), ..Hints::default() };
         let got = suspects_with(&s, 0, 6030 * MS, &h);
         assert_eq!(got.iter().map(|x| (x.site, x.live_bytes)).collect::<Vec<_>>(), vec![(2, 48 * MIB)]);
+    }
+
+    /// Issue 29, fast accumulation: 35 buffers put in a queue within 0.3 ms, then 3.5 ms of
+    /// shutdown in a 20 ms run (a producer thread ahead of its consumer). By the clock it grew
+    /// too briefly and too long ago; the exit heap walk's 35 objects in one container make it a
+    /// suspect. Not when it was over in the run's first half (a warm-up's scratch dict filled
+    /// early), nor when the program's own steps after it say it held.
+    #[test]
+    fn objects_accumulated_in_one_container_make_a_fast_growth_a_suspect() {
+        let grow = |t0: u64| -> Vec<Op> {
+            (0..35u64)
+                .map(|i| alloc(0, t0 + i * 8_000, 0x1000_0000 + i * 0x10_0000, 64 * 1024, Kind::Device, 0, 2))
+                .collect()
+        };
+        let mut ops = vec![alloc(0, 0, 0x10, MIB, Kind::Device, 0, 1)];
+        ops.extend(grow(16 * MS));
+        let s = state_of(ops);
+        let end = 20 * MS;
+        let heaped = Hints { accumulated: [(2, 35)].into(), ..Hints::default() };
+        assert!(suspects_with(&s, 0, end, &Hints::default()).is_empty(), "by the clock alone: none");
+        let got = suspects_with(&s, 0, end, &heaped);
+        assert_eq!(got.iter().map(|x| (x.site, x.live_count)).collect::<Vec<_>>(), vec![(2, 35)]);
+        assert!(
+            got[0].reason.ends_with("none freed; accumulated in one container (the exit's heap walk)"),
+            "{}",
+            got[0].reason
+        );
+        // Fewer than MIN_ACCUMULATED objects in one container: no evidence.
+        let few = Hints { accumulated: [(2, MIN_ACCUMULATED - 1)].into(), ..Hints::default() };
+        assert!(suspects_with(&s, 0, end, &few).is_empty());
+        // The same growth early in a longer run: a warm-up.
+        let mut ops = vec![alloc(0, 0, 0x10, MIB, Kind::Device, 0, 1)];
+        ops.extend(grow(MS));
+        let s = state_of(ops);
+        assert!(suspects_with(&s, 0, 1500 * MS, &heaped).is_empty());
+        // Late again, but the program made 400 GPU calls after it (35 during): it held.
+        let mut ops = vec![alloc(0, 0, 0x10, MIB, Kind::Device, 0, 1)];
+        ops.extend(grow(16 * MS));
+        let s = state_of(ops);
+        let activity = vec![(0, 0), (16 * MS, 10), (16 * MS + 280_000, 45), (20 * MS, 445)];
+        let stepped = Hints { accumulated: [(2, 35)].into(), activity, ..Hints::default() };
+        assert!(suspects_with(&s, 0, end, &stepped).is_empty());
     }
 
     /// A training loop's first step under one line, late in a run with a long start-up

@@ -8,7 +8,7 @@ use crate::account::live::State;
 use crate::account::rank;
 use crate::explain::frames::{headline, Headline};
 use crate::explain::suppress::Suppressions;
-use crate::report::{Site, Suppressed, Suspect};
+use crate::report::{Holders, Site, Suppressed, Suspect};
 
 /// The suspects by cause: each suspect site's headline (`frames::headline`), the sites a
 /// suppression hides taken out (grouped the same way, by suppression), the others grouped
@@ -268,4 +268,24 @@ fn torch_share(x: &Suspect, walked: &Walked<'_>) -> Option<(u64, u64, u64)> {
         }
     }
     (live > 0).then_some((live, in_use, other))
+}
+
+/// Per site of the exit heap walk, the objects of its largest group reached by one path from a
+/// root (a container's items: `train.py global 'history' → list[*] → 400 objects`), when that
+/// group holds at least half the site's live bytes (`rank::Hints::accumulated`).
+pub(super) fn accumulated(holders: Option<&Holders>) -> HashMap<u32, u64> {
+    let mut out = HashMap::new();
+    for s in holders.map(|h| h.sites.as_slice()).unwrap_or_default() {
+        let Some(site) = s.site else { continue };
+        let most = s
+            .holders
+            .iter()
+            .filter(|l| l.how == "path" && l.bytes.saturating_mul(2) >= s.live_bytes)
+            .map(|l| l.objects)
+            .max();
+        if let Some(n) = most {
+            out.insert(site, n);
+        }
+    }
+    out
 }

@@ -68,6 +68,7 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     let mut notes = ctx.notes;
     let (owner_of, mut hints) = sites::owners_of_live(state, ctx.stacks, ctx.work_end_ns, sym);
     hints.activity = ctx.activity.to_vec();
+    hints.accumulated = causes::accumulated(ctx.holders);
     let suspects = rank::suspects_with(state, start, end, &hints);
     let held_growth = if suspects.is_empty() {
         rank::held_growth(state, start, end, &hints).map(|h| crate::report::HeldGrowth {
