@@ -477,10 +477,11 @@ pub fn site_lines(s: &SiteHolders, max: usize, walk_status: &str) -> Vec<String>
             fmt_bytes(s.object_bytes),
         )
     } else {
-        // The rest is either free memory an allocator keeps for reuse or memory nothing refers
-        // to any more: the walk cannot tell which.
+        // The rest is free memory an allocator keeps for reuse, memory whose pointers the
+        // program keeps as plain numbers (which the walk does not follow, the reachability scan
+        // does), or memory nothing refers to any more: the walk cannot tell which.
         format!(
-            "Python objects hold {} of {} live ({}, {}); {} held by no object (an allocator's cache, or unreferenced)",
+            "Python objects hold {} of {} live ({}, {}); {} held by no object the heap walk knows (an allocator's cache, pointers kept as numbers, or unreferenced: the reachability scan tells)",
             fmt_bytes(s.in_use_bytes),
             fmt_bytes(s.live_bytes),
             crate::report::words::count(s.objects, "object"),
@@ -619,8 +620,8 @@ mod tests {
         let h = attribute(&walk(r), &s, 42, &Default::default());
         assert_eq!(
             site_lines(h.site(1).unwrap(), 3, "complete")[0],
-            "Python objects hold 4.0 KiB of 16.0 KiB live (1 object, 4.0 KiB); 12.0 KiB held by no object (an \
-             allocator's cache, or unreferenced)"
+            "Python objects hold 4.0 KiB of 16.0 KiB live (1 object, 4.0 KiB); 12.0 KiB held by no object the heap \
+             walk knows (an allocator's cache, pointers kept as numbers, or unreferenced: the reachability scan tells)"
         );
         // A walk cut at its cap says what it found, not that the rest is held by nothing.
         assert_eq!(

@@ -233,25 +233,45 @@ pub fn apply(report: &mut Report, file: ReachFile) {
     for x in &mut report.suspects {
         let members: Vec<u32> = if x.sites.is_empty() { vec![x.site] } else { x.sites.clone() };
         let (mut lost, mut lost_bytes, mut scanned, mut possibly) = (0u64, 0u64, 0u64, 0u64);
-        for s in members.iter().filter_map(|id| file.sites.get(id)) {
+        let (mut lost_in, mut possibly_in) = (Vec::new(), Vec::new());
+        for (id, s) in members.iter().filter_map(|id| Some((*id, file.sites.get(id)?))) {
             lost += s.definitely_lost_count;
             lost_bytes = lost_bytes.saturating_add(s.definitely_lost_bytes);
             scanned += s.scanned_count;
             possibly += s.possibly_lost_count;
+            if s.definitely_lost_count > 0 {
+                lost_in.push(id);
+            }
+            if s.possibly_lost_count > 0 {
+                possibly_in.push(id);
+            }
         }
+        // In a suspect of several sites, which of them hold the lost ones, when not all do.
+        let which = |ids: &[u32]| -> String {
+            if ids.len() == members.len() {
+                return String::new();
+            }
+            let names: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+            format!("; in site{} {}", if ids.len() == 1 { "" } else { "s" }, names.join(", "))
+        };
         if possibly > 0 {
             x.reason = format!(
                 "{possibly} of {} possibly lost (a pointer left only in memory the scan cannot \
-                 trust); {}",
+                 trust{}); {}",
                 count(scanned, "allocation"),
+                which(&possibly_in),
                 x.reason
             );
         }
         if lost == 0 {
             continue;
         }
-        x.reason =
-            format!("{lost} of {} definitely lost (no pointer left); {}", count(scanned, "allocation"), x.reason);
+        x.reason = format!(
+            "{lost} of {} definitely lost (no pointer left{}); {}",
+            count(scanned, "allocation"),
+            which(&lost_in),
+            x.reason
+        );
         x.definitely_lost_count = lost;
         x.definitely_lost_bytes = lost_bytes;
         if x.line_sites.is_empty() {
@@ -349,7 +369,9 @@ mod tests {
     }
 
     /// A suspect of several sites (one cause, `sites`) counts the lost allocations of all of
-    /// them: "1 of 1 … across 5 sites" read as if the other four were not scanned.
+    /// them: "1 of 1 … across 5 sites" read as if the other four were not scanned. It names
+    /// the sites that hold them when others hold none (a new user read "site 0: … lost" beside
+    /// site 0's holders, the lost ones being site 1's).
     #[test]
     fn a_suspect_of_several_sites_counts_them_all() {
         let mut report = crate::render::tests::sample();
@@ -367,7 +389,8 @@ mod tests {
         }
         apply(&mut report, file);
         let s = &report.suspects[0];
-        assert_eq!(s.reason, "3 of 6 allocations definitely lost (no pointer left); +1 MiB");
+        // Which of them hold the lost ones, when not all do.
+        assert_eq!(s.reason, "3 of 6 allocations definitely lost (no pointer left; in sites 7, 9); +1 MiB");
         assert_eq!((s.definitely_lost_count, s.definitely_lost_bytes), (3, 3072));
     }
 
