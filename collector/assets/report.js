@@ -195,15 +195,22 @@
     if (pts.some((p) => p.kinds[i])) add(label, pts.map((p) => p.kinds[i]));
   });
   if (!merged) devs.forEach((d, i) => add("GPU " + d, pts.map((p) => p.devices[i])));
-  // Suspect sites as their own lines: a series holds exact observations, so the value at a time
-  // is the latest observation at or before it.
+  // Suspects as their own lines: a series holds exact observations, so a site's value at a
+  // time is its latest observation at or before it; a suspect of several sites is their sum,
+  // as its card's live bytes are.
   R.suspects.slice(0, 5).forEach((sp, k) => {
-    const s = sitesById.get(sp.site);
-    if (!s || !s.series.length) return;
-    let j = -1;
-    add("#" + (k + 1) + " " + s.label, xs.map((x) => {
-      while (j + 1 < s.series.length && s.series[j + 1][0] <= x) j++;
-      return j < 0 ? null : s.series[j][1];
+    const head = sitesById.get(sp.site);
+    const ids = [...new Set([sp.site, ...(sp.sites || []), ...(sp.line_sites || [])])];
+    const members = ids.map((id) => sitesById.get(id)).filter((s) => s && s.series.length);
+    if (!head || !members.length) return;
+    const at = members.map(() => -1);
+    add("#" + (k + 1) + " " + head.label, xs.map((x) => {
+      let sum = null;
+      members.forEach((s, m) => {
+        while (at[m] + 1 < s.series.length && s.series[at[m] + 1][0] <= x) at[m]++;
+        if (at[m] >= 0) sum = (sum || 0) + s.series[at[m]][1];
+      });
+      return sum;
     }), [6, 3]);
   });
   if (xs.length) {

@@ -400,3 +400,35 @@ def test_html_report_layout_and_pixels_at_1000_and_1920_px(demo, tmp_path):
             page.close()
         browser.close()
     assert errors == []
+
+
+def test_html_chart_line_of_a_suspect_of_several_sites_is_their_sum(demo, tmp_path):
+    """A suspect of several sites (one cause) is charted as the sum of its sites' series, as its
+    card's live bytes are (a new user saw the legend give one site's 60.0 MiB beside a card of
+    90.0 MiB)."""
+    exe = chromium()
+    from playwright.sync_api import sync_playwright
+
+    path, _ = demo
+    r = json.loads(Path(path).read_text())
+    top = r["suspects"][0]
+    site = next(s for s in r["sites"] if s["id"] == top["site"])
+    twin = {**site, "id": max(s["id"] for s in r["sites"]) + 1}
+    r["sites"].append(twin)
+    top["sites"] = [site["id"], twin["id"]]
+    top["live_bytes"] = 2 * site["live_bytes"]
+    both = tmp_path / "gpushim-2.json"
+    both.write_text(json.dumps(r))
+    page_path = export(both, "html", tmp_path / "both.html")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(page_path.as_uri())
+        page.wait_for_load_state("load")
+        last = page.evaluate(
+            "() => { const c = window.gpushimChart;"
+            " const i = c.series.findIndex((s) => s.label.startsWith('#1 ')); const d = c.data[i];"
+            " for (let k = d.length - 1; k >= 0; k--) if (d[k] != null) return d[k]; return null; }"
+        )
+        browser.close()
+    assert last == 2 * site["live_bytes"], (last, site["live_bytes"])

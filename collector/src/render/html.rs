@@ -85,7 +85,14 @@ pub fn downsample(t: &Timeline) -> Timeline {
 /// (`score_text`), and the glossary ([`super::glossary::page_terms`]) for the page's tooltips.
 pub fn page_data(r: &Report) -> Value {
     let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
-    let charted: Vec<u32> = r.suspects.iter().take(CHART_SUSPECTS).map(|s| s.site).collect();
+    // A suspect of several sites (one cause, or one line's union) is charted as the sum of
+    // their series: each member's is kept.
+    let charted: Vec<u32> = r
+        .suspects
+        .iter()
+        .take(CHART_SUSPECTS)
+        .flat_map(|s| std::iter::once(s.site).chain(s.sites.iter().copied()).chain(s.line_sites.iter().copied()))
+        .collect();
     if let Some(o) = v.as_object_mut() {
         o.remove("allocations");
         o.insert("timeline".into(), serde_json::to_value(downsample(&r.timeline)).unwrap_or(Value::Null));
