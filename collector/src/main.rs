@@ -101,7 +101,7 @@ enum Command {
     },
     /// Watch a running traced program's GPU memory live: its top allocation sites by live
     /// bytes or growth, from its collector (the program is not touched). Keys: t sort, g growth
-    /// window, Enter stack, s snapshot, q quit.
+    /// window, Enter stack (and holders), s snapshot, d diff since it, q quit.
     Top {
         /// Process id of a program traced by gpushim, or of `gpushim run` (its traced processes
         /// are watched), or a job's output directory (every process writing reports there).
@@ -130,8 +130,7 @@ enum Command {
     },
     /// Print the absolute path of libgpushim.so, for `LD_PRELOAD=$(gpushim preload-path) CMD`.
     PreloadPath,
-    /// Read an event stream (stdin, as spawned by the shim, or --input) and write reports.
-    #[command(hide = true)]
+    /// Write reports from an event stream: a recorded one (`--input FILE`, from GPUSHIM_RECORD), or stdin as the shim spawns it.
     Collect {
         /// Read a recorded stream from this file instead of stdin (`-`: stdin).
         #[arg(long, value_name = "FILE")]

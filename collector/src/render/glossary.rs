@@ -40,6 +40,21 @@ pub const GLOSSARY: &[Term] = &[
     },
     Term { word: "live", meaning: "allocated and not freed at that moment", marks: &[] },
     Term {
+        word: "peak",
+        meaning: "the most that was live at any one moment of the run (of a kind, a GPU or a site)",
+        marks: &[],
+    },
+    Term {
+        word: "traced",
+        meaning: "made by an allocation call the shim saw: the live set; what the driver counts beyond it is untraced",
+        marks: &[],
+    },
+    Term {
+        word: "managed",
+        meaning: "unified memory (`cudaMallocManaged`), which the driver moves between the host and the GPU",
+        marks: &[],
+    },
+    Term {
         word: "pinned_host",
         meaning: "host memory the GPU can reach directly (`cudaHostAlloc`, a DataLoader's `pin_memory`)",
         marks: &["pinned_host", "pinned host"],
@@ -48,6 +63,11 @@ pub const GLOSSARY: &[Term] = &[
         word: "definitely lost",
         meaning: "no pointer to the allocation is left anywhere in the program's memory: nothing can free it any more",
         marks: &["definitely lost"],
+    },
+    Term {
+        word: "lost",
+        meaning: "in the scan's line (`3 lost`): definitely lost",
+        marks: &[],
     },
     Term {
         word: "indirectly lost",
@@ -65,6 +85,11 @@ pub const GLOSSARY: &[Term] = &[
         marks: &["reachable"],
     },
     Term {
+        word: "\"read\"",
+        meaning: "in the scan's line (`9.3 MiB read in 5 ms`): how much of the program's own memory the reachability scan read looking for pointers to the live allocations",
+        marks: &[],
+    },
+    Term {
         word: "heap walk",
         meaning: "a look, at the snapshot or at exit, through the Python objects of the program for those that own GPU memory",
         marks: &["heap walk"],
@@ -73,6 +98,11 @@ pub const GLOSSARY: &[Term] = &[
         word: "holders, `held by:`",
         meaning: "the Python objects that keep a site's memory, with the shortest chain of references from a global or a frame: `proj/train.py global 'history' → list[*] → 200 objects`; `[*]` means any index of that list (one line for all its items)",
         marks: &["held by", "[*]"],
+    },
+    Term {
+        word: "no object found, `allocated, no tensor found`",
+        meaning: "in the memory by kind: traced memory the heap walk found no Python object for (a library's workspace, memory held from native code), and memory PyTorch counts as allocated that holds no tensor the walk found",
+        marks: &["no object found", "no tensor found"],
     },
     Term {
         word: "the interpreter's teardown",
