@@ -306,6 +306,15 @@ fn a_job_shows_one_row_per_process_and_the_leaking_ones_suspect() {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!((out.status.code(), err.lines().count()), (Some(2), 1), "{err}");
     assert!(err.contains("neither a process id nor a directory"), "{err}");
+    // `gpushim snapshot` of the launcher's pid: a snapshot of each traced process (it followed
+    // the shell, which has the shim loaded but no collector, and said it had none).
+    let out = top(&["snapshot", &pid]);
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{err}");
+    let paths: Vec<&str> = stdout.lines().collect();
+    assert_eq!(paths.len(), 2, "{stdout}{err}");
+    assert!(paths.iter().all(|p| p.contains("-snapshot-1") && Path::new(p).is_file()), "{stdout}");
+    assert!(err.contains("runs 2 traced processes"), "{err}");
     // The full-screen view: the job's rows first, Enter into a process, Esc back, q out.
     if Command::new("tmux").arg("-V").output().is_ok() {
         let tmux = Tmux(format!("gpushim-test-job-{}", std::process::id()));

@@ -60,11 +60,30 @@ pub fn run(pid: i32, signal: Option<Signal>, timeout: f64) -> Result<ExitCode> {
     let Ok(timeout) = Duration::try_from_secs_f64(timeout) else {
         return Err(coded(USAGE, format!("--timeout {timeout} is not a number of seconds from 0 to 10^19")));
     };
-    let path = snapshot(pid, signal, timeout)?;
+    // A launcher (`gpushim run`, a shell, torchrun) with several traced processes below it
+    // that have collectors: a snapshot of each.
+    let job = job_below(pid);
+    if job.len() > 1 {
+        let list: Vec<String> = job.iter().map(|p| p.to_string()).collect();
+        eprintln!("gpushim: pid {pid} runs {} traced processes ({}); a snapshot of each", job.len(), list.join(", "));
+    }
     let mut out = io::stdout().lock();
-    writeln!(out, "{}", path.display())?;
-    out.flush()?;
+    for p in if job.len() > 1 { job } else { vec![pid] } {
+        let path = snapshot(p, signal, timeout)?;
+        writeln!(out, "{}", path.display())?;
+        out.flush()?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The processes below `pid` whose collectors run, when `pid` itself has none: a job's (most
+/// [`super::top::MAX_DESCENDANTS`] processes looked at).
+fn job_below(pid: i32) -> Vec<i32> {
+    if collector_output(pid).is_some() {
+        return Vec::new();
+    }
+    let running: HashSet<i32> = collectors().into_iter().map(|c| c.0).collect();
+    super::top::descendants(pid).into_iter().filter(|p| running.contains(p)).collect()
 }
 
 /// Sends `signal` (by default the one the program's shim listens to: its `GPUSHIM_SIGNAL`) to
@@ -78,11 +97,19 @@ pub fn run(pid: i32, signal: Option<Signal>, timeout: f64) -> Result<ExitCode> {
 pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<PathBuf> {
     send(pid, 0)?;
     let mut pid = pid;
-    if !has_shim(pid).unwrap_or(true) {
-        // `gpushim run` (or a shell) holds the traced program as its child: follow it.
-        if let [child] = traced_children(pid).as_slice() {
+    if !has_shim(pid).unwrap_or(true) || collector_output(pid).is_none() {
+        // `gpushim run` (or a shell) holds the traced program below it: follow it.
+        let below = job_below(pid);
+        let follow = match below.as_slice() {
+            [one] => Some(*one),
+            [] if !has_shim(pid).unwrap_or(true) => {
+                traced_children(pid).first().copied().filter(|_| traced_children(pid).len() == 1)
+            }
+            _ => None,
+        };
+        if let Some(child) = follow {
             eprintln!("gpushim: pid {pid} runs pid {child} under gpushim; snapshotting pid {child}");
-            pid = *child;
+            pid = child;
         }
     }
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));

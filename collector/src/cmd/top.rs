@@ -104,7 +104,7 @@ enum Watched {
 }
 
 /// Most processes looked at below a launcher.
-const MAX_DESCENDANTS: usize = 4096;
+pub(super) const MAX_DESCENDANTS: usize = 4096;
 
 /// What `pid` names: itself when its collector answers, else the processes below it whose
 /// collectors answer (`gpushim run`'s pid: its program, or a job's processes).
@@ -159,7 +159,7 @@ fn in_dir(dir: &Path) -> Result<Watched> {
 }
 
 /// The processes below `pid` (children first), at most [`MAX_DESCENDANTS`].
-fn descendants(pid: i32) -> Vec<i32> {
+pub(super) fn descendants(pid: i32) -> Vec<i32> {
     let mut out: Vec<i32> = Vec::new();
     let mut next = 0;
     let mut at = pid;
