@@ -66,8 +66,30 @@ fn read_report(path: &Path) -> Result<Report> {
             }
             Err(e) => eprintln!("gpushim: {e:#}; the report is shown without who holds its memory"),
         }
+        // A snapshot's reachability scan ends after its report is written: its result is the
+        // companion file `X.reach.json`, read as the final report carries its own.
+        let reach = reach_companion_of(path);
+        if report.reachability.is_none() && reach.is_file() {
+            let file = std::fs::read(&reach)
+                .map_err(|e| anyhow!("{}", file_cause(&e)))
+                .and_then(|b| Ok(serde_json::from_slice::<crate::explain::reach::ReachFile>(&b)?));
+            match file {
+                Ok(f) => crate::explain::reach::apply(&mut report, f),
+                Err(e) => eprintln!(
+                    "gpushim: cannot read the scan's file {}: {e:#}; the report is shown without it",
+                    reach.display()
+                ),
+            }
+        }
     }
     Ok(report)
+}
+
+/// The reachability scan's companion file of report `report`: `X.json` → `X.reach.json`.
+fn reach_companion_of(report: &Path) -> std::path::PathBuf {
+    let name = report.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = name.strip_suffix(".json").unwrap_or(&name);
+    report.with_file_name(format!("{stem}.reach.json"))
 }
 
 /// Runs `write` on a buffered standard output, or on `path` (created or truncated) if given;
@@ -86,4 +108,37 @@ fn write_output(path: Option<&Path>, write: &mut dyn FnMut(&mut dyn Write) -> io
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::explain::reach::ReachFile;
+    use crate::report::{Reachability, SiteReach};
+
+    /// `gpushim report` of a snapshot reads its scan's companion file (`X.reach.json`): the
+    /// scan's lines and the lost counts in the suspects' reasons, as a final report has them.
+    #[test]
+    fn a_snapshots_scan_is_read_from_its_companion_file() {
+        let dir = std::env::temp_dir().join(format!("gpushim-reach-beside-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut r = crate::render::tests::sample();
+        r.reachability = None;
+        let site = r.suspects[0].site;
+        let path = dir.join("gpushim-1-snapshot-1.json");
+        std::fs::write(&path, serde_json::to_vec(&r).unwrap()).unwrap();
+        assert!(read_report(&path).unwrap().reachability.is_none(), "no companion: none");
+        let reach = ReachFile {
+            reachability: Reachability { status: "complete".into(), definitely_lost_count: 2, ..Default::default() },
+            sites: [(site, SiteReach { definitely_lost_count: 2, scanned_count: 3, ..Default::default() })].into(),
+        };
+        std::fs::write(dir.join("gpushim-1-snapshot-1.reach.json"), serde_json::to_vec(&reach).unwrap()).unwrap();
+        let got = read_report(&path).unwrap();
+        assert_eq!(got.reachability.as_ref().map(|x| x.definitely_lost_count), Some(2));
+        assert!(got.suspects[0].reason.starts_with("2 of 3 allocations definitely lost"), "{}", got.suspects[0].reason);
+        // A damaged companion costs only itself.
+        std::fs::write(dir.join("gpushim-1-snapshot-1.reach.json"), b"{garbage").unwrap();
+        assert!(read_report(&path).unwrap().reachability.is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
