@@ -26,6 +26,8 @@
 //!   killed at [`DEADLINE_MS`]; the call then returns `None`, as it does for any failure, and
 //!   every later call returns `None` at once (a program where one copy hangs pays that once).
 //!   The program's GIL is let go of while this thread waits, as in a blocking read.
+//! - The copy is killed if the program ends first (`PR_SET_PDEATHSIG`): no orphan keeps the
+//!   program's descriptors open.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering::*};
@@ -81,10 +83,22 @@ unsafe fn call(a: &CApi, args: Obj) -> Option<Obj> {
         return None;
     }
     let [rd, wr] = fds;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: a raw clone with no flags: a copy of this process holding only this thread, with
     // no exit signal. The copy runs `in_copy`, which never returns.
     let pid = unsafe { libc::syscall(libc::SYS_clone, 0 as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
     if pid == 0 {
+        // SAFETY: in the copy. It is killed if the program ends first (however: SIGKILL, the
+        // OOM killer), so that no orphan outlives it holding the program's descriptors (the
+        // collector's connection among them: it would wait for the copy's end).
+        unsafe {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 || libc::getppid() != parent {
+                loop {
+                    libc::syscall(libc::SYS_exit_group, 9 as libc::c_long);
+                }
+            }
+        }
         // SAFETY: in the copy, with the GIL this thread held.
         unsafe { in_copy(a, f, f_args, dumps, module_dict, wr) }
     }
