@@ -496,6 +496,26 @@ fn output_within(child: std::process::Child, secs: u64) -> Option<std::process::
     rx.recv_timeout(std::time::Duration::from_secs(secs)).ok().map(|o| o.unwrap())
 }
 
+/// A signal sent to the program's process group while the copy runs (Ctrl-C) runs the
+/// program's handlers once, in the program: the copy starts with every signal blocked. Without
+/// that, CPython's handler ran in the copy too and wrote the signal's number to the program's
+/// wakeup descriptor (asyncio's), which the copy shares: two bytes for one signal.
+#[test]
+fn a_signal_sent_while_a_copy_runs_reaches_the_programs_handlers_once() {
+    let dir = TempDir::new("torch-copy");
+    let (child, pid_file) = torch_copy("wakeup", true, &dir);
+    let (copy, program) = copy_pids(&pid_file);
+    // SAFETY: signals to the two processes the run made.
+    unsafe {
+        libc::kill(copy, libc::SIGUSR2);
+        libc::kill(program, libc::SIGUSR2);
+    }
+    let out = output_within(child, 60).expect("the run did not end");
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{err}");
+    assert!(stdout.contains("wakeup bytes 1\n"), "{stdout}{err}");
+}
+
 /// A program killed while a copy of it runs (SIGKILL, the OOM killer) takes the copy with it:
 /// the run ends and reports, and no copy is left. Without that, a copy that could not finish
 /// ran on forever as an orphan holding the program's descriptors, the collector's connection

@@ -26,8 +26,9 @@
 //!   killed at [`DEADLINE_MS`]; the call then returns `None`, as it does for any failure, and
 //!   every later call returns `None` at once (a program where one copy hangs pays that once).
 //!   The program's GIL is let go of while this thread waits, as in a blocking read.
-//! - The copy is killed if the program ends first (`PR_SET_PDEATHSIG`): no orphan keeps the
-//!   program's descriptors open.
+//! - The copy starts with every signal blocked (none of the program's handlers runs there, such
+//!   as CPython's, which writes to the program's wakeup descriptor) and is killed if the
+//!   program ends first (`PR_SET_PDEATHSIG`): no orphan keeps the program's descriptors open.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering::*};
@@ -83,6 +84,16 @@ unsafe fn call(a: &CApi, args: Obj) -> Option<Obj> {
         return None;
     }
     let [rd, wr] = fds;
+    // Every signal blocked in this thread across the clone, so that the copy starts with all of
+    // them blocked: a signal sent to the program's process group while the copy runs (Ctrl-C)
+    // runs none of the program's handlers there (CPython's writes the signal's number to the
+    // program's wakeup descriptor, which the copy shares: asyncio would see it twice).
+    // SAFETY: sigset_t values filled by sigfillset, the old mask written by the kernel.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let masked =
+        unsafe { libc::sigfillset(&mut all) == 0 && libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) == 0 };
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
     // SAFETY: a raw clone with no flags: a copy of this process holding only this thread, with
@@ -101,6 +112,10 @@ unsafe fn call(a: &CApi, args: Obj) -> Option<Obj> {
         }
         // SAFETY: in the copy, with the GIL this thread held.
         unsafe { in_copy(a, f, f_args, dumps, module_dict, wr) }
+    }
+    if masked {
+        // SAFETY: the mask this thread had, put back.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     }
     // SAFETY: closing this process's copy of the write end, so that the read sees the end.
     unsafe { libc::close(wr) };
