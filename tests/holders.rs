@@ -516,6 +516,45 @@ fn a_signal_sent_while_a_copy_runs_reaches_the_programs_handlers_once() {
     assert!(stdout.contains("wakeup bytes 1\n"), "{stdout}{err}");
 }
 
+/// A copy of the process that crashes (PyTorch's snapshot reading state another thread was
+/// changing when the copy was made) leaves no trace of a crash the program did not have: no
+/// core file (with the program's core limit unlimited; the copy is not dumpable) and no report
+/// of the program's crash handler (Python's faulthandler, which pytest turns on; it ran in the
+/// copy and wrote "Fatal Python error: Segmentation fault" and a traceback to the program's
+/// stderr). The program goes on.
+#[test]
+fn a_copy_that_crashes_leaves_no_core_file_and_no_crash_report() {
+    use std::os::unix::process::CommandExt;
+    let dir = TempDir::new("torch-copy");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/torch_copy.py");
+    let mut cmd = std::process::Command::new(collector());
+    cmd.args(["run", "--output", dir.path().to_str().unwrap(), "--"])
+        .arg(python3())
+        .args(["-X", "faulthandler"])
+        .arg(&script)
+        .arg(standin("libc10_cuda.so"))
+        .arg("crash")
+        .current_dir(dir.path())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("FAKE_SNAPSHOT_CRASHES_IN_A_COPY", "1")
+        .env_remove("LD_PRELOAD");
+    // SAFETY: setrlimit only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+            libc::setrlimit(libc::RLIMIT_CORE, &unlimited);
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{err}");
+    assert!(stdout.contains("looked True\n"), "{stdout}{err}");
+    assert!(!err.contains("Fatal Python error"), "{err}");
+    let cores: Vec<String> = names_in(dir.path()).into_iter().filter(|n| n.starts_with("core")).collect();
+    assert!(cores.is_empty(), "{cores:?} {stdout}{err}");
+}
+
 /// A program killed while a copy of it runs (SIGKILL, the OOM killer) takes the copy with it:
 /// the run ends and reports, and no copy is left. Without that, a copy that could not finish
 /// ran on forever as an orphan holding the program's descriptors, the collector's connection

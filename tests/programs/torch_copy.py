@@ -6,6 +6,7 @@ shim's look at the allocator (which the stand-in makes in the copy), then, by MO
   the test sends SIGUSR2 to the program and to its copy (as a Ctrl-C reaches a process group)
   while the copy runs; once the handler ran, prints `wakeup bytes N`, what the wakeup
   descriptor got.
+- `crash`: nothing more (the test makes the stand-in's snapshot crash in the copy).
 - `kill`: waits to be killed (the test sends SIGKILL while the copy runs); prints `not killed`
   after 60 s."""
 

@@ -29,6 +29,8 @@
 //! - The copy starts with every signal blocked (none of the program's handlers runs there, such
 //!   as CPython's, which writes to the program's wakeup descriptor) and is killed if the
 //!   program ends first (`PR_SET_PDEATHSIG`): no orphan keeps the program's descriptors open.
+//!   It is not dumpable: a crash there (the synchronous signal, blocked, kills it) leaves no
+//!   core file and no report of the program's crash handler.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering::*};
@@ -102,8 +104,10 @@ unsafe fn call(a: &CApi, args: Obj) -> Option<Obj> {
     if pid == 0 {
         // SAFETY: in the copy. It is killed if the program ends first (however: SIGKILL, the
         // OOM killer), so that no orphan outlives it holding the program's descriptors (the
-        // collector's connection among them: it would wait for the copy's end).
+        // collector's connection among them: it would wait for the copy's end). It is not
+        // dumpable: a copy that crashes writes no core file of the program's address space.
         unsafe {
+            libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong);
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 || libc::getppid() != parent {
                 loop {
                     libc::syscall(libc::SYS_exit_group, 9 as libc::c_long);
