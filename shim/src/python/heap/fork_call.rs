@@ -92,6 +92,7 @@ unsafe fn call(a: &CApi, args: Obj) -> Option<Obj> {
     // program's wakeup descriptor, which the copy shares: asyncio would see it twice).
     // SAFETY: sigset_t values filled by sigfillset, the old mask written by the kernel.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above (all zeros is a valid sigset_t).
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     let masked =
