@@ -555,6 +555,24 @@ fn a_copy_that_crashes_leaves_no_core_file_and_no_crash_report() {
     assert!(cores.is_empty(), "{cores:?} {stdout}{err}");
 }
 
+/// A Ctrl-C (SIGINT) that arrives while the walk waits for its copy of the process is the
+/// program's: it gets its KeyboardInterrupt once the walk is done. The walk catches the
+/// interrupt its own code receives and hands it back; before, the hand-back
+/// (`_thread.interrupt_main()` called from the walker) raised it again at once inside the
+/// walker, which swallowed it, and the program never got it.
+#[test]
+fn a_ctrl_c_while_a_copy_runs_reaches_the_program() {
+    let dir = TempDir::new("torch-copy");
+    let (child, pid_file) = torch_copy("interrupt", true, &dir);
+    let (_, program) = copy_pids(&pid_file);
+    // SAFETY: a signal to the program the run made.
+    unsafe { libc::kill(program, libc::SIGINT) };
+    let out = output_within(child, 60).expect("the run did not end");
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{err}");
+    assert_eq!(stdout.lines().filter(|l| l.contains("KeyboardInterrupt")).collect::<Vec<_>>(), ["KeyboardInterrupt"]);
+}
+
 /// A program killed while a copy of it runs (SIGKILL, the OOM killer) takes the copy with it:
 /// the run ends and reports, and no copy is left. Without that, a copy that could not finish
 /// ran on forever as an orphan holding the program's descriptors, the collector's connection

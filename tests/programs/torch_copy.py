@@ -7,6 +7,8 @@ shim's look at the allocator (which the stand-in makes in the copy), then, by MO
   while the copy runs; once the handler ran, prints `wakeup bytes N`, what the wakeup
   descriptor got.
 - `crash`: nothing more (the test makes the stand-in's snapshot crash in the copy).
+- `interrupt`: the test sends SIGINT (a Ctrl-C) to the program while the copy runs; prints
+  `KeyboardInterrupt` where the program got it, or `no KeyboardInterrupt` after 10 s.
 - `kill`: waits to be killed (the test sends SIGKILL while the copy runs); prints `not killed`
   after 60 s."""
 
@@ -29,11 +31,25 @@ if MODE == "wakeup":
     handled = []
     signal.signal(signal.SIGUSR2, lambda *_: handled.append(1))
 
+if MODE == "interrupt":
+    # Python's own handler, whatever the launcher left (a shell's background job ignores SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 t = torch.empty(1 << 20)
 deadline = time.monotonic() + 30
-while not torch.looked() and time.monotonic() < deadline:
-    time.sleep(0.001)
-print("looked", torch.looked(), flush=True)
+try:
+    while not torch.looked() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    print("looked", torch.looked(), flush=True)
+    if MODE == "interrupt":
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(0.001)
+        print("no KeyboardInterrupt")
+except KeyboardInterrupt:
+    if MODE != "interrupt":
+        raise
+    print("KeyboardInterrupt")
 
 if MODE == "wakeup":
     deadline = time.monotonic() + 30
