@@ -35,9 +35,11 @@ if MODE == "interrupt":
     # Python's own handler, whatever the launcher left (a shell's background job ignores SIGINT).
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-t = torch.empty(1 << 20)
-deadline = time.monotonic() + 30
+t = None
 try:
+    # The shim's look can run at any bytecode from the allocation on: the KeyboardInterrupt too.
+    t = torch.empty(1 << 20)
+    deadline = time.monotonic() + 30
     while not torch.looked() and time.monotonic() < deadline:
         time.sleep(0.001)
     print("looked", torch.looked(), flush=True)
@@ -63,4 +65,5 @@ if MODE == "wakeup":
 elif MODE == "kill":
     time.sleep(60)
     print("not killed")
-t.free()
+if t is not None:
+    t.free()
