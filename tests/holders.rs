@@ -451,6 +451,152 @@ fn suspects_of_a_caching_allocator_are_named_by_the_line_of_the_blocks_inside() 
     assert_eq!(headlines(&r), [format!("step (programs/torch_blocks.py:{b_line}) via empty")]);
 }
 
+/// `torch_copy.py` in `mode` under `gpushim run`, started: the run, and where the copy of the
+/// process the shim makes for PyTorch's snapshot writes "COPY PROGRAM" (its pid and the
+/// program's) when `hang` (the stand-in's snapshot then never finishes in the copy, as one
+/// waiting for a lock another thread held when the copy was made).
+fn torch_copy(mode: &str, hang: bool, dir: &TempDir) -> (std::process::Child, std::path::PathBuf) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/torch_copy.py");
+    let pid_file = dir.path().join("copy.pid");
+    let mut cmd = std::process::Command::new(collector());
+    cmd.args(["run", "--output", dir.path().to_str().unwrap(), "--"])
+        .arg(python3())
+        .arg(&script)
+        .arg(standin("libc10_cuda.so"))
+        .arg(mode)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env_remove("LD_PRELOAD")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if hang {
+        cmd.env("FAKE_SNAPSHOT_HANGS_IN_A_COPY", "1").env("FAKE_COPY_PID_FILE", &pid_file);
+    }
+    (cmd.spawn().unwrap(), pid_file)
+}
+
+/// The copy's and the program's pids, once the copy has written them (at most 30 s).
+fn copy_pids(pid_file: &Path) -> (i32, i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(pid_file) {
+            let v: Vec<i32> = s.split(' ').map(|w| w.parse().unwrap()).collect();
+            return (v[0], v[1]);
+        }
+        assert!(std::time::Instant::now() < deadline, "no copy of the program was made");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The run's output, or None if it has not ended within `secs`.
+fn output_within(child: std::process::Child, secs: u64) -> Option<std::process::Output> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs)).ok().map(|o| o.unwrap())
+}
+
+/// A signal sent to the program's process group while the copy runs (Ctrl-C) runs the
+/// program's handlers once, in the program: the copy starts with every signal blocked. Without
+/// that, CPython's handler ran in the copy too and wrote the signal's number to the program's
+/// wakeup descriptor (asyncio's), which the copy shares: two bytes for one signal.
+#[test]
+fn a_signal_sent_while_a_copy_runs_reaches_the_programs_handlers_once() {
+    let dir = TempDir::new("torch-copy");
+    let (child, pid_file) = torch_copy("wakeup", true, &dir);
+    let (copy, program) = copy_pids(&pid_file);
+    // SAFETY: signals to the two processes the run made.
+    unsafe {
+        libc::kill(copy, libc::SIGUSR2);
+        libc::kill(program, libc::SIGUSR2);
+    }
+    let out = output_within(child, 60).expect("the run did not end");
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{err}");
+    assert!(stdout.contains("wakeup bytes 1\n"), "{stdout}{err}");
+}
+
+/// A copy of the process that crashes (PyTorch's snapshot reading state another thread was
+/// changing when the copy was made) leaves no trace of a crash the program did not have: no
+/// core file (with the program's core limit unlimited; the copy is not dumpable) and no report
+/// of the program's crash handler (Python's faulthandler, which pytest turns on; it ran in the
+/// copy and wrote "Fatal Python error: Segmentation fault" and a traceback to the program's
+/// stderr). The program goes on.
+#[test]
+fn a_copy_that_crashes_leaves_no_core_file_and_no_crash_report() {
+    use std::os::unix::process::CommandExt;
+    let dir = TempDir::new("torch-copy");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/torch_copy.py");
+    let mut cmd = std::process::Command::new(collector());
+    cmd.args(["run", "--output", dir.path().to_str().unwrap(), "--"])
+        .arg(python3())
+        .args(["-X", "faulthandler"])
+        .arg(&script)
+        .arg(standin("libc10_cuda.so"))
+        .arg("crash")
+        .current_dir(dir.path())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("FAKE_SNAPSHOT_CRASHES_IN_A_COPY", "1")
+        .env_remove("LD_PRELOAD");
+    // SAFETY: setrlimit only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+            libc::setrlimit(libc::RLIMIT_CORE, &unlimited);
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{err}");
+    assert!(stdout.contains("looked True\n"), "{stdout}{err}");
+    assert!(!err.contains("Fatal Python error"), "{err}");
+    let cores: Vec<String> = names_in(dir.path()).into_iter().filter(|n| n.starts_with("core")).collect();
+    assert!(cores.is_empty(), "{cores:?} {stdout}{err}");
+}
+
+/// A Ctrl-C (SIGINT) that arrives while the walk waits for its copy of the process is the
+/// program's: it gets its KeyboardInterrupt once the walk is done. The walk catches the
+/// interrupt its own code receives and hands it back; before, the hand-back
+/// (`_thread.interrupt_main()` called from the walker) raised it again at once inside the
+/// walker, which swallowed it, and the program never got it.
+#[test]
+fn a_ctrl_c_while_a_copy_runs_reaches_the_program() {
+    let dir = TempDir::new("torch-copy");
+    let (child, pid_file) = torch_copy("interrupt", true, &dir);
+    let (_, program) = copy_pids(&pid_file);
+    // SAFETY: a signal to the program the run made.
+    unsafe { libc::kill(program, libc::SIGINT) };
+    let out = output_within(child, 60).expect("the run did not end");
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{err}");
+    assert_eq!(stdout.lines().filter(|l| l.contains("KeyboardInterrupt")).collect::<Vec<_>>(), ["KeyboardInterrupt"]);
+}
+
+/// A program killed while a copy of it runs (SIGKILL, the OOM killer) takes the copy with it:
+/// the run ends and reports, and no copy is left. Without that, a copy that could not finish
+/// ran on forever as an orphan holding the program's descriptors, the collector's connection
+/// among them, and `gpushim run` waited for it.
+#[test]
+fn a_copy_ends_when_the_program_is_killed_while_it_runs() {
+    let dir = TempDir::new("torch-copy");
+    let (child, pid_file) = torch_copy("kill", true, &dir);
+    let (copy, program) = copy_pids(&pid_file);
+    // SAFETY: a signal to the program the run made.
+    unsafe { libc::kill(program, libc::SIGKILL) };
+    let out = output_within(child, 20);
+    let stat = std::fs::read_to_string(format!("/proc/{copy}/stat")).unwrap_or_default();
+    let copy_left = stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z'));
+    if copy_left {
+        // SAFETY: the copy, left running by the failure this test looks for.
+        unsafe { libc::kill(copy, libc::SIGKILL) };
+    }
+    assert!(!copy_left, "the copy {copy} outlived the program: {stat}");
+    let out = out.expect("the run did not end after its program was killed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("pid {program} (killed)")), "{err}");
+}
+
 /// A suspect whose segments are mostly free blocks of PyTorch's caching allocator at exit (by
 /// PyTorch's own count, `torch.cuda.memory_snapshot()`'s `allocated_size`), beside a suspect
 /// whose segments hold tensors, is the pool growing around memory held elsewhere: line M's

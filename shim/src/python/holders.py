@@ -107,6 +107,10 @@ _OP_RESET, _OP_ADD, _OP_RUN, _OP_LINK, _OP_PARENT, _OP_CONTAINS, _OP_FREE = rang
 #: (shim/src/python/heap/fork_call.rs), or None; put here by the shim, absent when this file
 #: runs on its own (its unit tests).
 _FORK = globals().get("_gpushim_fork_call")
+#: `_gpushim_interrupted()`: tells the shim that the walker caught a KeyboardInterrupt, which it
+#: makes again (PyErr_SetInterrupt) once the walker has returned; absent when this file runs on
+#: its own.
+_INTERRUPTED = globals().get("_gpushim_interrupted")
 
 
 def _cell_type():
@@ -616,7 +620,7 @@ def torch_history():
     torch.cuda.memory_snapshot() then shows as `frames`), unless the program records its own
     history (a trace entry other than a snapshot's, or a live block with frames): that is left
     as it is. Returns one of the TORCH_* values. Never raises (a KeyboardInterrupt that arrives
-    meanwhile is handed back to the main thread, as the signal would have been); imports
+    meanwhile is handed back to the program, as the signal it was: `_interrupt_main`); imports
     nothing; Python's garbage collector is held off while it runs, as in a walk."""
     enabled = _gc.isenabled()
     try:
@@ -633,6 +637,15 @@ def torch_history():
 
 
 def _interrupt_main():
+    """Hands a KeyboardInterrupt the walker caught back to the program. Through the shim, which
+    makes the SIGINT again once the walker has returned: `_thread.interrupt_main()` called here
+    makes Python's handler run at once, in the walker, whose caller then swallows it."""
+    if _INTERRUPTED is not None:
+        try:  # noqa: SIM105
+            _INTERRUPTED()
+        except BaseException:
+            pass
+        return
     th = _sys.modules.get("_thread")
     f = _module_dict(th).get("interrupt_main") if type(th) is _ModuleType else None
     if f is not None:
@@ -1319,22 +1332,27 @@ def walk(reason, number, cap_ms, emit):
         _gc.disable()
         status, visited, result = _walk(t0 + cap_ms * 1000000 if cap_ms > 0 else None)
     except BaseException as e:
+        if type(e) is KeyboardInterrupt:
+            # A Ctrl-C that arrived during the walk: the program's.
+            _interrupt_main()
         status, result = FAILED, to_json({"error": _short_type(type(e))})
     finally:
         if _BFS is not None:
             # The native core's set and parents of this walk, freed whatever happened (no
             # contextlib: the walker imports nothing the program could see).
-            try:  # noqa: SIM105
+            try:
                 _BFS(_OP_FREE)
-            except BaseException:
-                pass
+            except BaseException as e:
+                if type(e) is KeyboardInterrupt:
+                    _interrupt_main()
         if enabled:
             _gc.enable()
     try:
         head = b"".join(int(v).to_bytes(8, "little") for v in (reason, number, status, _clock() - t0, visited))
         emit(head + result.encode("utf-8", "replace"))
-    except BaseException:
-        pass
+    except BaseException as e:
+        if type(e) is KeyboardInterrupt:
+            _interrupt_main()
 
 
 def _walk(deadline):

@@ -23,6 +23,13 @@ pub(super) struct CApi {
     pub(super) err_restore: unsafe extern "C" fn(Obj, Obj, Obj),
     /// `void PyErr_Clear(void)`.
     pub(super) err_clear: unsafe extern "C" fn(),
+    /// `void PyErr_SetInterrupt(void)`: SIGINT as if it had arrived (Python's handler runs at
+    /// the next check, unless SIGINT is ignored or at its default).
+    pub(super) err_set_interrupt: unsafe extern "C" fn(),
+    /// `int PyErr_ExceptionMatches(PyObject *)`, and the address of `PyExc_KeyboardInterrupt`
+    /// (a `PyObject *` variable).
+    pub(super) err_exception_matches: unsafe extern "C" fn(Obj) -> c_int,
+    pub(super) exc_keyboard_interrupt: *const Obj,
     /// `PyObject *PyDict_New(void)` (Include/dictobject.h).
     pub(super) dict_new: unsafe extern "C" fn() -> Obj,
     /// `int PyDict_SetItemString(PyObject *, const char *, PyObject *)`.
@@ -117,6 +124,9 @@ pub(super) fn api() -> Option<&'static CApi> {
                 err_fetch: t(f(c"PyErr_Fetch")?),
                 err_restore: t(f(c"PyErr_Restore")?),
                 err_clear: t(f(c"PyErr_Clear")?),
+                err_set_interrupt: t(f(c"PyErr_SetInterrupt")?),
+                err_exception_matches: t(f(c"PyErr_ExceptionMatches")?),
+                exc_keyboard_interrupt: f(c"PyExc_KeyboardInterrupt")? as *const Obj,
                 dict_new: t(f(c"PyDict_New")?),
                 dict_set_item_string: t(f(c"PyDict_SetItemString")?),
                 dict_get_item_string: t(f(c"PyDict_GetItemString")?),

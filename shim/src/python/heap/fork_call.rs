@@ -26,6 +26,11 @@
 //!   killed at [`DEADLINE_MS`]; the call then returns `None`, as it does for any failure, and
 //!   every later call returns `None` at once (a program where one copy hangs pays that once).
 //!   The program's GIL is let go of while this thread waits, as in a blocking read.
+//! - The copy starts with every signal blocked (none of the program's handlers runs there, such
+//!   as CPython's, which writes to the program's wakeup descriptor) and is killed if the
+//!   program ends first (`PR_SET_PDEATHSIG`): no orphan keeps the program's descriptors open.
+//!   It is not dumpable: a crash there (the synchronous signal, blocked, kills it) leaves no
+//!   core file and no report of the program's crash handler.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering::*};
@@ -81,12 +86,41 @@ unsafe fn call(a: &CApi, args: Obj) -> Option<Obj> {
         return None;
     }
     let [rd, wr] = fds;
+    // Every signal blocked in this thread across the clone, so that the copy starts with all of
+    // them blocked: a signal sent to the program's process group while the copy runs (Ctrl-C)
+    // runs none of the program's handlers there (CPython's writes the signal's number to the
+    // program's wakeup descriptor, which the copy shares: asyncio would see it twice).
+    // SAFETY: sigset_t values filled by sigfillset, the old mask written by the kernel.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above (all zeros is a valid sigset_t).
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let masked =
+        unsafe { libc::sigfillset(&mut all) == 0 && libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) == 0 };
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: a raw clone with no flags: a copy of this process holding only this thread, with
     // no exit signal. The copy runs `in_copy`, which never returns.
     let pid = unsafe { libc::syscall(libc::SYS_clone, 0 as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
     if pid == 0 {
+        // SAFETY: in the copy. It is killed if the program ends first (however: SIGKILL, the
+        // OOM killer), so that no orphan outlives it holding the program's descriptors (the
+        // collector's connection among them: it would wait for the copy's end). It is not
+        // dumpable: a copy that crashes writes no core file of the program's address space.
+        unsafe {
+            libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong);
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 || libc::getppid() != parent {
+                loop {
+                    libc::syscall(libc::SYS_exit_group, 9 as libc::c_long);
+                }
+            }
+        }
         // SAFETY: in the copy, with the GIL this thread held.
         unsafe { in_copy(a, f, f_args, dumps, module_dict, wr) }
+    }
+    if masked {
+        // SAFETY: the mask this thread had, put back.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     }
     // SAFETY: closing this process's copy of the write end, so that the read sees the end.
     unsafe { libc::close(wr) };

@@ -76,6 +76,8 @@ static FORK_DEF: MethodDef = MethodDef {
     flags: METH_VARARGS,
     doc: std::ptr::null(),
 };
+static INTERRUPTED_DEF: MethodDef =
+    MethodDef { name: c"_gpushim_interrupted".as_ptr(), meth: interrupted, flags: METH_NOARGS, doc: std::ptr::null() };
 static EXIT_DEF: MethodDef =
     MethodDef { name: c"_gpushim_exit_walk".as_ptr(), meth: exit_walk, flags: METH_NOARGS, doc: std::ptr::null() };
 
@@ -238,7 +240,7 @@ extern "C" fn torch_pending(_: *mut c_void) -> c_int {
         unsafe {
             let r = (a.call_object)(f, std::ptr::null_mut());
             if r.is_null() {
-                (a.err_clear)();
+                clear_keeping_interrupt(a);
                 return;
             }
             let v = (a.long_as_long)(r);
@@ -266,18 +268,52 @@ fn unpack(r: u64) -> Option<(WalkReason, u32)> {
     Some((reason, r as u32))
 }
 
+/// The walker caught a KeyboardInterrupt (a SIGINT whose Python handler ran in the walker's
+/// code): [`from_python`] hands it back to the program when the walker is done.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// `_gpushim_interrupted()` (`METH_NOARGS`): the walker says it caught a KeyboardInterrupt.
+/// Only a flag: the SIGINT is made again once no walker code runs (raised again here, it would
+/// be raised at once in the walker, which would catch it again).
+extern "C" fn interrupted(_self: Obj, _args: Obj) -> Obj {
+    INTERRUPTED.store(true, Release);
+    let Some(a) = api() else { return std::ptr::null_mut() };
+    new_none(a)
+}
+
+/// Clears the exception the walker raised; a KeyboardInterrupt (a SIGINT whose handler ran
+/// where the walker could not catch it) is handed back to the program by [`from_python`].
+///
+/// # Safety
+/// The GIL is held and an exception is set.
+unsafe fn clear_keeping_interrupt(a: &CApi) {
+    // SAFETY: the caller's promise; the variable holds the interpreter's exception type.
+    unsafe {
+        if (a.err_exception_matches)(*a.exc_keyboard_interrupt) != 0 {
+            INTERRUPTED.store(true, Release);
+        }
+        (a.err_clear)();
+    }
+}
+
 /// Runs `f` with the GIL held (the caller's promise) under `catch_unwind`, with the
 /// interpreter's error indicator saved before and put back after, so that nothing `f` does
-/// can leave an exception set.
+/// can leave an exception set. A KeyboardInterrupt the walker caught meanwhile is handed back
+/// as the SIGINT it was (`PyErr_SetInterrupt`): the program's handler runs at its next check,
+/// in the program's code.
 fn from_python(a: &CApi, f: impl FnOnce(&CApi)) {
     let (mut t, mut v, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: the GIL is held (pending calls, atexit functions and builtin functions run with it).
     unsafe { (a.err_fetch)(&mut t, &mut v, &mut tb) };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(a)));
-    // SAFETY: as above; restores exactly what was fetched (clearing anything set since).
+    // SAFETY: as above; restores exactly what was fetched (clearing anything set since), then
+    // trips SIGINT's flag (no Python code runs before this returns to the interpreter).
     unsafe {
         (a.err_clear)();
         (a.err_restore)(t, v, tb);
+        if INTERRUPTED.swap(false, AcqRel) {
+            (a.err_set_interrupt)();
+        }
     }
 }
 
@@ -365,8 +401,15 @@ fn walker(a: &CApi) -> Option<Obj> {
         if fork.is_null() {
             (a.err_clear)();
         }
+        let intr = (a.cfunction_new_ex)(&INTERRUPTED_DEF, std::ptr::null_mut(), std::ptr::null_mut());
+        if intr.is_null() {
+            (a.err_clear)();
+        }
         let names: Vec<(&CStr, Obj)> =
-            [(c"_gpushim_bfs", bfs), (c"_gpushim_fork_call", fork)].into_iter().filter(|(_, o)| !o.is_null()).collect();
+            [(c"_gpushim_bfs", bfs), (c"_gpushim_fork_call", fork), (c"_gpushim_interrupted", intr)]
+                .into_iter()
+                .filter(|(_, o)| !o.is_null())
+                .collect();
         let r = exec_in(a, ns, WALKER, c"<gpushim-heap-walk>", &names);
         for (_, o) in names {
             // The namespace holds them now.
@@ -429,7 +472,7 @@ fn run_walk(a: &CApi, reason: WalkReason, number: u32) {
         if ok {
             let r = (a.call_object)(f, args);
             if r.is_null() {
-                (a.err_clear)();
+                clear_keeping_interrupt(a);
             } else {
                 (a.decref)(r);
             }
