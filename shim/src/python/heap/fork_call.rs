@@ -14,8 +14,10 @@
 //! - A raw `clone` with no flags and no exit signal: a copy of the address space (copy on
 //!   write) holding only the calling thread. No fork handler runs in either process (none of
 //!   the program's, glibc's or the shim's), and its end sends the program no `SIGCHLD`; it is
-//!   waited for here (`__WALL`), so no zombie is left, and a program that waits for its own
-//!   children without `__WALL` never sees it.
+//!   waited for here (`__WALL`): once it has sent its whole result the call returns without
+//!   waiting for its end (tearing down its copy of a large address space takes a while), and
+//!   it is reaped at the next call. A program that waits for its own children without
+//!   `__WALL` never sees it.
 //! - The copy runs no Python bytecode of its own: `fn` and `dumps` are builtins the walker
 //!   checked (PyTorch's `torch._C._cuda_memorySnapshot`, `marshal.dumps`), called through the C
 //!   API with the GIL the calling thread holds. Bytecode there could wait forever for a GIL
@@ -33,7 +35,7 @@
 //!   core file and no report of the program's crash handler.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
 
 use super::capi::{api, new_none, CApi, Obj};
 use crate::sys;
@@ -45,6 +47,23 @@ const DEADLINE_MS: u64 = 2_000;
 const MAX_BYTES: u64 = 1 << 30;
 /// A copy did not finish by its deadline: no more are made in this process.
 static GAVE_UP: AtomicBool = AtomicBool::new(false);
+/// A copy that had sent its result but not yet ended when the call returned (its address space
+/// takes time to tear down): reaped at the next call (0: none).
+static UNREAPED: AtomicI32 = AtomicI32::new(0);
+
+/// Reaps the copy left by the previous call, waiting for it with `block`.
+fn reap_previous(block: bool) {
+    let pid = UNREAPED.swap(0, AcqRel);
+    if pid > 0 {
+        let flags = libc::__WALL | if block { 0 } else { libc::WNOHANG };
+        let mut status = 0;
+        // SAFETY: a child of ours (exit signal none: only `__WALL` waits for it).
+        let r = unsafe { libc::waitpid(pid, &mut status, flags) };
+        if r == 0 {
+            UNREAPED.store(pid, Release);
+        }
+    }
+}
 
 /// The builtin (`METH_VARARGS`): `_gpushim_fork_call(fn, args, dumps, module_dict)` returns
 /// `dumps(fn(*args))` as made in a copy of the process, or `None`.
@@ -80,6 +99,8 @@ unsafe fn call(a: &CApi, args: Obj) -> Option<Obj> {
         unsafe { (a.err_clear)() };
         return None;
     }
+    // The previous call's copy has surely ended by now.
+    reap_previous(true);
     let mut fds = [0 as c_int; 2];
     // SAFETY: pipe2 writes two descriptors into the array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -142,10 +163,20 @@ unsafe fn call(a: &CApi, args: Obj) -> Option<Obj> {
             }
         }
         libc::close(rd);
+        // A copy that sent its result is ending on its own: not waited for now (tearing down
+        // its copy of a large address space takes a while), but at the next call.
+        let flags = libc::__WALL | if got.is_some() { libc::WNOHANG } else { 0 };
         let mut status = 0;
-        while libc::waitpid(pid as libc::pid_t, &mut status, libc::__WALL) < 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-        {}
+        let mut r;
+        loop {
+            r = libc::waitpid(pid as libc::pid_t, &mut status, flags);
+            if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
+        }
+        if r == 0 {
+            UNREAPED.store(pid as i32, Release);
+        }
         (a.eval_restore_thread)(ts);
     }
     let data = got?;
@@ -193,6 +224,12 @@ fn read_until(fd: c_int, deadline_ns: u64) -> Option<Vec<u8>> {
         buf.extend_from_slice(&chunk[..r as usize]);
         if buf.len() as u64 > MAX_BYTES + 8 {
             return None;
+        }
+        // The whole result: no need to wait for the copy to close its end (at its exit).
+        if let Some(n) = buf.get(..8).and_then(|h| Some(u64::from_le_bytes(h.try_into().ok()?))) {
+            if buf.len() as u64 == n + 8 {
+                break;
+            }
         }
     }
     let n = u64::from_le_bytes(buf.get(..8)?.try_into().ok()?);
