@@ -48,6 +48,10 @@ pub struct JobView {
     /// Final reports of the directory that could not be read, and why: the view is of the
     /// others.
     pub unread: Vec<Unread>,
+    /// What a reader should know of the view: the processes share no job id and no parent
+    /// (separate runs in one directory, added up all the same).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// One process of the job.
@@ -332,6 +336,16 @@ pub fn build(reports: &[(PathBuf, Report)]) -> JobView {
         })
         .collect();
     view.suspects.sort_by_key(|g| (std::cmp::Reverse(g.processes.len()), std::cmp::Reverse(g.live_bytes)));
+    // A job's processes share its launcher (a parent) or its launcher's job id; reports that
+    // share neither are separate runs that happen to be in one directory.
+    let parents: std::collections::BTreeSet<u32> = view.processes.iter().map(|p| p.ppid).collect();
+    if view.processes.len() > 1 && view.job_ids.len() != 1 && parents.len() > 1 {
+        view.notes.push(format!(
+            "these {} processes share no parent and no job id: separate runs in one directory, perhaps (the view adds \
+             them up all the same; `gpushim report FILE` shows one)",
+            view.processes.len()
+        ));
+    }
     view
 }
 
@@ -349,6 +363,9 @@ pub fn write_text(v: &JobView, out: &mut dyn Write) -> io::Result<()> {
         write!(out, ", job id {}", v.job_ids.join(", "))?;
     }
     writeln!(out)?;
+    for n in &v.notes {
+        writeln!(out, "note: {n}")?;
+    }
     writeln!(out, "\nprocesses:")?;
     for p in &v.processes {
         let own = match (p.own_ordinal, p.own_from) {
@@ -526,6 +543,25 @@ mod tests {
             .map(|i| Suspect { site: i as u32, live_bytes: 1 << 20, reason: "rising".into(), ..Suspect::default() })
             .collect();
         (PathBuf::from(identity::stem(r.pid, r.identity.as_ref()) + ".json"), r)
+    }
+
+    /// Reports that share neither a parent nor a job id (unrelated runs in one directory) get a
+    /// note; a job's, whose processes share their launcher, none.
+    #[test]
+    fn processes_of_no_one_job_are_said_to_be_separate_runs() {
+        let (a, b) = (process(0, &[(0, 1 << 20)], &[]), process(1, &[(0, 1 << 20)], &[]));
+        let mut text = Vec::new();
+        write_text(&build(&[a.clone(), b.clone()]), &mut text).unwrap();
+        assert!(!String::from_utf8_lossy(&text).contains("note:"), "one launcher: no note");
+        let (mut a, mut b) = (a, b);
+        a.1.ppid = 10;
+        b.1.ppid = 20;
+        let v = build(&[a, b]);
+        let mut text = Vec::new();
+        write_text(&v, &mut text).unwrap();
+        let text = String::from_utf8_lossy(&text).into_owned();
+        assert!(text.contains("note: these 2 processes share no parent and no job id"), "{text}");
+        assert_eq!(v.notes.len(), 1);
     }
 
     /// Two reports of rank 0 (a restarted job's, in one directory) and one of rank 1, all with
