@@ -79,6 +79,14 @@ fn within_10_percent(got: f64) -> bool {
     (got - RATE).abs() <= 0.1 * RATE
 }
 
+/// One request line to the collector of `pid`, its reply; `None` while its control socket is
+/// not listening yet (it listens from its first sample on).
+fn try_ask(pid: i32, request: &str) -> Option<Value> {
+    let addr = SocketAddr::from_abstract_name(format!("gpushim-{pid}").as_bytes()).unwrap();
+    UnixStream::connect_addr(&addr).ok()?;
+    Some(ask(pid, request))
+}
+
 /// One request line to the collector of `pid`, its reply.
 fn ask(pid: i32, request: &str) -> Value {
     let addr = SocketAddr::from_abstract_name(format!("gpushim-{pid}").as_bytes()).unwrap();
@@ -352,7 +360,7 @@ fn a_sites_detail_names_its_holders_from_the_latest_snapshot() {
     assert_eq!(live.line(), "ready");
     let pid = live.pid;
     // Before any snapshot: no holders.
-    let f = ask(pid, "frame");
+    let f = until("the control socket", || try_ask(pid, "frame"));
     assert!(f["holders_from"].is_null(), "{f:#}");
     take_snapshot(pid);
     let (f, site) = until("a frame with the snapshot's holders", || {

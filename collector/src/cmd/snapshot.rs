@@ -77,13 +77,13 @@ pub fn run(pid: i32, signal: Option<Signal>, timeout: f64) -> Result<ExitCode> {
 }
 
 /// The processes below `pid` whose collectors run, when `pid` itself has none: a job's (most
-/// [`super::top::MAX_DESCENDANTS`] processes looked at).
+/// [`MAX_DESCENDANTS`] processes looked at).
 fn job_below(pid: i32) -> Vec<i32> {
     if collector_output(pid).is_some() {
         return Vec::new();
     }
     let running: HashSet<i32> = collectors().into_iter().map(|c| c.0).collect();
-    super::top::descendants(pid).into_iter().filter(|p| running.contains(p)).collect()
+    descendants(pid).into_iter().filter(|p| running.contains(p)).collect()
 }
 
 /// Sends `signal` (by default the one the program's shim listens to: its `GPUSHIM_SIGNAL`) to
@@ -199,6 +199,26 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
             ));
         }
         thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// Most processes looked at below a launcher.
+pub(super) const MAX_DESCENDANTS: usize = 4096;
+
+/// The processes below `pid` (children first), at most [`MAX_DESCENDANTS`].
+pub(super) fn descendants(pid: i32) -> Vec<i32> {
+    let mut out: Vec<i32> = Vec::new();
+    let mut next = 0;
+    let mut at = pid;
+    loop {
+        for c in children(at) {
+            if out.len() < MAX_DESCENDANTS && c != pid && !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        let Some(&p) = out.get(next) else { return out };
+        next += 1;
+        at = p;
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::snapshot::{children, collectors, has_shim};
+use super::snapshot::{collectors, descendants, has_shim};
 use super::top_text::{failure, job_text, text, Sort};
 use crate::control::client;
 use crate::control::frame::{Frame, VERSION};
@@ -103,9 +103,6 @@ enum Watched {
     Job(Vec<u32>),
 }
 
-/// Most processes looked at below a launcher.
-pub(super) const MAX_DESCENDANTS: usize = 4096;
-
 /// What `pid` names: itself when its collector answers, else the processes below it whose
 /// collectors answer (`gpushim run`'s pid: its program, or a job's processes).
 fn traced(pid: i32) -> Result<Watched> {
@@ -155,23 +152,6 @@ fn in_dir(dir: &Path) -> Result<Watched> {
         [] => Err(coded(USAGE, format!("no running collector writes reports into {}", dir.display()))),
         [one] => Ok(Watched::One(*one)),
         _ => Ok(Watched::Job(pids)),
-    }
-}
-
-/// The processes below `pid` (children first), at most [`MAX_DESCENDANTS`].
-pub(super) fn descendants(pid: i32) -> Vec<i32> {
-    let mut out: Vec<i32> = Vec::new();
-    let mut next = 0;
-    let mut at = pid;
-    loop {
-        for c in children(at) {
-            if out.len() < MAX_DESCENDANTS && c != pid && !out.contains(&c) {
-                out.push(c);
-            }
-        }
-        let Some(&p) = out.get(next) else { return out };
-        next += 1;
-        at = p;
     }
 }
 
