@@ -66,6 +66,13 @@ def _read(path: str) -> dict | None:
         return None
 
 
+def _short(path: str) -> str:
+    """A file named as the reports name it: its directory and its name (``/w/tests/test_a.py``:
+    ``tests/test_a.py``)."""
+    parts = path.split("/")
+    return "/".join(parts[-2:]) if path.startswith("/") and len(parts) > 3 else path
+
+
 def _where(site: dict, prefer: tuple[str, str] | None = None) -> str:
     """Where the site allocated, ``file:line (function)``: its frame of the test function
     (``prefer``: its file and name) if it has one, else its innermost frame outside CUDA and
@@ -74,7 +81,7 @@ def _where(site: dict, prefer: tuple[str, str] | None = None) -> str:
     if prefer:
         frames = [f for f in frames if (f.get("file"), f.get("function")) == prefer] or frames
     for f in frames:
-        place = f.get("file") or f.get("module") or "?"
+        place = _short(f.get("file") or f.get("module") or "?")
         line = f.get("line")
         return f"{place}:{line} ({f.get('function', '?')})" if line else f"{place} ({f.get('function', '?')})"
     return "(no backtrace)"

@@ -247,9 +247,11 @@ impl Table {
 }
 
 /// True if and only if `path` is a Python file of the standard library
-/// (`…/lib/python3.12/threading.py`, not under `site-packages/`): runtime code.
+/// (`…/lib/python3.12/threading.py`, not under `site-packages/`), or one of its extension
+/// modules (`…/lib-dynload/_asyncio.cpython-312-x86_64-linux-gnu.so`): runtime code.
 fn is_stdlib(path: &str) -> bool {
-    path.ends_with(".py") && path.contains("/lib/python3") && !path.contains("-packages/")
+    (path.ends_with(".py") && path.contains("/lib/python3") && !path.contains("-packages/"))
+        || path.contains("/lib-dynload/")
 }
 
 /// True if and only if `path` lies in a package directory named `pkg` (a trailing `*`: any
@@ -539,6 +541,8 @@ mod tests {
             ("/usr/lib/x86_64-linux-gnu/libc.so.6".to_string(), Class::Runtime),
             ("/usr/bin/python3.12".to_string(), Class::Runtime),
             ("/usr/lib/python3.12/threading.py".to_string(), Class::Runtime),
+            // The standard library's extension modules (asyncio's C tasks under a Jupyter kernel).
+            ("/usr/lib/python3.12/lib-dynload/_asyncio.cpython-312-x86_64-linux-gnu.so".to_string(), Class::Runtime),
             ("<frozen runpy>".to_string(), Class::Runtime),
             ("/home/u/app".to_string(), Class::User),
         ] {
