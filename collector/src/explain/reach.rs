@@ -233,9 +233,14 @@ pub fn apply(report: &mut Report, file: ReachFile) {
     for x in &mut report.suspects {
         let members: Vec<u32> = if x.sites.is_empty() { vec![x.site] } else { x.sites.clone() };
         let (mut lost, mut lost_bytes, mut scanned, mut possibly) = (0u64, 0u64, 0u64, 0u64);
-        let (mut lost_in, mut possibly_in) = (Vec::new(), Vec::new());
+        let (mut lost_in, mut possibly_in, mut indirect_in) = (Vec::new(), Vec::new(), Vec::new());
+        let mut indirect = 0u64;
         for (id, s) in members.iter().filter_map(|id| Some((*id, file.sites.get(id)?))) {
             lost += s.definitely_lost_count;
+            indirect += s.indirectly_lost_count;
+            if s.indirectly_lost_count > 0 {
+                indirect_in.push(id);
+            }
             lost_bytes = lost_bytes.saturating_add(s.definitely_lost_bytes);
             scanned += s.scanned_count;
             possibly += s.possibly_lost_count;
@@ -260,6 +265,14 @@ pub fn apply(report: &mut Report, file: ReachFile) {
                  trust{}); {}",
                 count(scanned, "allocation"),
                 which(&possibly_in),
+                x.reason
+            );
+        }
+        if indirect > 0 {
+            x.reason = format!(
+                "{indirect} of {} indirectly lost (pointed to only from lost memory{}); {}",
+                count(scanned, "allocation"),
+                which(&indirect_in),
                 x.reason
             );
         }
@@ -378,10 +391,11 @@ mod tests {
         report.suspects =
             vec![Suspect { site: 7, sites: vec![7, 8, 9], reason: "+1 MiB".into(), ..Suspect::default() }];
         let mut file = ReachFile::default();
-        for (id, lost) in [(7, 1), (8, 0), (9, 2)] {
+        for (id, lost, indirect) in [(7, 1, 0), (8, 0, 1), (9, 2, 0)] {
             let r = SiteReach {
                 definitely_lost_count: lost,
                 definitely_lost_bytes: lost * 1024,
+                indirectly_lost_count: indirect,
                 scanned_count: 2,
                 ..SiteReach::default()
             };
@@ -389,8 +403,12 @@ mod tests {
         }
         apply(&mut report, file);
         let s = &report.suspects[0];
-        // Which of them hold the lost ones, when not all do.
-        assert_eq!(s.reason, "3 of 6 allocations definitely lost (no pointer left; in sites 7, 9); +1 MiB");
+        // Which of them hold the lost ones, when not all do; the indirectly lost are said too.
+        assert_eq!(
+            s.reason,
+            "3 of 6 allocations definitely lost (no pointer left; in sites 7, 9); 1 of 6 allocations indirectly lost \
+             (pointed to only from lost memory; in site 8); +1 MiB"
+        );
         assert_eq!((s.definitely_lost_count, s.definitely_lost_bytes), (3, 3072));
     }
 
