@@ -345,19 +345,26 @@ fn frees_by_the_interpreters_teardown_leave_the_leak_in_the_final_report() {
     assert_eq!(r["interpreter_teardown"]["bytes"], 30 * 64 * KIB, "{r:#}");
 }
 
-/// `torch_blocks.py` in `mode` under `gpushim run`, with `env`: its final report, its holders
-/// file, the model's line, line B, line M and the record calls the program saw.
-fn torch_blocks(mode: &str, env: &[(&str, &str)]) -> (Value, Value, u64, u64, u64, String) {
-    let dir = TempDir::new("torch-blocks");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/torch_blocks.py");
+/// `gpushim run --output DIR -- python3 tests/programs/SCRIPT LIBC10 MODE`: a program over the
+/// stand-in PyTorch (`fake_torch`) and its `libc10_cuda.so`.
+fn fake_torch_run(script: &str, mode: &str, dir: &Path) -> std::process::Command {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs").join(script);
     let mut cmd = std::process::Command::new(collector());
-    cmd.args(["run", "--output", dir.path().to_str().unwrap(), "--"])
+    cmd.args(["run", "--output", dir.to_str().unwrap(), "--"])
         .arg(python3())
         .arg(&script)
         .arg(standin("libc10_cuda.so"))
         .arg(mode)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env_remove("LD_PRELOAD");
+    cmd
+}
+
+/// `torch_blocks.py` in `mode` under `gpushim run`, with `env`: its final report, its holders
+/// file, the model's line, line B, line M and the record calls the program saw.
+fn torch_blocks(mode: &str, env: &[(&str, &str)]) -> (Value, Value, u64, u64, u64, String) {
+    let dir = TempDir::new("torch-blocks");
+    let mut cmd = fake_torch_run("torch_blocks.py", mode, dir.path());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -456,18 +463,9 @@ fn suspects_of_a_caching_allocator_are_named_by_the_line_of_the_blocks_inside() 
 /// program's) when `hang` (the stand-in's snapshot then never finishes in the copy, as one
 /// waiting for a lock another thread held when the copy was made).
 fn torch_copy(mode: &str, hang: bool, dir: &TempDir) -> (std::process::Child, std::path::PathBuf) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/torch_copy.py");
     let pid_file = dir.path().join("copy.pid");
-    let mut cmd = std::process::Command::new(collector());
-    cmd.args(["run", "--output", dir.path().to_str().unwrap(), "--"])
-        .arg(python3())
-        .arg(&script)
-        .arg(standin("libc10_cuda.so"))
-        .arg(mode)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env_remove("LD_PRELOAD")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    let mut cmd = fake_torch_run("torch_copy.py", mode, dir.path());
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     if hang {
         cmd.env("FAKE_SNAPSHOT_HANGS_IN_A_COPY", "1").env("FAKE_COPY_PID_FILE", &pid_file);
     }

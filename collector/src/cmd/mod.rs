@@ -68,7 +68,7 @@ fn read_report(path: &Path) -> Result<Report> {
         }
         // A snapshot's reachability scan ends after its report is written: its result is the
         // companion file `X.reach.json`, read as the final report carries its own.
-        let reach = reach_companion_of(path);
+        let reach = crate::explain::holders::beside(path, "reach");
         if report.reachability.is_none() && reach.is_file() {
             let file = std::fs::read(&reach)
                 .map_err(|e| anyhow!("{}", file_cause(&e)))
@@ -83,13 +83,6 @@ fn read_report(path: &Path) -> Result<Report> {
         }
     }
     Ok(report)
-}
-
-/// The reachability scan's companion file of report `report`: `X.json` → `X.reach.json`.
-fn reach_companion_of(report: &Path) -> std::path::PathBuf {
-    let name = report.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let stem = name.strip_suffix(".json").unwrap_or(&name);
-    report.with_file_name(format!("{stem}.reach.json"))
 }
 
 /// Runs `write` on a buffered standard output, or on `path` (created or truncated) if given;

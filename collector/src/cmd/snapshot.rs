@@ -102,9 +102,10 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
         let below = job_below(pid);
         let follow = match below.as_slice() {
             [one] => Some(*one),
-            [] if !has_shim(pid).unwrap_or(true) => {
-                traced_children(pid).first().copied().filter(|_| traced_children(pid).len() == 1)
-            }
+            [] if !has_shim(pid).unwrap_or(true) => match traced_children(pid).as_slice() {
+                [child] => Some(*child),
+                _ => None,
+            },
             _ => None,
         };
         if let Some(child) = follow {

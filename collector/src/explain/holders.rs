@@ -403,9 +403,14 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32, py: &crate::explain::pyf
 
 /// The companion file of report `report`: `X.json` → `X.holders.json`.
 pub fn companion_of(report: &Path) -> PathBuf {
+    beside(report, "holders")
+}
+
+/// A companion file of report `report` of kind `kind`: `X.json` → `X.<kind>.json`.
+pub fn beside(report: &Path, kind: &str) -> PathBuf {
     let name = report.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let stem = name.strip_suffix(".json").unwrap_or(&name);
-    report.with_file_name(format!("{stem}.holders.json"))
+    report.with_file_name(format!("{stem}.{kind}.json"))
 }
 
 /// The companion file of report `report`, if there is one.
