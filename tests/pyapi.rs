@@ -17,8 +17,9 @@ pub(crate) fn package_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("python")
 }
 
-/// The API scenario: 1 MiB, a labelled snapshot from the main thread, 2 MiB more, an
-/// unlabelled snapshot from another thread; each result printed on its own line.
+/// The API scenario: 1 MiB, a labelled snapshot from the main thread, one into another
+/// directory, 2 MiB more, an unlabelled snapshot from another thread; each result printed on
+/// its own line.
 const SCRIPT: &str = r#"import ctypes
 import sys
 import threading
@@ -42,6 +43,7 @@ print("report", gpushim.report_path(), flush=True)
 alloc(1 << 20)
 first = gpushim.snapshot("after one/MiB", timeout=20)
 print("first", first, flush=True)
+print("aside", gpushim.snapshot("aside", timeout=20, directory=sys.argv[2]), flush=True)
 alloc(2 << 20)
 got = []
 t = threading.Thread(target=lambda: got.append(gpushim.snapshot(timeout=20)))
@@ -63,7 +65,9 @@ fn run_api(t: Target) -> Outcome {
     let script = t.dir.path().join("api.py");
     std::fs::write(&script, SCRIPT).unwrap();
     let cudart = standin("libcudart.so.13");
-    t.args(&[script.to_str().unwrap(), cudart.to_str().unwrap()])
+    let aside = t.dir.path().join("aside");
+    std::fs::create_dir(&aside).unwrap();
+    t.args(&[script.to_str().unwrap(), cudart.to_str().unwrap(), aside.to_str().unwrap()])
         .env("PYTHONPATH", package_dir().display())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .run()
@@ -89,14 +93,27 @@ fn snapshot_from_python_writes_a_labelled_file() {
     assert_eq!(r1["label"], "after_one_MiB", "{run}");
     assert_eq!((total(&r1, "live_bytes"), total(&r1, "live_count")), (1 << 20, 1), "{run}");
 
+    // Numbered within its own directory: the output directory's numbers have no gap for it.
+    let aside = PathBuf::from(printed(&run.stdout, "aside", &run));
+    assert_eq!(aside, dir.join("aside").join(format!("gpushim-{pid}-snapshot-1-aside.json")), "{run}");
+    assert_eq!(read_json(&aside, &run)["snapshot"].as_u64(), Some(1), "{run}");
     let second = PathBuf::from(printed(&run.stdout, "second", &run));
     assert_eq!(second, dir.join(format!("gpushim-{pid}-snapshot-2.json")), "{run}");
+    assert_eq!(read_json(&second, &run)["snapshot"].as_u64(), Some(2), "{run}");
     let r2: Value = read_json(&second, &run);
     assert!(r2.get("label").is_none(), "no label, no field{run}");
     assert_eq!((total(&r2, "live_bytes"), total(&r2, "live_count")), (3 << 20, 2), "{run}");
 
     let holders = printed(&run.stdout, "holders", &run);
     assert_eq!(holders, dir.join(format!("gpushim-{pid}-snapshot-1-after_one_MiB.holders.json")).to_str().unwrap());
+    // Each snapshot's reachability scan is written beside it, as a signal's is.
+    for stem in [format!("snapshot-1-after_one_MiB"), format!("snapshot-2")] {
+        let reach = dir.join(format!("gpushim-{pid}-{stem}.reach.json"));
+        let reach = read_json(&reach, &run);
+        assert_eq!(reach["reachability"]["status"], "complete", "{reach}{run}");
+    }
+    let aside_reach = dir.join("aside").join(format!("gpushim-{pid}-snapshot-1-aside.reach.json"));
+    assert!(aside_reach.is_file(), "{run}");
 }
 
 /// Without the shim: nothing raises, `is_tracing()` is False, `snapshot()` and `report_path()`
@@ -448,6 +465,16 @@ fn jupyter_kernel_diff_names_the_leaking_cell_line() {
         ours.iter().all(|n| !n.contains("-cell") && !n.contains("-load")) && ours.iter().any(|n| n.contains("-mine")),
         "{ours:?}{run}"
     );
+    // The snapshots asked for are numbered 1, 2, … in the working directory: the per-cell
+    // ones, numbered in their own directory, leave no gaps.
+    let mut numbers: Vec<u32> = ours
+        .iter()
+        .filter(|n| n.ends_with(".json") && !n.ends_with(".holders.json") && !n.ends_with(".reach.json"))
+        .filter_map(|n| n.split("-snapshot-").nth(1)?.split(['-', '.']).next()?.parse().ok())
+        .collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, (1..=numbers.len() as u32).collect::<Vec<_>>(), "{ours:?}{run}");
+    assert!(numbers.len() >= 2, "{ours:?}{run}");
 
     // What the last cell (the second run of LEAK) left alive: one new site at its line 2.
     let diff = cell_output(&run.stdout, 4, &run);

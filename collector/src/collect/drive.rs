@@ -165,7 +165,10 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
         };
         let sink = &mut self.sink;
         match ev {
-            Event::Snapshot(s) => self.tracker.request_snapshot(s.boundary, s.ts_ns, sink),
+            Event::Snapshot(s) => {
+                sink.number_snapshot(self.tracker.requested() + 1);
+                self.tracker.request_snapshot(s.boundary, s.ts_ns, sink);
+            }
             Event::ApiSnapshot(s) => {
                 // Labelled before the request: the snapshot may be written at once.
                 let n = self.tracker.requested() + 1;
@@ -174,6 +177,7 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
                 if s.dir.starts_with('/') {
                     sink.dirs.insert(n, std::path::PathBuf::from(&s.dir));
                 }
+                sink.number_snapshot(n);
                 self.tracker.request_snapshot(s.boundary, s.ts_ns, sink);
             }
             Event::Exit(x) => {

@@ -48,6 +48,13 @@ pub(super) struct Sink<'a> {
     /// The directory asked for by API snapshots that named one, by snapshot number: their
     /// report, holders and reachability files go there rather than into the output directory.
     pub(super) dirs: HashMap<u32, PathBuf>,
+    /// The number each snapshot is written under, by the stream's snapshot number: snapshots
+    /// are numbered 1, 2, … within each directory they go to, so that the per-cell snapshots a
+    /// notebook writes into a directory of their own leave no gaps in the numbers of those in
+    /// the output directory.
+    numbers: HashMap<u32, u32>,
+    /// The last number given in each directory.
+    numbered: HashMap<PathBuf, u32>,
     /// NVML sampling of the target, when asked for.
     pub(super) sampler: Option<nvml::Sampler>,
     /// The driver's view as of the latest report.
@@ -122,6 +129,8 @@ impl<'a> Sink<'a> {
             walks: 0,
             labels: HashMap::new(),
             dirs: HashMap::new(),
+            numbers: HashMap::new(),
+            numbered: HashMap::new(),
             sampler: None,
             driver: None,
             work_end: None,
@@ -178,12 +187,27 @@ impl<'a> Sink<'a> {
         identity::stem(self.hello.pid, self.identity.as_ref())
     }
 
-    /// The file name (without `.json`) of snapshot `n`: `gpushim-[rankR-]PID-snapshot-N`, and
-    /// `-LABEL` after it for a labelled API snapshot.
+    /// Gives snapshot `n` of the stream (asked for now, its label and directory known) the
+    /// next number of the directory it goes to.
+    pub(super) fn number_snapshot(&mut self, n: u32) {
+        let dir = self.dirs.get(&n).cloned().unwrap_or_else(|| self.out.dir.clone());
+        let last = self.numbered.entry(dir).or_insert(0);
+        *last += 1;
+        self.numbers.insert(n, *last);
+    }
+
+    /// The number snapshot `n` of the stream is written under (see [`Sink::number_snapshot`]).
+    fn public_number(&self, n: u32) -> u32 {
+        self.numbers.get(&n).copied().unwrap_or(n)
+    }
+
+    /// The file name (without `.json`) of snapshot `n` of the stream:
+    /// `gpushim-[rankR-]PID-snapshot-N`, and `-LABEL` after it for a labelled API snapshot.
     fn snapshot_stem(&self, n: u32) -> String {
+        let shown = self.public_number(n);
         match self.labels.get(&n).filter(|l| !l.is_empty()) {
-            Some(l) => format!("{}-snapshot-{n}-{l}", self.stem()),
-            None => format!("{}-snapshot-{n}", self.stem()),
+            Some(l) => format!("{}-snapshot-{shown}-{l}", self.stem()),
+            None => format!("{}-snapshot-{shown}", self.stem()),
         }
     }
 
@@ -195,7 +219,10 @@ impl<'a> Sink<'a> {
         if h.reason != WalkReason::Exit {
             self.pause_start.get_or_insert(h.ts_ns);
         }
-        let holders = holders::attribute(h, state, self.hello.pid, self.sym.python());
+        let mut holders = holders::attribute(h, state, self.hello.pid, self.sym.python());
+        if h.reason == WalkReason::Snapshot {
+            holders.number = Some(self.public_number(h.number));
+        }
         let stem = match h.reason {
             WalkReason::Exit => {
                 self.work_end = Some(self.pause_start.map_or(h.ts_ns, |p| p.min(h.ts_ns)));
@@ -348,13 +375,14 @@ impl<'a> Sink<'a> {
             ));
         }
         self.driver = self.sampler.as_ref().map(nvml::Sampler::view_now);
-        let ending = Ending { snapshot: Some(p.number), ..Ending::now(Reason::Snapshot, p.ts_ns, p.missing, notes) };
+        let n = self.public_number(p.number);
+        let ending = Ending { snapshot: Some(n), ..Ending::now(Reason::Snapshot, p.ts_ns, p.missing, notes) };
         let mut report = self.build_report(state, ending);
         let label = self.labels.get(&p.number).cloned();
         let api = label.is_some();
         report.label = label.filter(|l| !l.is_empty());
         let stem = self.snapshot_stem(p.number);
         let dir = self.dirs.get(&p.number).cloned();
-        let _ = self.out.in_dir(dir.as_deref(), |w| w.report(&stem, Kind::Snapshot { n: p.number, api }, &mut report));
+        let _ = self.out.in_dir(dir.as_deref(), |w| w.report(&stem, Kind::Snapshot { n, asked: p.number, api }, &mut report));
     }
 }

@@ -15,9 +15,10 @@ use crate::report::Report;
 
 /// Which report [`Writer::report`] writes, with what that kind says or does besides the file.
 pub(super) enum Kind<'k> {
-    /// Snapshot number `n`; `api`: asked for through the shim's C API, so answered on the
-    /// socket (and not said on stderr) rather than by signal.
-    Snapshot { n: u32, api: bool },
+    /// Snapshot number `n` (its number in its directory); `api`: asked for through the
+    /// shim's C API, so answered on the socket (and not said on stderr) rather than by signal,
+    /// under `asked`, its number in the stream.
+    Snapshot { n: u32, asked: u32, api: bool },
     /// A snapshot asked for by `gpushim top`: its client gets the path, stderr nothing.
     TopSnapshot,
     /// Out-of-memory report; `what`: the failed request in words.
@@ -59,7 +60,7 @@ impl<'a> Writer<'a> {
     pub(super) fn report(&mut self, stem: &str, kind: Kind<'_>, report: &mut Report) -> Result<PathBuf> {
         let written = self.json(&*report, stem);
         match kind {
-            Kind::Snapshot { n, api } => {
+            Kind::Snapshot { n, asked, api } => {
                 match &written {
                     Ok(path) => {
                         // An API snapshot's caller gets the path back: no line for it.
@@ -74,7 +75,7 @@ impl<'a> Writer<'a> {
                     }
                 }
                 if api {
-                    self.answer(n, written.as_ref().map_err(|e| format!("{e:#}")));
+                    self.answer(asked, written.as_ref().map_err(|e| format!("{e:#}")));
                 }
             }
             Kind::TopSnapshot => {

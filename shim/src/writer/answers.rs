@@ -1,6 +1,6 @@
 //! Snapshots: those asked for by signal (the boundary the handler recorded), those asked for
-//! through the C API (answered when the collector says the file is written), and the
-//! reachability scan that follows each.
+//! through the C API (answered when the collector says the file is written), and the heap walk
+//! and reachability scan that follow each.
 
 use std::sync::atomic::Ordering::*;
 
@@ -67,6 +67,7 @@ impl Writer {
     /// end-of-stream confirmation (an empty line).
     pub(super) fn take_answers(&mut self, walks: bool) -> bool {
         let mut confirmed = false;
+        let mut scans = Vec::new();
         while let Some(end) = self.answer_buf.iter().position(|&c| c == b'\n') {
             let line: Vec<u8> = self.answer_buf.drain(..=end).take(end).collect();
             if line.is_empty() {
@@ -79,10 +80,16 @@ impl Writer {
                             self.activity_now();
                             self.push(&Event::HeapWalk(h));
                         }
+                        scans.push(n);
                     }
                     let _ = tx.send(reply);
                 }
             }
+        }
+        // The scans run once the callers are answered: a caller waits on its snapshot's file,
+        // not on its scan.
+        for n in scans {
+            self.reachability(Scan::Report(wire::WalkReason::Snapshot, n));
         }
         confirmed
     }
