@@ -128,7 +128,9 @@ fn without_the_shim_the_api_says_tracing_is_off() {
     assert_eq!(printed(&run.stdout, "second", &run), "None", "{run}");
     let off: Vec<&str> = run.stderr.lines().filter(|l| l.contains("tracing is off")).collect();
     assert_eq!(off.len(), 1, "said once{run}");
-    assert_eq!(names_in(run.dir.path()), ["api.py"], "no report without the shim{run}");
+    assert_eq!(printed(&run.stdout, "aside", &run), "None", "{run}");
+    assert_eq!(names_in(run.dir.path()), ["api.py", "aside"], "no report without the shim{run}");
+    assert!(names_in(&run.dir.path().join("aside")).is_empty(), "{run}");
 }
 
 /// The Python of the test virtual environment (pytest, ipykernel, jupyter_client):

@@ -276,7 +276,12 @@ impl<'a> Sink<'a> {
         let file = reach::classify(r, state, &self.stacks, &mut self.sym);
         let dir = (r.reason != WalkReason::Oom).then(|| self.dirs.get(&r.number).cloned()).flatten();
         match self.out.in_dir(dir.as_deref(), |w| w.json(&file, &stem)) {
-            Ok(path) if reach::worth_a_line(&file.reachability) => {
+            // Said for snapshots by signal and out-of-memory reports; an API snapshot's caller
+            // finds it beside its file.
+            Ok(path)
+                if reach::worth_a_line(&file.reachability)
+                    && (r.reason == WalkReason::Oom || !self.labels.contains_key(&r.number)) =>
+            {
                 let lead = reach::lead_line(&file.reachability).map(|l| format!("{l}; ")).unwrap_or_default();
                 let _ = writeln!(
                     self.out.err,
@@ -383,6 +388,8 @@ impl<'a> Sink<'a> {
         report.label = label.filter(|l| !l.is_empty());
         let stem = self.snapshot_stem(p.number);
         let dir = self.dirs.get(&p.number).cloned();
-        let _ = self.out.in_dir(dir.as_deref(), |w| w.report(&stem, Kind::Snapshot { n, asked: p.number, api }, &mut report));
+        let _ = self
+            .out
+            .in_dir(dir.as_deref(), |w| w.report(&stem, Kind::Snapshot { n, asked: p.number, api }, &mut report));
     }
 }
