@@ -293,7 +293,8 @@ mod tests {
         let (mut err, mut answers) = (Vec::new(), Vec::new());
         let out = collect_answering(&stream_of(&ev)[..], &Options::default(), &mut err, &mut answers).unwrap();
         let first = cells.join("gpushim-4242-snapshot-1-cell1.json");
-        let second = d.0.join("gpushim-4242-snapshot-2-mine.json");
+        // Numbered within its directory; answered under its number in the stream.
+        let second = d.0.join("gpushim-4242-snapshot-1-mine.json");
         assert_eq!(out.snapshots, vec![first.clone(), second.clone()]);
         let want = format!("snapshot 1 {}\nsnapshot 2 {}\n", first.display(), second.display());
         assert_eq!(String::from_utf8(answers).unwrap(), want);
