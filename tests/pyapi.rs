@@ -107,7 +107,7 @@ fn snapshot_from_python_writes_a_labelled_file() {
     let holders = printed(&run.stdout, "holders", &run);
     assert_eq!(holders, dir.join(format!("gpushim-{pid}-snapshot-1-after_one_MiB.holders.json")).to_str().unwrap());
     // Each snapshot's reachability scan is written beside it, as a signal's is.
-    for stem in [format!("snapshot-1-after_one_MiB"), format!("snapshot-2")] {
+    for stem in ["snapshot-1-after_one_MiB", "snapshot-2"] {
         let reach = dir.join(format!("gpushim-{pid}-{stem}.reach.json"));
         let reach = read_json(&reach, &run);
         assert_eq!(reach["reachability"]["status"], "complete", "{reach}{run}");

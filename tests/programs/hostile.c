@@ -1220,6 +1220,56 @@ static int scenario_metrics(void)
     return 0;
 }
 
+/* published-early: one thread allocates into a slot another thread watches; the watcher
+ * frees each pointer as soon as it appears there, which can be while the allocating call has
+ * not returned yet (the real function wrote the slot before returning).  200,000 pairs, all
+ * freed: no unknown free, no replaced allocation, nothing live. */
+#define PUBLISHED_EARLY_PAIRS 200000
+static void *volatile early_slot;
+static int early_done;
+
+static void *early_watcher(void *arg)
+{
+    (void)arg;
+    long freed = 0;
+    while (freed < PUBLISHED_EARLY_PAIRS) {
+        void *p = __atomic_exchange_n(&early_slot, NULL, __ATOMIC_ACQ_REL);
+        if (p == NULL) {
+            /* The slot is read once more after the end is seen: the last pointer may have
+             * been written between the exchange above and that read. */
+            if (!__atomic_load_n(&early_done, __ATOMIC_ACQUIRE))
+                continue;
+            p = __atomic_exchange_n(&early_slot, NULL, __ATOMIC_ACQ_REL);
+            if (p == NULL)
+                break;
+        }
+        check("cudaFree", cudaFree(p));
+        freed++;
+    }
+    return (void *)freed;
+}
+
+static int scenario_published_early(void)
+{
+    pthread_t w;
+    if (pthread_create(&w, NULL, early_watcher, NULL) != 0)
+        return 1;
+    for (long i = 0; i < PUBLISHED_EARLY_PAIRS; i++) {
+        /* Wait until the watcher took the last one: the slot is written only by the call. */
+        while (__atomic_load_n(&early_slot, __ATOMIC_ACQUIRE) != NULL)
+            ;
+        check("cudaMalloc", cudaMalloc((void **)&early_slot, 4096));
+    }
+    __atomic_store_n(&early_done, 1, __ATOMIC_RELEASE);
+    void *freed = NULL;
+    pthread_join(w, &freed);
+    if ((long)freed != PUBLISHED_EARLY_PAIRS) {
+        fprintf(stderr, "hostile: the watcher freed %ld of %d\n", (long)freed, PUBLISHED_EARLY_PAIRS);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -1300,6 +1350,8 @@ int main(int argc, char **argv)
         rc = scenario_two_runtimes();
     else if (strcmp(s, "nvml-growth") == 0)
         rc = scenario_nvml_growth();
+    else if (strcmp(s, "published-early") == 0)
+        rc = scenario_published_early();
     else {
         fprintf(stderr, "hostile: unknown scenario %s\n", s);
         return 2;

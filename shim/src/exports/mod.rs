@@ -44,15 +44,47 @@ const NOT_INITIALIZED: c_int = 3;
 const NOT_FOUND: c_int = 500;
 
 /// An out-pointer an allocation function writes its result through.
+///
+/// The real function writes into a slot of the hook's own ([`OutPtr::staged`]), and the hook
+/// copies what it wrote into the caller's out-parameter ([`OutPtr::publish`]) only once the
+/// allocation has its sequence number: another thread that frees the pointer as soon as it
+/// appears there then always frees it after its allocation in the stream.
 trait OutPtr: Copy {
+    /// The hook's slot for what the real function writes.
+    type Slot;
+    /// A slot holding [`UNWRITTEN`] in each field, to tell which fields the real call wrote.
+    fn slot(self) -> Self::Slot;
+    /// An out-pointer to `slot`, or NULL when `self` is NULL (the real function gets the
+    /// caller's NULL).
+    fn staged(self, slot: *mut Self::Slot) -> Self;
     /// The value written, as an address; 0 for a NULL out-pointer.
     ///
     /// # Safety
     /// Call only after the real function returned success, which means it wrote the target.
     unsafe fn value(self) -> u64;
+    /// Writes each field of `slot` that the real call wrote into `self` (nothing for NULL).
+    ///
+    /// # Safety
+    /// `self` is the caller's out-parameter, which the real function would have written.
+    unsafe fn publish(self, slot: &Self::Slot);
 }
 
+/// What a slot field holds until the real call writes it: an odd address, which no allocation
+/// function returns.
+const UNWRITTEN: usize = 0x6770_7573_6869_6d01;
+
 impl OutPtr for *mut *mut c_void {
+    type Slot = *mut c_void;
+    fn slot(self) -> Self::Slot {
+        UNWRITTEN as *mut c_void
+    }
+    fn staged(self, slot: *mut Self::Slot) -> Self {
+        if self.is_null() {
+            self
+        } else {
+            slot
+        }
+    }
     unsafe fn value(self) -> u64 {
         if self.is_null() {
             0
@@ -61,15 +93,38 @@ impl OutPtr for *mut *mut c_void {
             unsafe { *self as u64 }
         }
     }
+    unsafe fn publish(self, slot: &Self::Slot) {
+        if !self.is_null() && *slot as usize != UNWRITTEN {
+            // SAFETY: the caller's out-parameter (the caller's contract).
+            unsafe { self.write(*slot) }
+        }
+    }
 }
 
 impl OutPtr for *mut DevPtr {
+    type Slot = DevPtr;
+    fn slot(self) -> Self::Slot {
+        UNWRITTEN as DevPtr
+    }
+    fn staged(self, slot: *mut Self::Slot) -> Self {
+        if self.is_null() {
+            self
+        } else {
+            slot
+        }
+    }
     unsafe fn value(self) -> u64 {
         if self.is_null() {
             0
         } else {
             // SAFETY: non-NULL and written by the real call (the caller's contract).
             unsafe { *self }
+        }
+    }
+    unsafe fn publish(self, slot: &Self::Slot) {
+        if !self.is_null() && *slot != UNWRITTEN as DevPtr {
+            // SAFETY: the caller's out-parameter (the caller's contract).
+            unsafe { self.write(*slot) }
         }
     }
 }
@@ -80,21 +135,49 @@ impl OutPtr for *mut DevPtr {
 pub struct PitchedPtr {
     ptr: *mut c_void,
     pitch: usize,
-    /// Read by no one: the layout's.
-    #[allow(dead_code)]
     xsize: usize,
-    /// Read by no one: the layout's.
-    #[allow(dead_code)]
     ysize: usize,
 }
 
 impl OutPtr for *mut PitchedPtr {
+    type Slot = PitchedPtr;
+    fn slot(self) -> Self::Slot {
+        PitchedPtr { ptr: UNWRITTEN as *mut c_void, pitch: UNWRITTEN, xsize: UNWRITTEN, ysize: UNWRITTEN }
+    }
+    fn staged(self, slot: *mut Self::Slot) -> Self {
+        if self.is_null() {
+            self
+        } else {
+            slot
+        }
+    }
     unsafe fn value(self) -> u64 {
         if self.is_null() {
             0
         } else {
             // SAFETY: non-NULL and written by the real call (the caller's contract).
             unsafe { (*self).ptr as u64 }
+        }
+    }
+    unsafe fn publish(self, slot: &Self::Slot) {
+        if self.is_null() {
+            return;
+        }
+        // SAFETY: the caller's out-parameter (the caller's contract); each field is written
+        // through a raw place, as the real function would have written it.
+        unsafe {
+            if slot.ptr as usize != UNWRITTEN {
+                std::ptr::addr_of_mut!((*self).ptr).write(slot.ptr);
+            }
+            for (field, got) in [
+                (std::ptr::addr_of_mut!((*self).pitch), slot.pitch),
+                (std::ptr::addr_of_mut!((*self).xsize), slot.xsize),
+                (std::ptr::addr_of_mut!((*self).ysize), slot.ysize),
+            ] {
+                if got != UNWRITTEN {
+                    field.write(got);
+                }
+            }
         }
     }
 }
@@ -121,7 +204,20 @@ macro_rules! hook_body {
             return r;
         };
     };
-    // `@call`: the real call, the caller's arguments unchanged.
+    // `@stage`: the out-parameter `$out` is shadowed by one pointing at the hook's own slot
+    // (`OutPtr`) for the rest of the enclosing block; `@publish` copies what the real call wrote
+    // there to the caller's, after the event took its sequence number.
+    (@stage $out:ident, $caller:ident, $slot:ident) => {
+        let $caller = $out;
+        let mut $slot = OutPtr::slot($caller);
+        let $out = OutPtr::staged($caller, std::ptr::addr_of_mut!($slot));
+    };
+    (@publish $caller:ident, $slot:ident) => {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        // SAFETY: the caller's own out-parameter, given what the real call wrote.
+        unsafe { OutPtr::publish($caller, &$slot) };
+    };
+    // `@call`: the real call, the caller's arguments unchanged (an out-parameter staged).
     (@call ($($arg:ident),*), $f:ident) => {{
         crate::probe::probe!(real_begins);
         // SAFETY: the caller's arguments, unchanged, to the real function.
@@ -141,10 +237,11 @@ macro_rules! hook_body {
         r
     }};
     // An allocation returned through an out-pointer.
-    (alloc($kind:ident, $api:ident) { out = $out:expr; size = $size:expr; req = $req:expr; device = $dev:expr; stream = $stream:expr }
+    (alloc($kind:ident, $api:ident) { out = $out:ident; size = $size:expr; req = $req:expr; device = $dev:expr; stream = $stream:expr }
         $v:ident, ($($arg:ident),*), $f:ident) => {{
         hook_body!(@enter 0, ($($arg),*), $f);
         crate::probe::probe!(Guard);
+        hook_body!(@stage $out, caller_out, out_slot);
         let r = hook_body!(@call ($($arg),*), $f);
         if r == 0 {
             // SAFETY: the real call succeeded, so it wrote its out-parameters.
@@ -157,14 +254,16 @@ macro_rules! hook_body {
             let req = unsafe { $req };
             record::alloc(Api::$api, Kind::$kind, r, 0, req, $dev, $stream as u64);
         }
+        hook_body!(@publish caller_out, out_slot);
         r
     }};
     // A stream-ordered allocation: on a stream that is capturing into a graph it makes an
     // allocation node (not live until the graph is launched; `graphs.rs`), else an allocation.
-    (async_alloc($kind:ident, $api:ident) { out = $out:expr; size = $size:expr; req = $req:expr; device = $dev:expr; stream = $stream:expr; capture = $cap:expr }
+    (async_alloc($kind:ident, $api:ident) { out = $out:ident; size = $size:expr; req = $req:expr; device = $dev:expr; stream = $stream:expr; capture = $cap:expr }
         $v:ident, ($($arg:ident),*), $f:ident) => {{
         hook_body!(@enter 0, ($($arg),*), $f);
         crate::probe::probe!(Guard);
+        hook_body!(@stage $out, caller_out, out_slot);
         let r = hook_body!(@call ($($arg),*), $f);
         // Asked first: on a capturing stream the shim may make no call the capture does not
         // support. `cuStreamGetDevice` (the `device` of these entries) is one: it fails with
@@ -185,6 +284,7 @@ macro_rules! hook_body {
             let device = if capturing { DEV_CURRENT } else { $dev };
             record::alloc(Api::$api, Kind::$kind, r, 0, $req, device, $stream as u64);
         }
+        hook_body!(@publish caller_out, out_slot);
         r
     }};
     // A stream-ordered free: on a capturing stream it makes a free node of the graph being
