@@ -117,3 +117,25 @@ fn in_a_pid_namespace_the_untraced_figure_is_marked_unknown() {
     let note = g["driver_note"].as_str().unwrap_or_default();
     assert!(note.starts_with("unknown: the program runs in a PID namespace of its own"), "{note}{d}");
 }
+
+#[test]
+fn a_snapshot_by_the_hosts_pid_of_a_program_in_a_pid_namespace() {
+    // The collector and the files know the program by the pid it has in its namespace (1):
+    // `gpushim snapshot HOSTPID` said it "has made no CUDA allocation yet".
+    let t = Target::new("target_dynamic", "host-pid").args(&["pause", "0"]);
+    let mut live = Live::spawn(t.command_under(&UNSHARE), format!("unshare … {}", t.describe()));
+    assert_eq!(live.line(), "ready");
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", live.pid)).unwrap_or_default();
+    let host_pid: i32 = match children.split_whitespace().collect::<Vec<_>>()[..] {
+        [one] => one.parse().unwrap(),
+        ref other => live.abort(&format!("unshare's children: {other:?}")),
+    };
+    assert_ne!(host_pid, 1);
+    let path = take_snapshot(host_pid);
+    assert!(path.ends_with("gpushim-1-snapshot-1.json"), "{path}");
+    let snap = read_json(std::path::Path::new(&path), &path);
+    assert_eq!((snap["pid"].as_u64(), total(&snap, "live_bytes")), (Some(1), MIB), "{path}");
+    let d = live.finish();
+    assert!(d.status.success(), "{d}");
+    assert_eq!(total(&d.report_in(t.dir.path()), "live_bytes"), 3 * MIB, "{d}");
+}

@@ -97,7 +97,7 @@ fn job_below(pid: i32) -> Vec<i32> {
 pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<PathBuf> {
     send(pid, 0)?;
     let mut pid = pid;
-    if !has_shim(pid).unwrap_or(true) || collector_output(pid).is_none() {
+    if !has_shim(pid).unwrap_or(true) || Inside::of(pid).collector_output().is_none() {
         // `gpushim run` (or a shell) holds the traced program below it: follow it.
         let below = job_below(pid);
         let follow = match below.as_slice() {
@@ -114,6 +114,9 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
         }
     }
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    // A program in a PID namespace of its own (a container) names its files, and its collector
+    // names it, by the pid it has there; its paths are under its own root.
+    let inside = Inside::of(pid);
     // The shim listens to the signal its GPUSHIM_SIGNAL names (read when it loaded, so the
     // program's starting environment); any other signal would take its default action.
     let signal = match (signal, signal_setting(&proc_dir)) {
@@ -150,7 +153,7 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
     }
     // The shim starts its collector (`gpushim collect ... --pid PID`) at the first CUDA
     // allocation: without one there is nothing to take a snapshot of.
-    if collector_output(pid).is_none() {
+    if inside.collector_output().is_none() {
         return Err(coded(
             USAGE,
             format!(
@@ -159,7 +162,7 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
             ),
         ));
     }
-    let dir = output_dir(&proc_dir, pid)
+    let dir = output_dir(&proc_dir, &inside)
         .map_err(|e| coded(USAGE, format!("cannot find where pid {pid} writes reports: {e:#}")))?;
     // Where the collector may write: the output directory, else (when it cannot write there)
     // the target's $TMPDIR, then /tmp, as `output.rs` falls back.
@@ -167,11 +170,13 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
     for fallback in
         [env_value(&proc_dir, b"TMPDIR").map(PathBuf::from), Some(PathBuf::from("/tmp"))].into_iter().flatten()
     {
+        let fallback = inside.path(fallback);
         if fallback.is_absolute() && !dirs.contains(&fallback) {
             dirs.push(fallback);
         }
     }
-    let before = snapshot_names(&dir, pid)
+    let named = inside.pid;
+    let before = snapshot_names(&dir, named)
         .map_err(|e| coded(USAGE, format!("cannot read the output directory {} of pid {pid}: {e}", dir.display())))?;
     let before: Vec<HashSet<OsString>> = dirs
         .iter()
@@ -182,7 +187,7 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
     let deadline = Instant::now() + timeout;
     loop {
         for (d, seen) in dirs.iter().zip(&before) {
-            if let Ok(now) = snapshot_names(d, pid) {
+            if let Ok(now) = snapshot_names(d, named) {
                 if let Some(new) = now.difference(seen).min() {
                     return Ok(d.join(new));
                 }
@@ -293,23 +298,81 @@ fn env_value(proc_dir: &Path, name: &[u8]) -> Option<OsString> {
     })
 }
 
-/// The target's report directory: the one its collector was started with (`gpushim collect
-/// --output DIR --pid PID` on the collector's command line), else `GPUSHIM_OUTPUT` from the
-/// target's environment (relative to its working directory), else its working directory. The
-/// first holds when the program changed its working directory after tracing started.
-fn output_dir(proc_dir: &Path, pid: i32) -> Result<PathBuf> {
-    if let Some(dir) = collector_output(pid) {
+/// A traced process as its collector and its files know it: by the pid it has in its own PID
+/// namespace, under its own root.
+struct Inside {
+    /// Its pid in our PID namespace.
+    ours: i32,
+    /// Its pid in its own (the innermost) PID namespace: `ours` when that is ours.
+    pid: i32,
+    /// Whether its PID namespace is another than ours.
+    other: bool,
+}
+
+impl Inside {
+    /// `pid` (ours) as it knows itself: the last pid of its status's `NSpid` line, when its
+    /// PID namespace (`/proc/PID/ns/pid`) is not ours.
+    fn of(pid: i32) -> Inside {
+        let ns = |p: &str| fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+        let mine = ns("self");
+        let theirs = ns(&pid.to_string());
+        let other = mine.is_some() && theirs.is_some() && mine != theirs;
+        let inner = other
+            .then(|| fs::read_to_string(format!("/proc/{pid}/status")).ok())
+            .flatten()
+            .and_then(|st| nspid_innermost(&st));
+        Inside { ours: pid, pid: inner.unwrap_or(pid), other: other && inner.is_some() }
+    }
+
+    /// `path` as the process sees it, as we can reach it: through `/proc/PID/root` when it
+    /// lives in another PID namespace (a container has its own root as a rule).
+    fn path(&self, path: PathBuf) -> PathBuf {
+        if !self.other || !path.is_absolute() {
+            return path;
+        }
+        let mut p = PathBuf::from(format!("/proc/{}/root", self.ours));
+        p.extend(path.components().skip(1));
+        p
+    }
+
+    /// The `--output` of its running collector, reachable from here: a collector that names
+    /// its pid (`--pid`) and lives in its PID namespace.
+    fn collector_output(&self) -> Option<PathBuf> {
+        if !self.other {
+            return collector_output(self.pid);
+        }
+        let ns = |p: i32| fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+        let theirs = ns(self.ours)?;
+        collectors_named()
+            .into_iter()
+            .find(|c| c.1 == self.pid && ns(c.0).as_ref() == Some(&theirs))
+            .map(|c| self.path(c.2))
+    }
+}
+
+/// The innermost pid of a `/proc/PID/status` text's `NSpid` line (its last field).
+fn nspid_innermost(status: &str) -> Option<i32> {
+    status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()
+}
+
+/// The target's report directory, as we reach it: the one its collector was started with
+/// (`gpushim collect --output DIR --pid PID` on the collector's command line), else
+/// `GPUSHIM_OUTPUT` from the target's environment (relative to its working directory), else its
+/// working directory. The first holds when the program changed its working directory after
+/// tracing started.
+fn output_dir(proc_dir: &Path, inside: &Inside) -> Result<PathBuf> {
+    if let Some(dir) = inside.collector_output() {
         return Ok(dir);
     }
     let cwd = fs::read_link(proc_dir.join("cwd"));
     if let Some(dir) = env_value(proc_dir, b"GPUSHIM_OUTPUT").map(PathBuf::from) {
         if dir.is_absolute() {
-            return Ok(dir);
+            return Ok(inside.path(dir));
         }
         let cwd = cwd.with_context(|| format!("reading {}/cwd", proc_dir.display()))?;
-        return Ok(cwd.join(dir));
+        return Ok(inside.path(cwd.join(dir)));
     }
-    cwd.with_context(|| format!("reading {}/cwd", proc_dir.display()))
+    cwd.map(|c| inside.path(c)).with_context(|| format!("reading {}/cwd", proc_dir.display()))
 }
 
 /// The `--output` of the running `gpushim collect` whose `--pid` is `pid`, if any.
@@ -320,6 +383,11 @@ fn collector_output(pid: i32) -> Option<PathBuf> {
 /// Every running `gpushim collect` that names its traced pid and output directory (`--pid PID
 /// --output DIR` on its command line, as the shim starts it): `(PID, DIR)`.
 pub(super) fn collectors() -> Vec<(i32, PathBuf)> {
+    collectors_named().into_iter().map(|(_, pid, dir)| (pid, dir)).collect()
+}
+
+/// [`collectors`], each with the collector's own pid first: `(collector, PID, DIR)`.
+fn collectors_named() -> Vec<(i32, i32, PathBuf)> {
     let mut out = Vec::new();
     let Ok(procs) = fs::read_dir("/proc") else { return out };
     for entry in procs.flatten() {
@@ -334,8 +402,9 @@ pub(super) fn collectors() -> Vec<(i32, PathBuf)> {
         }
         let value = |flag: &[u8]| args.windows(2).find(|w| w[0] == flag).map(|w| w[1]);
         let pid = value(b"--pid").and_then(|p| std::str::from_utf8(p).ok()?.parse::<i32>().ok());
-        if let (Some(pid), Some(dir)) = (pid, value(b"--output")) {
-            out.push((pid, PathBuf::from(OsString::from_vec(dir.to_vec()))));
+        let own = name.to_str().and_then(|n| n.parse::<i32>().ok());
+        if let (Some(own), Some(pid), Some(dir)) = (own, pid, value(b"--output")) {
+            out.push((own, pid, PathBuf::from(OsString::from_vec(dir.to_vec()))));
         }
     }
     out
@@ -406,6 +475,18 @@ mod tests {
     }
 
     #[test]
+    fn the_innermost_pid_of_a_status_file() {
+        assert_eq!(nspid_innermost("Name:\tx\nNSpid:\t4242\t17\t1\nNSsid:\t1\n"), Some(1));
+        assert_eq!(nspid_innermost("NSpid:\t4242\n"), Some(4242));
+        assert_eq!(nspid_innermost("Name:\tx\n"), None);
+        let me = Inside::of(std::process::id() as i32);
+        assert_eq!((me.pid, me.other), (std::process::id() as i32, false));
+        assert_eq!(me.path(PathBuf::from("/a/b")), PathBuf::from("/a/b"));
+        let there = Inside { ours: 7, pid: 1, other: true };
+        assert_eq!(there.path(PathBuf::from("/a/b")), PathBuf::from("/proc/7/root/a/b"));
+    }
+
+    #[test]
     fn reads_the_ignored_signals_of_a_status_file() {
         let status = "Name:\tpython3\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000200\nSigCgt:\t0\n";
         assert!(ignores(status, libc::SIGUSR1)); // 10: bit 9
@@ -416,7 +497,7 @@ mod tests {
     #[test]
     fn output_dir_of_this_process() {
         let me = PathBuf::from(format!("/proc/{}", std::process::id()));
-        let dir = output_dir(&me, std::process::id() as i32).unwrap();
+        let dir = output_dir(&me, &Inside::of(std::process::id() as i32)).unwrap();
         match std::env::var_os("GPUSHIM_OUTPUT").filter(|v| !v.is_empty()) {
             None => assert_eq!(dir, std::env::current_dir().unwrap()),
             Some(_) => assert!(dir.is_absolute()),
