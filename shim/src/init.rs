@@ -11,7 +11,7 @@ use std::ffi::{c_int, c_void};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 
-use crate::state::{self, SEQ, SNAP_BOUNDARY, SNAP_REQUESTS, SNAP_TS};
+use crate::state;
 use crate::{config, exit, loader, own_tls, record, socket, sys};
 
 /// The signal's previous disposition, written once by the constructor before our handler is
@@ -91,11 +91,7 @@ fn install(sig: c_int) {
 }
 
 extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    if state::recording() {
-        SNAP_BOUNDARY.store(SEQ.load(Acquire), Release);
-        SNAP_TS.store(sys::now_ns(), Release);
-        SNAP_REQUESTS.fetch_add(1, AcqRel);
-    }
+    state::ask_snapshot();
     if !OLD.set.load(Acquire) {
         return;
     }

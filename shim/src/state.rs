@@ -57,12 +57,23 @@ pub static WRITER_TID: AtomicU32 = AtomicU32::new(0);
 /// left of `GPUSHIM_EXIT_TIMEOUT`, so that the whole exit waits at most that long.
 pub static EXIT_WAITED_NS: AtomicU64 = AtomicU64::new(0);
 
-/// Snapshot requests received (by the signal handler) since tracing started in this process.
+/// Snapshot requests received (by the signal handler, or from the collector: [`ask_snapshot`])
+/// since tracing started in this process.
 pub static SNAP_REQUESTS: AtomicU64 = AtomicU64::new(0);
 /// Sequence number at the latest request: the snapshot holds the events before it.
 pub static SNAP_BOUNDARY: AtomicU64 = AtomicU64::new(0);
 /// Monotonic time of the latest request, ns.
 pub static SNAP_TS: AtomicU64 = AtomicU64::new(0);
+
+/// Asks for a snapshot of the events numbered so far, which the writer takes at its next turn
+/// (`writer::answers`). Atomics only: the signal handler calls it.
+pub fn ask_snapshot() {
+    if recording() {
+        SNAP_BOUNDARY.store(SEQ.load(Acquire), Release);
+        SNAP_TS.store(crate::sys::now_ns(), Release);
+        SNAP_REQUESTS.fetch_add(1, AcqRel);
+    }
+}
 
 /// The sender half of the channel to the writer; null unless `ENABLED`. Leaked on purpose:
 /// hooks on other threads may hold a reference at any time.

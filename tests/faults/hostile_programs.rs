@@ -667,3 +667,20 @@ fn a_pointer_freed_by_another_thread_before_its_allocating_call_returned_is_coun
     assert_eq!((total(&r, "unknown_free_count"), total(&r, "replaced_count")), (0, 0), "{d}");
     assert_eq!((total(&r, "live_count"), total(&r, "live_bytes")), (0, 0), "{d}");
 }
+
+#[test]
+fn gpushim_snapshot_of_a_program_with_its_own_handler_of_the_signal_does_not_run_it() {
+    // A program that installs its own SIGUSR1 handler after its first allocation (a graceful
+    // restart): `gpushim snapshot` ran that handler and then said no snapshot appeared.
+    let t = Target::new("hostile", "own-usr1").args(&["own-usr1"]);
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "ready");
+    let path = take_snapshot(live.pid);
+    assert!(path.ends_with("-snapshot-1.json"), "{path}");
+    let snap = read_json(std::path::Path::new(&path), &path);
+    assert_eq!(total(&snap, "live_bytes"), MIB, "{path}");
+    let d = live.finish();
+    assert!(d.status.success(), "{d}");
+    assert!(d.stdout.contains(&"handler ran 0".to_string()), "{d}");
+    assert_eq!(total(&d.report_in(t.dir.path()), "live_bytes"), 3 * MIB, "{d}");
+}

@@ -1220,6 +1220,37 @@ static int scenario_metrics(void)
     return 0;
 }
 
+/* own-usr1: after its first allocation the program installs its own SIGUSR1 handler (a
+ * "graceful restart"), says "ready", reads stdin to its end, allocates 2 MiB more and says how
+ * often its handler ran.  Live at exit: 3 MiB. */
+static volatile sig_atomic_t own_usr1_runs;
+static void own_usr1(int sig)
+{
+    (void)sig;
+    own_usr1_runs++;
+}
+
+static int scenario_own_usr1(void)
+{
+    void *d = NULL;
+    check("cudaMalloc", cudaMalloc(&d, 1 * MiB));
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = own_usr1;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGUSR1, &sa, NULL) != 0)
+        return 1;
+    printf("ready\n");
+    fflush(stdout);
+    char buf[256];
+    while (read(STDIN_FILENO, buf, sizeof buf) > 0)
+        ;
+    check("cudaMalloc", cudaMalloc(&d, 2 * MiB));
+    printf("handler ran %d\n", (int)own_usr1_runs);
+    return 0;
+}
+
 /* published-early: one thread allocates into a slot another thread watches; the watcher
  * frees each pointer as soon as it appears there, which can be while the allocating call has
  * not returned yet (the real function wrote the slot before returning).  200,000 pairs, all
@@ -1350,6 +1381,8 @@ int main(int argc, char **argv)
         rc = scenario_two_runtimes();
     else if (strcmp(s, "nvml-growth") == 0)
         rc = scenario_nvml_growth();
+    else if (strcmp(s, "own-usr1") == 0)
+        rc = scenario_own_usr1();
     else if (strcmp(s, "published-early") == 0)
         rc = scenario_published_early();
     else {

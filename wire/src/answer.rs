@@ -1,11 +1,17 @@
-//! The answers the collector writes back on the socket, the one message that travels from the
+//! What the collector writes back on the socket, the only messages that travel from the
 //! collector to the shim: one line per snapshot asked for through the shim's C API
 //! ([`ApiSnapshot`](crate::ApiSnapshot)), `snapshot N PATH` when its file is written or
-//! `snapshot N !WHY` when it is not, and at the end of the stream an empty line
-//! ([`END_OF_STREAM`]), after any answers.
+//! `snapshot N !WHY` when it is not; [`ASK_SNAPSHOT`] when a client of the collector asks for
+//! a snapshot of the program (`gpushim snapshot`), which the shim then takes as it takes one
+//! by signal; and at the end of the stream an empty line ([`END_OF_STREAM`]), after any
+//! answers.
 
 /// What the collector writes once it has read and applied the whole stream.
 pub const END_OF_STREAM: &[u8] = b"\n";
+
+/// The line (without its newline) that asks the shim for a snapshot, as its signal does.
+/// A shim that does not know it ignores it.
+pub const ASK_SNAPSHOT: &[u8] = b"ask snapshot";
 
 /// The line that answers API snapshot `n`: its file's path when `written` is `Ok`, else why
 /// not. A path holding a newline cannot be said on one line: its snapshot is answered as not

@@ -43,7 +43,7 @@ mod encode; // write_header, encode
 mod event; // Event, its structs, Kind, Api, LineTableFormat
 pub mod setting; // the settings' grammar: switches, the known names
 
-pub use answer::{answer_line, parse_answer, END_OF_STREAM};
+pub use answer::{answer_line, parse_answer, ASK_SNAPSHOT, END_OF_STREAM};
 pub use decode::{decode_body, Decoder, WireError};
 pub use encode::{encode, write_header};
 pub use event::{

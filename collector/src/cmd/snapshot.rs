@@ -23,6 +23,8 @@ use crate::error::{coded, USAGE};
 
 /// How often the output directory is checked.
 const POLL: Duration = Duration::from_millis(50);
+/// The longest wait for the collector to say it asked the shim for a snapshot.
+const ASK_WAIT: Duration = Duration::from_secs(5);
 
 /// The signals the shim can listen to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -183,7 +185,12 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
         .enumerate()
         .map(|(i, d)| if i == 0 { before.clone() } else { snapshot_names(d, pid).unwrap_or_default() })
         .collect();
-    send(pid, signal.number())?;
+    // The collector asks the shim, which takes the snapshot as its signal would: the program's
+    // own handler of the signal, if it installed one after ours, never runs. A collector from
+    // before that request, or none reachable here, leaves the signal.
+    if !crate::control::client::ask_snapshot(named as u32, inside.collector_pid(), ASK_WAIT) {
+        send(pid, signal.number())?;
+    }
     let deadline = Instant::now() + timeout;
     loop {
         for (d, seen) in dirs.iter().zip(&before) {
@@ -335,18 +342,33 @@ impl Inside {
         p
     }
 
+    /// Its collector's own pid as we see it, when it lives in another PID namespace (where
+    /// the endpoint's name, which holds the pid there, is not unique).
+    fn collector_pid(&self) -> Option<i32> {
+        self.collector_there().map(|c| c.0)
+    }
+
     /// The `--output` of its running collector, reachable from here: a collector that names
     /// its pid (`--pid`) and lives in its PID namespace.
     fn collector_output(&self) -> Option<PathBuf> {
         if !self.other {
             return collector_output(self.pid);
         }
+        self.collector_there().map(|c| self.path(c.1))
+    }
+
+    /// When it lives in another PID namespace: the collector there that names its pid, as
+    /// `(collector's pid, --output)`.
+    fn collector_there(&self) -> Option<(i32, PathBuf)> {
+        if !self.other {
+            return None;
+        }
         let ns = |p: i32| fs::read_link(format!("/proc/{p}/ns/pid")).ok();
         let theirs = ns(self.ours)?;
         collectors_named()
             .into_iter()
             .find(|c| c.1 == self.pid && ns(c.0).as_ref() == Some(&theirs))
-            .map(|c| self.path(c.2))
+            .map(|(own, _, dir)| (own, dir))
     }
 }
 

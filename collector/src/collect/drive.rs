@@ -254,6 +254,10 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
     /// each its path.
     fn snapshots_asked(&mut self) {
         let Some((c, _)) = self.control.as_mut() else { return };
+        for _ in 0..c.take_asks() {
+            self.sink.out.ask_snapshot();
+        }
+        let Some((c, _)) = self.control.as_mut() else { return };
         let asked = c.take_requests(self.tracker.state(), &mut control_sources!(self.sink));
         if asked.is_empty() {
             return;

@@ -180,6 +180,15 @@ impl<'a> Writer<'a> {
 
     /// Tells the shim that API snapshot `n` is written or why not, in the answer protocol of
     /// the wire crate. Errors are ignored: the program may be gone.
+    /// Asks the shim for a snapshot of the program, as its signal would (`wire::ASK_SNAPSHOT`).
+    pub(super) fn ask_snapshot(&mut self) {
+        let _ = self
+            .answers
+            .write_all(gpushim_wire::ASK_SNAPSHOT)
+            .and_then(|()| self.answers.write_all(b"\n"))
+            .and_then(|()| self.answers.flush());
+    }
+
     fn answer(&mut self, n: u32, written: Result<&PathBuf, String>) {
         use std::os::unix::ffi::OsStrExt;
         let line =

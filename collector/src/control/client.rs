@@ -20,6 +20,27 @@ pub enum Failure {
     Refused(String),
 }
 
+/// Asks the collector of traced `pid` (the pid the program has in its own PID namespace) to
+/// have the shim take a snapshot of the program, as its signal would, without signalling the
+/// program; `collector`: the collector's own pid as we see it, when known, which the endpoint's
+/// peer must be (the name is not unique across PID namespaces). True if it said it asked.
+pub fn ask_snapshot(pid: u32, collector: Option<i32>, timeout: Duration) -> bool {
+    let Ok(addr) = SocketAddr::from_abstract_name(socket_name(pid).as_bytes()) else { return false };
+    let Ok(conn) = UnixStream::connect_addr(&addr) else { return false };
+    if !super::same_user(&conn) || collector.is_some_and(|c| super::peer(&conn).map(|p| p.pid) != Some(c)) {
+        return false;
+    }
+    let asked = || -> std::io::Result<bool> {
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        (&conn).write_all(b"ask\n")?;
+        let mut line = String::new();
+        BufReader::new(&conn).read_line(&mut line)?;
+        Ok(serde_json::from_str::<serde_json::Value>(&line).is_ok_and(|v| v["asked"] == true))
+    };
+    asked().unwrap_or(false)
+}
+
 /// Sends `request` to the collector of traced `pid` and returns its reply line.
 pub fn request(pid: u32, request: &str, timeout: Duration) -> Result<String, Failure> {
     let addr = SocketAddr::from_abstract_name(socket_name(pid).as_bytes()).map_err(|e| Failure::Gone(e.to_string()))?;

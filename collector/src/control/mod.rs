@@ -70,6 +70,13 @@ pub fn socket_name(pid: u32) -> String {
 
 /// Whether the peer runs as this process's user, or as root (`SO_PEERCRED`).
 pub(crate) fn same_user(conn: &UnixStream) -> bool {
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    peer(conn).is_some_and(|cred| cred.uid == me || cred.uid == 0)
+}
+
+/// The peer's credentials (`SO_PEERCRED`; its pid as our PID namespace sees it).
+pub(crate) fn peer(conn: &UnixStream) -> Option<libc::ucred> {
     let mut cred = libc::ucred { pid: 0, uid: u32::MAX, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: a valid socket, and an out-pointer of the size passed.
@@ -82,9 +89,7 @@ pub(crate) fn same_user(conn: &UnixStream) -> bool {
             &mut len,
         )
     };
-    // SAFETY: getuid has no preconditions.
-    let me = unsafe { libc::getuid() };
-    rc == 0 && (cred.uid == me || cred.uid == 0)
+    (rc == 0).then_some(cred)
 }
 
 /// A snapshot asked for by a client: the path written, or why not.
@@ -113,6 +118,8 @@ pub(crate) struct Shared {
     pub ended: bool,
     /// Snapshots asked for, not yet written.
     pub requests: Vec<SnapshotReply>,
+    /// Snapshots of the program asked for (`ask`), not yet passed on to the shim.
+    pub asks: u32,
     /// Clients of the first frame, waiting for the sample that names the sites.
     pub waiters: Vec<Sender<()>>,
 }
@@ -274,6 +281,12 @@ impl Control {
             }
         }
         std::mem::take(&mut self.lock().requests)
+    }
+
+    /// The snapshots of the program asked for since the last call (`ask`), to pass on to the
+    /// shim.
+    pub(crate) fn take_asks(&mut self) -> u32 {
+        std::mem::take(&mut self.lock().asks)
     }
 
     /// The stream has ended: frames say so, and snapshots are refused.

@@ -129,7 +129,19 @@ pub(super) fn reply(request: &str, link: &Link, wake: &UnixStream) -> String {
                 Err(_) => error(format!("no snapshot within {} s", SNAPSHOT_WAIT.as_secs())),
             }
         }
-        _ => error(format!("unknown request {request:?}: frame [WINDOW_S [TOP]] or snapshot")),
+        Some("ask") => {
+            {
+                let mut s = link.shared.lock().unwrap_or_else(|e| e.into_inner());
+                if s.ended {
+                    return error("the program has ended; its final report is being written".into());
+                }
+                s.asks += 1;
+            }
+            link.pending.store(true, Ordering::Relaxed);
+            let _ = (&*wake).write(&[1]);
+            serde_json::json!({ "asked": true }).to_string()
+        }
+        _ => error(format!("unknown request {request:?}: frame [WINDOW_S [TOP]], snapshot or ask")),
     }
 }
 

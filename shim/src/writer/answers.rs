@@ -72,6 +72,12 @@ impl Writer {
             let line: Vec<u8> = self.answer_buf.drain(..=end).take(end).collect();
             if line.is_empty() {
                 confirmed = true;
+            } else if line == wire::ASK_SNAPSHOT {
+                // A client of the collector (`gpushim snapshot`) asked: taken as a signal's is,
+                // without signalling the program, whose own handler may have replaced ours.
+                if walks {
+                    crate::state::ask_snapshot();
+                }
             } else if let Some((n, reply)) = wire::parse_answer(&line) {
                 if let Some(i) = self.answers.iter().position(|(m, _)| *m == n) {
                     let (_, tx) = self.answers.swap_remove(i);

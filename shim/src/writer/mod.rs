@@ -45,6 +45,8 @@ const IDLE_MIN: Duration = Duration::from_micros(500);
 const IDLE_MAX: Duration = Duration::from_millis(5);
 /// How often, while idle, the writer checks whether it is the process's last thread, ns.
 const ALONE_CHECK_NS: u64 = 100_000_000;
+/// How often the writer reads what the collector wrote back when no API caller waits, ns.
+const ANSWERS_CHECK_NS: u64 = 20_000_000;
 
 /// Starts the collector and the writer thread. `None` (with one line on stderr) if the
 /// collector cannot be started: the program then runs on unrecorded.
@@ -276,6 +278,7 @@ impl Writer {
         // to IDLE_MAX of latency.
         let mut idle = IDLE_MIN;
         let mut last_alone_check = 0u64;
+        let mut last_answers_check = 0u64;
         // Consecutive checks that found this thread alone: two are needed, 100 ms apart.
         let mut alone_seen = 0u32;
         loop {
@@ -287,7 +290,11 @@ impl Writer {
                 self.activity_now();
                 self.push(&Event::HeapWalk(h));
             }
-            if !self.answers.is_empty() {
+            // Waiting callers' answers at once; otherwise a request of the collector's own
+            // (`wire::ASK_SNAPSHOT`) is looked for every ANSWERS_CHECK_NS.
+            let now = sys::now_ns();
+            if !self.answers.is_empty() || now.saturating_sub(last_answers_check) >= ANSWERS_CHECK_NS {
+                last_answers_check = now;
                 self.read_answers();
             }
             // The rings after the channel's message was taken: what a thread queued in its ring
