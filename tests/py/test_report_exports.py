@@ -11,6 +11,7 @@ except under CI (the CI variable set), where its absence fails."""
 import json
 import os
 import pickle
+import re
 import shutil
 import struct
 import subprocess
@@ -432,3 +433,45 @@ def test_html_chart_line_of_a_suspect_of_several_sites_is_their_sum(demo, tmp_pa
         )
         browser.close()
     assert last == 2 * site["live_bytes"], (last, site["live_bytes"])
+
+
+def test_html_legend_of_a_suspect_ends_with_its_cards_live_bytes(demo, tmp_path):
+    """A site's series misses the site's last change once the collector thins it (it records one
+    change in 2, 4, ... after 256 points): the chart's line of the suspect still ends with the
+    live bytes at the report's end, and the legend gives the number of the suspect's card."""
+    exe = chromium()
+    from playwright.sync_api import sync_playwright
+
+    path, _ = demo
+    r = json.loads(Path(path).read_text())
+    top = r["suspects"][0]
+    site = next(s for s in r["sites"] if s["id"] == top["site"])
+    assert site["series"][-1][1] == site["live_bytes"] == top["live_bytes"] == 200 << 20
+    # As thinned: the last change (the 200th buffer) is not among the series' points.
+    site["series"].pop()
+    assert site["series"][-1][1] == 199 << 20
+    thinned = tmp_path / "gpushim-3.json"
+    thinned.write_text(json.dumps(r))
+    page_path = export(thinned, "html", tmp_path / "thinned.html")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(page_path.as_uri())
+        page.wait_for_load_state("load")
+        legend = page.evaluate(
+            "() => [...document.querySelectorAll('.u-legend tr.u-series')].map((r) =>"
+            " [r.querySelector('.u-label').textContent, r.querySelector('.u-value').textContent])"
+        )
+        last = page.evaluate(
+            "() => { const c = window.gpushimChart;"
+            " const i = c.series.findIndex((s) => s.label.startsWith('#1 ')); return c.data[i][c.data[i].length - 1]; }"
+        )
+        end = page.evaluate("() => window.gpushimChart.data[0].at(-1)")
+        card = page.locator("#suspects .suspect").first.inner_text()
+        browser.close()
+    shown = next(v for label, v in legend if label.startswith("#1 "))
+    on_card = re.search(r"\u2014 (\S+ \S+) live in ", card)
+    assert on_card, card
+    assert shown == on_card.group(1) == "200.0 MiB", (legend, card)
+    assert last == top["live_bytes"]
+    assert end == r["duration_s"], "the chart runs to the report's end"
