@@ -5,7 +5,6 @@
   const R = JSON.parse(document.getElementById("data").textContent);
   const app = document.getElementById("app");
   const sitesById = new Map(R.sites.map((s) => [s.id, s]));
-  const holdersBySite = new Map(((R.holders && R.holders.sites) || []).map((h) => [h.site, h]));
 
   // The kinds of memory in words (collector/src/report/kinds.rs, KIND_NAMES).
   const kindWords = {
@@ -344,9 +343,11 @@
       " \u2014 " + bytes(sp.live_bytes) + " ", term("live"), " in " + count(sp.live_count, "allocation") + ", ", term("score"), " " + sp.score_text));
     box.append(el("div", { class: "reason" }, explain(sp.reason)));
     if (s) box.append(stackList(s.frames));
-    const h = holdersBySite.get(sp.site);
-    if (h && h.holders.length) {
-      box.append(el("div", { class: "holders" }, term("holders, held by:", "Held by:"), el("ul", {}, ...h.holders.map((l) => el("li", {}, explain(l.text))))));
+    // Who holds its memory, the text report's lines: for a suspect of the sites of one line,
+    // each member site's, headed by its site.
+    const held = sp.holder_lines || [];
+    if (held.length) {
+      box.append(el("div", { class: "holders" }, term("holders, held by:", "Holders:"), el("ul", {}, ...held.map((l) => el("li", {}, explain(l))))));
     }
     susSec.append(box);
   });

@@ -475,3 +475,66 @@ def test_html_legend_of_a_suspect_ends_with_its_cards_live_bytes(demo, tmp_path)
     assert shown == on_card.group(1) == "200.0 MiB", (legend, card)
     assert last == top["live_bytes"]
     assert end == r["duration_s"], "the chart runs to the report's end"
+
+
+def test_html_card_of_a_suspect_of_the_sites_of_one_line_has_every_sites_holders(demo, tmp_path):
+    """A suspect across two sites of one line: its card gives the holder lines the text report
+    gives, every member site's, each headed by its site."""
+    exe = chromium()
+    from playwright.sync_api import sync_playwright
+
+    path, _ = demo
+    r = json.loads(Path(path).read_text())
+    top = r["suspects"][0]
+    site = next(s for s in r["sites"] if s["id"] == top["site"])
+    twin = {**site, "id": max(s["id"] for s in r["sites"]) + 1, "live_bytes": 100 << 20, "live_count": 100}
+    r["sites"].append(twin)
+    top["line_sites"] = [site["id"], twin["id"]]
+    top["live_bytes"] += twin["live_bytes"]
+    both = tmp_path / "gpushim-4.json"
+    both.write_text(json.dumps(r))
+
+    def member(sid, name, objects):
+        live = objects << 20
+        text = f"leak.py global '{name}' \u2192 list[*] \u2192 {objects} objects ({objects}.0 MiB)"
+        line = {"how": "path", "path": [f"leak.py global '{name}'", "list[*]"], "objects": objects, "bytes": live}
+        return {
+            "site": sid,
+            "live_bytes": live,
+            "objects": objects,
+            "object_bytes": live,
+            "in_use_bytes": live,
+            "in_use_from": "objects",
+            "cached_bytes": 0,
+            "holders": [{**line, "text": text}],
+            "top_objects": [],
+        }
+
+    empty = {"live_bytes": 0, "objects": 0, "object_bytes": 0, "in_use_bytes": 0, "cached_bytes": 0}
+    holders = {
+        "schema": "gpushim.holders.v1",
+        "pid": r["pid"],
+        "reason": "exit",
+        "walk": {"status": "complete", "elapsed_s": 0.01, "objects_visited": 1, "objects_found": 300, "message": "m"},
+        "sites": [member(site["id"], "frames", 200), member(twin["id"], "spare", 100)],
+        "unattributed": {**empty, "holders": [], "top_objects": []},
+    }
+    both.with_suffix(".holders.json").write_text(json.dumps(holders))
+    want = [
+        f"site {site['id']}: Python objects hold all 200.0 MiB live (200 objects, 200.0 MiB)",
+        "held by: leak.py global 'frames' \u2192 list[*] \u2192 200 objects (200.0 MiB)",
+        f"site {twin['id']}: Python objects hold all 100.0 MiB live (100 objects, 100.0 MiB)",
+        "held by: leak.py global 'spare' \u2192 list[*] \u2192 100 objects (100.0 MiB)",
+    ]
+    text = export(both, "text", tmp_path / "both.txt").read_text()
+    for line in want:
+        assert f"      {line}\n" in text, (line, text)
+    page_path = export(both, "html", tmp_path / "both.html")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(page_path.as_uri())
+        page.wait_for_load_state("load")
+        shown = page.locator("#suspects .suspect").first.locator(".holders li").all_inner_texts()
+        browser.close()
+    assert shown == want

@@ -112,9 +112,10 @@ pub fn chart_series(site: &Site, end_s: f64) -> Vec<(f64, u64)> {
 /// allocations list left out, a `label` (first user frame) and a `name` (what its site column
 /// shows: the id, or [`NO_BACKTRACE_CELL`] with `no_backtrace` holding [`NO_BACKTRACE_TITLE`]) per
 /// site, the heap walk's holders when there was one, the reachability scan's lines as the text
-/// report says them (`scan_lines`), each suspect's score as the text report writes it
-/// (`score_text`), and the glossary ([`super::glossary::page_terms`]) for the page's tooltips.
-/// The timeline and the charted series end at the report's end ([`chart_end`], [`chart_series`]).
+/// report says them (`scan_lines`), each suspect's score and holder lines as the text report
+/// writes them (`score_text`, `holder_lines`), and the glossary
+/// ([`super::glossary::page_terms`]) for the page's tooltips. The timeline and the charted
+/// series end at the report's end ([`chart_end`], [`chart_series`]).
 pub fn page_data(r: &Report) -> Value {
     let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
     // A suspect of several sites (one cause, or one line's union) is charted as the sum of
@@ -140,6 +141,9 @@ pub fn page_data(r: &Report) -> Value {
             for (v, s) in suspects.iter_mut().zip(&r.suspects) {
                 if let Some(v) = v.as_object_mut() {
                     v.insert("score_text".into(), Value::String(fmt_score(s.score)));
+                    // Who holds its memory, line by line as the text report says it (every
+                    // member's holders for a suspect of the sites of one line).
+                    v.insert("holder_lines".into(), json!(super::text::suspect_holder_lines(r, s, 5)));
                 }
             }
         }
@@ -448,6 +452,28 @@ mod tests {
         let cut = chart_series(&site, 2.0);
         assert_eq!(cut.len(), MAX_SERIES_POINTS);
         assert_eq!((cut[0], cut[MAX_SERIES_POINTS - 1]), ((0.0, 0), (2.0, 300 << 20)));
+    }
+
+    /// A suspect of the sites of one line gets the holder lines the text report gives it: every
+    /// member site's, each headed by its site.
+    #[test]
+    fn a_union_suspect_has_the_holder_lines_of_the_text_report() {
+        let mut r = sample();
+        crate::render::tests::union_with_holders(&mut r);
+        let data = page_data(&r);
+        let lines = [
+            "site 1: Python objects hold all 3.0 MiB live (3 objects, 3.0 MiB)",
+            "held by: train.py global 'history' \u{2192} 3 objects",
+            "site 5: Python objects hold all 1.0 MiB live (2 objects, 1.0 MiB)",
+            "held by: train.py global 'cache' \u{2192} 2 objects",
+        ];
+        assert_eq!(data["suspects"][0]["holder_lines"], json!(lines));
+        let text = render(&super::super::text::Text(crate::render::TextOptions::default()), &r);
+        for l in lines {
+            assert!(text.contains(&format!("      {l}\n")), "the text report says {l:?}: {text}");
+        }
+        // Without a heap walk, no lines.
+        assert_eq!(page_data(&sample())["suspects"][0]["holder_lines"], json!([]));
     }
 
     #[test]
