@@ -55,7 +55,7 @@
 
   // ---- the glossary (collector/src/render/glossary.rs, the README's table): terms.js ----
   const glossary = R.glossary || [];
-  const { term, explain, used } = gpushimTerms(glossary, el);
+  const { term, explain, explainScan, used } = gpushimTerms(glossary, el);
   // The last two components of a path (as the text report shows it); the full path is the title.
   const short = (p) => p.split("/").slice(-2).join("/");
   function frameText(f) {
@@ -99,9 +99,9 @@
     "pid " + R.pid + " \u00b7 " + what + " \u00b7 " + R.duration_s.toFixed(3) + " s" +
     (R.start_unix_ns ? " \u00b7 started " + new Date(R.start_unix_ns / 1e6).toISOString() : "")));
   const cards = el("div", { class: "cards", id: "totals" });
-  // A card: a value over its label (text or nodes) and an optional second line.
+  // A card: a value over its label (text or nodes) and an optional second line (text or nodes).
   const card = (label, value, sub) => cards.append(el("div", { class: "card" }, el("b", {}, value),
-    el("span", {}, ...[].concat(label)), sub ? el("span", { class: "card-sub" }, sub) : null));
+    el("span", {}, ...[].concat(label)), sub ? el("span", { class: "card-sub" }, ...[].concat(sub)) : null));
   // What the reachability scan found definitely lost comes first, as on stderr and in the text.
   const scan = R.reachability;
   if (scan && scan.definitely_lost_count > 0) {
@@ -109,13 +109,14 @@
   }
   const live = term("live");
   card([live], bytes(R.totals.live_bytes), count(R.totals.live_count, "allocation"));
-  card("peak", bytes(R.totals.peak_live_bytes));
+  card([term("peak")], bytes(R.totals.peak_live_bytes));
+  const peak = (n) => [term("peak"), " " + bytes(n)];
   for (const [k, t] of Object.entries(R.kinds)) {
     if (!t.peak_live_bytes) continue;
-    const kind = k === "pinned_host" ? term("pinned_host", "pinned host") : k;
-    card([kind, " ", term("live")], bytes(t.live_bytes), "peak " + bytes(t.peak_live_bytes));
+    const kind = k === "pinned_host" ? term("pinned_host", "pinned host") : k === "managed" ? term("managed") : k;
+    card([kind, " ", term("live")], bytes(t.live_bytes), peak(t.peak_live_bytes));
   }
-  for (const d of R.devices) card(["GPU " + d.ordinal + " ", term("live")], bytes(d.live_bytes), "peak " + bytes(d.peak_live_bytes));
+  for (const d of R.devices) card(["GPU " + d.ordinal + " ", term("live")], bytes(d.live_bytes), peak(d.peak_live_bytes));
   // The driver's view of each GPU (NVML), when it was sampled: what no allocation call made.
   for (const g of R.gpu_memory || []) {
     if (g.untraced_bytes != null) card(["GPU " + g.ordinal + " ", term("untraced")], bytes(g.untraced_bytes), "the driver counts " + bytes(g.driver_bytes));
@@ -126,7 +127,7 @@
   card(noun(R.totals.failed_count, "failed allocation"), R.totals.failed_count);
   app.append(cards);
   // The scan's line (and note), in the words of stderr and the text report (render/text.rs).
-  if ((R.scan_lines || []).length) app.append(el("div", { class: "sub", id: "scan" }, ...R.scan_lines.map((l) => el("div", {}, explain(l)))));
+  if ((R.scan_lines || []).length) app.append(el("div", { class: "sub", id: "scan" }, ...R.scan_lines.map((l) => el("div", {}, explainScan(l)))));
   // Owners, when the report has them: a per-site `owner`, and any per-GPU owners table.
   const owned = new Map();
   for (const s of R.sites) {
@@ -149,13 +150,13 @@
     const t = el("table", { class: "kinds", id: "kinds-" + d.ordinal },
       el("tr", {}, el("th", {}, "kind"), el("th", {}, "bytes"), el("th", {}, "objects"), el("th", {}, "top lines")));
     for (const k of d.kinds) {
-      const name = k.kind === "workspace" ? explain(k.owner) : k.kind === "untraced" ? term("untraced") : kindWords[k.kind] || k.kind;
+      const name = k.kind === "workspace" ? explain(k.owner) : k.kind === "untraced" ? term("untraced") : explain(kindWords[k.kind] || k.kind);
       const lines = el("ul", {}, ...(k.lines || []).map((l) => el("li", {}, bytes(l.bytes) + "  " + l.line + " (" + count(l.objects, "object") + ")")));
       t.append(el("tr", {}, el("td", {}, name), el("td", {}, bytes(k.bytes)), el("td", {}, k.objects || ""), el("td", {}, lines)));
     }
-    const of = "tensors " + bytes(d.tensor_bytes) + " of " + bytes(d.traced_bytes) + " traced" +
-      (d.driver_bytes != null ? ", the driver counts " + bytes(d.driver_bytes) : "");
-    app.append(el("h2", {}, "GPU " + d.ordinal + " by kind of memory"), el("div", { class: "sub" }, "From the ", term("heap walk"), ": " + of), t);
+    const of = ["tensors " + bytes(d.tensor_bytes) + " of " + bytes(d.traced_bytes) + " ", term("traced"),
+      d.driver_bytes != null ? ", the driver counts " + bytes(d.driver_bytes) : ""];
+    app.append(el("h2", {}, "GPU " + d.ordinal + " by kind of memory"), el("div", { class: "sub" }, "From the ", term("heap walk"), ": ", ...of), t);
   }
   const notes = R.notes.concat(R.findings || []);
   if (notes.length) app.append(el("ul", { class: "notes" }, ...notes.map((n) => el("li", {}, explain(n)))));
@@ -382,7 +383,7 @@
   }
   cols.forEach(([k, label, num]) => {
     // Headers that are glossary words carry its tooltip.
-    const word = { id: "site", live_bytes: "live", owner: "owner, user code (direct calls)" }[k];
+    const word = { id: "site", live_bytes: "live", peak_live_bytes: "peak", owner: "owner, user code (direct calls)" }[k];
     const th = el("th", { class: num ? "num" : "", "data-key": k }, word ? term(word, label) : label);
     th.addEventListener("click", () => {
       order = { key: k, desc: order.key === k ? !order.desc : num };

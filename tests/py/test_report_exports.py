@@ -15,6 +15,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -49,6 +50,24 @@ def demo(tmp_path_factory):
     )
     assert run.returncode == 0, run.stderr
     (path,) = out.glob("gpushim-*.json")
+    return path, json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def py_example(tmp_path_factory):
+    """The Python example's final report (examples/leak.py, 200 frames, on the stand-in runtime), with
+    its heap walk's holders file beside it: (path, JSON)."""
+    out = tmp_path_factory.mktemp("py-example")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(standins()), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("LD_PRELOAD", None)
+    env.pop("GPUSHIM_HTML", None)
+    script = ROOT / "examples" / "leak.py"
+    run = subprocess.run(
+        [BIN, "run", "--output", out, "--", sys.executable, script, "200"], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    (path,) = out.glob("gpushim-*[0-9].json")
+    assert path.with_suffix(".holders.json").exists(), list(out.iterdir())
     return path, json.loads(path.read_text())
 
 
@@ -538,3 +557,60 @@ def test_html_card_of_a_suspect_of_the_sites_of_one_line_has_every_sites_holders
         shown = page.locator("#suspects .suspect").first.locator(".holders li").all_inner_texts()
         browser.close()
     assert shown == want
+
+
+def glossary_words_used(glossary, text: str) -> set[str]:
+    """The glossary's words that `text` uses: each word's phrases (its marks, its marks in the
+    scan's line, and the word itself when it is one phrase, quotes dropped) found as whole words,
+    any case, longest first (as the page marks them: "definitely lost" is not also "lost")."""
+    phrases = []
+    for t in glossary:
+        own = [] if "," in t["word"] else [t["word"].strip('"')]
+        phrases += [(p, t["word"]) for p in own + t["marks"] + t.get("scan_marks", [])]
+    phrases.sort(key=lambda p: -len(p[0]))
+    pattern = "|".join(
+        ("(?<!\\w)" if re.match(r"\w", p) else "") + re.escape(p) + ("(?!\\w)" if re.search(r"\w$", p) else "")
+        for p, _ in phrases
+    )
+    word_of = {p.lower(): w for p, w in phrases}
+    return {word_of[m.group(0).lower()] for m in re.finditer(pattern, text, re.IGNORECASE)}
+
+
+def test_html_word_list_holds_every_glossary_word_the_page_uses(demo, py_example, tmp_path):
+    """The page's "Words on this page" lists every glossary word its text uses, for the C and the
+    Python example, and the Python example's report with memory the heap walk found no object in."""
+    exe = chromium()
+    from playwright.sync_api import sync_playwright
+
+    r = json.loads(py_example[0].read_text())
+    r["memory_kinds"][0]["kinds"].append({"kind": "no_object", "bytes": 1 << 20})
+    r["memory_kinds"][0]["traced_bytes"] += 1 << 20
+    no_object = tmp_path / "gpushim-5.json"
+    no_object.write_text(json.dumps(r))
+    pages = {
+        "c": export(demo[0], "html", tmp_path / "c.html"),
+        "py": export(py_example[0], "html", tmp_path / "py.html"),
+        "no object": export(no_object, "html", tmp_path / "no-object.html"),
+    }
+    used, listed = {}, {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        for name, html in pages.items():
+            page.goto(html.as_uri())
+            page.wait_for_load_state("load")
+            glossary = page.evaluate("() => JSON.parse(document.getElementById('data').textContent).glossary")
+            text = page.evaluate(
+                "() => [...document.getElementById('app').children].filter((e) => e.id !== 'glossary')"
+                ".map((e) => e.innerText).join('\\n')"
+            )
+            used[name] = glossary_words_used(glossary, text)
+            listed[name] = set(page.locator("#glossary dt").all_inner_texts())
+        browser.close()
+    for name in pages:
+        assert used[name] <= listed[name], (name, sorted(used[name] - listed[name]))
+    # The pages use the words the page places itself (peak, traced) and those of the scan's line
+    # (lost, read) and of the memory by kind (no object found).
+    assert {"peak", "lost", '"read"'} <= used["c"], used["c"]
+    assert {"peak", "traced", '"read"', "holders, held by:"} <= used["py"], used["py"]
+    assert "no object found, allocated, no tensor found" in used["no object"], used["no object"]
