@@ -56,12 +56,13 @@
   // ---- the glossary (collector/src/render/glossary.rs, the README's table): terms.js ----
   const glossary = R.glossary || [];
   const { term, explain, explainScan, used } = gpushimTerms(glossary, el);
-  // The last two components of a path (as the text report shows it); the full path is the title.
-  const short = (p) => p.split("/").slice(-2).join("/");
+  // A frame's file or module as the text report names it: a file by its directory and its name
+  // (`file_name`, made by the collector), a module by its name; the full path is the title.
+  const placeName = (f) => f.file ? f.file_name || f.file : f.module ? f.module.split("/").pop() : "";
   function frameText(f) {
     // A notebook cell as the notebook names it (`In [4] line 2`), as the text report does.
     if (f.cell) return f.function + " (" + f.cell + ")";
-    const place = f.file ? short(f.file) + (f.line != null ? ":" + f.line : "")
+    const place = f.file ? placeName(f) + (f.line != null ? ":" + f.line : "")
       : (f.module ? f.module.split("/").pop() + "+" + (f.offset || "") : "");
     return (f.function === "??" && place ? "" : f.function) + (place ? " (" + place + ")" : "");
   }
@@ -277,7 +278,8 @@
         const name = frameName(f);
         let child = node.children.find((c) => c.name === name);
         if (!child) {
-          child = { name, file: f.file || f.module || "", value: 0, children: [] };
+          // Named as the rest of the page names it (`placeName`); searched by the full path.
+          child = { name, file: placeName(f), path: f.file || f.module || "", value: 0, children: [] };
           node.children.push(child);
         }
         child.value += v;
@@ -295,7 +297,7 @@
     .minFrameSize(2)
     .transitionDuration(0)
     .label((d) => d.data.name + (d.data.file ? " (" + d.data.file + ")" : "") + ": " + bytes(d.value))
-    .setSearchMatch((d, term) => term !== "" && (d.data.name.includes(term) || (d.data.file || "").includes(term)))
+    .setSearchMatch((d, term) => term !== "" && (d.data.name.includes(term) || (d.data.path || "").includes(term)))
     .setDetailsElement(details)
     .setSearchHandler((found, sum, total) => {
       details.textContent = found.length ? "search: " + count(found.length, "frame") + ", " + bytes(sum) + " of " + bytes(total) : "";

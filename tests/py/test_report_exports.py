@@ -71,6 +71,11 @@ def py_example(tmp_path_factory):
     return path, json.loads(path.read_text())
 
 
+def short(path: str) -> str:
+    """A file as the reports name it: its directory and its name."""
+    return "/".join(path.split("/")[-2:])
+
+
 def export(report: Path, fmt: str, dest: Path) -> Path:
     run = subprocess.run([BIN, "report", report, "--format", fmt, "-o", dest], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
@@ -217,6 +222,18 @@ def test_html_report_in_a_browser(demo, tmp_path):
         assert flame and flame["width"] > 0 and flame["height"] > 0
         func = top_suspect_function(report)
         assert func == "render"
+        # The flame graph names a file as the rest of the report does, by its directory and its
+        # name, in its frames' tooltips and in the line that the frame under the pointer shows.
+        leak_c = next(f["file"] for s in report["sites"] for f in s["frames"] if f["function"] == func)
+        assert leak_c.startswith("/") and short(leak_c) == "examples/leak.c", leak_c
+        titles = page.evaluate(
+            "() => [...document.querySelectorAll('#flame svg g.frame title')].map((t) => t.textContent)"
+        )
+        assert "render (examples/leak.c): 200.0 MiB" in titles, titles
+        assert "main (examples/leak.c): 232.0 MiB" in titles, titles
+        assert not any("(/" in t for t in titles), titles
+        page.locator('#flame svg g.frame[name="render"]').first.hover()
+        assert page.locator("#flame-details").inner_text() == "render (examples/leak.c): 200.0 MiB"
         # Each card's label agrees with its number: "1 suspect", "0 failed allocations".
         cards = [" ".join(c.split()) for c in page.locator("#totals .card").all_inner_texts()]
         n = len(report["suspects"])
@@ -255,8 +272,13 @@ def test_html_report_in_a_browser(demo, tmp_path):
             "r => r.getBoundingClientRect().width > w)",
             arg=flame["width"] * 0.8,
         )
-        # Search highlights the matching frames and sums their bytes.
+        # Search highlights the matching frames and sums their bytes; it finds a frame by its
+        # file's full path too.
         page.fill("#flame-search", "leak.c")
+        page.wait_for_function("() => document.getElementById('flame-details').textContent.includes('of 232.0 MiB')")
+        page.fill("#flame-search", "/no/such/dir/")
+        page.wait_for_function("() => document.getElementById('flame-details').textContent === ''")
+        page.fill("#flame-search", leak_c)
         page.wait_for_function("() => document.getElementById('flame-details').textContent.includes('of 232.0 MiB')")
 
         # Weighted by bytes allocated, the site whose allocations were all freed appears.

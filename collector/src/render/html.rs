@@ -14,7 +14,7 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use super::Render;
-use crate::report::words::{first_user_frame, fmt_score, frame_label, shell_words};
+use crate::report::words::{first_user_frame, fmt_score, frame_label, shell_words, short_path};
 use crate::report::{Report, Site, Timeline, TimelinePoint};
 
 /// Most timeline points the page holds (the report holds up to 2001).
@@ -111,9 +111,10 @@ pub fn chart_series(site: &Site, end_s: f64) -> Vec<(f64, u64)> {
 /// included) with the timeline cut, series kept only for the charted suspects, the live
 /// allocations list left out, a `label` (first user frame) and a `name` (what its site column
 /// shows: the id, or [`NO_BACKTRACE_CELL`] with `no_backtrace` holding [`NO_BACKTRACE_TITLE`]) per
-/// site, the heap walk's holders when there was one, the reachability scan's lines as the text
-/// report says them (`scan_lines`), each suspect's score and holder lines as the text report
-/// writes them (`score_text`, `holder_lines`), and the glossary
+/// site, each frame's file named as the text report names it (`file_name`: its directory and
+/// its name, [`short_path`]), the heap walk's holders when there was one, the reachability
+/// scan's lines as the text report says them (`scan_lines`), each suspect's score and holder
+/// lines as the text report writes them (`score_text`, `holder_lines`), and the glossary
 /// ([`super::glossary::page_terms`]) for the page's tooltips. The timeline and the charted
 /// series end at the report's end ([`chart_end`], [`chart_series`]).
 pub fn page_data(r: &Report) -> Value {
@@ -169,8 +170,11 @@ pub fn page_data(r: &Report) -> Value {
                     o.insert("series".into(), Value::Array(series));
                     // Addresses make the page larger and mean nothing to a reader.
                     if let Some(Value::Array(frames)) = o.get_mut("frames") {
-                        for f in frames.iter_mut().filter_map(Value::as_object_mut) {
+                        for (f, frame) in frames.iter_mut().filter_map(Value::as_object_mut).zip(&site.frames) {
                             f.remove("address");
+                            if let Some(file) = &frame.file {
+                                f.insert("file_name".into(), Value::String(short_path(file).to_string()));
+                            }
                         }
                     }
                 }
@@ -474,6 +478,21 @@ mod tests {
         }
         // Without a heap walk, no lines.
         assert_eq!(page_data(&sample())["suspects"][0]["holder_lines"], json!([]));
+    }
+
+    /// A frame's file is named by its directory and its name, as the text report names it; the
+    /// data keeps the full path.
+    #[test]
+    fn frames_name_their_file_by_its_directory_and_its_name() {
+        let mut r = sample();
+        r.sites[0].frames[1].file = Some("/home/u/proj/render.cu".into());
+        r.sites[0].frames[1].line = Some(57);
+        let data = page_data(&r);
+        let frame = &data["sites"][0]["frames"][1];
+        assert_eq!(frame["file"], "/home/u/proj/render.cu");
+        assert_eq!(frame["file_name"], "proj/render.cu");
+        assert_eq!(frame_label(&r.sites[0].frames[1]), "render_frame (proj/render.cu:57)");
+        assert!(data["sites"][0]["frames"][0].get("file_name").is_none(), "a frame without a file has none");
     }
 
     #[test]
