@@ -124,8 +124,9 @@ fn parse_text(text: &str) -> Screen {
 }
 
 /// The HTML page's data block, which its script draws: the totals' cards (the definitely lost
-/// card from `reachability`), the scan's line (`scan_lines`), each suspect's `score_text`.
-fn parse_page(data: &Value, json: &Value) -> Screen {
+/// card from `reachability`), the scan's line (`scan_lines`), each suspect's `score_text`, and
+/// the holder lines of suspect #1's card (`holder_lines`).
+fn parse_page(data: &Value) -> Screen {
     let scan = &data["reachability"];
     let lost = scan["definitely_lost_count"].as_u64().filter(|&n| n > 0);
     let lines: Vec<&str> = data["scan_lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
@@ -145,12 +146,12 @@ fn parse_page(data: &Value, json: &Value) -> Screen {
             .collect(),
         // The page shows no GPU memory line; its cards are per GPU (live, and untraced when known).
         gpu_memory: false,
-        held_by: data["holders"]["sites"]
+        // The holder lines of suspect #1's card.
+        held_by: data["suspects"][0]["holder_lines"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|h| json["suspects"][0]["site"] == h["site"])
-            .flat_map(|h| h["holders"].as_array().unwrap().iter().map(|l| l["text"].as_str().unwrap().to_string()))
+            .filter_map(|l| l.as_str().unwrap().strip_prefix("held by: ").map(str::to_string))
             .collect(),
     }
 }
@@ -181,7 +182,7 @@ fn check(run: &Outcome, what: &str) {
 
     let err = parse_stderr(&run.stderr);
     let txt = parse_text(&text);
-    let page = parse_page(&data, &r);
+    let page = parse_page(&data);
     let all = format!("{run}\n--- text ---\n{text}");
     let screens = [("stderr", &err), ("text", &txt), ("page", &page)];
 
@@ -248,14 +249,13 @@ fn check(run: &Outcome, what: &str) {
     // The GPU memory line: on stderr exactly when in the text.
     assert_eq!(err.gpu_memory, txt.gpu_memory, "{what}: the GPU memory line on stderr and in the text{all}");
 
-    // Who holds suspect #1: stderr's lines (three at most) are the text's first, the text's the
-    // holders file's.
+    // Who holds suspect #1: stderr's lines (three at most) are the text's first, the page's card
+    // gives the text's.
     assert!(
         txt.held_by.starts_with(&err.held_by) && err.held_by.len() == txt.held_by.len().min(3),
         "{what}: held by{all}"
     );
-    assert!(page.held_by.starts_with(&txt.held_by), "{what}: the page's holders {:?}{all}", page.held_by);
-    assert_eq!(page.held_by.is_empty(), txt.held_by.is_empty(), "{what}: the holders file has holders{all}");
+    assert_eq!(page.held_by, txt.held_by, "{what}: the page's holders{all}");
 
     // What Python objects hold is not definitely lost: per site, held bytes and definitely lost
     // bytes together are at most its live bytes.

@@ -5,7 +5,6 @@
   const R = JSON.parse(document.getElementById("data").textContent);
   const app = document.getElementById("app");
   const sitesById = new Map(R.sites.map((s) => [s.id, s]));
-  const holdersBySite = new Map(((R.holders && R.holders.sites) || []).map((h) => [h.site, h]));
 
   // The kinds of memory in words (collector/src/report/kinds.rs, KIND_NAMES).
   const kindWords = {
@@ -56,13 +55,14 @@
 
   // ---- the glossary (collector/src/render/glossary.rs, the README's table): terms.js ----
   const glossary = R.glossary || [];
-  const { term, explain, used } = gpushimTerms(glossary, el);
-  // The last two components of a path (as the text report shows it); the full path is the title.
-  const short = (p) => p.split("/").slice(-2).join("/");
+  const { term, explain, explainScan, used } = gpushimTerms(glossary, el);
+  // A frame's file or module as the text report names it: a file by its directory and its name
+  // (`file_name`, made by the collector), a module by its name; the full path is the title.
+  const placeName = (f) => f.file ? f.file_name || f.file : f.module ? f.module.split("/").pop() : "";
   function frameText(f) {
     // A notebook cell as the notebook names it (`In [4] line 2`), as the text report does.
     if (f.cell) return f.function + " (" + f.cell + ")";
-    const place = f.file ? short(f.file) + (f.line != null ? ":" + f.line : "")
+    const place = f.file ? placeName(f) + (f.line != null ? ":" + f.line : "")
       : (f.module ? f.module.split("/").pop() + "+" + (f.offset || "") : "");
     return (f.function === "??" && place ? "" : f.function) + (place ? " (" + place + ")" : "");
   }
@@ -100,9 +100,9 @@
     "pid " + R.pid + " \u00b7 " + what + " \u00b7 " + R.duration_s.toFixed(3) + " s" +
     (R.start_unix_ns ? " \u00b7 started " + new Date(R.start_unix_ns / 1e6).toISOString() : "")));
   const cards = el("div", { class: "cards", id: "totals" });
-  // A card: a value over its label (text or nodes) and an optional second line.
+  // A card: a value over its label (text or nodes) and an optional second line (text or nodes).
   const card = (label, value, sub) => cards.append(el("div", { class: "card" }, el("b", {}, value),
-    el("span", {}, ...[].concat(label)), sub ? el("span", { class: "card-sub" }, sub) : null));
+    el("span", {}, ...[].concat(label)), sub ? el("span", { class: "card-sub" }, ...[].concat(sub)) : null));
   // What the reachability scan found definitely lost comes first, as on stderr and in the text.
   const scan = R.reachability;
   if (scan && scan.definitely_lost_count > 0) {
@@ -110,13 +110,14 @@
   }
   const live = term("live");
   card([live], bytes(R.totals.live_bytes), count(R.totals.live_count, "allocation"));
-  card("peak", bytes(R.totals.peak_live_bytes));
+  card([term("peak")], bytes(R.totals.peak_live_bytes));
+  const peak = (n) => [term("peak"), " " + bytes(n)];
   for (const [k, t] of Object.entries(R.kinds)) {
     if (!t.peak_live_bytes) continue;
-    const kind = k === "pinned_host" ? term("pinned_host", "pinned host") : k;
-    card([kind, " ", term("live")], bytes(t.live_bytes), "peak " + bytes(t.peak_live_bytes));
+    const kind = k === "pinned_host" ? term("pinned_host", "pinned host") : k === "managed" ? term("managed") : k;
+    card([kind, " ", term("live")], bytes(t.live_bytes), peak(t.peak_live_bytes));
   }
-  for (const d of R.devices) card(["GPU " + d.ordinal + " ", term("live")], bytes(d.live_bytes), "peak " + bytes(d.peak_live_bytes));
+  for (const d of R.devices) card(["GPU " + d.ordinal + " ", term("live")], bytes(d.live_bytes), peak(d.peak_live_bytes));
   // The driver's view of each GPU (NVML), when it was sampled: what no allocation call made.
   for (const g of R.gpu_memory || []) {
     if (g.untraced_bytes != null) card(["GPU " + g.ordinal + " ", term("untraced")], bytes(g.untraced_bytes), "the driver counts " + bytes(g.driver_bytes));
@@ -127,7 +128,7 @@
   card(noun(R.totals.failed_count, "failed allocation"), R.totals.failed_count);
   app.append(cards);
   // The scan's line (and note), in the words of stderr and the text report (render/text.rs).
-  if ((R.scan_lines || []).length) app.append(el("div", { class: "sub", id: "scan" }, ...R.scan_lines.map((l) => el("div", {}, explain(l)))));
+  if ((R.scan_lines || []).length) app.append(el("div", { class: "sub", id: "scan" }, ...R.scan_lines.map((l) => el("div", {}, explainScan(l)))));
   // Owners, when the report has them: a per-site `owner`, and any per-GPU owners table.
   const owned = new Map();
   for (const s of R.sites) {
@@ -150,13 +151,13 @@
     const t = el("table", { class: "kinds", id: "kinds-" + d.ordinal },
       el("tr", {}, el("th", {}, "kind"), el("th", {}, "bytes"), el("th", {}, "objects"), el("th", {}, "top lines")));
     for (const k of d.kinds) {
-      const name = k.kind === "workspace" ? explain(k.owner) : k.kind === "untraced" ? term("untraced") : kindWords[k.kind] || k.kind;
+      const name = k.kind === "workspace" ? explain(k.owner) : k.kind === "untraced" ? term("untraced") : explain(kindWords[k.kind] || k.kind);
       const lines = el("ul", {}, ...(k.lines || []).map((l) => el("li", {}, bytes(l.bytes) + "  " + l.line + " (" + count(l.objects, "object") + ")")));
       t.append(el("tr", {}, el("td", {}, name), el("td", {}, bytes(k.bytes)), el("td", {}, k.objects || ""), el("td", {}, lines)));
     }
-    const of = "tensors " + bytes(d.tensor_bytes) + " of " + bytes(d.traced_bytes) + " traced" +
-      (d.driver_bytes != null ? ", the driver counts " + bytes(d.driver_bytes) : "");
-    app.append(el("h2", {}, "GPU " + d.ordinal + " by kind of memory"), el("div", { class: "sub" }, "From the ", term("heap walk"), ": " + of), t);
+    const of = ["tensors " + bytes(d.tensor_bytes) + " of " + bytes(d.traced_bytes) + " ", term("traced"),
+      d.driver_bytes != null ? ", the driver counts " + bytes(d.driver_bytes) : ""];
+    app.append(el("h2", {}, "GPU " + d.ordinal + " by kind of memory"), el("div", { class: "sub" }, "From the ", term("heap walk"), ": ", ...of), t);
   }
   const notes = R.notes.concat(R.findings || []);
   if (notes.length) app.append(el("ul", { class: "notes" }, ...notes.map((n) => el("li", {}, explain(n)))));
@@ -277,7 +278,8 @@
         const name = frameName(f);
         let child = node.children.find((c) => c.name === name);
         if (!child) {
-          child = { name, file: f.file || f.module || "", value: 0, children: [] };
+          // Named as the rest of the page names it (`placeName`); searched by the full path.
+          child = { name, file: placeName(f), path: f.file || f.module || "", value: 0, children: [] };
           node.children.push(child);
         }
         child.value += v;
@@ -295,7 +297,7 @@
     .minFrameSize(2)
     .transitionDuration(0)
     .label((d) => d.data.name + (d.data.file ? " (" + d.data.file + ")" : "") + ": " + bytes(d.value))
-    .setSearchMatch((d, term) => term !== "" && (d.data.name.includes(term) || (d.data.file || "").includes(term)))
+    .setSearchMatch((d, term) => term !== "" && (d.data.name.includes(term) || (d.data.path || "").includes(term)))
     .setDetailsElement(details)
     .setSearchHandler((found, sum, total) => {
       details.textContent = found.length ? "search: " + count(found.length, "frame") + ", " + bytes(sum) + " of " + bytes(total) : "";
@@ -344,9 +346,11 @@
       " \u2014 " + bytes(sp.live_bytes) + " ", term("live"), " in " + count(sp.live_count, "allocation") + ", ", term("score"), " " + sp.score_text));
     box.append(el("div", { class: "reason" }, explain(sp.reason)));
     if (s) box.append(stackList(s.frames));
-    const h = holdersBySite.get(sp.site);
-    if (h && h.holders.length) {
-      box.append(el("div", { class: "holders" }, term("holders, held by:", "Held by:"), el("ul", {}, ...h.holders.map((l) => el("li", {}, explain(l.text))))));
+    // Who holds its memory, the text report's lines: for a suspect of the sites of one line,
+    // each member site's, headed by its site.
+    const held = sp.holder_lines || [];
+    if (held.length) {
+      box.append(el("div", { class: "holders" }, term("holders, held by:", "Holders:"), el("ul", {}, ...held.map((l) => el("li", {}, explain(l))))));
     }
     susSec.append(box);
   });
@@ -381,7 +385,7 @@
   }
   cols.forEach(([k, label, num]) => {
     // Headers that are glossary words carry its tooltip.
-    const word = { id: "site", live_bytes: "live", owner: "owner, user code (direct calls)" }[k];
+    const word = { id: "site", live_bytes: "live", peak_live_bytes: "peak", owner: "owner, user code (direct calls)" }[k];
     const th = el("th", { class: num ? "num" : "", "data-key": k }, word ? term(word, label) : label);
     th.addEventListener("click", () => {
       order = { key: k, desc: order.key === k ? !order.desc : num };

@@ -11,9 +11,11 @@ except under CI (the CI variable set), where its absence fails."""
 import json
 import os
 import pickle
+import re
 import shutil
 import struct
 import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -49,6 +51,29 @@ def demo(tmp_path_factory):
     assert run.returncode == 0, run.stderr
     (path,) = out.glob("gpushim-*.json")
     return path, json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def py_example(tmp_path_factory):
+    """The Python example's final report (examples/leak.py, 200 frames, on the stand-in runtime), with
+    its heap walk's holders file beside it: (path, JSON)."""
+    out = tmp_path_factory.mktemp("py-example")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(standins()), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("LD_PRELOAD", None)
+    env.pop("GPUSHIM_HTML", None)
+    script = ROOT / "examples" / "leak.py"
+    run = subprocess.run(
+        [BIN, "run", "--output", out, "--", sys.executable, script, "200"], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    (path,) = out.glob("gpushim-*[0-9].json")
+    assert path.with_suffix(".holders.json").exists(), list(out.iterdir())
+    return path, json.loads(path.read_text())
+
+
+def short(path: str) -> str:
+    """A file as the reports name it: its directory and its name."""
+    return "/".join(path.split("/")[-2:])
 
 
 def export(report: Path, fmt: str, dest: Path) -> Path:
@@ -197,6 +222,18 @@ def test_html_report_in_a_browser(demo, tmp_path):
         assert flame and flame["width"] > 0 and flame["height"] > 0
         func = top_suspect_function(report)
         assert func == "render"
+        # The flame graph names a file as the rest of the report does, by its directory and its
+        # name, in its frames' tooltips and in the line that the frame under the pointer shows.
+        leak_c = next(f["file"] for s in report["sites"] for f in s["frames"] if f["function"] == func)
+        assert leak_c.startswith("/") and short(leak_c) == "examples/leak.c", leak_c
+        titles = page.evaluate(
+            "() => [...document.querySelectorAll('#flame svg g.frame title')].map((t) => t.textContent)"
+        )
+        assert "render (examples/leak.c): 200.0 MiB" in titles, titles
+        assert "main (examples/leak.c): 232.0 MiB" in titles, titles
+        assert not any("(/" in t for t in titles), titles
+        page.locator('#flame svg g.frame[name="render"]').first.hover()
+        assert page.locator("#flame-details").inner_text() == "render (examples/leak.c): 200.0 MiB"
         # Each card's label agrees with its number: "1 suspect", "0 failed allocations".
         cards = [" ".join(c.split()) for c in page.locator("#totals .card").all_inner_texts()]
         n = len(report["suspects"])
@@ -235,8 +272,13 @@ def test_html_report_in_a_browser(demo, tmp_path):
             "r => r.getBoundingClientRect().width > w)",
             arg=flame["width"] * 0.8,
         )
-        # Search highlights the matching frames and sums their bytes.
+        # Search highlights the matching frames and sums their bytes; it finds a frame by its
+        # file's full path too.
         page.fill("#flame-search", "leak.c")
+        page.wait_for_function("() => document.getElementById('flame-details').textContent.includes('of 232.0 MiB')")
+        page.fill("#flame-search", "/no/such/dir/")
+        page.wait_for_function("() => document.getElementById('flame-details').textContent === ''")
+        page.fill("#flame-search", leak_c)
         page.wait_for_function("() => document.getElementById('flame-details').textContent.includes('of 232.0 MiB')")
 
         # Weighted by bytes allocated, the site whose allocations were all freed appears.
@@ -432,3 +474,165 @@ def test_html_chart_line_of_a_suspect_of_several_sites_is_their_sum(demo, tmp_pa
         )
         browser.close()
     assert last == 2 * site["live_bytes"], (last, site["live_bytes"])
+
+
+def test_html_legend_of_a_suspect_ends_with_its_cards_live_bytes(demo, tmp_path):
+    """A site's series misses the site's last change once the collector thins it (it records one
+    change in 2, 4, ... after 256 points): the chart's line of the suspect still ends with the
+    live bytes at the report's end, and the legend gives the number of the suspect's card."""
+    exe = chromium()
+    from playwright.sync_api import sync_playwright
+
+    path, _ = demo
+    r = json.loads(Path(path).read_text())
+    top = r["suspects"][0]
+    site = next(s for s in r["sites"] if s["id"] == top["site"])
+    assert site["series"][-1][1] == site["live_bytes"] == top["live_bytes"] == 200 << 20
+    # As thinned: the last change (the 200th buffer) is not among the series' points.
+    site["series"].pop()
+    assert site["series"][-1][1] == 199 << 20
+    thinned = tmp_path / "gpushim-3.json"
+    thinned.write_text(json.dumps(r))
+    page_path = export(thinned, "html", tmp_path / "thinned.html")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(page_path.as_uri())
+        page.wait_for_load_state("load")
+        legend = page.evaluate(
+            "() => [...document.querySelectorAll('.u-legend tr.u-series')].map((r) =>"
+            " [r.querySelector('.u-label').textContent, r.querySelector('.u-value').textContent])"
+        )
+        last = page.evaluate(
+            "() => { const c = window.gpushimChart;"
+            " const i = c.series.findIndex((s) => s.label.startsWith('#1 ')); return c.data[i][c.data[i].length - 1]; }"
+        )
+        end = page.evaluate("() => window.gpushimChart.data[0].at(-1)")
+        card = page.locator("#suspects .suspect").first.inner_text()
+        browser.close()
+    shown = next(v for label, v in legend if label.startswith("#1 "))
+    on_card = re.search(r"\u2014 (\S+ \S+) live in ", card)
+    assert on_card, card
+    assert shown == on_card.group(1) == "200.0 MiB", (legend, card)
+    assert last == top["live_bytes"]
+    assert end == r["duration_s"], "the chart runs to the report's end"
+
+
+def test_html_card_of_a_suspect_of_the_sites_of_one_line_has_every_sites_holders(demo, tmp_path):
+    """A suspect across two sites of one line: its card gives the holder lines the text report
+    gives, every member site's, each headed by its site."""
+    exe = chromium()
+    from playwright.sync_api import sync_playwright
+
+    path, _ = demo
+    r = json.loads(Path(path).read_text())
+    top = r["suspects"][0]
+    site = next(s for s in r["sites"] if s["id"] == top["site"])
+    twin = {**site, "id": max(s["id"] for s in r["sites"]) + 1, "live_bytes": 100 << 20, "live_count": 100}
+    r["sites"].append(twin)
+    top["line_sites"] = [site["id"], twin["id"]]
+    top["live_bytes"] += twin["live_bytes"]
+    both = tmp_path / "gpushim-4.json"
+    both.write_text(json.dumps(r))
+
+    def member(sid, name, objects):
+        live = objects << 20
+        text = f"leak.py global '{name}' \u2192 list[*] \u2192 {objects} objects ({objects}.0 MiB)"
+        line = {"how": "path", "path": [f"leak.py global '{name}'", "list[*]"], "objects": objects, "bytes": live}
+        return {
+            "site": sid,
+            "live_bytes": live,
+            "objects": objects,
+            "object_bytes": live,
+            "in_use_bytes": live,
+            "in_use_from": "objects",
+            "cached_bytes": 0,
+            "holders": [{**line, "text": text}],
+            "top_objects": [],
+        }
+
+    empty = {"live_bytes": 0, "objects": 0, "object_bytes": 0, "in_use_bytes": 0, "cached_bytes": 0}
+    holders = {
+        "schema": "gpushim.holders.v1",
+        "pid": r["pid"],
+        "reason": "exit",
+        "walk": {"status": "complete", "elapsed_s": 0.01, "objects_visited": 1, "objects_found": 300, "message": "m"},
+        "sites": [member(site["id"], "frames", 200), member(twin["id"], "spare", 100)],
+        "unattributed": {**empty, "holders": [], "top_objects": []},
+    }
+    both.with_suffix(".holders.json").write_text(json.dumps(holders))
+    want = [
+        f"site {site['id']}: Python objects hold all 200.0 MiB live (200 objects, 200.0 MiB)",
+        "held by: leak.py global 'frames' \u2192 list[*] \u2192 200 objects (200.0 MiB)",
+        f"site {twin['id']}: Python objects hold all 100.0 MiB live (100 objects, 100.0 MiB)",
+        "held by: leak.py global 'spare' \u2192 list[*] \u2192 100 objects (100.0 MiB)",
+    ]
+    text = export(both, "text", tmp_path / "both.txt").read_text()
+    for line in want:
+        assert f"      {line}\n" in text, (line, text)
+    page_path = export(both, "html", tmp_path / "both.html")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(page_path.as_uri())
+        page.wait_for_load_state("load")
+        shown = page.locator("#suspects .suspect").first.locator(".holders li").all_inner_texts()
+        browser.close()
+    assert shown == want
+
+
+def glossary_words_used(glossary, text: str) -> set[str]:
+    """The glossary's words that `text` uses: each word's phrases (its marks, its marks in the
+    scan's line, and the word itself when it is one phrase, quotes dropped) found as whole words,
+    any case, longest first (as the page marks them: "definitely lost" is not also "lost")."""
+    phrases = []
+    for t in glossary:
+        own = [] if "," in t["word"] else [t["word"].strip('"')]
+        phrases += [(p, t["word"]) for p in own + t["marks"] + t.get("scan_marks", [])]
+    phrases.sort(key=lambda p: -len(p[0]))
+    pattern = "|".join(
+        ("(?<!\\w)" if re.match(r"\w", p) else "") + re.escape(p) + ("(?!\\w)" if re.search(r"\w$", p) else "")
+        for p, _ in phrases
+    )
+    word_of = {p.lower(): w for p, w in phrases}
+    return {word_of[m.group(0).lower()] for m in re.finditer(pattern, text, re.IGNORECASE)}
+
+
+def test_html_word_list_holds_every_glossary_word_the_page_uses(demo, py_example, tmp_path):
+    """The page's "Words on this page" lists every glossary word its text uses, for the C and the
+    Python example, and the Python example's report with memory the heap walk found no object in."""
+    exe = chromium()
+    from playwright.sync_api import sync_playwright
+
+    r = json.loads(py_example[0].read_text())
+    r["memory_kinds"][0]["kinds"].append({"kind": "no_object", "bytes": 1 << 20})
+    r["memory_kinds"][0]["traced_bytes"] += 1 << 20
+    no_object = tmp_path / "gpushim-5.json"
+    no_object.write_text(json.dumps(r))
+    pages = {
+        "c": export(demo[0], "html", tmp_path / "c.html"),
+        "py": export(py_example[0], "html", tmp_path / "py.html"),
+        "no object": export(no_object, "html", tmp_path / "no-object.html"),
+    }
+    used, listed = {}, {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        for name, html in pages.items():
+            page.goto(html.as_uri())
+            page.wait_for_load_state("load")
+            glossary = page.evaluate("() => JSON.parse(document.getElementById('data').textContent).glossary")
+            text = page.evaluate(
+                "() => [...document.getElementById('app').children].filter((e) => e.id !== 'glossary')"
+                ".map((e) => e.innerText).join('\\n')"
+            )
+            used[name] = glossary_words_used(glossary, text)
+            listed[name] = set(page.locator("#glossary dt").all_inner_texts())
+        browser.close()
+    for name in pages:
+        assert used[name] <= listed[name], (name, sorted(used[name] - listed[name]))
+    # The pages use the words the page places itself (peak, traced) and those of the scan's line
+    # (lost, read) and of the memory by kind (no object found).
+    assert {"peak", "lost", '"read"'} <= used["c"], used["c"]
+    assert {"peak", "traced", '"read"', "holders, held by:"} <= used["py"], used["py"]
+    assert "no object found, allocated, no tensor found" in used["no object"], used["no object"]

@@ -14,8 +14,8 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use super::Render;
-use crate::report::words::{first_user_frame, fmt_score, frame_label, shell_words};
-use crate::report::{Report, Timeline, TimelinePoint};
+use crate::report::words::{first_user_frame, fmt_score, frame_label, shell_words, short_path};
+use crate::report::{Report, Site, Timeline, TimelinePoint};
 
 /// Most timeline points the page holds (the report holds up to 2001).
 pub const MAX_TIMELINE_POINTS: usize = 600;
@@ -76,13 +76,47 @@ pub fn downsample(t: &Timeline) -> Timeline {
     Timeline { devices: t.devices.clone(), points }
 }
 
+/// Where the page's chart ends: the report's end (its timeline's last point, if that is later).
+pub fn chart_end(r: &Report) -> f64 {
+    r.timeline.points.last().map_or(r.duration_s, |p| p.t_s.max(r.duration_s))
+}
+
+/// The timeline as the chart draws it: ending at `end_s` with the state at its last point (the
+/// timeline's last point is the state at the report's end, but it may be older than the end
+/// when nothing changed since), so that every series of the chart has a value at the end.
+fn ended(t: &Timeline, end_s: f64) -> Timeline {
+    let mut t = t.clone();
+    if let Some(last) = t.points.last().filter(|p| p.t_s < end_s) {
+        let end = TimelinePoint { t_s: end_s, ..last.clone() };
+        t.points.push(end);
+    }
+    t
+}
+
+/// A site's series as the chart draws it: at most [`MAX_SERIES_POINTS`], the first and the last
+/// kept, ending with the site's live bytes at `end_s` (the report's end). A site's series records
+/// one change in 2, 4, … once it holds 256 points, so its last point may be older than the site's
+/// last change and hold another value than the live bytes the report ends with.
+pub fn chart_series(site: &Site, end_s: f64) -> Vec<(f64, u64)> {
+    let mut points = site.series.clone();
+    match points.last() {
+        Some(&(t, v)) if v != site.live_bytes => points.push((t.max(end_s), site.live_bytes)),
+        None if site.live_bytes > 0 => points.push((end_s, site.live_bytes)),
+        _ => {}
+    }
+    spread(points.len(), MAX_SERIES_POINTS).into_iter().map(|i| points[i]).collect()
+}
+
 /// The data block of a report's page: the report itself (whatever fields it has, owners
 /// included) with the timeline cut, series kept only for the charted suspects, the live
 /// allocations list left out, a `label` (first user frame) and a `name` (what its site column
 /// shows: the id, or [`NO_BACKTRACE_CELL`] with `no_backtrace` holding [`NO_BACKTRACE_TITLE`]) per
-/// site, the heap walk's holders when there was one, the reachability scan's lines as the text
-/// report says them (`scan_lines`), each suspect's score as the text report writes it
-/// (`score_text`), and the glossary ([`super::glossary::page_terms`]) for the page's tooltips.
+/// site, each frame's file named as the text report names it (`file_name`: its directory and
+/// its name, [`short_path`]), the heap walk's holders when there was one, the reachability
+/// scan's lines as the text report says them (`scan_lines`), each suspect's score and holder
+/// lines as the text report writes them (`score_text`, `holder_lines`), and the glossary
+/// ([`super::glossary::page_terms`]) for the page's tooltips. The timeline and the charted
+/// series end at the report's end ([`chart_end`], [`chart_series`]).
 pub fn page_data(r: &Report) -> Value {
     let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
     // A suspect of several sites (one cause, or one line's union) is charted as the sum of
@@ -93,9 +127,13 @@ pub fn page_data(r: &Report) -> Value {
         .take(CHART_SUSPECTS)
         .flat_map(|s| std::iter::once(s.site).chain(s.sites.iter().copied()).chain(s.line_sites.iter().copied()))
         .collect();
+    let end_s = chart_end(r);
     if let Some(o) = v.as_object_mut() {
         o.remove("allocations");
-        o.insert("timeline".into(), serde_json::to_value(downsample(&r.timeline)).unwrap_or(Value::Null));
+        o.insert(
+            "timeline".into(),
+            serde_json::to_value(downsample(&ended(&r.timeline, end_s))).unwrap_or(Value::Null),
+        );
         o.insert("program".into(), Value::String(shell_words(&r.command)));
         o.insert("glossary".into(), super::glossary::page_terms());
         // The scan's lines as stderr and the text report say them.
@@ -104,6 +142,9 @@ pub fn page_data(r: &Report) -> Value {
             for (v, s) in suspects.iter_mut().zip(&r.suspects) {
                 if let Some(v) = v.as_object_mut() {
                     v.insert("score_text".into(), Value::String(fmt_score(s.score)));
+                    // Who holds its memory, line by line as the text report says it (every
+                    // member's holders for a suspect of the sites of one line).
+                    v.insert("holder_lines".into(), json!(super::text::suspect_holder_lines(r, s, 5)));
                 }
             }
         }
@@ -114,7 +155,7 @@ pub fn page_data(r: &Report) -> Value {
             for (s, site) in sites.iter_mut().zip(&r.sites) {
                 let label = first_user_frame(site).map_or_else(|| "(no backtrace)".to_string(), frame_label);
                 let series: Vec<Value> = if charted.contains(&site.id) {
-                    spread(site.series.len(), MAX_SERIES_POINTS).into_iter().map(|i| json!(site.series[i])).collect()
+                    chart_series(site, end_s).into_iter().map(|p| json!(p)).collect()
                 } else {
                     Vec::new()
                 };
@@ -129,8 +170,11 @@ pub fn page_data(r: &Report) -> Value {
                     o.insert("series".into(), Value::Array(series));
                     // Addresses make the page larger and mean nothing to a reader.
                     if let Some(Value::Array(frames)) = o.get_mut("frames") {
-                        for f in frames.iter_mut().filter_map(Value::as_object_mut) {
+                        for (f, frame) in frames.iter_mut().filter_map(Value::as_object_mut).zip(&site.frames) {
                             f.remove("address");
+                            if let Some(file) = &frame.file {
+                                f.insert("file_name".into(), Value::String(short_path(file).to_string()));
+                            }
                         }
                     }
                 }
@@ -381,6 +425,74 @@ mod tests {
         for field in doc["totals"].as_object().unwrap().keys() {
             assert!(!DIFF_JS.contains(&format!("\"{field}\"")) && !DIFF_JS.contains(&format!("{field}:")), "{field}");
         }
+    }
+
+    /// A site's series thinned by the collector may miss the site's last change (its last point
+    /// says 2 MiB, the site ends with 3 MiB): the chart's series ends with the live bytes at the
+    /// report's end, the number the suspect's card gives, and the timeline reaches that moment.
+    #[test]
+    fn a_charted_series_ends_with_the_live_bytes_at_the_reports_end() {
+        let mut r = sample();
+        r.duration_s = 1.5;
+        r.sites[0].series = vec![(0.0, 1 << 20), (0.5, 2 << 20)];
+        assert_eq!(r.sites[0].live_bytes, 3 << 20);
+        assert_eq!(r.suspects[0].live_bytes, 3 << 20);
+        let data = page_data(&r);
+        assert_eq!(data["sites"][0]["series"], json!([[0.0, 1 << 20], [0.5, 2 << 20], [1.5, 3 << 20]]));
+        let points = data["timeline"]["points"].as_array().unwrap();
+        assert_eq!(points.len(), 4);
+        assert_eq!(points[3], json!({"t_s": 1.5, "kinds": [3 << 20, 0, 0], "devices": [2 << 20, 1 << 20]}));
+        // A series that already ends with the live bytes is kept as it is, and the timeline is
+        // not lengthened when its last point is the report's end.
+        let mut r = sample();
+        r.duration_s = 1.000_002;
+        let data = page_data(&r);
+        assert_eq!(data["sites"][0]["series"], json!([[0.0, 1 << 20], [0.5, 2 << 20], [1.0, 3 << 20]]));
+        assert_eq!(data["timeline"]["points"].as_array().unwrap().len(), 3);
+        // A long series is cut to MAX_SERIES_POINTS with its first point and the end kept.
+        let mut site = r.sites[0].clone();
+        site.series = (0..256u64).map(|i| (i as f64 / 256.0, i << 20)).collect();
+        site.live_bytes = 300 << 20;
+        let cut = chart_series(&site, 2.0);
+        assert_eq!(cut.len(), MAX_SERIES_POINTS);
+        assert_eq!((cut[0], cut[MAX_SERIES_POINTS - 1]), ((0.0, 0), (2.0, 300 << 20)));
+    }
+
+    /// A suspect of the sites of one line gets the holder lines the text report gives it: every
+    /// member site's, each headed by its site.
+    #[test]
+    fn a_union_suspect_has_the_holder_lines_of_the_text_report() {
+        let mut r = sample();
+        crate::render::tests::union_with_holders(&mut r);
+        let data = page_data(&r);
+        let lines = [
+            "site 1: Python objects hold all 3.0 MiB live (3 objects, 3.0 MiB)",
+            "held by: train.py global 'history' \u{2192} 3 objects",
+            "site 5: Python objects hold all 1.0 MiB live (2 objects, 1.0 MiB)",
+            "held by: train.py global 'cache' \u{2192} 2 objects",
+        ];
+        assert_eq!(data["suspects"][0]["holder_lines"], json!(lines));
+        let text = render(&super::super::text::Text(crate::render::TextOptions::default()), &r);
+        for l in lines {
+            assert!(text.contains(&format!("      {l}\n")), "the text report says {l:?}: {text}");
+        }
+        // Without a heap walk, no lines.
+        assert_eq!(page_data(&sample())["suspects"][0]["holder_lines"], json!([]));
+    }
+
+    /// A frame's file is named by its directory and its name, as the text report names it; the
+    /// data keeps the full path.
+    #[test]
+    fn frames_name_their_file_by_its_directory_and_its_name() {
+        let mut r = sample();
+        r.sites[0].frames[1].file = Some("/home/u/proj/render.cu".into());
+        r.sites[0].frames[1].line = Some(57);
+        let data = page_data(&r);
+        let frame = &data["sites"][0]["frames"][1];
+        assert_eq!(frame["file"], "/home/u/proj/render.cu");
+        assert_eq!(frame["file_name"], "proj/render.cu");
+        assert_eq!(frame_label(&r.sites[0].frames[1]), "render_frame (proj/render.cu:57)");
+        assert!(data["sites"][0]["frames"][0].get("file_name").is_none(), "a frame without a file has none");
     }
 
     #[test]

@@ -158,6 +158,44 @@ pub(crate) mod tests {
         r
     }
 
+    /// `r` (the [`sample`]) made a suspect of the sites of one line (1 and 5) with a heap walk's
+    /// holders for each: `train.py global 'history'` holds site 1's 3 objects, `train.py global
+    /// 'cache'` site 5's 2.
+    pub(crate) fn union_with_holders(r: &mut Report) {
+        use crate::report::{HolderLine, Holders, SiteHolders};
+        r.suspects[0].line_sites = vec![1, 5];
+        let member = |site: u32, live: u64, path: &str, objects: u64| SiteHolders {
+            site: Some(site),
+            live_bytes: live,
+            objects,
+            object_bytes: live,
+            in_use_bytes: live,
+            in_use_from: "objects".into(),
+            holders: vec![HolderLine {
+                how: "path".into(),
+                path: vec![path.into()],
+                objects,
+                bytes: live,
+                text: format!("{path} \u{2192} {objects} objects"),
+                ..HolderLine::default()
+            }],
+            ..SiteHolders::default()
+        };
+        r.holders = Some(Holders {
+            schema: crate::report::HOLDERS_SCHEMA.into(),
+            pid: 1234,
+            reason: "exit".into(),
+            number: None,
+            walk: Default::default(),
+            sites: vec![
+                member(1, 3 << 20, "train.py global 'history'", 3),
+                member(5, 1 << 20, "train.py global 'cache'", 2),
+            ],
+            unattributed: SiteHolders::default(),
+            kinds: vec![],
+        });
+    }
+
     /// What `format` writes for `r`, as bytes.
     pub(crate) fn render_bytes(format: &dyn Render, r: &Report) -> Vec<u8> {
         let mut out = Vec::new();

@@ -281,7 +281,7 @@ fn suppressed_line(r: &Report) -> String {
 /// Who holds a suspect's memory (the heap walk's lines, at most `max` holders per site): its
 /// site's, or for the union of the sites of one line (`line_sites`) every member's that the
 /// walk found objects in, each headed by its site.
-fn suspect_holder_lines(r: &Report, s: &crate::report::Suspect, max: usize) -> Vec<String> {
+pub fn suspect_holder_lines(r: &Report, s: &crate::report::Suspect, max: usize) -> Vec<String> {
     let Some(h) = r.holders.as_ref() else { return Vec::new() };
     let members: Vec<&crate::report::SiteHolders> = if s.line_sites.is_empty() {
         h.site(s.site).into_iter().collect()
@@ -712,39 +712,8 @@ pub(crate) mod tests {
     /// each member site, headed by its site, in the text report and the stderr summary.
     #[test]
     fn a_union_suspect_lists_the_holders_of_every_member_site() {
-        use crate::report::{HolderLine, Holders, SiteHolders};
         let mut r = sample();
-        r.suspects[0].line_sites = vec![1, 5];
-        let member = |site: u32, live: u64, path: &str, objects: u64| SiteHolders {
-            site: Some(site),
-            live_bytes: live,
-            objects,
-            object_bytes: live,
-            in_use_bytes: live,
-            in_use_from: "objects".into(),
-            holders: vec![HolderLine {
-                how: "path".into(),
-                path: vec![path.into()],
-                objects,
-                bytes: live,
-                text: format!("{path} \u{2192} {objects} objects"),
-                ..HolderLine::default()
-            }],
-            ..SiteHolders::default()
-        };
-        r.holders = Some(Holders {
-            schema: crate::report::HOLDERS_SCHEMA.into(),
-            pid: 1234,
-            reason: "exit".into(),
-            number: None,
-            walk: Default::default(),
-            sites: vec![
-                member(1, 3 << 20, "train.py global 'history'", 3),
-                member(5, 1 << 20, "train.py global 'cache'", 2),
-            ],
-            unattributed: SiteHolders::default(),
-            kinds: vec![],
-        });
+        crate::render::tests::union_with_holders(&mut r);
         let mut out = Vec::new();
         Text(TextOptions::default()).render(&r, &mut out).unwrap();
         let t = String::from_utf8(out).unwrap();
