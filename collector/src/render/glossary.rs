@@ -21,7 +21,7 @@ pub struct Term {
 pub const GLOSSARY: &[Term] = &[
     Term {
         word: "site",
-        meaning: "one place in the code that allocates: every allocation made with the same stack (`site 3` is its number in the report)",
+        meaning: "one place in the code that allocates: every allocation made with the same stack (`site N`: its number in the report)",
         marks: &[],
     },
     Term {
@@ -67,7 +67,7 @@ pub const GLOSSARY: &[Term] = &[
     },
     Term {
         word: "lost",
-        meaning: "in the scan's line (`3 lost`): definitely lost",
+        meaning: "in the scan's line (`N lost`): definitely lost",
         marks: &[],
     },
     Term {
@@ -87,7 +87,7 @@ pub const GLOSSARY: &[Term] = &[
     },
     Term {
         word: "\"read\"",
-        meaning: "in the scan's line (`9.3 MiB read in 5 ms`): how much of the program's own memory the reachability scan read looking for pointers to the live allocations",
+        meaning: "in the scan's line (`… MiB read in … ms`): how much of the program's own memory the reachability scan read looking for pointers to the live allocations",
         marks: &[],
     },
     Term {
