@@ -177,6 +177,38 @@ run_job_case() {
 run_job_case job_ddp
 run_job_case job_gpu0_before_set_device
 run_job_case job_leak_one_rank PYTORCH_NO_CUDA_MEMORY_CACHING=1
+# Containers and schedulers (issue 30). A PyTorch program as PID 1 of a PID namespace of its own
+# (`docker run` without --init): its report, and the untraced figure marked unknown there (NVML
+# lists the machine's pids). Without root, a user namespace makes the PID namespace.
+UNSHARE=(unshare --pid --fork --mount-proc)
+unshare --pid --fork --mount-proc true 2>/dev/null || UNSHARE=(unshare --user --map-root-user --pid --fork --mount-proc)
+run_case container_pid1 -- "${UNSHARE[@]}" $PY torch_default $T
+# A torchrun job with one process under `gpushim run`, stopped mid-run with SIGTERM to every
+# process of the job at once (the collector included, whatever its session), as `scancel`,
+# `systemctl stop` or a pod's teardown do: the worker's report says it was stopped.
+run_stop_case() {
+  local name=torchrun_sigterm
+  selected "$name" || return 0
+  local d="$WORK/$name" tag="gpushim-stop-$$-$RANDOM"
+  mkdir -p "$d"
+  local t0=$(date +%s%N)
+  ( cd "$d" && exec env GPUSHIM_JOB_TAG="$tag" timeout 300 "$REL/gpushim" run --output "$d" -- \
+      python3 -m torch.distributed.run --standalone --nproc_per_node=1 \
+      "$ROOT/scripts/gpu/stop_check.py" "$d" > "$d/stdout" 2> "$d/stderr" ) &
+  local bg=$! i
+  for i in $(seq 1200); do [ -e "$d/started" ] && break; sleep 0.1; done
+  local p stopped=0
+  for p in /proc/[0-9]*; do
+    if tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qx "GPUSHIM_JOB_TAG=$tag"; then
+      kill -TERM "${p#/proc/}" 2>/dev/null && stopped=$((stopped + 1))
+    fi
+  done
+  wait "$bg"
+  local rc=$? t1=$(date +%s%N)
+  echo "{\"signalled\": $stopped, \"started\": $([ -e "$d/started" ] && echo true || echo false)}" > "$d/truth.json"
+  printf "%-18s rc=%-3s %6d ms (SIGTERM to %d processes)\n" "$name" "$rc" "$(( (t1 - t0) / 1000000 ))" "$stopped" | tee -a "$WORK/runs.txt"
+}
+run_stop_case
 # Reachability (issue 17): definitely lost vs reachable (scripts/gpu/reach.cu, cases.py R_torch;
 # S7 above gets its class too).
 run_case reach_lost -- "$WORK/bin/reach" lost

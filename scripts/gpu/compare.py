@@ -558,6 +558,7 @@ def checks():
     job_rows()
     reach_rows()
     no_import_row()
+    container_rows()
 
 
 def torch_snapshot_rows():
@@ -1399,6 +1400,41 @@ def no_import_row():
         and want in heads[0],
         ", ".join(f"{k} {v}" for k, v in states.items()),
     )
+
+
+def container_rows():
+    """Issue 30: a PyTorch program as PID 1 of a PID namespace gets its report, exact against
+    torch, with the untraced figure marked unknown; a torchrun job stopped with SIGTERM to every
+    process leaves the worker's report saying it was stopped."""
+    t, r, _ = load("container_pid1")
+    if r and t:
+        g = gpu0(r)
+        live = kind(r, "device")
+        row(
+            "container_pid1",
+            "PID 1 of a PID namespace: a report, device live == torch reserved, untraced unknown",
+            f"pid 1, {mib(t.get('reserved'))}, untraced unknown",
+            f"pid {r.get('pid')}, {mib(live)}, untraced {mib(g.get('untraced_bytes'))}",
+            r.get("pid") == 1
+            and live == t.get("reserved")
+            and g.get("untraced_bytes") is None
+            and str(g.get("driver_note", "")).startswith("unknown"),
+            str(g.get("driver_note", ""))[:120],
+        )
+    else:
+        missing("container_pid1")
+    t, r, _ = load("torchrun_sigterm")
+    if r and t:
+        row(
+            "torchrun_sigterm",
+            "torchrun (1 process) under gpushim run, SIGTERM to every process: the worker's report says stopped",
+            "reason stopped, signal SIGTERM",
+            f"reason {r.get('reason')}, signal {r.get('signal')}; {r['totals']['alloc_count']} allocations",
+            t.get("started") is True and r.get("reason") == "stopped" and r.get("signal") == "SIGTERM",
+            f"SIGTERM sent to {t.get('signalled')} processes",
+        )
+    else:
+        missing("torchrun_sigterm")
 
 
 def reach_rows():
