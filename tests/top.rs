@@ -4,7 +4,7 @@
 //! snapshot request writes a report, bad input gets one line, and the full-screen view under
 //! tmux (send-keys, capture-pane) shows the site, says when the terminal is too small, shows
 //! the site's stack on Enter, takes a snapshot on `s`, shows what grew since it on `d` and gives
-//! the shell back on `q`. Without
+//! the shell back on `q`, its diff wrapped in a narrower terminal. Without
 //! tmux that test says it is skipped (.ci/run installs tmux). On `gpushim run`'s pid with two
 //! traced processes, one row per process, the leaking one's naming its suspect.
 //!
@@ -243,6 +243,11 @@ fn the_full_screen_view_under_tmux() {
     tmux.cmd(&["send-keys", "-t", "top", "d"]);
     let pane = tmux.wait_for("the diff", |p| p.contains("what changed since the last snapshot"));
     assert!(pane.contains("grow_step"), "{pane}");
+    // In 100 columns the diff's line of the site (about 150 characters) wraps: its end, the
+    // site's file and line, is still shown.
+    tmux.cmd(&["resize-window", "-t", "top", "-x", "100", "-y", "40"]);
+    tmux.wait_for("the diff wrapped in 100 columns", |p| p.contains("programs/target_tracing.c:2"));
+    tmux.cmd(&["resize-window", "-t", "top", "-x", "150", "-y", "40"]);
     tmux.cmd(&["send-keys", "-t", "top", "Escape"]);
     tmux.wait_for("the table again", |p| p.contains("sites by live bytes"));
     tmux.cmd(&["send-keys", "-t", "top", "q"]);
