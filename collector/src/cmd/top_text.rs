@@ -95,10 +95,22 @@ pub(super) fn header(f: &Frame) -> Vec<String> {
     lines
 }
 
-/// A site's headline for a person: its headline, else `site N`.
+/// A row's sites for a person: `site 3`, or `sites 3, 4` for the sites of one line.
+pub(super) fn site_ids(s: &SiteLine) -> String {
+    if s.sites.len() > 1 {
+        format!("sites {}", s.sites.join(", "))
+    } else {
+        format!("site {}", s.id)
+    }
+}
+
+/// A row's headline for a person: its headline, followed by its sites when it has several
+/// (`Buf.__init__ (myleak.py:10) (sites 3, 4)`), else its sites.
 pub(super) fn headline(s: &SiteLine) -> String {
     if s.headline.is_empty() {
-        format!("site {}", s.id)
+        site_ids(s)
+    } else if s.sites.len() > 1 {
+        format!("{} ({})", clean(&s.headline), site_ids(s))
     } else {
         clean(&s.headline)
     }
@@ -210,6 +222,7 @@ mod tests {
     fn a_text_frame() {
         let site = |id: &str, live: u64, g: f64, h: &str| SiteLine {
             id: id.into(),
+            sites: vec![id.into()],
             headline: h.into(),
             live_bytes: live,
             live_count: 2,
@@ -226,14 +239,20 @@ mod tests {
             window_covered_s: 10.0,
             sites_live: 2,
             suspects: 1,
-            sites: vec![site("1", 1 << 20, 0.0, "big (a.c:1)"), site("2", 1024, 2048.0, "")],
+            sites: vec![
+                site("1", 1 << 20, 0.0, "big (a.c:1)"),
+                site("2", 1024, 2048.0, ""),
+                SiteLine { sites: vec!["4".into(), "3".into()], ..site("4", 4096, 0.0, "Buf.__init__ (myleak.py:10)") },
+            ],
             ..Frame::default()
         };
         let t = text(&f, Sort::Live, 10);
         assert!(t.starts_with("pid 7: ./grow ?[2J (up 12.0 s)\n"), "{t}");
         let rows: Vec<&str> = t.lines().skip(5).collect();
-        assert!(rows[0].ends_with("big (a.c:1)") && rows[1].ends_with("site 2"), "{t}");
-        assert!(rows[1].contains("+2.0 KiB/s") && rows[1].contains("yes"), "{t}");
+        assert!(rows[0].ends_with("big (a.c:1)") && rows[2].ends_with("site 2"), "{t}");
+        // The sites of one line: one row, its sites after its headline.
+        assert!(rows[1].ends_with("Buf.__init__ (myleak.py:10) (sites 4, 3)"), "{t}");
+        assert!(rows[2].contains("+2.0 KiB/s") && rows[2].contains("yes"), "{t}");
         let t = text(&f, Sort::Growth, 1);
         assert_eq!(t.lines().count(), 6, "{t}");
         assert!(t.lines().last().unwrap().ends_with("site 2"), "{t}");

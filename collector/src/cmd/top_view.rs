@@ -24,7 +24,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Sparkline, Table, TableState, Wrap};
 use ratatui::{Frame as Screen, Terminal};
 
-use super::top_text::{clean, failure, header, headline, job_cells, rate, sorted, Sort};
+use super::top_text::{clean, failure, header, headline, job_cells, rate, site_ids, sorted, Sort};
 use crate::compare::diff::diff;
 use crate::control::client;
 use crate::control::frame::Frame;
@@ -334,7 +334,9 @@ impl View {
         } else if self.stack {
             let mut lines = Vec::new();
             if let Some(site) = sites.get(selected) {
-                lines.push(Line::from(format!("site {}: {}", site.id, headline(site))));
+                let name =
+                    if site.headline.is_empty() { String::new() } else { format!(": {}", clean(&site.headline)) };
+                lines.push(Line::from(format!("{}{name}", site_ids(site))));
                 lines.extend(site.frames.iter().map(|fr| Line::from(format!("  {}", clean(fr)))));
                 if !site.held_by.is_empty() {
                     let from = f.holders_from.as_deref().unwrap_or("a snapshot");

@@ -9,9 +9,9 @@
 //! clock when the program is quiet, the loop then waiting on its input with a timeout). Once a
 //! client has asked for a frame (not before: symbolizing reads the program's files, and a
 //! program nobody watches must not wait for that), the suspects are ranked at most every
-//! [`SUSPECTS_EVERY_NS`] and a site's headline and frames symbolized once, when it first enters
-//! the top sites. A thread of its own takes the connections, and one thread per connection
-//! answers a frame from the shared state: no frame waits for the event loop but the first,
+//! [`SUSPECTS_EVERY_NS`] and a site's headline, grouping key and frames symbolized once,
+//! when it first enters the top sites. A thread of its own takes the connections, and one
+//! thread per connection answers a frame from the shared state: no frame waits for the event loop but the first,
 //! which waits (at most 5 s) for the sample that names the sites. A snapshot request is handed to the event loop (a byte on a
 //! socket pair wakes it when it waits), which writes the report of the live set as applied so
 //! far ([`crate::collect`]'s snapshot report, labelled `top`) and hands back its path. Nothing
@@ -357,20 +357,21 @@ impl Control {
     }
 }
 
-/// Site `id`'s headline and frames for the view.
+/// Site `id`'s headline, its key (what the view's rows group sites by, as the report groups
+/// its suspects) and frames for the view.
 fn name_of(id: u32, src: &mut Sources<'_>) -> Name {
     let Some(addrs) = src.stacks.get(&id).filter(|_| id != NO_STACK) else {
-        return Name { headline: "without backtrace".to_string(), frames: Vec::new() };
+        return Name { headline: "without backtrace".to_string(), ..Name::default() };
     };
     let frames = src.sym.stack_of(id, addrs);
-    let headline = match frames::headline(&frames, None) {
-        Some(h) => h.text,
-        None => frames.iter().find(|f| f.class == Class::User).map(frame_label).unwrap_or_default(),
+    let (headline, key) = match frames::headline(&frames, None) {
+        Some(h) => (h.text, h.key),
+        None => (frames.iter().find(|f| f.class == Class::User).map(frame_label).unwrap_or_default(), String::new()),
     };
     let list = frames
         .iter()
         .take(MAX_FRAMES)
         .map(|f| if f.internal { format!("[internal] {}", frame_label(f)) } else { frame_label(f) })
         .collect();
-    Name { headline, frames: list }
+    Name { headline, key, frames: list }
 }
