@@ -164,6 +164,10 @@ pub(crate) struct Name {
     /// What sites are grouped by: its headline's key (`frames::Headline::key`); empty when it
     /// has none (the site is a row of its own).
     pub key: String,
+    /// Its line of user code as the ranking unites sites (`owners::union_line`).
+    pub line: Option<String>,
+    /// A caching pool holds its memory (`owners::Owner::pool`).
+    pub pool: bool,
     pub frames: Vec<String>,
 }
 
@@ -349,6 +353,7 @@ mod tests {
             headline: headline.into(),
             key: key.into(),
             frames: vec![frame.into()],
+            ..Name::default()
         };
         let names = HashMap::from([
             (3, name("user Buf.__init__ myleak.py:10", "Buf.__init__ (myleak.py:10)", "pool_a (p.c:1)")),
