@@ -158,12 +158,15 @@ pub(super) fn process(f: &Frame) -> String {
     }
 }
 
-/// The process's live bytes' change over the frame's window, per second (from its series: the
-/// latest point at or before the window's start, else the oldest).
+/// The process's live bytes' change over the frame's window, per second, from its series: from
+/// the first point with live bytes among those from the latest at or before the window's start
+/// (else the oldest), as a row's growth is measured (`frame::sites`): memory that appeared
+/// after the first point and stayed (a start-up allocation) is no growth.
 pub(super) fn process_growth(f: &Frame) -> f64 {
     let Some(now) = f.series.last() else { return 0.0 };
     let from = now.t_s - f.window_s;
-    let old = f.series.iter().rev().find(|p| p.t_s <= from).or(f.series.first()).unwrap_or(now);
+    let first = f.series.iter().rposition(|p| p.t_s <= from).unwrap_or(0);
+    let Some(old) = f.series[first..].iter().find(|p| p.live_bytes > 0) else { return 0.0 };
     let span = now.t_s - old.t_s;
     if span <= 0.0 {
         return 0.0;
@@ -280,6 +283,10 @@ mod tests {
         };
         // From the point at or before 15 - 10 = 5 s.
         assert_eq!(process_growth(&f), 100.0);
+        // Three seconds of a run whose start-up allocation came after the first point: none.
+        let m = 32 << 20;
+        let start = Frame { series: vec![point(0.0, 0), point(1.0, m), point(2.0, m), point(3.0, m)], ..f.clone() };
+        assert_eq!(process_growth(&start), 0.0);
         let t = job_text("pid 7", &[Ok(f), Err("the collector of pid 43 is gone".into())]);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "pid 7: 2 traced processes; growth over the last 10 s");
