@@ -4,9 +4,10 @@
 //! snapshot request writes a report, bad input gets one line, and the full-screen view under
 //! tmux (send-keys, capture-pane) shows the site, says when the terminal is too small, shows
 //! the site's stack on Enter, takes a snapshot on `s`, shows what grew since it on `d` and gives
-//! the shell back on `q`. Without
+//! the shell back on `q`, its diff wrapped in a narrower terminal. Without
 //! tmux that test says it is skipped (.ci/run installs tmux). On `gpushim run`'s pid with two
-//! traced processes, one row per process, the leaking one's naming its suspect.
+//! traced processes, one row per process, the leaking one's naming its suspect. The sites of
+//! one line of a Python program are one row and one suspect, as in its final report.
 //!
 //! Waits are on conditions against `DEADLINE`: the program's "ready" line, a frame whose samples
 //! cover the window, the pane's text.
@@ -243,6 +244,11 @@ fn the_full_screen_view_under_tmux() {
     tmux.cmd(&["send-keys", "-t", "top", "d"]);
     let pane = tmux.wait_for("the diff", |p| p.contains("what changed since the last snapshot"));
     assert!(pane.contains("grow_step"), "{pane}");
+    // In 100 columns the diff's line of the site (about 150 characters) wraps: its end, the
+    // site's file and line, is still shown.
+    tmux.cmd(&["resize-window", "-t", "top", "-x", "100", "-y", "40"]);
+    tmux.wait_for("the diff wrapped in 100 columns", |p| p.contains("programs/target_tracing.c:2"));
+    tmux.cmd(&["resize-window", "-t", "top", "-x", "150", "-y", "40"]);
     tmux.cmd(&["send-keys", "-t", "top", "Escape"]);
     tmux.wait_for("the table again", |p| p.contains("sites by live bytes"));
     tmux.cmd(&["send-keys", "-t", "top", "q"]);
@@ -377,4 +383,66 @@ fn a_sites_detail_names_its_holders_from_the_latest_snapshot() {
     );
     let d = live.finish();
     assert!(d.status.success(), "{d}");
+}
+
+/// One line of a Python program allocating through two native stacks in turn
+/// (tests/programs/top_one_line.py: the stand-in cudaMalloc and cudaMallocPitch): the frame
+/// gives one row of both sites, a suspect, with their bytes summed, and counts one suspect;
+/// `--once` shows the row once with its sites; the final report has the one suspect too,
+/// across the same two sites of one line.
+#[test]
+fn the_sites_of_one_line_are_one_row_as_in_the_report() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/top_one_line.py");
+    let cudart = standin("libcudart.so.13");
+    let t = Target::new(crate::python::python3(), "top-one-line")
+        .args(&[script.to_str().unwrap(), cudart.to_str().unwrap()])
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    let dir = t.dir.path().to_path_buf();
+    let mut live = Live::start(&t);
+    assert_eq!(live.line(), "ready");
+    let pid = live.pid.to_string();
+    let ours = |row: &&Value| row["headline"].as_str().is_some_and(|h| h.contains("top_one_line.py"));
+    let f = until("a suspect row of two sites", || {
+        let out = top(&["top", &pid, "--json"]);
+        let f: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let row = f["sites"].as_array()?.iter().find(ours)?;
+        (row["suspect"] == true && row["sites"].as_array()?.len() == 2).then_some(f)
+    });
+    assert_eq!(f["version"], 2, "{f:#}");
+    let rows: Vec<&Value> = f["sites"].as_array().unwrap().iter().filter(ours).collect();
+    assert_eq!(rows.len(), 1, "{f:#}");
+    assert_eq!(f["suspects"], 1, "{f:#}");
+    let row = rows[0];
+    let (bytes, count) = (row["live_bytes"].as_u64().unwrap(), row["live_count"].as_u64().unwrap());
+    assert_eq!(bytes, count * (64 << 10), "both sites' 64 KiB buffers: {f:#}");
+    assert_eq!(row["id"], row["sites"][0], "{f:#}");
+    let mut sites: Vec<u64> =
+        row["sites"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().parse().unwrap()).collect();
+    sites.sort_unstable();
+
+    let once = top(&["top", &pid, "--once"]);
+    let text = String::from_utf8_lossy(&once.stdout).into_owned();
+    assert!(once.status.success(), "{text}{}", String::from_utf8_lossy(&once.stderr));
+    assert!(text.lines().nth(3).is_some_and(|l| l.contains(", 1 suspect;")), "{text}");
+    // The rows, below the header's five lines (the first names the script too).
+    let ours: Vec<&str> = text.lines().skip(5).filter(|l| l.contains("top_one_line.py")).collect();
+    assert_eq!(ours.len(), 1, "{text}");
+    assert!(
+        ours[0].ends_with(&format!(
+            "(sites {})",
+            row["sites"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect::<Vec<_>>().join(", ")
+        )),
+        "{text}"
+    );
+
+    let d = live.finish();
+    assert!(d.status.success(), "{d}");
+    let r = d.report_in(&dir);
+    let suspects = r["suspects"].as_array().unwrap();
+    assert_eq!(suspects.len(), 1, "{r:#}");
+    assert!(suspects[0]["reason"].as_str().unwrap().contains("across 2 sites of one line"), "{r:#}");
+    let mut in_report: Vec<u64> =
+        suspects[0]["sites"].as_array().unwrap().iter().map(|s| s.as_u64().unwrap()).collect();
+    in_report.sort_unstable();
+    assert_eq!(in_report, sites, "{r:#}");
 }

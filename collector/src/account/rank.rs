@@ -498,12 +498,35 @@ fn judge(site: &Track<'_>, run: u64, run_end: u64, activity: &[(u64, u64)], heap
     })
 }
 
+/// The definitely lost bytes that move a suspect up a report (explain/reach.rs): all of its
+/// sites', except for a union of one line's sites (`line_sites`), which its members' lost
+/// allocations do not move up (a library's workspace made at the line's first call would
+/// otherwise make the whole line's growth the top suspect).
+pub fn lost_rank(s: &Suspect) -> u64 {
+    if s.line_sites.is_empty() {
+        s.definitely_lost_bytes
+    } else {
+        0
+    }
+}
+
+/// The order of a report's suspects: most definitely lost bytes first ([`lost_rank`]), then
+/// most live bytes, the highest score, the lowest site id.
+pub fn report_order(a: &Suspect, b: &Suspect) -> std::cmp::Ordering {
+    lost_rank(b)
+        .cmp(&lost_rank(a))
+        .then(b.live_bytes.cmp(&a.live_bytes))
+        .then(b.score.total_cmp(&a.score))
+        .then(a.site.cmp(&b.site))
+}
+
 /// Groups suspects by cause: suspects whose sites have the same `key_of` (their headline frame;
 /// `None`: a group of its own) become one, headed by its largest site (most live bytes, then
 /// lowest id), with every member in `sites` (largest first), the members' live bytes and
 /// allocations summed, the highest score, and the largest site's other measures. The reason of
 /// a group of several says so, counting every site (a member may be the union of the sites of
-/// one line): `3 sites, 30 live (30.0 MiB) in all; the largest: …`. The groups are ordered as [`suspects`] orders suspects.
+/// one line): `3 sites, 30 live (30.0 MiB) in all; the largest: …`. The groups are ordered as
+/// a report orders its suspects ([`report_order`]; nothing is definitely lost before the scan).
 pub fn group(suspects: Vec<Suspect>, key_of: impl Fn(u32) -> Option<String>) -> Vec<Suspect> {
     let mut groups: Vec<Vec<Suspect>> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -548,7 +571,7 @@ pub fn group(suspects: Vec<Suspect>, key_of: impl Fn(u32) -> Option<String>) -> 
             head
         })
         .collect();
-    out.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(b.score.total_cmp(&a.score)).then(a.site.cmp(&b.site)));
+    out.sort_by(report_order);
     out
 }
 

@@ -95,10 +95,22 @@ pub(super) fn header(f: &Frame) -> Vec<String> {
     lines
 }
 
-/// A site's headline for a person: its headline, else `site N`.
+/// A row's sites for a person: `site 3`, or `sites 3, 4` for the sites of one line.
+pub(super) fn site_ids(s: &SiteLine) -> String {
+    if s.sites.len() > 1 {
+        format!("sites {}", s.sites.join(", "))
+    } else {
+        format!("site {}", s.id)
+    }
+}
+
+/// A row's headline for a person: its headline, followed by its sites when it has several
+/// (`Buf.__init__ (myleak.py:10) (sites 3, 4)`), else its sites.
 pub(super) fn headline(s: &SiteLine) -> String {
     if s.headline.is_empty() {
-        format!("site {}", s.id)
+        site_ids(s)
+    } else if s.sites.len() > 1 {
+        format!("{} ({})", clean(&s.headline), site_ids(s))
     } else {
         clean(&s.headline)
     }
@@ -146,12 +158,15 @@ pub(super) fn process(f: &Frame) -> String {
     }
 }
 
-/// The process's live bytes' change over the frame's window, per second (from its series: the
-/// latest point at or before the window's start, else the oldest).
+/// The process's live bytes' change over the frame's window, per second, from its series: from
+/// the first point with live bytes among those from the latest at or before the window's start
+/// (else the oldest), as a row's growth is measured (`frame::sites`): memory that appeared
+/// after the first point and stayed (a start-up allocation) is no growth.
 pub(super) fn process_growth(f: &Frame) -> f64 {
     let Some(now) = f.series.last() else { return 0.0 };
     let from = now.t_s - f.window_s;
-    let old = f.series.iter().rev().find(|p| p.t_s <= from).or(f.series.first()).unwrap_or(now);
+    let first = f.series.iter().rposition(|p| p.t_s <= from).unwrap_or(0);
+    let Some(old) = f.series[first..].iter().find(|p| p.live_bytes > 0) else { return 0.0 };
     let span = now.t_s - old.t_s;
     if span <= 0.0 {
         return 0.0;
@@ -210,6 +225,7 @@ mod tests {
     fn a_text_frame() {
         let site = |id: &str, live: u64, g: f64, h: &str| SiteLine {
             id: id.into(),
+            sites: vec![id.into()],
             headline: h.into(),
             live_bytes: live,
             live_count: 2,
@@ -226,14 +242,20 @@ mod tests {
             window_covered_s: 10.0,
             sites_live: 2,
             suspects: 1,
-            sites: vec![site("1", 1 << 20, 0.0, "big (a.c:1)"), site("2", 1024, 2048.0, "")],
+            sites: vec![
+                site("1", 1 << 20, 0.0, "big (a.c:1)"),
+                site("2", 1024, 2048.0, ""),
+                SiteLine { sites: vec!["4".into(), "3".into()], ..site("4", 4096, 0.0, "Buf.__init__ (myleak.py:10)") },
+            ],
             ..Frame::default()
         };
         let t = text(&f, Sort::Live, 10);
         assert!(t.starts_with("pid 7: ./grow ?[2J (up 12.0 s)\n"), "{t}");
         let rows: Vec<&str> = t.lines().skip(5).collect();
-        assert!(rows[0].ends_with("big (a.c:1)") && rows[1].ends_with("site 2"), "{t}");
-        assert!(rows[1].contains("+2.0 KiB/s") && rows[1].contains("yes"), "{t}");
+        assert!(rows[0].ends_with("big (a.c:1)") && rows[2].ends_with("site 2"), "{t}");
+        // The sites of one line: one row, its sites after its headline.
+        assert!(rows[1].ends_with("Buf.__init__ (myleak.py:10) (sites 4, 3)"), "{t}");
+        assert!(rows[2].contains("+2.0 KiB/s") && rows[2].contains("yes"), "{t}");
         let t = text(&f, Sort::Growth, 1);
         assert_eq!(t.lines().count(), 6, "{t}");
         assert!(t.lines().last().unwrap().ends_with("site 2"), "{t}");
@@ -261,6 +283,10 @@ mod tests {
         };
         // From the point at or before 15 - 10 = 5 s.
         assert_eq!(process_growth(&f), 100.0);
+        // Three seconds of a run whose start-up allocation came after the first point: none.
+        let m = 32 << 20;
+        let start = Frame { series: vec![point(0.0, 0), point(1.0, m), point(2.0, m), point(3.0, m)], ..f.clone() };
+        assert_eq!(process_growth(&start), 0.0);
         let t = job_text("pid 7", &[Ok(f), Err("the collector of pid 43 is gone".into())]);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "pid 7: 2 traced processes; growth over the last 10 s");

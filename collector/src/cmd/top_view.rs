@@ -5,7 +5,8 @@
 //!
 //! Keys: `t` sorts by live bytes or by growth, `g` cycles the growth window, Up/Down select a
 //! site, Enter shows its stack (Enter or Esc back), `s` takes a snapshot and shows its path, `d`
-//! takes another and shows what changed since the last one (`gpushim diff`'s text; Esc back),
+//! takes another and shows what changed since the last one (`gpushim diff`'s text, wrapped at
+//! the terminal's width; Up/Down scroll it, Esc back),
 //! `q` (or Ctrl-C) quits. The terminal is restored on every way out, a panic's included.
 
 use std::io::{self, Stdout};
@@ -20,10 +21,10 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Borders, Paragraph, Row, Sparkline, Table, TableState};
+use ratatui::widgets::{Block, Borders, Paragraph, Row, Sparkline, Table, TableState, Wrap};
 use ratatui::{Frame as Screen, Terminal};
 
-use super::top_text::{clean, failure, header, headline, job_cells, rate, sorted, Sort};
+use super::top_text::{clean, failure, header, headline, job_cells, rate, site_ids, sorted, Sort};
 use crate::compare::diff::diff;
 use crate::control::client;
 use crate::control::frame::Frame;
@@ -58,6 +59,8 @@ struct View {
     last_snapshot: Option<PathBuf>,
     /// What `d` showed: the diff's lines, while they are shown.
     diff: Option<Vec<String>>,
+    /// The diff's first row shown (of its lines as wrapped at the terminal's width).
+    diff_scroll: u16,
 }
 
 /// Restores the terminal when dropped.
@@ -99,6 +102,7 @@ pub fn run(pids: &[u32], window: f64) -> Result<ExitCode> {
         message: String::new(),
         last_snapshot: None,
         diff: None,
+        diff_scroll: 0,
     };
     if let Some(pid) = one {
         view.frame = Some(client::frame(pid, window).map_err(|f| failure(pid, f))?);
@@ -157,6 +161,8 @@ impl View {
                             }
                         }
                         KeyCode::Esc if self.diff.is_some() => self.diff = None,
+                        KeyCode::Down if self.diff.is_some() => self.diff_scroll = self.diff_scroll.saturating_add(1),
+                        KeyCode::Up if self.diff.is_some() => self.diff_scroll = self.diff_scroll.saturating_sub(1),
                         KeyCode::Enter if self.pid.is_none() => {
                             let at = self.rows.selected().unwrap_or(0);
                             self.pid = self.pids.get(at).copied();
@@ -208,6 +214,7 @@ impl View {
         self.message = match done {
             Ok(()) => {
                 self.diff = Some(String::from_utf8_lossy(&text).lines().map(clean).collect());
+                self.diff_scroll = 0;
                 format!("since {}: snapshot written to {}", old.display(), new.display())
             }
             Err(why) => format!("no diff: {why}"),
@@ -311,14 +318,25 @@ impl View {
         let selected = self.table.selected().unwrap_or(0).min(sites.len().saturating_sub(1));
         self.table.select(Some(selected));
         if let Some(lines) = &self.diff {
+            // Wrapped at the box's width, so that no line is cut; scrolled when the rows wrapped
+            // are more than the box holds.
             let lines: Vec<Line> = lines.iter().map(|l| Line::from(l.as_str())).collect();
-            let block =
-                Block::default().borders(Borders::ALL).title(" what changed since the last snapshot (Esc: back) ");
-            s.render_widget(Paragraph::new(lines).block(block), body);
+            let text = Paragraph::new(lines).wrap(Wrap { trim: false });
+            let rows = text.line_count(body.width.saturating_sub(2));
+            let last =
+                u16::try_from(rows.saturating_sub(usize::from(body.height.saturating_sub(2)))).unwrap_or(u16::MAX);
+            self.diff_scroll = self.diff_scroll.min(last);
+            let more = if last > 0 { "; Up/Down: scroll" } else { "" };
+            let block = Block::default()
+                .borders(Borders::ALL)
+                .title(format!(" what changed since the last snapshot (Esc: back{more}) "));
+            s.render_widget(text.block(block).scroll((self.diff_scroll, 0)), body);
         } else if self.stack {
             let mut lines = Vec::new();
             if let Some(site) = sites.get(selected) {
-                lines.push(Line::from(format!("site {}: {}", site.id, headline(site))));
+                let name =
+                    if site.headline.is_empty() { String::new() } else { format!(": {}", clean(&site.headline)) };
+                lines.push(Line::from(format!("{}{name}", site_ids(site))));
                 lines.extend(site.frames.iter().map(|fr| Line::from(format!("  {}", clean(fr)))));
                 if !site.held_by.is_empty() {
                     let from = f.holders_from.as_deref().unwrap_or("a snapshot");

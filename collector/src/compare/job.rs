@@ -8,7 +8,10 @@
 //!   (an upper bound of the GPU's peak: the processes' peaks need not coincide).
 //! - **Suspects** matched across processes by their frames (the key of `gpushim diff`): a
 //!   suspect of every process is a code leak; one of a single process (when there are several)
-//!   a data- or rank-specific leak.
+//!   a data- or rank-specific leak. They are ordered as one report orders its suspects
+//!   (`rank::report_order`: definitely lost bytes first, then live bytes, then score), over
+//!   their processes' sums (the highest score), so that a job of one process lists them as its
+//!   report does.
 //! - **Allocations on a GPU that is not the rank's own**: a rank's own GPU is `LOCAL_RANK`'s
 //!   device after `CUDA_VISIBLE_DEVICES` mapping ([`identity::own_ordinal`]), else the device
 //!   that held most of its bytes at its peak; any other device on which it allocated (peak above
@@ -22,6 +25,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Result};
 use serde::Serialize;
 
+use crate::account::rank;
 use crate::compare::diff::site_key;
 use crate::explain::identity;
 use crate::report::words::{first_user_frame, fmt_bytes, frame_label};
@@ -41,7 +45,9 @@ pub struct JobView {
     pub processes: Vec<ProcessRow>,
     /// One row per machine GPU, in the order of their names.
     pub gpus: Vec<GpuRow>,
-    /// Suspects matched across processes, most processes first, then most live bytes.
+    /// Suspects matched across processes, ordered as a report orders its suspects: most
+    /// definitely lost bytes first, then most live bytes, then the highest score (ties: in the
+    /// order they first appear, by process, then in each report's order).
     pub suspects: Vec<SuspectGroup>,
     /// Allocations a rank made on a GPU that is not its own.
     pub foreign: Vec<Foreign>,
@@ -127,6 +133,12 @@ pub struct SuspectGroup {
     pub processes: Vec<String>,
     /// Its live bytes, summed over those processes.
     pub live_bytes: u64,
+    /// Its definitely lost bytes that move it up (`rank::lost_rank`), summed over those
+    /// processes: 0 without a reachability scan.
+    pub definitely_lost_bytes: u64,
+    /// Its highest score in those processes (for the order only).
+    #[serde(skip)]
+    pub score: f64,
     /// Its reason in the first of those processes.
     pub reason: String,
 }
@@ -231,7 +243,9 @@ pub fn build(reports: &[(PathBuf, Report)]) -> JobView {
     order.sort_by_key(|(_, r)| (rank_of(r).is_none(), rank_of(r), r.pid));
     let mut view = JobView { schema: SCHEMA, ..JobView::default() };
     let mut gpus: BTreeMap<String, GpuRow> = BTreeMap::new();
-    let mut groups: BTreeMap<String, SuspectGroup> = BTreeMap::new();
+    // The suspect groups in the order they first appear, and each key's group.
+    let mut groups: Vec<SuspectGroup> = Vec::new();
+    let mut group_of: BTreeMap<String, usize> = BTreeMap::new();
     // A rank number that two reports carry (a restarted job's reports in one directory) names
     // each with its pid too: else the two count as one process in the suspects' scope.
     let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
@@ -296,15 +310,21 @@ pub fn build(reports: &[(PathBuf, Report)]) -> JobView {
         }
         for s in &r.suspects {
             let Some(site) = r.sites.iter().find(|x| x.id == s.site) else { continue };
-            let g = groups.entry(site_key(site)).or_insert_with(|| SuspectGroup {
-                at: first_user_frame(site).map_or_else(|| "(no backtrace)".to_string(), frame_label),
-                reason: s.reason.clone(),
-                ..SuspectGroup::default()
+            let i = *group_of.entry(site_key(site)).or_insert_with(|| {
+                groups.push(SuspectGroup {
+                    at: first_user_frame(site).map_or_else(|| "(no backtrace)".to_string(), frame_label),
+                    reason: s.reason.clone(),
+                    ..SuspectGroup::default()
+                });
+                groups.len() - 1
             });
+            let g = &mut groups[i];
             if !g.processes.contains(&name) {
                 g.processes.push(name.clone());
             }
             g.live_bytes += s.live_bytes;
+            g.definitely_lost_bytes += rank::lost_rank(s);
+            g.score = g.score.max(s.score);
         }
         view.processes.push(ProcessRow {
             file: path.display().to_string(),
@@ -325,7 +345,7 @@ pub fn build(reports: &[(PathBuf, Report)]) -> JobView {
     let n = view.processes.len();
     view.gpus = gpus.into_values().collect();
     view.suspects = groups
-        .into_values()
+        .into_iter()
         .map(|mut g| {
             g.scope = match g.processes.len() {
                 k if k == n => "every",
@@ -335,7 +355,13 @@ pub fn build(reports: &[(PathBuf, Report)]) -> JobView {
             g
         })
         .collect();
-    view.suspects.sort_by_key(|g| (std::cmp::Reverse(g.processes.len()), std::cmp::Reverse(g.live_bytes)));
+    // Stable: ties keep the order of first appearance (a job of one process: its report's).
+    view.suspects.sort_by(|a, b| {
+        b.definitely_lost_bytes
+            .cmp(&a.definitely_lost_bytes)
+            .then(b.live_bytes.cmp(&a.live_bytes))
+            .then(b.score.total_cmp(&a.score))
+    });
     // A job's processes share its launcher (a parent) or its launcher's job id; reports that
     // share neither are separate runs that happen to be in one directory.
     let parents: std::collections::BTreeSet<u32> = view.processes.iter().map(|p| p.ppid).collect();
@@ -625,6 +651,49 @@ mod tests {
         let j: serde_json::Value = serde_json::from_slice(&json).unwrap();
         assert_eq!(j["schema"], SCHEMA);
         assert_eq!(j["foreign"][0]["ordinal"], 0);
+    }
+
+    /// A job of one process lists its suspects in its report's order (definitely lost first,
+    /// then most live bytes), in the JSON and in the text; a job of two orders them by the same
+    /// rule over the sums, not by how many processes have them.
+    #[test]
+    fn suspects_are_ordered_as_a_report_orders_them() {
+        let (p, mut r) = process(0, &[(0, 6 << 20)], &["held", "lost", "small"]);
+        for (s, (live, lost)) in r.suspects.iter_mut().zip([(3u64 << 20, 0u64), (1 << 20, 1 << 20), (2 << 20, 0)]) {
+            (s.live_bytes, s.definitely_lost_bytes, s.definitely_lost_count) = (live, lost, lost >> 20);
+        }
+        r.suspects.sort_by(rank::report_order);
+        assert_eq!(r.suspects.iter().map(|s| s.site).collect::<Vec<_>>(), [1, 0, 2]);
+        let v = build(&[(p.clone(), r.clone())]);
+        let at: Vec<&str> = v.suspects.iter().map(|g| g.at.as_str()).collect();
+        assert_eq!(at, ["lost (w/train.c:11)", "held (w/train.c:10)", "small (w/train.c:12)"]);
+        assert_eq!(v.suspects[0].definitely_lost_bytes, 1 << 20);
+        let mut text = Vec::new();
+        write_text(&v, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        let listed: Vec<&str> = text
+            .lines()
+            .skip_while(|l| *l != "suspects:")
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .map(|l| l.trim_start().split(':').next().unwrap_or(""))
+            .collect();
+        assert_eq!(listed, ["lost (w/train.c", "held (w/train.c", "small (w/train.c"], "{text}");
+        // Rank 1 has the two growing ones, none lost: the lost one of rank 0 alone still leads.
+        let (p1, mut r1) = process(1, &[(1, 5 << 20)], &["held", "lost", "small"]);
+        r1.suspects.remove(1);
+        r1.suspects[0].live_bytes = 3 << 20;
+        r1.suspects[1].live_bytes = 2 << 20;
+        let v = build(&[(p, r), (p1, r1)]);
+        let got: Vec<(&str, &str, u64)> = v.suspects.iter().map(|g| (g.at.as_str(), g.scope, g.live_bytes)).collect();
+        assert_eq!(
+            got,
+            [
+                ("lost (w/train.c:11)", "one", 1 << 20),
+                ("held (w/train.c:10)", "every", 6 << 20),
+                ("small (w/train.c:12)", "every", 4 << 20)
+            ]
+        );
     }
 
     #[test]

@@ -9,11 +9,12 @@
 //! clock when the program is quiet, the loop then waiting on its input with a timeout). Once a
 //! client has asked for a frame (not before: symbolizing reads the program's files, and a
 //! program nobody watches must not wait for that), the suspects are ranked at most every
-//! [`SUSPECTS_EVERY_NS`] and a site's headline and frames symbolized once, when it first enters
-//! the top sites. A thread of its own takes the connections, and one thread per connection
-//! answers a frame from the shared state: no frame waits for the event loop but the first,
-//! which waits (at most 5 s) for the sample that names the sites. A snapshot request is handed to the event loop (a byte on a
-//! socket pair wakes it when it waits), which writes the report of the live set as applied so
+//! [`SUSPECTS_EVERY_NS`] (as the report ranks them, the named sites of one line of user code
+//! also judged as one union) and a site's headline, grouping key and frames symbolized once,
+//! when it first enters the top sites. A thread of its own takes the connections, and one
+//! thread per connection answers a frame from the shared state: no frame waits for the event
+//! loop but the first, which waits (at most 5 s) for the sample that names the sites. A
+//! snapshot request is handed to the event loop (a byte on a socket pair wakes it when it waits), which writes the report of the live set as applied so
 //! far ([`crate::collect`]'s snapshot report, labelled `top`) and hands back its path. Nothing
 //! here reaches the traced program. Both ends check that the other runs as the same user (or
 //! root): anyone may bind or connect to a name of the abstract namespace.
@@ -37,6 +38,7 @@ use crate::account::live::State;
 use crate::account::rank;
 use crate::explain::frames;
 use crate::explain::nvml;
+use crate::explain::owners;
 use crate::explain::symbolize::Symbolizer;
 use crate::report::words::frame_label;
 use crate::report::{Class, Gauge, Identity, Totals};
@@ -303,6 +305,23 @@ impl Control {
         }
     }
 
+    /// What the ranking knows of the named sites: their lines of user code and which a caching
+    /// pool holds, so that the view judges suspects as the report does, the sites of one line
+    /// also as one union (a site not named yet is judged alone).
+    fn hints(&self) -> rank::Hints {
+        let s = self.lock();
+        let mut h = rank::Hints::default();
+        for (&id, n) in &s.names {
+            if let Some(line) = &n.line {
+                h.line.insert(id, line.clone());
+            }
+            if n.pool {
+                h.pool.insert(id);
+            }
+        }
+        h
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
         self.link.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -334,7 +353,14 @@ impl Control {
         let suspects = (watched && self.dirty && ts >= self.next_rank_ns).then(|| {
             self.next_rank_ns = ts.saturating_add(SUSPECTS_EVERY_NS);
             let start = state.first_ts_ns.unwrap_or(ts);
-            rank::suspects(state, start, state.last_ts_ns).iter().map(|s| s.site).collect::<Vec<u32>>()
+            // A union of one line's sites that is a suspect makes each of them one.
+            let mut ids: Vec<u32> = rank::suspects_with(state, start, state.last_ts_ns, &self.hints())
+                .iter()
+                .flat_map(|s| std::iter::once(s.site).chain(s.line_sites.iter().copied()))
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            ids
         });
         if watched {
             self.dirty = false;
@@ -370,20 +396,22 @@ impl Control {
     }
 }
 
-/// Site `id`'s headline and frames for the view.
+/// Site `id`'s headline, its key (what the view's rows group sites by, as the report groups
+/// its suspects), its line and pool flag for the ranking, and its frames, for the view.
 fn name_of(id: u32, src: &mut Sources<'_>) -> Name {
     let Some(addrs) = src.stacks.get(&id).filter(|_| id != NO_STACK) else {
-        return Name { headline: "without backtrace".to_string(), frames: Vec::new() };
+        return Name { headline: "without backtrace".to_string(), ..Name::default() };
     };
     let frames = src.sym.stack_of(id, addrs);
-    let headline = match frames::headline(&frames, None) {
-        Some(h) => h.text,
-        None => frames.iter().find(|f| f.class == Class::User).map(frame_label).unwrap_or_default(),
+    let owner = owners::owner_of(&frames);
+    let (headline, key) = match frames::headline(&frames, None) {
+        Some(h) => (h.text, h.key),
+        None => (frames.iter().find(|f| f.class == Class::User).map(frame_label).unwrap_or_default(), String::new()),
     };
     let list = frames
         .iter()
         .take(MAX_FRAMES)
         .map(|f| if f.internal { format!("[internal] {}", frame_label(f)) } else { frame_label(f) })
         .collect();
-    Name { headline, frames: list }
+    Name { headline, key, line: owners::union_line(&frames, &owner), pool: owner.pool, frames: list }
 }

@@ -150,7 +150,7 @@ pub(super) fn frame_of(s: &Shared, window_s: f64, top: usize) -> Frame {
     let first = s.first_ts_ns.unwrap_or(0);
     let secs = |ts: u64| ts.saturating_sub(first) as f64 / 1e9;
     let window_ns = (window_s * 1e9) as u64;
-    let (sites, span) = frame::sites(&s.history, window_ns, top, &s.names, &s.suspects, &s.holders);
+    let rows = frame::sites(&s.history, window_ns, top, &s.names, &s.suspects, &s.holders);
     let traced: u64 = s.gpus.iter().map(|g| g.1.live_bytes).sum();
     let driver: Vec<DriverLine> = s
         .driver
@@ -179,10 +179,10 @@ pub(super) fn frame_of(s: &Shared, window_s: f64, top: usize) -> Frame {
         driver_unavailable: s.driver_unavailable.clone(),
         series: s.history.iter().map(|h| Point { t_s: secs(h.ts_ns), live_bytes: h.live_bytes }).collect(),
         window_s,
-        window_covered_s: span as f64 / 1e9,
+        window_covered_s: rows.span_ns as f64 / 1e9,
         sites_live: s.sites_live,
-        sites,
-        suspects: s.suspects.len() as u64,
+        sites: rows.lines,
+        suspects: rows.suspects,
         holders_from: s.holders_from.clone(),
     }
 }

@@ -205,6 +205,15 @@ const NOT_USER_NATIVE: &[&str] = &[
     "libxla",
 ];
 
+/// The line of user code by which the ranking unites a site with `frames` and `owner` with
+/// the other sites of that line (`rank::Hints::line`): its [`user_line`], none for a library's
+/// own state (a cuBLAS handle's workspaces), made once under whichever line first used the
+/// library, where it would read as that line's growth (a training loop's first step: the
+/// handle's buffers and the pool's first segments, six sites of the forward's line).
+pub fn union_line(frames: &[Frame], owner: &Owner) -> Option<String> {
+    user_line(frames).filter(|_| !owner.library())
+}
+
 /// The line of the program's own code an allocation came from, as `function file:line` (or
 /// `module+offset` for a native frame without a line): the innermost Python frame whose source
 /// is not in the standard library or an installed package, else (no Python frame at all) the

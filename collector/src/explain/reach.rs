@@ -229,7 +229,6 @@ pub fn apply(report: &mut Report, file: ReachFile) {
     // by its members' lost allocations: the lost ones of one site (a library's workspace made
     // at the line's first call) would otherwise make the whole line's growth the top suspect.
     // Its reason still says them.
-    let mut rank_by: HashMap<u32, u64> = HashMap::new();
     for x in &mut report.suspects {
         let members: Vec<u32> = if x.sites.is_empty() { vec![x.site] } else { x.sites.clone() };
         let (mut lost, mut lost_bytes, mut scanned, mut possibly) = (0u64, 0u64, 0u64, 0u64);
@@ -287,12 +286,9 @@ pub fn apply(report: &mut Report, file: ReachFile) {
         );
         x.definitely_lost_count = lost;
         x.definitely_lost_bytes = lost_bytes;
-        if x.line_sites.is_empty() {
-            rank_by.insert(x.site, lost_bytes);
-        }
     }
     // Stable: growth-only suspects keep their order below the definitely-lost ones.
-    report.suspects.sort_by_key(|s| std::cmp::Reverse(rank_by.get(&s.site).copied().unwrap_or(0)));
+    report.suspects.sort_by_key(|s| std::cmp::Reverse(crate::account::rank::lost_rank(s)));
     report.reachability = Some(file.reachability);
 }
 

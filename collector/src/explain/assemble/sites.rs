@@ -32,11 +32,8 @@ pub(super) fn owners_of_live(
         if o.pool {
             hints.pool.insert(id);
         }
-        // A library's own state (a cuBLAS handle's workspaces) is made once, under whichever
-        // line first used the library: it joins no line's union, where it would read as that
-        // line's growth (a training loop's first step: the handle's buffers and the pool's
-        // first segments, six sites of the forward's line). Alone it is judged as any site.
-        if let Some(line) = owners::user_line(&frames).filter(|_| !o.library()) {
+        // A library's own state joins no line's union: alone it is judged as any site.
+        if let Some(line) = owners::union_line(&frames, &o) {
             hints.line.insert(id, line);
         }
         owner_of.insert(id, o);
