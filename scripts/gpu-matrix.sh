@@ -192,17 +192,16 @@ run_stop_case() {
   local d="$WORK/$name" tag="gpushim-stop-$$-$RANDOM"
   mkdir -p "$d"
   local t0=$(date +%s%N)
-  ( cd "$d" && exec env GPUSHIM_JOB_TAG="$tag" timeout 300 "$REL/gpushim" run --output "$d" -- \
+  ( cd "$d" && exec env STOP_CHECK_TAG="$tag" timeout 300 "$REL/gpushim" run --output "$d" -- \
       python3 -m torch.distributed.run --standalone --nproc_per_node=1 \
       "$ROOT/scripts/gpu/stop_check.py" "$d" > "$d/stdout" 2> "$d/stderr" ) &
   local bg=$! i
   for i in $(seq 1200); do [ -e "$d/started" ] && break; sleep 0.1; done
-  local p stopped=0
-  for p in /proc/[0-9]*; do
-    if tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qx "GPUSHIM_JOB_TAG=$tag"; then
-      kill -TERM "${p#/proc/}" 2>/dev/null && stopped=$((stopped + 1))
-    fi
-  done
+  # The job's processes found first, then signalled by one kill, as a cgroup stop signals them.
+  local pids
+  pids=$(grep -lzx "STOP_CHECK_TAG=$tag" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 | tr '\n' ' ')
+  kill -TERM $pids 2>/dev/null
+  local stopped=$(echo $pids | wc -w)
   wait "$bg"
   local rc=$? t1=$(date +%s%N)
   echo "{\"signalled\": $stopped, \"started\": $([ -e "$d/started" ] && echo true || echo false)}" > "$d/truth.json"
