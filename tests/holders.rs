@@ -5,8 +5,9 @@
 //! without running the objects' `__getattr__`, without leaving a module in `sys.modules` and
 //! with the program's disabled GC left disabled; an object held only by a reference from native
 //! code is "held from native code"; `gpushim diff` names the holder that grew between the
-//! snapshot and exit. Also: a walk cut at its time cap, and a
-//! snapshot whose main thread is blocked in native code.
+//! snapshot and exit. Also: a walk cut at its time cap, a snapshot whose main thread is
+//! blocked in native code, and a program whose replacements of `__import__` and of module
+//! functions must not run.
 
 use std::path::Path;
 
@@ -301,6 +302,34 @@ fn heap_walk_runs_no_trace_function_of_the_program() {
         assert!(line.ends_with(": 0") || line.ends_with(": n/a"), "{line}\n{run}");
         let h = run.read(&format!("gpushim-{}-snapshot-1.holders.json", pid_of(&run)));
         assert_eq!(h["walk"]["status"], "complete", "{run}\n{h:#}");
+    }
+}
+
+/// A program that replaced `builtins.__import__` and wrapped the functions of gc, itertools,
+/// operator, time, marshal, sys and atexit with recording wrappers: none of them is called by
+/// the snapshot's walk, the exit walk or the exit walk's registration with atexit (the shim
+/// takes the modules from `sys.modules` or the import machinery and the functions from each
+/// module's own method table), and both walks still name the holder.
+#[test]
+fn heap_walk_runs_none_of_the_programs_replacements_of_import_and_module_functions() {
+    let mut pythons = vec![python3()];
+    for py in other_pythons() {
+        pythons.push(real_executable(&py).unwrap_or_else(|| panic!("{} does not run", py.display())));
+    }
+    for py in pythons {
+        let run = run_holders(&py, "holders-replaced", "replaced", &[]);
+        assert!(run.stdout.contains("replacements called by the snapshot: []\n"), "{run}");
+        assert!(run.stdout.contains("replacements called at exit: []\n"), "{run}");
+        let pid = pid_of(&run);
+        for f in [format!("gpushim-{pid}-snapshot-1.holders.json"), format!("gpushim-{pid}.holders.json")] {
+            let h = run.read(&f);
+            assert_eq!(h["walk"]["status"], "complete", "{run}\n{h:#}");
+            assert_eq!(
+                lines(site(&h, 4 * KIB, &run)),
+                [line("path", "programs/holders.py global 'keep' | list[*]", 1, 4 * KIB)],
+                "{h:#}"
+            );
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 """Stand-in program for the heap walk tests (tests/holders.rs): objects with
 __cuda_array_interface__ over stand-in cudaMalloc memory, held in every way the walker must
-name. Usage: holders.py LIBCUDART MODE, MODE one of main, big, blocked, unreached, asyncio, traced."""
+name. Usage: holders.py LIBCUDART MODE, MODE one of main, big, blocked, unreached, asyncio, traced,
+replaced."""
 
 import ctypes
 import gc
@@ -191,4 +192,56 @@ elif MODE == "traced":
     snapshot_and_wait()
     sys.settrace(None)
     print("walker trace events:", len(events) if sys.version_info >= (3, 11) else "n/a")
+elif MODE == "replaced":
+    # A program that replaced builtins.__import__ and the functions of the modules the walker
+    # uses: none of its replacements may run for a walk (the snapshot's or the exit's), nor for
+    # the exit walk's registration with atexit.
+    import _operator
+    import atexit
+    import builtins
+    import itertools
+    import marshal
+    import operator
+
+    RECORDED = []
+
+    def report():
+        # Registered before the first allocation (so before the shim registers the exit walk):
+        # atexit runs it after the exit walk.
+        print("replacements called at exit:", sorted(set(RECORDED)), flush=True)
+
+    atexit.register(report)
+
+    def wrap(owner, name, label):
+        orig = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            RECORDED.append(label)
+            return orig(*args, **kwargs)
+
+        setattr(owner, name, wrapper)
+
+    real_import = builtins.__import__
+
+    def recording_import(name, *args, **kwargs):
+        RECORDED.append("__import__ " + name)
+        return real_import(name, *args, **kwargs)
+
+    builtins.__import__ = recording_import
+    for fn in ("disable", "enable", "isenabled", "get_referents", "get_objects"):
+        wrap(gc, fn, "gc." + fn)
+    for fn in ("compress", "repeat"):
+        wrap(itertools, fn, "itertools." + fn)
+    for mod in (_operator, operator):
+        for fn in ("not_", "contains"):
+            wrap(mod, fn, mod.__name__ + "." + fn)
+    wrap(time, "perf_counter_ns", "time.perf_counter_ns")
+    for fn in ("dumps", "loads"):
+        wrap(marshal, fn, "marshal." + fn)
+    for fn in ("_getframe", "_current_frames", "getrefcount"):
+        wrap(sys, fn, "sys." + fn)
+    wrap(atexit, "register", "atexit.register")
+    keep = [DevBuf(malloc(4096), 4096)]
+    snapshot_and_wait()
+    print("replacements called by the snapshot:", sorted(set(RECORDED)))
 print("done")

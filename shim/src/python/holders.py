@@ -25,34 +25,65 @@ Rules, because this runs in someone else's program:
 - Nothing is imported that the program did not import: gc is imported and at once removed
   from sys.modules again if it was not there; frameworks are only looked at through
   sys.modules.
+- None of the program's replacements of the modules' functions runs: modules come from
+  sys.modules or the import machinery, never through builtins.__import__, and gc, sys, time,
+  marshal and _operator functions are the ones the module defined (made afresh from its method
+  table by the shim, `_original`), whatever the program assigned to the module's attributes.
 - Bounded: the walk stops at its deadline and says after how many objects.
 """
 
-import sys as _sys
+#: `_gpushim_module(name)`: the module sys.modules[name], read by the shim with the C API, or,
+#: when the program has not imported it, imported by the import machinery (never through
+#: builtins.__import__, which the program may have replaced) and at once removed from
+#: sys.modules again. `_gpushim_original(module, name)`: the module's function `name` made
+#: afresh from the module's own method table (never its attribute, which the program may have
+#: replaced). Both put here by the shim (shim/src/python/heap/originals.rs); absent when this
+#: file runs on its own (its unit tests), where plain imports and attributes stand in.
+_module = globals().get("_gpushim_module")
+_original = globals().get("_gpushim_original")
+if _module is None or _original is None:
+
+    def _module(name):
+        """The module `name`, leaving sys.modules as it was."""
+        modules = __import__("sys").modules
+        had = name in modules
+        mod = __import__(name)
+        if not had:
+            modules.pop(name, None)
+        return mod
+
+    def _original(mod, name):
+        return getattr(mod, name)
 
 
-def _quiet_import(name):
-    """The module `name`, leaving sys.modules as it was."""
-    had = name in _sys.modules
-    mod = __import__(name)
-    if not had:
-        _sys.modules.pop(name, None)
-    return mod
+_sys = _module("sys")
+_gc = _module("gc")
+_gc_isenabled = _original(_gc, "isenabled")
+_gc_disable = _original(_gc, "disable")
+_gc_enable = _original(_gc, "enable")
+_gc_get_objects = _original(_gc, "get_objects")
+_get_referents = _original(_gc, "get_referents")
+_marshal = _module("marshal")
+_marshal_dumps = _original(_marshal, "dumps")
+_marshal_loads = _original(_marshal, "loads")
+_not = _original(_module("_operator"), "not_")
+_clock = _original(_module("time"), "perf_counter_ns")
+_getrefcount = _original(_sys, "getrefcount")
+_getframe = _original(_sys, "_getframe")
+_current_frames = _original(_sys, "_current_frames")
 
 
-_gc = _quiet_import("gc")
-_marshal = _quiet_import("marshal")
-# Builtin modules (compiled into the interpreter, importing nothing): C-level loops for the walk.
-_it = _quiet_import("itertools")
-_op = _quiet_import("_operator")
-_compress, _not, _repeat = _it.compress, _op.not_, _it.repeat
-_clock = _quiet_import("time").perf_counter_ns
-_get_referents = _gc.get_referents
-_getrefcount = _sys.getrefcount
+def _where(hits):
+    """The positions of the true items of the list `hits`, in order, found by C-level loops:
+    filter over the list's own __getitem__ (itertools.compress would do, but it is a type, which
+    the shim cannot take from the module's method table as it does the functions above)."""
+    return filter(hits.__getitem__, range(len(hits)))
+
+
 _ModuleType = type(_sys)
 _module_dict = _ModuleType.__dict__["__dict__"].__get__
-_FrameType = type(_sys._getframe())
-_FunctionType = type(_quiet_import)
+_FrameType = type(_getframe())
+_FunctionType = type(_where)
 _BuiltinType = type(len)
 _GetSetType = type(type.__dict__["__dict__"])
 _MemberType = type(_ModuleType.__dict__["__dict__"])
@@ -95,7 +126,7 @@ _CAI = "__cuda_array_interface__"
 #: left out of the analysis of unreached objects (by id: hashing a type could run a metaclass's
 #: __hash__). Strings, numbers and None refer to nothing; a code object refers only to its
 #: compile-time constants and names.
-_ATOM_TYPES = (str, int, float, bool, bytes, complex, type(None), type(_quiet_import.__code__))
+_ATOM_TYPES = (str, int, float, bool, bytes, complex, type(None), type(_where.__code__))
 _ATOMS = frozenset(id(t) for t in _ATOM_TYPES)
 #: The walk's breadth-first core in native code (shim/src/python/bfs.rs), put in this namespace
 #: by the shim where the interpreter allows it; absent when this file runs on its own (its unit
@@ -523,11 +554,11 @@ def _torch_snapshot(modules, d):
     else:
         tries = _SNAP_ARGS[:1] or [(None,), ()]
     for args in tries:
-        data = _FORK(fn, args, _marshal.dumps, td)
+        data = _FORK(fn, args, _marshal_dumps, td)
         if type(data) is bytes:
             if fn is not snap and not _SNAP_ARGS:
                 _SNAP_ARGS.append(args)
-            s = _marshal.loads(data)
+            s = _marshal_loads(data)
             return s if type(s) is dict else None
     return None
 
@@ -622,9 +653,9 @@ def torch_history():
     as it is. Returns one of the TORCH_* values. Never raises (a KeyboardInterrupt that arrives
     meanwhile is handed back to the program, as the signal it was: `_interrupt_main`); imports
     nothing; Python's garbage collector is held off while it runs, as in a walk."""
-    enabled = _gc.isenabled()
+    enabled = _gc_isenabled()
     try:
-        _gc.disable()
+        _gc_disable()
         return _torch_history()
     except KeyboardInterrupt:
         _interrupt_main()
@@ -633,7 +664,7 @@ def torch_history():
         return TORCH_NOT_YET
     finally:
         if enabled:
-            _gc.enable()
+            _gc_enable()
 
 
 def _interrupt_main():
@@ -900,7 +931,7 @@ class Walk:
                 # Objects in chunk order: plain runs in one go, the others one by one (info
                 # before referents, as a per-object walk would).
                 lists, a = [], 0
-                for p in _compress(range(len(tids)), map(_not, map(plain.__contains__, tids))):
+                for p in _where(list(map(_not, map(plain.__contains__, tids)))):
                     lists.extend(map(_get_referents, chunk[a:p]))
                     a = p + 1
                     o = chunk[p]
@@ -1155,7 +1186,7 @@ def _decide_types(finder, objs, tids):
     holder's)."""
     new = set(tids).difference(finder.by_type)
     if new:
-        for o in _compress(objs, map(_op.contains, _repeat(new), tids)):
+        for o in map(objs.__getitem__, _where(list(map(new.__contains__, tids)))):
             t = type(o)
             if id(t) in new:
                 new.discard(id(t))
@@ -1168,16 +1199,18 @@ def _unreached(index, extra, finder):
     """The objects the GC tracks that the walk did not reach (nor the walker's own, `extra`),
     or [] when none of them owns GPU memory: then nothing is left to analyse, and the costly
     part (an id lookup in `index` per object, most of them cache misses) is skipped."""
-    objs = _gc.get_objects()
+    objs = _gc_get_objects()
     try:
         # Only objects of the types that may own GPU memory are looked up first; those types
         # are found by id (no type is hashed), each decided once by the finder.
         tids = list(map(id, map(type, objs)))
-        by_type, contains = finder.by_type, _op.contains
+        by_type = finder.by_type
         _decide_types(finder, objs, tids)
         gpu = {k for k, v in by_type.items() if v[1]}
         cands = [
-            o for o in _compress(objs, map(contains, _repeat(gpu), tids)) if id(o) not in index and id(o) not in extra
+            o
+            for o in map(objs.__getitem__, _where(list(map(gpu.__contains__, tids))))
+            if id(o) not in index and id(o) not in extra
         ]
         del tids, gpu
         # Every candidate is looked at, not only up to the first that owns GPU memory: reading
@@ -1189,7 +1222,7 @@ def _unreached(index, extra, finder):
         del cands
         # Looked at again: reading an instance's __dict__ above may have made its dictionary.
         objs.clear()
-        objs = _gc.get_objects()
+        objs = _gc_get_objects()
         return [o for o in objs if id(o) not in index and id(o) not in extra and id(type(o)) not in _ATOMS]
     finally:
         objs.clear()
@@ -1327,9 +1360,9 @@ def walk(reason, number, cap_ms, emit):
     status, elapsed ns, objects visited) then the JSON result. Never raises."""
     t0 = _clock()
     status, visited, result = FAILED, 0, ""
-    enabled = _gc.isenabled()
+    enabled = _gc_isenabled()
     try:
-        _gc.disable()
+        _gc_disable()
         status, visited, result = _walk(t0 + cap_ms * 1000000 if cap_ms > 0 else None)
     except BaseException as e:
         if type(e) is KeyboardInterrupt:
@@ -1346,7 +1379,7 @@ def walk(reason, number, cap_ms, emit):
                 if type(e) is KeyboardInterrupt:
                     _interrupt_main()
         if enabled:
-            _gc.enable()
+            _gc_enable()
     try:
         head = b"".join(int(v).to_bytes(8, "little") for v in (reason, number, status, _clock() - t0, visited))
         emit(head + result.encode("utf-8", "replace"))
@@ -1357,7 +1390,7 @@ def walk(reason, number, cap_ms, emit):
 
 def _walk(deadline):
     modules = _sys.modules
-    frames = _sys._current_frames()
+    frames = _current_frames()
     roots = roots_of(modules, frames)
     del frames
     w = Walk(roots, _Finder(modules), deadline).run()
@@ -1411,7 +1444,7 @@ def _walk(deadline):
         extra.update((id(graphs.nodes), id(graphs.of_node), id(graphs.consumer), id(graphs.graphs)))
         extra.update(id(r) for r in roots)
         extra.add(id(roots))
-        f = _sys._getframe()
+        f = _getframe()
         while f is not None:
             if f.f_code.co_filename == WALKER_FILE:
                 extra.add(id(f))

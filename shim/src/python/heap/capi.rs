@@ -6,6 +6,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use super::PY_FILE_INPUT;
 use crate::config;
 use crate::python::detect;
+use crate::python::layout::{rd, OB_TYPE};
 use crate::race_once::RaceOnce;
 
 pub(super) type Obj = *mut c_void;
@@ -70,6 +71,32 @@ pub(super) struct CApi {
     pub(super) long_as_long: unsafe extern "C" fn(Obj) -> std::ffi::c_long,
     /// `PyObject *PyImport_GetModuleDict(void)` (Include/import.h): `sys.modules`, borrowed.
     pub(super) import_get_module_dict: unsafe extern "C" fn() -> Obj,
+    /// `PyObject *PyImport_ImportModuleLevel(const char *name, PyObject *globals, PyObject
+    /// *locals, PyObject *fromlist, int level)` (Include/import.h): the import machinery itself
+    /// (what the builtin `__import__` calls), not `builtins.__import__`, which a program may
+    /// have replaced.
+    pub(super) import_module_level: unsafe extern "C" fn(*const c_char, Obj, Obj, Obj, c_int) -> Obj,
+    /// `int PyDict_DelItemString(PyObject *, const char *)` (Include/dictobject.h).
+    pub(super) dict_del_item_string: unsafe extern "C" fn(Obj, *const c_char) -> c_int,
+    /// `PyModuleDef *PyModule_GetDef(PyObject *)` (Include/moduleobject.h): the definition a
+    /// builtin or extension module was made from (NULL, no error, for a module made in Python).
+    pub(super) module_get_def: unsafe extern "C" fn(Obj) -> *const c_void,
+    /// `PyObject *PyModule_GetDict(PyObject *)` (borrowed) and `PyObject
+    /// *PyModule_GetNameObject(PyObject *)` (new reference) (Include/moduleobject.h).
+    pub(super) module_get_dict: unsafe extern "C" fn(Obj) -> Obj,
+    pub(super) module_get_name_object: unsafe extern "C" fn(Obj) -> Obj,
+    /// `const char *PyUnicode_AsUTF8(PyObject *)` (Include/unicodeobject.h; the str's own
+    /// buffer, valid while the str lives).
+    pub(super) unicode_as_utf8: unsafe extern "C" fn(Obj) -> *const c_char,
+    /// `void PyErr_SetString(PyObject *, const char *)` (Include/pyerrors.h), and the address
+    /// of `PyExc_AttributeError` (a `PyObject *` variable).
+    pub(super) err_set_string: unsafe extern "C" fn(Obj, *const c_char),
+    pub(super) exc_attribute_error: *const Obj,
+    /// The interpreter's objects start with the standard header (`ob_refcnt`, `ob_type`: two
+    /// words): not a free-threaded or `Py_TRACE_REFS` build. Where they do not, the offset of
+    /// `PyModuleDef.m_methods` ([`MODULE_DEF_METHODS`]) is not known and module functions are
+    /// read from the module's dictionary.
+    pub(super) standard_header: bool,
     /// `void Py_IncRef(PyObject *)`, `void Py_DecRef(PyObject *)` (Include/object.h).
     pub(super) incref: unsafe extern "C" fn(Obj),
     pub(super) decref: unsafe extern "C" fn(Obj),
@@ -102,6 +129,17 @@ pub(super) struct MethodDef {
 
 // SAFETY: immutable statics pointing at static strings and functions.
 unsafe impl Sync for MethodDef {}
+
+/// The byte offset of `m_methods` (`PyMethodDef *`) in `PyModuleDef` (Include/moduleobject.h),
+/// the same in CPython 3.8 to 3.13 on a 64-bit build with the standard object header:
+/// `PyModuleDef_Base m_base` (`PyObject_HEAD` = `ob_refcnt`, `ob_type`: 16; `m_init`,
+/// `m_index`, `m_copy`: 24), then `m_name` (40), `m_doc` (48), `m_size` (56), `m_methods` (64).
+/// A free-threaded 3.13 build (a 32-byte header) or a `Py_TRACE_REFS` one (two more pointers)
+/// moves it: [`CApi::standard_header`] says whether it holds.
+pub(super) const MODULE_DEF_METHODS: usize = 8 * std::mem::size_of::<usize>();
+/// The byte offset of `m_name` (`const char *`) in `PyModuleDef`, as above: read to check the
+/// layout against the module's name before its methods are trusted.
+pub(super) const MODULE_DEF_NAME: usize = 5 * std::mem::size_of::<usize>();
 
 static API: RaceOnce<Option<CApi>> = RaceOnce::new();
 
@@ -146,6 +184,19 @@ pub(super) fn api() -> Option<&'static CApi> {
                 bytes_as_string_and_size: t(f(c"PyBytes_AsStringAndSize")?),
                 long_as_long: t(f(c"PyLong_AsLong")?),
                 import_get_module_dict: t(f(c"PyImport_GetModuleDict")?),
+                import_module_level: t(f(c"PyImport_ImportModuleLevel")?),
+                dict_del_item_string: t(f(c"PyDict_DelItemString")?),
+                module_get_def: t(f(c"PyModule_GetDef")?),
+                module_get_dict: t(f(c"PyModule_GetDict")?),
+                module_get_name_object: t(f(c"PyModule_GetNameObject")?),
+                unicode_as_utf8: t(f(c"PyUnicode_AsUTF8")?),
+                err_set_string: t(f(c"PyErr_SetString")?),
+                exc_attribute_error: f(c"PyExc_AttributeError")? as *const Obj,
+                // SAFETY (the read): `_Py_NoneStruct` is the interpreter's static `None`.
+                standard_header: match (f(c"_Py_NoneStruct"), f(c"_PyNone_Type")) {
+                    (Some(none), Some(none_type)) => rd::<usize>(none + OB_TYPE) == none_type,
+                    _ => false,
+                },
                 incref: t(f(c"Py_IncRef")?),
                 decref: t(f(c"Py_DecRef")?),
                 none: f(c"_Py_NoneStruct")? as Obj,

@@ -13,6 +13,10 @@
 //! - The first pending call ([`arm`]) registers a builtin function with Python's `atexit`; it
 //!   runs the walk of the final report while module globals are still alive. `atexit` is
 //!   removed from `sys.modules` again if the program had not imported it.
+//! - The walker and that registration get their modules and module functions from two builtins
+//!   made here ([`originals`]): the modules from `sys.modules` or the import machinery, not
+//!   `builtins.__import__`; the functions made afresh from each module's own method table, not
+//!   read from its attributes. A program's replacement of either never runs.
 //! - A walk that has not started within `GPUSHIM_HEAP_WALK_MS` (the main thread is blocked in
 //!   native code) is given up and reported as blocked; if its pending call runs later it does
 //!   nothing. One walk at a time: a request while one waits or runs is reported as skipped.
@@ -26,6 +30,7 @@
 
 mod capi;
 mod fork_call;
+mod originals;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
@@ -45,13 +50,10 @@ const WALKER: &CStr = {
     }
 };
 
-/// Registers the exit walk with `atexit`, leaving `sys.modules` as it was.
-const ARM: &CStr = c"import sys
-_had = 'atexit' in sys.modules
-import atexit
-atexit.register(_gpushim_exit_walk)
-if not _had:
-    sys.modules.pop('atexit', None)
+/// Registers the exit walk with `atexit`, leaving `sys.modules` as it was: the module and its
+/// `register` are the interpreter's own ([`originals`]), never a replacement of
+/// `builtins.__import__` or of `atexit.register` the program made.
+const ARM: &CStr = c"_gpushim_original(_gpushim_module('atexit'), 'register')(_gpushim_exit_walk)
 ";
 
 /// `Py_file_input` (Include/compile.h).
@@ -332,10 +334,14 @@ extern "C" fn arm_pending(_: *mut c_void) -> c_int {
             if hook.is_null() {
                 return;
             }
-            if let Some(r) = exec(a, ARM, c"<gpushim-arm>", &[(c"_gpushim_exit_walk", hook)]) {
+            let mut names = originals::make(a);
+            names.push((c"_gpushim_exit_walk", hook));
+            if let Some(r) = exec(a, ARM, c"<gpushim-arm>", &names) {
                 (a.decref)(r);
             }
-            (a.decref)(hook);
+            for (_, o) in names {
+                (a.decref)(o);
+            }
         }
     });
     0
@@ -405,11 +411,13 @@ fn walker(a: &CApi) -> Option<Obj> {
         if intr.is_null() {
             (a.err_clear)();
         }
-        let names: Vec<(&CStr, Obj)> =
+        let mut names: Vec<(&CStr, Obj)> =
             [(c"_gpushim_bfs", bfs), (c"_gpushim_fork_call", fork), (c"_gpushim_interrupted", intr)]
                 .into_iter()
                 .filter(|(_, o)| !o.is_null())
                 .collect();
+        // The modules and module functions the walker calls, the interpreter's own.
+        names.extend(originals::make(a));
         let r = exec_in(a, ns, WALKER, c"<gpushim-heap-walk>", &names);
         for (_, o) in names {
             // The namespace holds them now.
