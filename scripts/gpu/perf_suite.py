@@ -10,7 +10,9 @@ Rows:
 - gpt2: `GPT2LMHeadModel(GPT2Config())`, 5 training steps and `generate` (work_gpt2.py): wall time,
   and the exit (from the program's last act to waitpid's return, shim median minus bare median);
 - lightning: a Lightning `fit` (work_lightning.py): wall time, the exit;
-- heap4g: a program with a 4 GiB host heap (work_heap.py): the exit.
+- heap4g: a program with a 4 GiB host heap (work_heap.py): the exit;
+- forks: 20 forked children one after another, each making one cudaMalloc (scripts/bench/forks.c):
+  milliseconds a child.
 For every shim run of gpt2, lightning and heap4g the report's reachability scan is read: its
 status, elapsed time and bytes read.
 
@@ -206,6 +208,38 @@ def pool_rows(reps):
     return rows
 
 
+def fork_rows(reps, n=20):
+    """forks: N short-lived forked children one after another, each making one cudaMalloc (its
+    parent none: CUDA does not survive fork), bare and under the shim (scripts/bench/forks.c):
+    each child pays for a CUDA context of its own bare, and for a collector of its own under the
+    shim."""
+    exe = os.path.join(tempfile.mkdtemp(prefix="gpushim-forks."), "forks")
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    src = os.path.join(ROOT, "scripts", "bench", "forks.c")
+    lib = f"{cuda}/lib64"
+    subprocess.run(["gcc", "-O2", "-o", exe, src, f"-L{lib}", "-lcudart", f"-Wl,-rpath,{lib}"], check=True)
+    per = {"none": [], "shim": []}
+    for rep in range(reps):
+        for cfg in ("none", "shim"):
+            so, _se, secs, _, _ = run([exe, str(n), "alloc", "children-only"], {}, cfg == "shim")
+            ms = None
+            for line in so.splitlines():
+                if "ms each" in line:
+                    ms = float(line.split(",")[1].split()[0])
+            per[cfg].append(ms)
+            log(f"  forks rep {rep + 1} {cfg}: {so.strip()} (wall {secs:.2f} s)")
+    bare, shim = med(per["none"]), med(per["shim"])
+    return [
+        (
+            f"forks ({n} children)",
+            f"{bare:.1f} ms a child",
+            f"{shim:.1f} ms a child",
+            f"{shim / bare:.3f}; **+{shim - bare:.1f} ms a child**",
+            "each child's first cudaMalloc makes its CUDA context; under the shim also its collector",
+        )
+    ]
+
+
 def main():
     global LOG
     ap = argparse.ArgumentParser()
@@ -222,7 +256,7 @@ def main():
     want = (
         ["train-default", "train-async", "pool-pair"]
         if a.quick
-        else [*TRAIN, "pool-pair", "gpt2", "lightning", "heap4g"]
+        else [*TRAIN, "pool-pair", "gpt2", "lightning", "heap4g", "forks"]
     )
     if only:
         want = [w for w in want if w in only] or sorted(only)
@@ -255,6 +289,8 @@ def main():
             "heap4g",
             lambda: exit_rows("heap4g", ["python3", os.path.join(GPU, "work_heap.py"), "4"], min(2, a.exit_reps)),
         )
+    if "forks" in want:
+        step("forks", lambda: fork_rows(min(reps, 2)))
     for name in left_out:
         rows.append((name, "", "", "not run", f"past the suite's budget of {a.budget:.0f} s"))
     if os.environ.get("GPUSHIM_SUITE_MAPS") == "1":

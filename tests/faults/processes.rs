@@ -179,3 +179,43 @@ fn a_subreaper_that_reaps_every_child_does_not_wait_for_the_collector() {
     let r = d.report_in(t.dir.path());
     assert_eq!((r["reason"].as_str(), total(&r, "live_bytes")), (Some("exit"), MIB), "{d}");
 }
+
+#[test]
+fn forked_children_start_a_collector_each_only_when_they_allocate() {
+    // Each traced process has a collector of its own: a child that allocates starts one at its
+    // first CUDA call; a child that makes none (a DataLoader worker, a helper process) starts
+    // none. The collectors are counted by a wrapper of the collector that notes each start.
+    // What they cost: scripts/bench-forks.sh, docs/performance.md ("Forked children").
+    let t = Target::new("hostile", "fork-many").args(&["fork-many"]);
+    let started = t.dir.path().join("started");
+    let wrapper = t.dir.path().join("collector.sh");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\necho $$ >> '{}'\nexec '{}' \"$@\"\n", started.display(), collector().display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let t = t.env("GPUSHIM_COLLECTOR", wrapper.display());
+    let d = run_bounded(&t);
+    assert!(d.status.success(), "{d}");
+    let reports = || -> Vec<String> {
+        names_in(t.dir.path())
+            .into_iter()
+            .filter(|n| {
+                n.starts_with("gpushim-") && n.ends_with(".json") && !n.contains(".holders") && !n.contains(".reach")
+            })
+            .collect()
+    };
+    // The children's collectors write after their children ended: waited for, with a deadline.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while reports().len() < 11 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let starts = std::fs::read_to_string(&started).unwrap_or_default().lines().count();
+    assert_eq!(starts, 11, "the parent and the 10 children that allocate{d}");
+    let got = reports();
+    assert_eq!(got.len(), 11, "{got:?}{d}");
+    let live: Vec<u64> = got.iter().map(|n| total(&read_json(&t.dir.path().join(n), &d), "live_bytes")).collect();
+    assert_eq!(live.iter().filter(|&&b| b == 4 << 10).count(), 10, "{live:?}{d}");
+    assert_eq!(live.iter().filter(|&&b| b == MIB).count(), 1, "{live:?}{d}");
+}

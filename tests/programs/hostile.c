@@ -1220,6 +1220,31 @@ static int scenario_metrics(void)
     return 0;
 }
 
+/* fork-many: after 1 MiB of its own, 20 children one after another; the even ones allocate
+ * 4 KiB and exit, the odd ones exit without a CUDA call.  Each that allocates gets a collector
+ * and a report of its own; the others start none. */
+static int scenario_fork_many(void)
+{
+    void *d = NULL;
+    check("cudaMalloc", cudaMalloc(&d, 1 * MiB));
+    fflush(stdout);
+    for (int i = 0; i < 20; i++) {
+        pid_t k = fork();
+        if (k < 0)
+            return 1;
+        if (k == 0) {
+            void *q = NULL;
+            if (i % 2 == 0)
+                check("cudaMalloc", cudaMalloc(&q, 4 * KiB));
+            exit(0);
+        }
+        int st = 0;
+        if (waitpid(k, &st, 0) != k || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* own-usr1: after its first allocation the program installs its own SIGUSR1 handler (a
  * "graceful restart"), says "ready", reads stdin to its end, allocates 2 MiB more and says how
  * often its handler ran.  Live at exit: 3 MiB. */
@@ -1381,6 +1406,8 @@ int main(int argc, char **argv)
         rc = scenario_two_runtimes();
     else if (strcmp(s, "nvml-growth") == 0)
         rc = scenario_nvml_growth();
+    else if (strcmp(s, "fork-many") == 0)
+        rc = scenario_fork_many();
     else if (strcmp(s, "own-usr1") == 0)
         rc = scenario_own_usr1();
     else if (strcmp(s, "published-early") == 0)
