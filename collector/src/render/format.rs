@@ -15,7 +15,9 @@ use super::{Render, TextOptions};
 pub enum Format {
     /// For a person: totals, suspects, top sites with their stacks.
     Text,
-    /// The report itself, pretty-printed.
+    /// The report as JSON, pretty-printed, with what its companion file adds: a snapshot's
+    /// reachability scan (`X.reach.json`, written after the snapshot), its definitely lost
+    /// counts and the suspects ordered by them.
     Json,
     /// Collapsed stacks weighted by live bytes, outermost frame first, for flame-graph tools.
     Folded,

@@ -82,7 +82,7 @@ pub const GLOSSARY: &[Term] = &[
     },
     Term {
         word: "reachable",
-        meaning: "a pointer to it is still in the program's memory: something keeps it (the holders say what, in Python)",
+        meaning: "a pointer to it is still in the program's memory: something keeps it (in Python the holders say which object, when an object holds it; an address kept as a plain number has no holder)",
         marks: &["reachable"],
     },
     Term {
