@@ -11,7 +11,9 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::report::words::{first_user_frame, fmt_bytes, fmt_bytes_delta, fmt_seconds, frame_label, site_id_name};
+use crate::report::words::{
+    first_user_frame, fmt_bytes, fmt_bytes_change, fmt_bytes_delta, fmt_seconds, frame_label, site_id_name,
+};
 use crate::report::{Frame, Gauge, Report, Site};
 
 /// The formats `gpushim diff` offers.
@@ -325,7 +327,7 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
             writeln!(
                 out,
                 "  {:>10}  live {} -> {} in {} -> {}; allocations {} -> {}, frees {} -> {}; {}: {}",
-                fmt_bytes_delta(r.growth()),
+                fmt_bytes_change(o.0, n.0),
                 fmt_bytes(o.0),
                 fmt_bytes(n.0),
                 o.1,
@@ -379,7 +381,7 @@ pub fn diff(old: &Report, new: &Report, top: usize, out: &mut dyn Write) -> io::
             writeln!(
                 out,
                 "  {:>10}  {} -> {} in {} -> {} objects: {}",
-                fmt_bytes_delta(i128::from(h.bytes.growth)),
+                fmt_bytes_change(h.bytes.old, h.bytes.new),
                 fmt_bytes(h.bytes.old),
                 fmt_bytes(h.bytes.new),
                 h.objects.old,
@@ -415,13 +417,7 @@ fn kind_line(out: &mut dyn Write, name: &str, a: &Gauge, b: &Gauge) -> io::Resul
 
 fn line(out: &mut dyn Write, name: &str, a: u64, b: u64, counts: Option<(u64, u64)>) -> io::Result<()> {
     let counts = counts.map(|(x, y)| format!(" in {x} -> {y} allocations")).unwrap_or_default();
-    writeln!(
-        out,
-        "  {name:<12} {} -> {} ({}){counts}",
-        fmt_bytes(a),
-        fmt_bytes(b),
-        fmt_bytes_delta(i128::from(b) - i128::from(a))
-    )
+    writeln!(out, "  {name:<12} {} -> {} ({}){counts}", fmt_bytes(a), fmt_bytes(b), fmt_bytes_change(a, b))
 }
 
 /// Which report a side of the JSON comparison is.

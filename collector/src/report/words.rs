@@ -101,6 +101,38 @@ pub fn fmt_bytes_delta(d: i128) -> String {
     }
 }
 
+/// The change from `a` to `b` bytes, as a person reads it beside `fmt_bytes(a) -> fmt_bytes(b)`:
+/// when both are said in one unit, the difference of the two numbers shown (`142.8 MiB -> 330.5
+/// MiB` is `+187.7 MiB`, not the exact `+187.8 MiB`, so that the line adds up); else the exact
+/// change, as [`fmt_bytes_delta`].
+pub fn fmt_bytes_change(a: u64, b: u64) -> String {
+    if a == b {
+        return "0 B".to_string();
+    }
+    let (sa, sb) = (fmt_bytes(a), fmt_bytes(b));
+    let shown = |s: &str| -> Option<(i64, String)> {
+        let (num, unit) = s.split_once(' ')?;
+        let (whole, tenth) = num.split_once('.')?;
+        Some((whole.parse::<i64>().ok()? * 10 + tenth.parse::<i64>().ok()?, unit.to_string()))
+    };
+    match (shown(&sa), shown(&sb)) {
+        (Some((x, ua)), Some((y, ub))) if ua == ub => {
+            let d = y - x;
+            let sign = match d.signum() {
+                1 => "+",
+                -1 => "-",
+                _ => "",
+            };
+            if d == 0 {
+                // Equal as shown, not equal: the exact change, in the smaller unit it needs.
+                return fmt_bytes_delta(i128::from(b) - i128::from(a));
+            }
+            format!("{sign}{}.{} {ua}", d.abs() / 10, d.abs() % 10)
+        }
+        _ => fmt_bytes_delta(i128::from(b) - i128::from(a)),
+    }
+}
+
 /// A duration of `s` seconds for a person: `350 µs`, `870 ms`, `2.5 s`, `95 s`.
 pub fn fmt_seconds(s: f64) -> String {
     if !s.is_finite() || s < 0.0 {
@@ -206,6 +238,16 @@ mod tests {
         assert_eq!(fmt_bytes_delta(-(1 << 20)), "-1.0 MiB");
         assert_eq!(fmt_bytes_delta(5), "+5 B");
         assert_eq!(fmt_bytes_delta(0), "0 B");
+        // In one unit the change is that of the numbers shown, so the line adds up.
+        let mib = |x: f64| (x * 1048576.0) as u64;
+        assert_eq!((fmt_bytes(mib(142.76)), fmt_bytes(mib(330.54))), ("142.8 MiB".into(), "330.5 MiB".into()));
+        assert_eq!(fmt_bytes_change(mib(142.76), mib(330.54)), "+187.7 MiB");
+        assert_eq!(fmt_bytes_change(mib(76.8), mib(133.0)), "+56.2 MiB");
+        assert_eq!(fmt_bytes_change(mib(10.0), mib(2.0)), "-8.0 MiB");
+        assert_eq!(fmt_bytes_change(100, 700), "+600 B");
+        assert_eq!(fmt_bytes_change(512, 4096), "+3.5 KiB");
+        assert_eq!(fmt_bytes_change(mib(1.0), mib(1.0)), "0 B");
+        assert_eq!(fmt_bytes_change(mib(1.0), mib(1.0) + 10), "+10 B");
         assert_eq!(fmt_seconds(0.3), "300 ms");
         assert_eq!(fmt_seconds(2.25), "2.2 s");
         assert_eq!(fmt_seconds(95.0), "95 s");
