@@ -1,18 +1,19 @@
 //! The shim's global allocator: the system's `malloc` and `free`, as without it, plus one thing.
-//! While [`watch`] runs a closure, it remembers the largest block allocated, so that the writer
+//! While [`watch`] runs a closure, it remembers the largest block that closure's thread
+//! allocates (not another thread's: a hook on a program thread may allocate meanwhile), so that the writer
 //! knows where the event channel's buffer lies: the reachability scan (`reach`) must leave
 //! that buffer out, since its slots hold copies of the addresses of recent allocations. (The
 //! block's size in `/proc/self/maps` would not find it when `malloc` serves the buffer from a
 //! heap rather than a mapping of its own.)
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 
 /// Passes every call to [`System`]; see the module documentation.
 pub struct Watching;
 
-/// A [`watch`] runs.
-static ON: AtomicBool = AtomicBool::new(false);
+/// The thread a [`watch`] runs on (its kernel thread id); 0 when none runs.
+static ON: AtomicU32 = AtomicU32::new(0);
 /// The largest block allocated while watching: address and size in bytes (0 if none).
 static ADDR: AtomicUsize = AtomicUsize::new(0);
 static SIZE: AtomicUsize = AtomicUsize::new(0);
@@ -41,9 +42,11 @@ unsafe impl GlobalAlloc for Watching {
     }
 }
 
-/// Remembers `p` (of `size` bytes) if a watch runs and it is the largest block so far.
+/// Remembers `p` (of `size` bytes) if a watch runs on this thread and it is the largest block so
+/// far. (One relaxed load when no watch runs; the thread id is asked only while one does.)
 fn note(p: *mut u8, size: usize) {
-    if ON.load(Relaxed) && !p.is_null() && size > SIZE.load(Relaxed) {
+    let on = ON.load(Relaxed);
+    if on != 0 && !p.is_null() && size > SIZE.load(Relaxed) && crate::sys::gettid() == on {
         SIZE.store(size, Relaxed);
         ADDR.store(p as usize, Relaxed);
     }
@@ -54,9 +57,9 @@ fn note(p: *mut u8, size: usize) {
 pub fn watch<T>(f: impl FnOnce() -> T) -> (T, Option<(u64, u64)>) {
     SIZE.store(0, Relaxed);
     ADDR.store(0, Relaxed);
-    ON.store(true, Relaxed);
+    ON.store(crate::sys::gettid(), Relaxed);
     let r = f();
-    ON.store(false, Relaxed);
+    ON.store(0, Relaxed);
     let (a, n) = (ADDR.load(Relaxed) as u64, SIZE.load(Relaxed) as u64);
     (r, (n > 0).then_some((a, a + n)))
 }
@@ -67,7 +70,12 @@ mod tests {
 
     #[test]
     fn the_largest_block_of_the_watch_is_found() {
-        let ((big, small), range) = watch(|| (vec![7u8; 3 << 20], vec![1u8; 64]));
+        // Another thread's larger block, made while the watch runs, is not the watch's.
+        let ((big, small), range) = watch(|| {
+            let other = std::thread::spawn(|| vec![9u8; 8 << 20]).join().unwrap();
+            drop(other);
+            (vec![7u8; 3 << 20], vec![1u8; 64])
+        });
         let (a, b) = range.unwrap();
         assert_eq!((a, b - a), (big.as_ptr() as u64, 3 << 20));
         assert_ne!(a, small.as_ptr() as u64);
