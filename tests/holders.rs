@@ -722,7 +722,7 @@ fn device_memory_is_told_by_kind_with_the_lines_of_each() {
     assert_eq!(d["kinds"][2]["lines"][0]["objects"], 2, "{d:#}");
     // One line on stderr.
     let want = "gpushim: GPU 0 by kind of memory: parameters 4.0 MiB, gradients 4.0 MiB, optimizer state 8.0 MiB, \
-                activations saved by autograd 2.0 MiB, other tensors 1.0 MiB, cached free 3.0 MiB";
+                activations saved by autograd 2.0 MiB, other tensors and arrays 1.0 MiB, cached free 3.0 MiB";
     // At the snapshot's walk (the same memory) and at exit.
     assert_eq!(err.lines().filter(|x| *x == want).count(), 2, "{err}");
     // The holders file has the walk's part: the same tensor kinds.
@@ -740,7 +740,9 @@ fn device_memory_is_told_by_kind_with_the_lines_of_each() {
     };
     let text = show(&[]);
     assert!(
-        text.contains("GPU 0 by kind of memory (the heap walk's objects: tensors 19.0 MiB of 22.0 MiB traced):"),
+        text.contains(
+            "GPU 0 by kind of memory (the heap walk's objects: tensors and arrays 19.0 MiB of 22.0 MiB traced):"
+        ),
         "{text}"
     );
     let opt_line = format!("         8.0 MiB  adamw_step (programs/torch_kinds.py:{o}) via tensor (2 objects)");

@@ -1,5 +1,5 @@
 //! Device memory by kind: parameters, gradients, optimizer state, activations saved by
-//! autograd, other tensors, PyTorch's allocated blocks no tensor was found in, the caching
+//! autograd, other tensors and arrays, PyTorch's allocated blocks no tensor was found in, the caching
 //! allocator's free bytes, libraries' workspaces, traced memory no object was found in, and
 //! untraced memory.
 //!
@@ -50,7 +50,7 @@ pub struct Found<'a> {
 
 /// The tensor kind of an object (an index of `KIND_NAMES`): its role when the walker told one;
 /// else saved by autograd when a graph keeps it for a node's backward (not a leaf the graph's
-/// `AccumulateGrad` keeps: that is no activation); else other tensors. Nothing is guessed from
+/// `AccumulateGrad` keeps: that is no activation); else other tensors and arrays. Nothing is guessed from
 /// names or shapes.
 pub fn kind_of(role: Option<&str>, how: &str, saved_for: Option<&str>) -> usize {
     match role {
@@ -333,17 +333,17 @@ mod tests {
                 (w("gradients"), MIB),
                 (w("optimizer state"), 2 * MIB),
                 (w("activations saved by autograd"), 512 * KIB),
-                (w("other tensors"), 0),
+                (w("other tensors and arrays"), 0),
                 (w("allocated, no tensor found"), 512 * KIB),
                 (w("cached free"), 2 * MIB),
                 (w("no object found"), MIB),
             ]
         );
         assert_eq!(g0.kinds.iter().map(|k| k.bytes).sum::<u64>(), g0.traced_bytes);
-        // The view counts as an object of the other tensors, with no bytes of its own.
+        // The view counts as an object of the other tensors and arrays, with no bytes of its own.
         assert_eq!((g0.kinds[4].objects, g0.kinds[2].objects), (1, 2));
         assert_eq!(g0.kinds[0].lines, [KindLine { line: String::new(), site: Some(1), bytes: 2 * MIB, objects: 1 }]);
-        assert_eq!(bytes(&walked[1])[4], (w("other tensors"), 256 * KIB));
+        assert_eq!(bytes(&walked[1])[4], (w("other tensors and arrays"), 256 * KIB));
 
         let gpu = GpuMemory {
             ordinal: 0,

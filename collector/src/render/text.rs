@@ -448,7 +448,7 @@ fn kinds_section(r: &Report) -> Vec<String> {
     for d in &r.memory_kinds {
         let driver = d.driver_bytes.map(|b| format!(", the driver counts {}", fmt_bytes(b))).unwrap_or_default();
         out.push(format!(
-            "GPU {} by kind of memory (the heap walk's objects: tensors {} of {} traced{driver}):",
+            "GPU {} by kind of memory (the heap walk's objects: tensors and arrays {} of {} traced{driver}):",
             d.ordinal,
             fmt_bytes(d.tensor_bytes),
             fmt_bytes(d.traced_bytes)

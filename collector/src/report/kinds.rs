@@ -66,7 +66,7 @@ pub const KIND_NAMES: &[(&str, &str)] = &[
     ("gradients", "gradients"),
     ("optimizer_state", "optimizer state"),
     ("activations", "activations saved by autograd"),
-    ("other_tensors", "other tensors"),
+    ("other_tensors", "other tensors and arrays"),
     ("allocated_no_tensor", "allocated, no tensor found"),
     ("cached_free", "cached free"),
     ("workspace", "workspace"),
