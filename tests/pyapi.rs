@@ -225,7 +225,7 @@ fn pytest_plugin_fails_the_test_over_its_limit() {
     let short = file.iter().rev().take(2).collect::<Vec<_>>().into_iter().rev().collect::<PathBuf>();
     let msg = format!(
         "gpushim: the test left 32.0 MiB (33554432 bytes, 1 allocation) of CUDA memory live, more than its limit \
-         of 16.0 MiB, most at {}:{leak_line} (test_leaks)",
+         of 16.0 MiB, most at test_leaks ({}:{leak_line})",
         short.display()
     );
     assert!(run.stdout.contains(&msg), "wanted {msg}{run}");
@@ -233,9 +233,10 @@ fn pytest_plugin_fails_the_test_over_its_limit() {
     let rows: Vec<&&str> = table.iter().filter(|l| l.starts_with(' ') && l.contains("::test_")).collect();
     assert_eq!(rows.len(), 2, "two tests left memory live{run}");
     assert!(rows[0].contains(" 33554432 ") && rows[0].contains("test_leaks.py::test_leaks, at "), "{run}");
-    // One pair of parentheses: the function's (it read "((test_small_leak))" at most).
+    // Named as the reports name a place, `function (file:line)`, with one pair of parentheses
+    // (it read "((test_small_leak))" at most).
     let small =
-        format!("::test_small_leak, at {}:{} (test_small_leak)", short.display(), line_in(PYTEST_FILE, "# @small"));
+        format!("::test_small_leak, at test_small_leak ({}:{})", short.display(), line_in(PYTEST_FILE, "# @small"));
     assert!(rows[1].contains(" 1048576 ") && rows[1].ends_with(&small) && !rows[1].contains("(("), "{run}");
     // Under the table, what it measures beside the report's suspects (the whole run's).
     assert!(

@@ -83,7 +83,7 @@ def _where(site: dict, prefer: tuple[str, str] | None = None) -> str:
     for f in frames:
         place = _short(f.get("file") or f.get("module") or "?")
         line = f.get("line")
-        return f"{place}:{line} ({f.get('function', '?')})" if line else f"{place} ({f.get('function', '?')})"
+        return f"{f.get('function', '?')} ({place}:{line})" if line else f"{f.get('function', '?')} ({place})"
     return "(no backtrace)"
 
 
