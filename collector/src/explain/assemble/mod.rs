@@ -92,7 +92,12 @@ pub fn build(state: &State, ctx: Context<'_>, sym: &mut Symbolizer) -> Report {
     let blocks = causes::block_heads(&walked, sym.python());
     let complete = ctx.holders.is_some_and(|h| h.walk.status == "complete");
     let suspects = causes::without_pool_retention(suspects, &hints.pool, complete.then_some(&walked), &mut notes);
-    let (suspects, suppressed) = causes::by_cause(suspects, state, &sites, &blocks, &walked, &mut notes);
+    let (mut suspects, suppressed) = causes::by_cause(suspects, state, &sites, &blocks, &walked, &mut notes);
+    // A suspect's sites, most live bytes first (then by id), wherever they are listed.
+    let live_of = |id: u32| sites.iter().find(|x| x.id == id).map_or(0, |x| x.live_bytes);
+    for s in &mut suspects {
+        s.sites.sort_by(|&a, &b| live_of(b).cmp(&live_of(a)).then(a.cmp(&b)));
+    }
     let failures = sites::failure_records(state, &mut frames, sym, &secs);
     notes::state_notes(state, frames.missing, failures.len(), &mut notes);
     notes.extend(sym.problems().iter().cloned());
