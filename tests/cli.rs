@@ -285,6 +285,21 @@ fn run_fail_on_leak_exits_3_on_suspects_or_live_bytes_over_the_limit() {
     );
     let (code, line, err) = run("--fail-on-leak=64MiB", &["kinds"]);
     assert_eq!((code, line), (Some(0), None), "{err}");
+    // The traced program below a shell (or `unshare`, a launcher): its report is checked too.
+    let dir = TempDir::new("fail-on-leak-below");
+    let out = Command::new(collector())
+        .args(["run", "--fail-on-leak", "--output", dir.path().to_str().unwrap(), "--", "/bin/sh", "-c"])
+        .arg("\"$@\"; exit $?")
+        .arg("sh")
+        .arg(standin("target_dynamic"))
+        .args(["leak", "30"])
+        .env("LD_LIBRARY_PATH", standins())
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.lines().any(|l| l.starts_with("gpushim: leak check failed: 1 leak suspect (")), "{err}");
     // A failing program keeps its own exit status; a bad size is a usage error.
     let out = gpushim(["run", "--fail-on-leak", "--", "/bin/sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));

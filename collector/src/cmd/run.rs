@@ -82,31 +82,41 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
     (n.is_finite() && (0.0..1.8e19).contains(&v)).then_some(v as u64)
 }
 
-/// The leak check of `--fail-on-leak` on the program's final report: the one a collector
-/// named in `reports` for `pid` (its name carries the rank when the program has one), else
-/// `gpushim-PID.json` in `dir`. A line saying why it failed, or `None` when it passed (no
-/// report: no CUDA memory, nothing leaked).
+/// The leak check of `--fail-on-leak` on the job's final reports: every one a collector named
+/// in `reports` (the program's, and those of the traced processes below it: a shell or a
+/// launcher in between, `unshare`, torchrun's workers), and `gpushim-PID.json` in `dir` for the
+/// program `pid` when no collector named its report. Lines saying why it failed, one per report
+/// that fails, or `None` when all passed (no report: no CUDA memory, nothing leaked).
 fn leak_check(dir: &Path, reports: &[std::path::PathBuf], pid: u32, limit: Option<u64>) -> Option<String> {
-    let named = reports.iter().find(|p| {
+    let mut paths: Vec<std::path::PathBuf> = reports.to_vec();
+    let named = |p: &std::path::PathBuf| {
         p.file_name()
             .and_then(|n| n.to_str())
             .and_then(crate::explain::identity::final_report_name)
             .is_some_and(|(p, _)| p == pid)
-    });
-    let path = named.cloned().unwrap_or_else(|| dir.join(format!("gpushim-{pid}.json")));
-    let r = crate::report::Report::read(&path).ok()?;
-    let mut why = Vec::new();
-    if !r.suspects.is_empty() {
-        why.push(format!("{} leak suspect{}", r.suspects.len(), if r.suspects.len() == 1 { "" } else { "s" }));
+    };
+    if !paths.iter().any(named) {
+        paths.push(dir.join(format!("gpushim-{pid}.json")));
     }
-    if let Some(max) = limit.filter(|&m| r.totals.gauge.live_bytes > m) {
-        why.push(format!(
-            "{} live at exit, over --fail-on-leak={}",
-            crate::report::words::fmt_bytes(r.totals.gauge.live_bytes),
-            crate::report::words::fmt_bytes(max)
-        ));
+    let mut lines = Vec::new();
+    for path in paths {
+        let Ok(r) = crate::report::Report::read(&path) else { continue };
+        let mut why = Vec::new();
+        if !r.suspects.is_empty() {
+            why.push(format!("{} leak suspect{}", r.suspects.len(), if r.suspects.len() == 1 { "" } else { "s" }));
+        }
+        if let Some(max) = limit.filter(|&m| r.totals.gauge.live_bytes > m) {
+            why.push(format!(
+                "{} live at exit, over --fail-on-leak={}",
+                crate::report::words::fmt_bytes(r.totals.gauge.live_bytes),
+                crate::report::words::fmt_bytes(max)
+            ));
+        }
+        if !why.is_empty() {
+            lines.push(format!("gpushim: leak check failed: {} ({})", why.join("; "), path.display()));
+        }
     }
-    (!why.is_empty()).then(|| format!("gpushim: leak check failed: {} ({})", why.join("; "), path.display()))
+    (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
 /// Runs the program and returns its exit status as ours. If a signal ended it, this process
