@@ -51,7 +51,9 @@ impl Exec {
             CString::new("--pid").ok()?,
             CString::new(crate::sys::getpid_raw().to_string()).ok()?,
         ];
-        if cannot_outlive_the_program() {
+        let hold = cannot_outlive_the_program();
+        HOLDS_EXIT.store(hold, std::sync::atomic::Ordering::Release);
+        if hold {
             strings.push(CString::new("--hold-exit").ok()?);
         }
         let args = strings.len();
@@ -86,6 +88,15 @@ fn cannot_outlive_the_program() -> bool {
     // SAFETY: getpid and getppid have no arguments and cannot fail.
     let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
     pid == 1 || (ppid == 1 && in_a_child_pid_namespace())
+}
+
+/// This process's collector was started with `--hold-exit` (see [`cannot_outlive_the_program`]).
+static HOLDS_EXIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process's collector cannot outlive it (it was started with `--hold-exit`): every
+/// exit, `_exit` and `_Exit` included, then waits until the collector confirms the report.
+pub fn holds_exit() -> bool {
+    HOLDS_EXIT.load(std::sync::atomic::Ordering::Acquire)
 }
 
 /// Whether this process's PID namespace is not the machine's: the inode of

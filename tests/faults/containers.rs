@@ -139,3 +139,16 @@ fn a_snapshot_by_the_hosts_pid_of_a_program_in_a_pid_namespace() {
     assert!(d.status.success(), "{d}");
     assert_eq!(total(&d.report_in(t.dir.path()), "live_bytes"), 3 * MIB, "{d}");
 }
+
+#[test]
+fn the_program_as_pid_1_that_ends_with_quick_exits_gets_its_report() {
+    // `_exit`, `_Exit` and `quick_exit` run no exit handler: the stream was ended and sent, but
+    // the exit did not wait for the collector, which the kernel killed with PID 1 before it wrote.
+    for how in ["_exit", "_Exit", "quick_exit"] {
+        let t = Target::new("target_dynamic", &format!("pid1-{how}")).args(&["quick-end", how]);
+        let d = Live::spawn(t.command_under(&UNSHARE), format!("unshare … {}", t.describe())).finish();
+        assert_eq!(d.status.code(), Some(5), "{how}{d}");
+        let r = d.report_in(t.dir.path());
+        assert_eq!((r["reason"].as_str(), total(&r, "alloc_count")), (Some("exit"), 100), "{how}{d}");
+    }
+}

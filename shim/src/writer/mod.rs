@@ -332,7 +332,11 @@ impl Writer {
                 Ok(Msg::QuickExit { ts_ns }) => {
                     self.activity_now();
                     self.push(&Event::Exit(wire::Exit { ts_ns }));
-                    self.flush();
+                    // Where the collector dies with the program (PID 1 of a namespace and its
+                    // children), `_exit` too waits for the report, as the exit path does.
+                    if self.flush() && launch::holds_exit() {
+                        self.close_and_wait();
+                    }
                     QUICK_EXIT_DONE.store(true, Release);
                     return;
                 }
