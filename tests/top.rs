@@ -423,7 +423,13 @@ fn the_sites_of_one_line_are_one_row_as_in_the_report() {
     let once = top(&["top", &pid, "--once"]);
     let text = String::from_utf8_lossy(&once.stdout).into_owned();
     assert!(once.status.success(), "{text}{}", String::from_utf8_lossy(&once.stderr));
-    assert!(text.lines().nth(3).is_some_and(|l| l.contains(", 1 suspect;")), "{text}");
+    // Two sites live, one row: the line says both.
+    assert_eq!((f["sites_live"].as_u64(), f["rows_live"].as_u64()), (Some(2), Some(1)), "{f:#}");
+    assert!(
+        text.lines().nth(3).is_some_and(|l| l
+            .starts_with("2 sites live in 1 row (sites of one line are one row), 1 suspect; growth over the last ")),
+        "{text}"
+    );
     // The rows, below the header's five lines (the first names the script too).
     let ours: Vec<&str> = text.lines().skip(5).filter(|l| l.contains("top_one_line.py")).collect();
     assert_eq!(ours.len(), 1, "{text}");

@@ -1,7 +1,7 @@
 //! The full-screen view of `gpushim top` (ratatui over crossterm): a frame from the collector
 //! about every second, drawn as a header, a sparkline of live bytes and the top sites. A job
 //! (several traced processes) first shows one row per process (live, peak, growth, suspects and
-//! the top suspect); Enter goes into the selected one, Esc comes back.
+//! the suspect growing fastest); Enter goes into the selected one, Esc comes back.
 //!
 //! Keys: `t` sorts by live bytes or by growth, `g` cycles the growth window, Up/Down select a
 //! site, Enter shows its stack (Enter or Esc back), `s` takes a snapshot and shows its path, `d`
@@ -24,7 +24,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Sparkline, Table, TableState, Wrap};
 use ratatui::{Frame as Screen, Terminal};
 
-use super::top_text::{clean, failure, header, headline, job_cells, rate, site_ids, sorted, Sort};
+use super::top_text::{clean, failure, header, headline, job_cells, rate, site_ids, sites_live, sorted, Sort};
 use crate::compare::diff::diff;
 use crate::control::client;
 use crate::control::frame::Frame;
@@ -267,7 +267,7 @@ impl View {
             ],
         )
         .header(
-            Row::new(vec!["PROCESS", "LIVE", "PEAK", "GROWTH", "SUSPECTS", "TOP SUSPECT"])
+            Row::new(vec!["PROCESS", "LIVE", "PEAK", "GROWTH", "SUSPECTS", "FASTEST SUSPECT"])
                 .style(Style::new().add_modifier(Modifier::BOLD)),
         )
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
@@ -359,9 +359,9 @@ impl View {
             });
             let by = if self.sort == Sort::Live { "live bytes" } else { "growth" };
             let title = format!(
-                " sites by {by}, growth over {:.0} s ({} live, {}) ",
+                " sites by {by}, growth over {:.0} s ({}, {}) ",
                 self.windows[self.window],
-                f.sites_live,
+                sites_live(f, false),
                 crate::report::words::count(f.suspects, "suspect")
             );
             let table = Table::new(
