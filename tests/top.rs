@@ -9,8 +9,10 @@
 //! traced processes, one row per process, the leaking one's naming its suspect. The sites of
 //! one line of a Python program are one row and one suspect, as in its final report.
 //!
-//! Waits are on conditions against `DEADLINE`: the program's "ready" line, a frame whose samples
-//! cover the window, the pane's text.
+//! Waits are on conditions against `DEADLINE`: the program's "ready" line (after its first
+//! allocation), then its collector's answer (it listens from its first sample on: `top` saying
+//! that no collector answers is polled again, not a failure), a frame whose samples cover the
+//! window, the pane's text.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::linux::net::SocketAddrExt;
@@ -42,21 +44,45 @@ fn top(args: &[&str]) -> Output {
 
 /// Polls `f` until it gives a value or `DEADLINE` passes (then fails with `what`).
 fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    poll(what, || f().ok_or_else(String::new))
+}
+
+/// Polls `f` until it gives a value or `DEADLINE` passes (then fails with `what` and the last
+/// reason `f` gave for having none).
+fn poll<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
     let end = Instant::now() + DEADLINE;
     loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < end, "timed out waiting for {what}");
+        let why = match f() {
+            Ok(v) => return v,
+            Err(why) => why,
+        };
+        assert!(Instant::now() < end, "timed out waiting for {what}: {why}");
         std::thread::sleep(Duration::from_millis(200));
     }
 }
 
-/// A JSON frame of `pid` whose samples cover the whole window.
+/// `gpushim top ARGS` on a traced program known to have allocated: its output once its
+/// collector answers. Its collector listens from its first sample (about a second after the
+/// first allocation) on, so until then `top` says that no collector answers: that is polled
+/// again; any other failure fails at once.
+fn top_answered(args: &[&str]) -> Output {
+    poll("the collector's answer", || {
+        let out = top(args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.success() {
+            Ok(out)
+        } else if err.contains("no collector answers") {
+            Err(format!("gpushim {args:?}: {err}"))
+        } else {
+            panic!("gpushim {args:?}: {err}")
+        }
+    })
+}
+
+/// A JSON frame of `pid` (which has allocated) whose samples cover the whole window.
 fn full_frame(pid: i32) -> Value {
     until("a frame covering the window", || {
-        let out = top(&["top", &pid.to_string(), "--json", "--window", WINDOW]);
-        assert!(out.status.success(), "gpushim top --json: {}", String::from_utf8_lossy(&out.stderr));
+        let out = top_answered(&["top", &pid.to_string(), "--json", "--window", WINDOW]);
         let v: Value = serde_json::from_slice(&out.stdout).expect("a JSON frame");
         (v["window_covered_s"].as_f64().unwrap() >= 2.9).then_some(v)
     })
@@ -212,6 +238,8 @@ fn the_full_screen_view_under_tmux() {
     run.env("LD_LIBRARY_PATH", standins()).env_remove("LD_PRELOAD").env_remove("GPUSHIM_OUTPUT");
     let mut live = Live::spawn(run, "gpushim run -- target_dynamic grow".into());
     assert_eq!(live.line(), "ready");
+    // The view's first frame needs the collector to answer (it exits otherwise).
+    top_answered(&["top", &live.pid.to_string(), "--once"]);
     let tmux = Tmux(format!("gpushim-test-{}", std::process::id()));
     let shell = "env PS1=READY$ sh";
     let out = tmux.cmd(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "40", shell]);
