@@ -3,8 +3,10 @@
 //! on absolute deadlines: `--json` and `--once` show it on top with its rate within 10%, a
 //! snapshot request writes a report, bad input gets one line, and the full-screen view under
 //! tmux (send-keys, capture-pane) shows the site, says when the terminal is too small, shows
-//! the site's stack on Enter, takes a snapshot on `s`, shows what grew since it on `d` and gives
-//! the shell back on `q`, its diff wrapped in a narrower terminal. Without
+//! the site's stack on Enter (saying that more lines follow, and scrolling, in a short
+//! terminal), writes the first snapshot on `d` and says so, shows what grew since it on the
+//! next `d` (its diff wrapped in a narrower terminal), takes a snapshot on `s` and gives the
+//! shell back on `q`. Without
 //! tmux that test says it is skipped (.ci/run installs tmux). On `gpushim run`'s pid with two
 //! traced processes, one row per process, the leaking one's naming its suspect. The sites of
 //! one line of a Python program are one row and one suspect, as in its final report.
@@ -261,17 +263,31 @@ fn the_full_screen_view_under_tmux() {
     tmux.cmd(&["send-keys", "-t", "top", "Enter"]);
     let pane = tmux.wait_for("the stack", |p| p.contains("stack (Enter or Esc: back)"));
     assert!(pane.contains("scenario_grow"), "{pane}");
+    // In 16 rows the stack's box holds 2 lines: the site's, and how many more follow; Down
+    // scrolls to the frames.
+    tmux.cmd(&["resize-window", "-t", "top", "-x", "80", "-y", "16"]);
+    let pane = tmux.wait_for("the stack's more line", |p| p.contains(" more lines (↓ to scroll)"));
+    assert!(pane.contains("stack (Enter or Esc: back; Up/Down: scroll)"), "{pane}");
+    let more = |p: &str| -> Option<usize> { p.split("… ").nth(1)?.split(' ').next()?.parse().ok() };
+    let before = more(&pane).unwrap_or_else(|| panic!("{pane}"));
+    tmux.cmd(&["send-keys", "-t", "top", "Down"]);
+    let pane = tmux.wait_for("the stack scrolled", |p| more(p).is_some_and(|n| n + 1 == before) || before == 1);
+    assert!(!pane.contains("│site "), "scrolled past the site's line: {pane}");
+    tmux.cmd(&["resize-window", "-t", "top", "-x", "150", "-y", "40"]);
     tmux.cmd(&["send-keys", "-t", "top", "Escape"]);
     tmux.wait_for("the table again", |p| p.contains("sites by live bytes"));
-    tmux.cmd(&["send-keys", "-t", "top", "s"]);
-    let pane = tmux.wait_for("the snapshot's path", |p| p.contains("snapshot written to "));
-    let path = pane.split("snapshot written to ").nth(1).unwrap().split_whitespace().next().unwrap();
+    // `d` with no snapshot taken yet: it writes the first and says so.
+    tmux.cmd(&["send-keys", "-t", "top", "d"]);
+    let pane = tmux.wait_for("the first snapshot's path", |p| p.contains("first snapshot written to "));
+    let path = pane.split("first snapshot written to ").nth(1).unwrap().split(';').next().unwrap();
     assert!(Path::new(path).is_file(), "{path}: {pane}");
-    assert!(path.starts_with(dir.to_str().unwrap()), "{path}");
-    // `d`: another snapshot, and what grew since the first.
+    assert!(path.starts_with(dir.to_str().unwrap()) && path.ends_with("-snapshot-top-1.json"), "{path}");
+    assert!(pane.contains("press d again to see what changes from it"), "{pane}");
+    // `d` again: another snapshot, and what grew since the first.
     tmux.cmd(&["send-keys", "-t", "top", "d"]);
     let pane = tmux.wait_for("the diff", |p| p.contains("what changed since the last snapshot"));
     assert!(pane.contains("grow_step"), "{pane}");
+    assert!(pane.contains("snapshot 1 \"top\"") && pane.contains("snapshot 2 \"top\""), "{pane}");
     // In 100 columns the diff's line of the site (about 150 characters) wraps: its end, the
     // site's file and line, is still shown.
     tmux.cmd(&["resize-window", "-t", "top", "-x", "100", "-y", "40"]);
@@ -279,6 +295,11 @@ fn the_full_screen_view_under_tmux() {
     tmux.cmd(&["resize-window", "-t", "top", "-x", "150", "-y", "40"]);
     tmux.cmd(&["send-keys", "-t", "top", "Escape"]);
     tmux.wait_for("the table again", |p| p.contains("sites by live bytes"));
+    // `s`: a third snapshot, its path shown.
+    tmux.cmd(&["send-keys", "-t", "top", "s"]);
+    let pane = tmux.wait_for("the snapshot's path", |p| p.contains("-snapshot-top-3.json"));
+    let path = pane.split("snapshot written to ").nth(1).unwrap().split_whitespace().next().unwrap();
+    assert!(Path::new(path).is_file() && path.ends_with("-snapshot-top-3.json"), "{path}: {pane}");
     tmux.cmd(&["send-keys", "-t", "top", "q"]);
     let alt = || {
         String::from_utf8_lossy(&tmux.cmd(&["display", "-p", "-t", "top", "#{alternate_on}"]).stdout).trim().to_string()
