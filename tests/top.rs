@@ -166,6 +166,23 @@ fn once_and_json_show_the_growing_site_on_top_with_its_rate() {
     assert_eq!((r["reason"].as_str(), r["label"].as_str()), (Some("snapshot"), Some("top")));
     assert!(the_site(&r, "grow_step", &"the snapshot")["live_count"].as_u64().unwrap() > 0);
     assert!(ask(pid, "nonsense")["error"].as_str().unwrap().contains("unknown request"));
+    // The program's own snapshot 1, then `gpushim diff` of it and top's snapshot 1: each side
+    // named apart, top's with its label, in the text and the HTML page's heading.
+    let own = take_snapshot(pid);
+    assert!(own.ends_with(&format!("gpushim-{pid}-snapshot-1.json")), "{own}");
+    let d = top(&["diff", &own, path.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&d.stdout).into_owned();
+    let head = text.lines().next().unwrap_or_default();
+    assert!(
+        head.starts_with(&format!("pid {pid} (snapshot 1, "))
+            && head.contains(&format!(" -> pid {pid} (snapshot 1 \"top\", "))
+            && head.ends_with("; same process"),
+        "{text}{}",
+        String::from_utf8_lossy(&d.stderr)
+    );
+    let d = top(&["diff", &own, path.to_str().unwrap(), "--format", "html"]);
+    let html = String::from_utf8_lossy(&d.stdout).into_owned();
+    assert!(html.contains(&format!("\"new\":\"pid {pid} snapshot 1 \\\"top\\\" (")), "{html}");
 
     // The collector gone while the program runs: one line.
     signal(the_collector(&dir), libc::SIGKILL);
