@@ -11,7 +11,9 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::report::words::{first_user_frame, fmt_bytes, fmt_bytes_delta, fmt_seconds, frame_label, site_id_name};
+use crate::report::words::{
+    first_user_frame, fmt_bytes, fmt_bytes_delta, fmt_seconds, frame_label, site_id_name, snapshot_name,
+};
 use crate::report::{Frame, Gauge, Report, Site};
 
 /// The formats `gpushim diff` offers.
@@ -156,17 +158,6 @@ fn which(r: &Row) -> String {
 /// True if and only if both reports come from the same traced process (same pid and start).
 fn same_process(a: &Report, b: &Report) -> bool {
     a.pid == b.pid && a.start_unix_ns == b.start_unix_ns && a.start_unix_ns != 0
-}
-
-/// A snapshot's name: `snapshot 3`, followed by its label when it has one: `snapshot 1 "half"`
-/// (the Python API's `gpushim.snapshot("half")`, file `…-snapshot-1-half.json`) and
-/// `snapshot 1 "top"` (one `gpushim top` asked for, file `…-snapshot-top-1.json`, numbered
-/// apart from the program's own): snapshots whose files differ by their label read apart.
-pub(crate) fn snapshot_name(n: u32, label: Option<&str>) -> String {
-    match label {
-        Some(l) => format!("snapshot {n} \"{l}\""),
-        None => format!("snapshot {n}"),
-    }
 }
 
 /// `exit, 1.0 s`, `snapshot 3, 2.5 s` or `snapshot 1 "half", 10 s`.

@@ -257,10 +257,10 @@ fn label(pieces: &[Piece]) -> Value {
 
 /// A side of a diff (its document's `old` or `new`) in words, as the page's heading names it:
 /// `pid 7 snapshot 1 "half" (10.000 s)`, `pid 7 exit (12.500 s)`; a snapshot with a label is
-/// named with it, as `gpushim diff`'s text names it ([`crate::compare::diff::snapshot_name`]).
+/// named with it, as `gpushim diff`'s text names it ([`crate::report::words::snapshot_name`]).
 fn diff_side(r: &Value) -> String {
     let what = match r["snapshot"].as_u64().and_then(|n| u32::try_from(n).ok()) {
-        Some(n) => crate::compare::diff::snapshot_name(n, r["label"].as_str()),
+        Some(n) => crate::report::words::snapshot_name(n, r["label"].as_str()),
         None => r["reason"].as_str().unwrap_or("?").to_string(),
     };
     format!("pid {} {what} ({:.3} s)", r["pid"].as_u64().unwrap_or(0), r["duration_s"].as_f64().unwrap_or(0.0))
