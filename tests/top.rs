@@ -3,14 +3,18 @@
 //! on absolute deadlines: `--json` and `--once` show it on top with its rate within 10%, a
 //! snapshot request writes a report, bad input gets one line, and the full-screen view under
 //! tmux (send-keys, capture-pane) shows the site, says when the terminal is too small, shows
-//! the site's stack on Enter, takes a snapshot on `s`, shows what grew since it on `d` and gives
-//! the shell back on `q`, its diff wrapped in a narrower terminal. Without
+//! the site's stack on Enter (saying that more lines follow, and scrolling, in a short
+//! terminal), writes the first snapshot on `d` and says so, shows what grew since it on the
+//! next `d` (its diff wrapped in a narrower terminal), takes a snapshot on `s` and gives the
+//! shell back on `q`. Without
 //! tmux that test says it is skipped (.ci/run installs tmux). On `gpushim run`'s pid with two
 //! traced processes, one row per process, the leaking one's naming its suspect. The sites of
 //! one line of a Python program are one row and one suspect, as in its final report.
 //!
-//! Waits are on conditions against `DEADLINE`: the program's "ready" line, a frame whose samples
-//! cover the window, the pane's text.
+//! Waits are on conditions against `DEADLINE`: the program's "ready" line (after its first
+//! allocation), then its collector's answer (it listens from its first sample on: `top` saying
+//! that no collector answers is polled again, not a failure), a frame whose samples cover the
+//! window, the pane's text.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::linux::net::SocketAddrExt;
@@ -42,21 +46,45 @@ fn top(args: &[&str]) -> Output {
 
 /// Polls `f` until it gives a value or `DEADLINE` passes (then fails with `what`).
 fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    poll(what, || f().ok_or_else(String::new))
+}
+
+/// Polls `f` until it gives a value or `DEADLINE` passes (then fails with `what` and the last
+/// reason `f` gave for having none).
+fn poll<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
     let end = Instant::now() + DEADLINE;
     loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < end, "timed out waiting for {what}");
+        let why = match f() {
+            Ok(v) => return v,
+            Err(why) => why,
+        };
+        assert!(Instant::now() < end, "timed out waiting for {what}: {why}");
         std::thread::sleep(Duration::from_millis(200));
     }
 }
 
-/// A JSON frame of `pid` whose samples cover the whole window.
+/// `gpushim top ARGS` on a traced program known to have allocated: its output once its
+/// collector answers. Its collector listens from its first sample (about a second after the
+/// first allocation) on, so until then `top` says that no collector answers: that is polled
+/// again; any other failure fails at once.
+fn top_answered(args: &[&str]) -> Output {
+    poll("the collector's answer", || {
+        let out = top(args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.success() {
+            Ok(out)
+        } else if err.contains("no collector answers") {
+            Err(format!("gpushim {args:?}: {err}"))
+        } else {
+            panic!("gpushim {args:?}: {err}")
+        }
+    })
+}
+
+/// A JSON frame of `pid` (which has allocated) whose samples cover the whole window.
 fn full_frame(pid: i32) -> Value {
     until("a frame covering the window", || {
-        let out = top(&["top", &pid.to_string(), "--json", "--window", WINDOW]);
-        assert!(out.status.success(), "gpushim top --json: {}", String::from_utf8_lossy(&out.stderr));
+        let out = top_answered(&["top", &pid.to_string(), "--json", "--window", WINDOW]);
         let v: Value = serde_json::from_slice(&out.stdout).expect("a JSON frame");
         (v["window_covered_s"].as_f64().unwrap() >= 2.9).then_some(v)
     })
@@ -138,6 +166,23 @@ fn once_and_json_show_the_growing_site_on_top_with_its_rate() {
     assert_eq!((r["reason"].as_str(), r["label"].as_str()), (Some("snapshot"), Some("top")));
     assert!(the_site(&r, "grow_step", &"the snapshot")["live_count"].as_u64().unwrap() > 0);
     assert!(ask(pid, "nonsense")["error"].as_str().unwrap().contains("unknown request"));
+    // The program's own snapshot 1, then `gpushim diff` of it and top's snapshot 1: each side
+    // named apart, top's with its label, in the text and the HTML page's heading.
+    let own = take_snapshot(pid);
+    assert!(own.ends_with(&format!("gpushim-{pid}-snapshot-1.json")), "{own}");
+    let d = top(&["diff", &own, path.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&d.stdout).into_owned();
+    let head = text.lines().next().unwrap_or_default();
+    assert!(
+        head.starts_with(&format!("pid {pid} (snapshot 1, "))
+            && head.contains(&format!(" -> pid {pid} (snapshot 1 \"top\", "))
+            && head.ends_with("; same process"),
+        "{text}{}",
+        String::from_utf8_lossy(&d.stderr)
+    );
+    let d = top(&["diff", &own, path.to_str().unwrap(), "--format", "html"]);
+    let html = String::from_utf8_lossy(&d.stdout).into_owned();
+    assert!(html.contains(&format!("\"new\":\"pid {pid} snapshot 1 \\\"top\\\" (")), "{html}");
 
     // The collector gone while the program runs: one line.
     signal(the_collector(&dir), libc::SIGKILL);
@@ -212,6 +257,8 @@ fn the_full_screen_view_under_tmux() {
     run.env("LD_LIBRARY_PATH", standins()).env_remove("LD_PRELOAD").env_remove("GPUSHIM_OUTPUT");
     let mut live = Live::spawn(run, "gpushim run -- target_dynamic grow".into());
     assert_eq!(live.line(), "ready");
+    // The view's first frame needs the collector to answer (it exits otherwise).
+    top_answered(&["top", &live.pid.to_string(), "--once"]);
     let tmux = Tmux(format!("gpushim-test-{}", std::process::id()));
     let shell = "env PS1=READY$ sh";
     let out = tmux.cmd(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "40", shell]);
@@ -233,17 +280,31 @@ fn the_full_screen_view_under_tmux() {
     tmux.cmd(&["send-keys", "-t", "top", "Enter"]);
     let pane = tmux.wait_for("the stack", |p| p.contains("stack (Enter or Esc: back)"));
     assert!(pane.contains("scenario_grow"), "{pane}");
+    // In 16 rows the stack's box holds 2 lines: the site's, and how many more follow; Down
+    // scrolls to the frames.
+    tmux.cmd(&["resize-window", "-t", "top", "-x", "80", "-y", "16"]);
+    let pane = tmux.wait_for("the stack's more line", |p| p.contains(" more lines (↓ to scroll)"));
+    assert!(pane.contains("stack (Enter or Esc: back; Up/Down: scroll)"), "{pane}");
+    let more = |p: &str| -> Option<usize> { p.split("… ").nth(1)?.split(' ').next()?.parse().ok() };
+    let before = more(&pane).unwrap_or_else(|| panic!("{pane}"));
+    tmux.cmd(&["send-keys", "-t", "top", "Down"]);
+    let pane = tmux.wait_for("the stack scrolled", |p| more(p).is_some_and(|n| n + 1 == before) || before == 1);
+    assert!(!pane.contains("│site "), "scrolled past the site's line: {pane}");
+    tmux.cmd(&["resize-window", "-t", "top", "-x", "150", "-y", "40"]);
     tmux.cmd(&["send-keys", "-t", "top", "Escape"]);
     tmux.wait_for("the table again", |p| p.contains("sites by live bytes"));
-    tmux.cmd(&["send-keys", "-t", "top", "s"]);
-    let pane = tmux.wait_for("the snapshot's path", |p| p.contains("snapshot written to "));
-    let path = pane.split("snapshot written to ").nth(1).unwrap().split_whitespace().next().unwrap();
+    // `d` with no snapshot taken yet: it writes the first and says so.
+    tmux.cmd(&["send-keys", "-t", "top", "d"]);
+    let pane = tmux.wait_for("the first snapshot's path", |p| p.contains("first snapshot written to "));
+    let path = pane.split("first snapshot written to ").nth(1).unwrap().split(';').next().unwrap();
     assert!(Path::new(path).is_file(), "{path}: {pane}");
-    assert!(path.starts_with(dir.to_str().unwrap()), "{path}");
-    // `d`: another snapshot, and what grew since the first.
+    assert!(path.starts_with(dir.to_str().unwrap()) && path.ends_with("-snapshot-top-1.json"), "{path}");
+    assert!(pane.contains("press d again to see what changes from it"), "{pane}");
+    // `d` again: another snapshot, and what grew since the first.
     tmux.cmd(&["send-keys", "-t", "top", "d"]);
     let pane = tmux.wait_for("the diff", |p| p.contains("what changed since the last snapshot"));
     assert!(pane.contains("grow_step"), "{pane}");
+    assert!(pane.contains("snapshot 1 \"top\"") && pane.contains("snapshot 2 \"top\""), "{pane}");
     // In 100 columns the diff's line of the site (about 150 characters) wraps: its end, the
     // site's file and line, is still shown.
     tmux.cmd(&["resize-window", "-t", "top", "-x", "100", "-y", "40"]);
@@ -251,6 +312,11 @@ fn the_full_screen_view_under_tmux() {
     tmux.cmd(&["resize-window", "-t", "top", "-x", "150", "-y", "40"]);
     tmux.cmd(&["send-keys", "-t", "top", "Escape"]);
     tmux.wait_for("the table again", |p| p.contains("sites by live bytes"));
+    // `s`: a third snapshot, its path shown.
+    tmux.cmd(&["send-keys", "-t", "top", "s"]);
+    let pane = tmux.wait_for("the snapshot's path", |p| p.contains("-snapshot-top-3.json"));
+    let path = pane.split("snapshot written to ").nth(1).unwrap().split_whitespace().next().unwrap();
+    assert!(Path::new(path).is_file() && path.ends_with("-snapshot-top-3.json"), "{path}: {pane}");
     tmux.cmd(&["send-keys", "-t", "top", "q"]);
     let alt = || {
         String::from_utf8_lossy(&tmux.cmd(&["display", "-p", "-t", "top", "#{alternate_on}"]).stdout).trim().to_string()
@@ -423,7 +489,13 @@ fn the_sites_of_one_line_are_one_row_as_in_the_report() {
     let once = top(&["top", &pid, "--once"]);
     let text = String::from_utf8_lossy(&once.stdout).into_owned();
     assert!(once.status.success(), "{text}{}", String::from_utf8_lossy(&once.stderr));
-    assert!(text.lines().nth(3).is_some_and(|l| l.contains(", 1 suspect;")), "{text}");
+    // Two sites live, one row: the line says both.
+    assert_eq!((f["sites_live"].as_u64(), f["rows_live"].as_u64()), (Some(2), Some(1)), "{f:#}");
+    assert!(
+        text.lines().nth(3).is_some_and(|l| l
+            .starts_with("2 sites live in 1 row (sites of one line are one row), 1 suspect; growth over the last ")),
+        "{text}"
+    );
     // The rows, below the header's five lines (the first names the script too).
     let ours: Vec<&str> = text.lines().skip(5).filter(|l| l.contains("top_one_line.py")).collect();
     assert_eq!(ours.len(), 1, "{text}");

@@ -24,9 +24,9 @@
   const { term, explain } = gpushimTerms(D.glossary || [], el);
   // A label of `D.labels`: its words, and its glossary words as terms.
   const label = (pieces) => pieces.map((p) => (typeof p === "string" ? p : term(p.term, p.shown)));
-  const side = (r) => "pid " + r.pid + " " + (r.snapshot != null ? "snapshot " + r.snapshot : r.reason) + " (" + r.duration_s.toFixed(3) + " s)";
+  // The sides in words (`pid 7 snapshot 1 "half" (10.000 s)`), as gpushim diff's text names them.
   app.append(el("h1", {}, "gpushim diff"));
-  app.append(el("div", { class: "sub" }, "old: " + side(D.old) + " \u2192 new: " + side(D.new) + (D.same_process ? " \u00b7 same process" : "")));
+  app.append(el("div", { class: "sub" }, "old: " + D.sides.old + " \u2192 new: " + D.sides.new + (D.same_process ? " \u00b7 same process" : "")));
 
   const totals = el("table", { id: "totals" }, el("tr", {}, el("th", {}, ""), el("th", { class: "num" }, "old"), el("th", { class: "num" }, "new"), el("th", { class: "num" }, "growth")));
   // The totals' rows, each labelled in words.

@@ -101,7 +101,8 @@ enum Command {
     },
     /// Watch a running traced program's GPU memory live: its top allocation sites by live
     /// bytes or growth, from its collector (the program is not touched). Keys: t sort, g growth
-    /// window, Enter stack (and holders), s snapshot, d diff since it, q quit.
+    /// window, Enter stack (and holders), s snapshot, d diff since the last snapshot (the first
+    /// d, with none yet, writes one), q quit.
     Top {
         /// Process id of a program traced by gpushim, or of `gpushim run` (its traced processes
         /// are watched), or a job's output directory (every process writing reports there).

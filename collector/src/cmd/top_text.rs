@@ -121,16 +121,30 @@ pub(super) fn clean(s: &str) -> String {
     s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
 }
 
-/// One text frame (`--once`): the header, then up to `top` sites in `sort` order.
+/// The sites live, and the rows they make when these are fewer (the sites of one line are one
+/// row): `4 sites live in 2 rows`, or `2 sites live` (`sites` false: `4 live in 2 rows`, as the
+/// full-screen view's title says it after "sites by …"). A frame without `rows_live` (an older
+/// collector's) gives the sites only.
+pub(super) fn sites_live(f: &Frame, sites: bool) -> String {
+    let n = if sites { words::count(f.sites_live, "site") } else { f.sites_live.to_string() };
+    if f.rows_live == 0 || f.rows_live == f.sites_live {
+        format!("{n} live")
+    } else {
+        format!("{n} live in {}", words::count(f.rows_live, "row"))
+    }
+}
+
+/// One text frame (`--once`): the header, then up to `top` rows in `sort` order.
 pub(super) fn text(f: &Frame, sort: Sort, top: usize) -> String {
     let mut out = String::new();
     for l in header(f) {
         let _ = writeln!(out, "{l}");
     }
+    let why = if f.rows_live == 0 || f.rows_live == f.sites_live { "" } else { " (sites of one line are one row)" };
     let _ = writeln!(
         out,
-        "{} live, {}; growth over the last {:.0} s ({:.1} s of samples)",
-        words::count(f.sites_live, "site"),
+        "{}{why}, {}; growth over the last {:.0} s ({:.1} s of samples)",
+        sites_live(f, true),
         words::count(f.suspects, "suspect"),
         f.window_s,
         f.window_covered_s
@@ -174,14 +188,17 @@ pub(super) fn process_growth(f: &Frame) -> f64 {
     (now.live_bytes as f64 - old.live_bytes as f64) / span
 }
 
-/// The suspect a job's row names: the suspect site growing fastest, else none.
-pub(super) fn top_suspect(f: &Frame) -> Option<&SiteLine> {
+/// The suspect a job's row names: the suspect row growing fastest over the window, else none.
+/// It need not be the report's first suspect: the report puts definitely-lost memory first,
+/// which a frame does not know.
+pub(super) fn fastest_suspect(f: &Frame) -> Option<&SiteLine> {
     f.sites.iter().filter(|s| s.suspect).max_by(|a, b| a.growth_bytes_per_s.total_cmp(&b.growth_bytes_per_s))
 }
 
-/// The cells of a job's row: process, live, peak, growth, suspects, top suspect.
+/// The cells of a job's row: process, live, peak, growth, suspects, fastest suspect.
 pub(super) fn job_cells(f: &Frame) -> [String; 6] {
-    let top = top_suspect(f).map(|s| format!("{} ({})", headline(s), rate(s.growth_bytes_per_s))).unwrap_or_default();
+    let top =
+        fastest_suspect(f).map(|s| format!("{} ({})", headline(s), rate(s.growth_bytes_per_s))).unwrap_or_default();
     [
         process(f),
         fmt_bytes(f.totals.live_bytes),
@@ -199,7 +216,7 @@ pub(super) fn job_text(name: &str, frames: &[Result<Frame, String>]) -> String {
     let mut out = format!("{name}: {} traced processes; growth over the last {window:.0} s\n", frames.len());
     let _ = writeln!(
         out,
-        "{:<22}  {:>10}  {:>10}  {:>13}  {:>8}  TOP SUSPECT",
+        "{:<22}  {:>10}  {:>10}  {:>13}  {:>8}  FASTEST SUSPECT",
         "PROCESS", "LIVE", "PEAK", "GROWTH", "SUSPECTS"
     );
     for f in frames {
@@ -240,7 +257,8 @@ mod tests {
             uptime_s: 12.0,
             window_s: 10.0,
             window_covered_s: 10.0,
-            sites_live: 2,
+            sites_live: 4,
+            rows_live: 3,
             suspects: 1,
             sites: vec![
                 site("1", 1 << 20, 0.0, "big (a.c:1)"),
@@ -251,6 +269,19 @@ mod tests {
         };
         let t = text(&f, Sort::Live, 10);
         assert!(t.starts_with("pid 7: ./grow ?[2J (up 12.0 s)\n"), "{t}");
+        // Four sites in three rows: the line says both, and why.
+        assert_eq!(
+            t.lines().nth(3),
+            Some("4 sites live in 3 rows (sites of one line are one row), 1 suspect; growth over the last 10 s (10.0 s of samples)"),
+            "{t}"
+        );
+        assert_eq!(sites_live(&f, false), "4 live in 3 rows");
+        // As many rows as sites, or a frame without `rows_live`: the sites only.
+        for rows_live in [4, 0] {
+            let g = Frame { rows_live, ..f.clone() };
+            assert!(text(&g, Sort::Live, 10).lines().nth(3).unwrap().starts_with("4 sites live, 1 suspect; "));
+            assert_eq!(sites_live(&g, false), "4 live");
+        }
         let rows: Vec<&str> = t.lines().skip(5).collect();
         assert!(rows[0].ends_with("big (a.c:1)") && rows[2].ends_with("site 2"), "{t}");
         // The sites of one line: one row, its sites after its headline.
@@ -272,13 +303,22 @@ mod tests {
             suspect: true,
             ..SiteLine::default()
         };
+        // A suspect with more live bytes, growing slower: the row names the fastest one.
+        let big = SiteLine {
+            id: "5".into(),
+            headline: "keep (a.c:20)".into(),
+            live_bytes: 1 << 30,
+            growth_bytes_per_s: 10.0,
+            suspect: true,
+            ..SiteLine::default()
+        };
         let f = Frame {
             pid: 42,
             rank: Some(1),
             window_s: 10.0,
             series: vec![point(0.0, 0), point(5.0, 500), point(15.0, 1500)],
-            suspects: 1,
-            sites: vec![leak],
+            suspects: 2,
+            sites: vec![big, leak],
             ..Frame::default()
         };
         // From the point at or before 15 - 10 = 5 s.
@@ -290,6 +330,8 @@ mod tests {
         let t = job_text("pid 7", &[Ok(f), Err("the collector of pid 43 is gone".into())]);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "pid 7: 2 traced processes; growth over the last 10 s");
+        // The column says what it picks: the suspect growing fastest, not the report's first.
+        assert!(lines[1].starts_with("PROCESS") && lines[1].ends_with("  SUSPECTS  FASTEST SUSPECT"), "{t}");
         assert!(lines[2].starts_with("rank 1 (pid 42)") && lines[2].ends_with("grow (a.c:9) (+100 B/s)"), "{t}");
         assert_eq!(lines[3], "the collector of pid 43 is gone");
     }

@@ -1,12 +1,13 @@
 //! The full-screen view of `gpushim top` (ratatui over crossterm): a frame from the collector
 //! about every second, drawn as a header, a sparkline of live bytes and the top sites. A job
 //! (several traced processes) first shows one row per process (live, peak, growth, suspects and
-//! the top suspect); Enter goes into the selected one, Esc comes back.
+//! the suspect growing fastest); Enter goes into the selected one, Esc comes back.
 //!
 //! Keys: `t` sorts by live bytes or by growth, `g` cycles the growth window, Up/Down select a
-//! site, Enter shows its stack (Enter or Esc back), `s` takes a snapshot and shows its path, `d`
-//! takes another and shows what changed since the last one (`gpushim diff`'s text, wrapped at
-//! the terminal's width; Up/Down scroll it, Esc back),
+//! site, Enter shows its stack (Up/Down scroll it, Enter or Esc back), `s` takes a snapshot and
+//! shows its path, `d` takes another and shows what changed since the last one (`gpushim diff`'s
+//! text, wrapped at the terminal's width; Up/Down scroll it, Esc back), or, without an earlier
+//! one, takes the first and says so,
 //! `q` (or Ctrl-C) quits. The terminal is restored on every way out, a panic's included.
 
 use std::io::{self, Stdout};
@@ -24,7 +25,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Sparkline, Table, TableState, Wrap};
 use ratatui::{Frame as Screen, Terminal};
 
-use super::top_text::{clean, failure, header, headline, job_cells, rate, site_ids, sorted, Sort};
+use super::top_text::{clean, failure, header, headline, job_cells, rate, site_ids, sites_live, sorted, Sort};
 use crate::compare::diff::diff;
 use crate::control::client;
 use crate::control::frame::Frame;
@@ -54,6 +55,8 @@ struct View {
     window: usize,
     table: TableState,
     stack: bool,
+    /// The stack view's first line shown.
+    stack_scroll: usize,
     message: String,
     /// The process's latest snapshot taken here, for `d`.
     last_snapshot: Option<PathBuf>,
@@ -61,6 +64,76 @@ struct View {
     diff: Option<Vec<String>>,
     /// The diff's first row shown (of its lines as wrapped at the terminal's width).
     diff_scroll: u16,
+}
+
+/// `line` cut to `width` characters, its last one `…` when it was wider.
+fn cut(line: &str, width: usize) -> String {
+    if line.chars().count() <= width {
+        return line.to_string();
+    }
+    let mut s: String = line.chars().take(width.saturating_sub(1)).collect();
+    s.push('…');
+    s
+}
+
+/// `lines` wrapped at `width` columns between words (a word wider than a row is broken; the
+/// rows that continue a line are indented by 2), in at most `rows` rows: when they need more,
+/// the last row shown ends with `…`, so that nothing is cut silently.
+fn fit(lines: &[String], width: usize, rows: usize) -> Vec<String> {
+    let width = width.max(4);
+    let mut out: Vec<String> = Vec::new();
+    for line in lines {
+        let mut row = String::new();
+        let mut fresh = true;
+        for word in line.split(' ') {
+            let (used, len) = (row.chars().count(), word.chars().count());
+            if !fresh && used + 1 + len > width {
+                out.push(std::mem::replace(&mut row, "  ".to_string()));
+                fresh = true;
+            }
+            if !fresh {
+                row.push(' ');
+            }
+            row.push_str(word);
+            fresh = false;
+            // A word wider than the row: broken at the width.
+            while row.chars().count() > width {
+                let head: String = row.chars().take(width).collect();
+                let tail: String = row.chars().skip(width).collect();
+                out.push(head);
+                row = format!("  {tail}");
+            }
+        }
+        out.push(row);
+    }
+    if out.len() > rows {
+        out.truncate(rows);
+        if let Some(last) = out.last_mut() {
+            *last = cut(&format!("{last} …"), width);
+        }
+    }
+    out
+}
+
+/// The rows of the stack view for a box of `rows` rows and `width` columns: `lines` from
+/// `*scroll` on (clamped, so that the last line is at most at the bottom), each cut with `…`
+/// when wider, and, when more follow than fit, a last row `… N more lines (↓ to scroll)`.
+fn stack_rows(lines: &[String], rows: usize, width: usize, scroll: &mut usize) -> Vec<String> {
+    *scroll = (*scroll).min(lines.len().saturating_sub(rows));
+    let rest = &lines[*scroll..];
+    if rest.len() <= rows {
+        return rest.iter().map(|l| cut(l, width)).collect();
+    }
+    let shown = rows.saturating_sub(1);
+    let mut out: Vec<String> = rest[..shown].iter().map(|l| cut(l, width)).collect();
+    let n = rest.len() - shown;
+    out.push(cut(&format!("… {n} more {} (↓ to scroll)", if n == 1 { "line" } else { "lines" }), width));
+    out
+}
+
+/// The line of `d` without an earlier snapshot: the one it wrote is the first.
+fn first_snapshot(path: &std::path::Path) -> String {
+    format!("first snapshot written to {}; press d again to see what changes from it", path.display())
 }
 
 /// Restores the terminal when dropped.
@@ -99,6 +172,7 @@ pub fn run(pids: &[u32], window: f64) -> Result<ExitCode> {
         window: at,
         table: TableState::default().with_selected(Some(0)),
         stack: false,
+        stack_scroll: 0,
         message: String::new(),
         last_snapshot: None,
         diff: None,
@@ -171,8 +245,10 @@ impl View {
                             self.table.select(Some(0));
                             next = Instant::now();
                         }
-                        KeyCode::Enter => self.stack = !self.stack,
+                        KeyCode::Enter => (self.stack, self.stack_scroll) = (!self.stack, 0),
                         KeyCode::Esc if self.stack => self.stack = false,
+                        KeyCode::Down if self.stack => self.stack_scroll = self.stack_scroll.saturating_add(1),
+                        KeyCode::Up if self.stack => self.stack_scroll = self.stack_scroll.saturating_sub(1),
                         KeyCode::Esc if self.pids.len() > 1 => {
                             self.pid = None;
                             self.message.clear();
@@ -193,18 +269,19 @@ impl View {
     }
 
     /// `d`: a snapshot now, and what changed since the last one taken here (`gpushim diff`'s
-    /// text), shown in place of the sites.
+    /// text), shown in place of the sites; without an earlier one, the snapshot is the first,
+    /// and the line says so.
     fn diff_since_last(&mut self, pid: u32) {
-        let Some(old) = self.last_snapshot.clone() else {
-            self.message = "d shows what changed since the last snapshot: take one first with s".into();
-            return;
-        };
         let new = match client::snapshot(pid) {
             Ok(p) => p,
             Err(f) => {
                 self.message = format!("no snapshot: {}", failure(pid, f));
                 return;
             }
+        };
+        let Some(old) = self.last_snapshot.replace(new.clone()) else {
+            self.message = first_snapshot(&new);
+            return;
         };
         let mut text = Vec::new();
         let done = match (Report::read(&old), Report::read(&new)) {
@@ -219,7 +296,6 @@ impl View {
             }
             Err(why) => format!("no diff: {why}"),
         };
-        self.last_snapshot = Some(new);
     }
 
     /// Asks for the frames shown: the process's, or on a job's first screen every process's.
@@ -267,7 +343,7 @@ impl View {
             ],
         )
         .header(
-            Row::new(vec!["PROCESS", "LIVE", "PEAK", "GROWTH", "SUSPECTS", "TOP SUSPECT"])
+            Row::new(vec!["PROCESS", "LIVE", "PEAK", "GROWTH", "SUSPECTS", "FASTEST SUSPECT"])
                 .style(Style::new().add_modifier(Modifier::BOLD)),
         )
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
@@ -291,10 +367,30 @@ impl View {
             return;
         }
         let Some(f) = &self.frame else { return };
-        let [head, spark, body, foot] =
-            Layout::vertical([Constraint::Length(3), Constraint::Length(5), Constraint::Min(4), Constraint::Length(1)])
-                .areas(area);
-        let lines: Vec<Line> = header(f).into_iter().map(Line::from).collect();
+        // The header wrapped at the terminal's width, in at most 6 rows and what leaves the
+        // sites 4 (with the sparkline's 5 and the keys' 1).
+        // The keys' line, after what the last key did (a snapshot's path), wrapped in 2 rows
+        // at most.
+        let keys = if self.pids.len() > 1 {
+            "q quit  t sort  g window  s snapshot  d diff  Enter stack  Esc processes"
+        } else {
+            "q quit  t sort  g window  s snapshot  d diff  Enter stack"
+        };
+        let text = if self.message.is_empty() { keys.to_string() } else { format!("{}  |  {keys}", self.message) };
+        let foot_lines = fit(&[text], usize::from(area.width), 2);
+        let foot_rows = u16::try_from(foot_lines.len()).unwrap_or(1);
+        // The header wrapped at the terminal's width, in at most 6 rows and what leaves the
+        // sites 4 (with the sparkline's 5 and the keys' rows).
+        let head_rows = usize::from(area.height.saturating_sub(9 + foot_rows)).min(6);
+        let head_lines = fit(&header(f), usize::from(area.width), head_rows);
+        let [head, spark, body, foot] = Layout::vertical([
+            Constraint::Length(u16::try_from(head_lines.len()).unwrap_or(3)),
+            Constraint::Length(5),
+            Constraint::Min(4),
+            Constraint::Length(foot_rows),
+        ])
+        .areas(area);
+        let lines: Vec<Line> = head_lines.into_iter().map(Line::from).collect();
         s.render_widget(Paragraph::new(lines), head);
         // One point per sample, the latest at the right edge.
         let width = usize::from(spark.width.saturating_sub(2));
@@ -336,17 +432,21 @@ impl View {
             if let Some(site) = sites.get(selected) {
                 let name =
                     if site.headline.is_empty() { String::new() } else { format!(": {}", clean(&site.headline)) };
-                lines.push(Line::from(format!("{}{name}", site_ids(site))));
-                lines.extend(site.frames.iter().map(|fr| Line::from(format!("  {}", clean(fr)))));
+                lines.push(format!("{}{name}", site_ids(site)));
+                lines.extend(site.frames.iter().map(|fr| format!("  {}", clean(fr))));
                 if !site.held_by.is_empty() {
                     let from = f.holders_from.as_deref().unwrap_or("a snapshot");
-                    lines.push(Line::from(""));
-                    lines.push(Line::from(format!("who held it at {from}'s heap walk:")));
-                    lines.extend(site.held_by.iter().map(|l| Line::from(format!("  {}", clean(l)))));
+                    lines.push(String::new());
+                    lines.push(format!("who held it at {from}'s heap walk:"));
+                    lines.extend(site.held_by.iter().map(|l| format!("  {}", clean(l))));
                 }
             }
-            let block = Block::default().borders(Borders::ALL).title(" stack (Enter or Esc: back) ");
-            s.render_widget(Paragraph::new(lines).block(block), body);
+            let (rows, width) = (usize::from(body.height.saturating_sub(2)), usize::from(body.width.saturating_sub(2)));
+            let more = if lines.len() > rows { "; Up/Down: scroll" } else { "" };
+            let shown: Vec<Line> =
+                stack_rows(&lines, rows, width, &mut self.stack_scroll).into_iter().map(Line::from).collect();
+            let block = Block::default().borders(Borders::ALL).title(format!(" stack (Enter or Esc: back{more}) "));
+            s.render_widget(Paragraph::new(shown).block(block), body);
         } else {
             let rows = sites.iter().map(|site| {
                 Row::new(vec![
@@ -359,9 +459,9 @@ impl View {
             });
             let by = if self.sort == Sort::Live { "live bytes" } else { "growth" };
             let title = format!(
-                " sites by {by}, growth over {:.0} s ({} live, {}) ",
+                " sites by {by}, growth over {:.0} s ({}, {}) ",
                 self.windows[self.window],
-                f.sites_live,
+                sites_live(f, false),
                 crate::report::words::count(f.suspects, "suspect")
             );
             let table = Table::new(
@@ -381,12 +481,126 @@ impl View {
             .block(Block::default().borders(Borders::ALL).title(title));
             s.render_stateful_widget(table, body, &mut self.table);
         }
-        let keys = if self.pids.len() > 1 {
-            "q quit  t sort  g window  s snapshot  d diff  Enter stack  Esc processes"
-        } else {
-            "q quit  t sort  g window  s snapshot  d diff  Enter stack"
-        };
-        let text = if self.message.is_empty() { keys.to_string() } else { format!("{}  |  {keys}", self.message) };
-        s.render_widget(Paragraph::new(text), foot);
+        s.render_widget(Paragraph::new(foot_lines.into_iter().map(Line::from).collect::<Vec<_>>()), foot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::frame::SiteLine;
+    use ratatui::backend::TestBackend;
+
+    /// The view of one process showing `f`, not yet drawn.
+    fn view(f: Frame) -> View {
+        View {
+            pids: vec![f.pid],
+            job: Vec::new(),
+            rows: TableState::default(),
+            pid: Some(f.pid),
+            frame: Some(f),
+            sort: Sort::Live,
+            windows: vec![10.0],
+            window: 0,
+            table: TableState::default().with_selected(Some(0)),
+            stack: false,
+            stack_scroll: 0,
+            message: String::new(),
+            last_snapshot: None,
+            diff: None,
+            diff_scroll: 0,
+        }
+    }
+
+    /// The screen's rows after drawing `v` in `w`x`h`.
+    fn screen(v: &mut View, w: u16, h: u16) -> Vec<String> {
+        let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+        term.draw(|s| v.draw(s)).unwrap();
+        let buf = term.backend().buffer().clone();
+        (0..h).map(|y| (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>()).collect()
+    }
+
+    /// A frame of one site with a stack of 30 frames, and a driver line longer than 100 columns.
+    fn deep() -> Frame {
+        let frames: Vec<String> = (0..30).map(|i| format!("f{i} (deep.c:{})", i + 1)).collect();
+        Frame {
+            pid: 7,
+            command: vec!["./deep".into()],
+            driver_unavailable: Some(
+                "no NVML (no NVIDIA driver): nvmlInit_v2 failed (9: the NVIDIA driver is not loaded), so no figure"
+                    .into(),
+            ),
+            gpus: vec![crate::control::frame::GpuLine { ordinal: 0, gauge: Default::default() }],
+            sites_live: 1,
+            rows_live: 1,
+            sites: vec![SiteLine {
+                id: "1".into(),
+                sites: vec!["1".into()],
+                headline: "f0 (deep.c:1)".into(),
+                frames,
+                ..SiteLine::default()
+            }],
+            ..Frame::default()
+        }
+    }
+
+    /// Lines wider than the terminal wrap between words; past the rows given, the last row
+    /// ends with `…`.
+    #[test]
+    fn the_header_wraps_and_says_when_it_is_cut() {
+        let lines = vec!["pid 7: ./a".to_string(), "GPU 0 1 B; driver: no NVML (no NVIDIA driver) here".to_string()];
+        assert_eq!(fit(&lines, 29, 6), ["pid 7: ./a", "GPU 0 1 B; driver: no NVML", "  (no NVIDIA driver) here"]);
+        assert_eq!(fit(&lines, 29, 2), ["pid 7: ./a", "GPU 0 1 B; driver: no NVML …"]);
+        // A word wider than the row is broken.
+        assert_eq!(fit(&["abcdefghij".to_string()], 6, 6), ["abcdef", "  ghij"]);
+    }
+
+    /// 30 frames in a box of 10 rows: 9 lines and `… 22 more lines (↓ to scroll)`; scrolled
+    /// down, the rest; scrolled past the end, clamped so the last frame is at the bottom.
+    #[test]
+    fn a_long_stack_says_more_follow_and_scrolls() {
+        let lines: Vec<String> = (0..31).map(|i| format!("line {i}")).collect();
+        let mut scroll = 0;
+        let rows = stack_rows(&lines, 10, 40, &mut scroll);
+        assert_eq!((rows.len(), rows[8].as_str(), rows[9].as_str()), (10, "line 8", "… 22 more lines (↓ to scroll)"));
+        scroll = 20;
+        let rows = stack_rows(&lines, 10, 40, &mut scroll);
+        assert_eq!((rows[0].as_str(), rows[9].as_str()), ("line 20", "… 2 more lines (↓ to scroll)"));
+        scroll = 100;
+        let rows = stack_rows(&lines, 10, 40, &mut scroll);
+        assert_eq!((scroll, rows[0].as_str(), rows[9].as_str()), (21, "line 21", "line 30"));
+        // A line wider than the box is cut with `…`.
+        let mut scroll = 0;
+        assert_eq!(stack_rows(&["abcdefgh".to_string()], 3, 5, &mut scroll), ["abcd…"]);
+    }
+
+    /// Drawn in 100x24: the header's driver line wraps (its end shown), the stack view of 30
+    /// frames ends with the count of lines below and its title says it scrolls; Down scrolls.
+    #[test]
+    fn the_stack_view_drawn_says_it_scrolls() {
+        let mut v = view(deep());
+        let rows = screen(&mut v, 100, 24);
+        let text = rows.join("\n");
+        assert!(text.contains("is not loaded), so no figure"), "{text}");
+        v.stack = true;
+        let rows = screen(&mut v, 100, 24);
+        let text = rows.join("\n");
+        assert!(text.contains(" stack (Enter or Esc: back; Up/Down: scroll) "), "{text}");
+        // Head 4 rows, sparkline 5, keys 1: the stack's box has 14, 12 inside: the site's line,
+        // 10 frames, and the 20 frames below counted.
+        let last = rows.iter().rev().find(|r| r.contains("more lines")).unwrap_or_else(|| panic!("{text}"));
+        assert!(last.contains("… 20 more lines (↓ to scroll)"), "{text}");
+        assert!(text.contains("f9 (deep.c:10)") && !text.contains("f10 (deep.c:11)"), "{text}");
+        v.stack_scroll = 1;
+        let text = screen(&mut v, 100, 24).join("\n");
+        assert!(text.contains("f10 (deep.c:11)") && text.contains("… 19 more lines"), "{text}");
+    }
+
+    #[test]
+    fn d_without_an_earlier_snapshot_says_it_wrote_the_first() {
+        assert_eq!(
+            first_snapshot(std::path::Path::new("/o/gpushim-7-snapshot-top-1.json")),
+            "first snapshot written to /o/gpushim-7-snapshot-top-1.json; press d again to see what changes from it"
+        );
     }
 }

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::report::words::{
     first_user_frame, fmt_bytes, fmt_bytes_change, fmt_bytes_delta, fmt_seconds, frame_label, site_id_name,
+    snapshot_name,
 };
 use crate::report::{Frame, Gauge, Report, Site};
 
@@ -160,10 +161,10 @@ fn same_process(a: &Report, b: &Report) -> bool {
     a.pid == b.pid && a.start_unix_ns == b.start_unix_ns && a.start_unix_ns != 0
 }
 
-/// `exit, 1.0 s` or `snapshot 3, 2.5 s`.
+/// `exit, 1.0 s`, `snapshot 3, 2.5 s` or `snapshot 1 "half", 10 s`.
 fn describe(r: &Report) -> String {
     let what = match r.snapshot {
-        Some(n) => format!("snapshot {n}"),
+        Some(n) => snapshot_name(n, r.label.as_deref()),
         None => r.reason.name().to_string(),
     };
     format!("{what}, {}", fmt_seconds(r.duration_s))
@@ -427,6 +428,8 @@ struct ReportId {
     reason: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     snapshot: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    label: Option<String>,
     start_unix_ns: u64,
     duration_s: f64,
 }
@@ -437,6 +440,7 @@ impl ReportId {
             pid: r.pid,
             reason: r.reason.name(),
             snapshot: r.snapshot,
+            label: r.label.clone(),
             start_unix_ns: r.start_unix_ns,
             duration_s: r.duration_s,
         }
@@ -817,6 +821,46 @@ mod tests {
         assert_eq!(v["unchanged_sites"], 1);
         assert_eq!(v["totals"]["live_bytes"]["growth"], (4 << 20) + (3 << 10));
         assert_eq!(v["kinds"]["device"]["live_bytes"]["old"], 0);
+    }
+
+    /// The API's snapshot 1 labelled "half" and `gpushim top`'s snapshot 1 (labelled "top",
+    /// numbered on its own): the header names each with its label, so they read apart; the
+    /// JSON has the labels.
+    #[test]
+    fn snapshots_with_one_number_are_told_apart_by_their_labels() {
+        let mut old = report(9176, vec![site(0, "render", 1 << 20, 1)]);
+        (old.reason, old.snapshot, old.label) = (Reason::Snapshot, Some(1), Some("half".into()));
+        (old.start_unix_ns, old.duration_s) = (1_700_000_000_000_000_000, 10.0);
+        let mut new = report(9176, vec![site(0, "render", 2 << 20, 2)]);
+        (new.reason, new.snapshot, new.label) = (Reason::Snapshot, Some(1), Some("top".into()));
+        (new.start_unix_ns, new.duration_s) = (old.start_unix_ns, 17.0);
+        let mut out = Vec::new();
+        diff(&old, &new, 10, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text.lines().next(),
+            Some("pid 9176 (snapshot 1 \"half\", 10 s) -> pid 9176 (snapshot 1 \"top\", 17 s); same process"),
+            "{text}"
+        );
+        // Swapped, the warning names them the same way.
+        assert_eq!(
+            warnings(&new, &old),
+            ["OLD (snapshot 1 \"top\", 17 s) was taken after NEW (snapshot 1 \"half\", 10 s): are OLD and NEW \
+              swapped? growth is shown from OLD to NEW"]
+        );
+        let mut out = Vec::new();
+        diff_json(&old, &new, 10, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!((&v["old"]["label"], &v["new"]["label"]), (&serde_json::json!("half"), &serde_json::json!("top")));
+        // Without a label: none in the JSON, none in the words.
+        old.label = None;
+        let mut out = Vec::new();
+        diff(&old, &new, 10, &mut out).unwrap();
+        assert!(String::from_utf8(out).unwrap().starts_with("pid 9176 (snapshot 1, 10 s) -> "));
+        let mut out = Vec::new();
+        diff_json(&old, &new, 10, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert!(v["old"].get("label").is_none(), "{v}");
     }
 }
 

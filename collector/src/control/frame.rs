@@ -55,6 +55,10 @@ pub struct Frame {
     pub window_covered_s: f64,
     /// Sites with live allocations (all of them, not only those listed).
     pub sites_live: u64,
+    /// The rows those sites make (the sites of one line of user code are one row), of the
+    /// latest sample's sites (the [`super::SITES_PER_SAMPLE`] largest); 0 in a frame that predates it.
+    #[serde(default)]
+    pub rows_live: u64,
     /// The top rows by live bytes and those by growth, most live bytes first: a row is a
     /// site, or the sites of one line of user code ([`SiteLine`]).
     pub sites: Vec<SiteLine>,
@@ -176,6 +180,8 @@ pub(crate) struct Name {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Rows {
     pub lines: Vec<SiteLine>,
+    /// The rows of all the latest sample's sites, not only those in `lines`.
+    pub all: u64,
     pub span_ns: u64,
     pub suspects: u64,
 }
@@ -241,6 +247,7 @@ pub(crate) fn sites(
         }
     }
     chosen.sort_unstable();
+    let rows_all = all.len() as u64;
     let lines = chosen
         .into_iter()
         .map(|i| {
@@ -266,7 +273,7 @@ pub(crate) fn sites(
             }
         })
         .collect();
-    Rows { lines, span_ns: span, suspects: suspect_rows }
+    Rows { lines, all: rows_all, span_ns: span, suspects: suspect_rows }
 }
 
 /// The growth of the live bytes of `ids` (summed), per second, over `span` (the samples of the
@@ -322,8 +329,8 @@ mod tests {
         .into_iter()
         .collect();
         let names = HashMap::from([(1, Name { headline: "grow (a.c:1)".into(), ..Name::default() })]);
-        let Rows { lines, span_ns, suspects } = sites(&h, 5 * S, 10, &names, &[1], &HashMap::new());
-        assert_eq!((span_ns, suspects), (5 * S, 1));
+        let Rows { lines, all, span_ns, suspects } = sites(&h, 5 * S, 10, &names, &[1], &HashMap::new());
+        assert_eq!((all, span_ns, suspects), (3, 5 * S, 1));
         // Between samples: from the one before the window's start.
         assert_eq!(sites(&h, 4 * S, 10, &names, &[1], &HashMap::new()).span_ns, 5 * S);
         let ids: Vec<&str> = lines.iter().map(|l| l.id.as_str()).collect();
@@ -371,8 +378,9 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let Rows { lines, suspects, .. } = sites(&h, 10 * S, 10, &names, &[3, 4, 5], &holders);
-        assert_eq!(suspects, 2);
+        let Rows { lines, all, suspects, .. } = sites(&h, 10 * S, 10, &names, &[3, 4, 5], &holders);
+        // Four sites, three rows.
+        assert_eq!((all, suspects), (3, 2));
         // Id, sites, live bytes and count, growth, suspect.
         let rows: Vec<String> = lines
             .iter()
@@ -387,8 +395,9 @@ mod tests {
             ("Buf.__init__ (myleak.py:10)", &["pool_b (p.c:2)".to_string()][..])
         );
         assert_eq!(lines[0].held_by, ["held by: B", "held by: C", "held by: A"]);
-        // The top one by live bytes is the top one by growth: one row.
-        assert_eq!(sites(&h, 10 * S, 1, &names, &[], &holders).lines.len(), 1);
+        // The top one by live bytes is the top one by growth: one row listed, of three.
+        let top1 = sites(&h, 10 * S, 1, &names, &[], &holders);
+        assert_eq!((top1.lines.len(), top1.all), (1, 3));
         // A row of a frame of version 1 (one site each, no `sites`) still reads.
         let v1 = r#"{"id":"7","headline":"","live_bytes":1,"live_count":1,"growth_bytes_per_s":0.0,"suspect":false,"frames":[]}"#;
         let line: SiteLine = serde_json::from_str(v1).expect("a version 1 row");

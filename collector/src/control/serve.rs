@@ -181,6 +181,7 @@ pub(super) fn frame_of(s: &Shared, window_s: f64, top: usize) -> Frame {
         window_s,
         window_covered_s: rows.span_ns as f64 / 1e9,
         sites_live: s.sites_live,
+        rows_live: rows.all,
         sites: rows.lines,
         suspects: rows.suspects,
         holders_from: s.holders_from.clone(),

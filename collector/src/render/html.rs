@@ -255,12 +255,25 @@ fn label(pieces: &[Piece]) -> Value {
     )
 }
 
+/// A side of a diff (its document's `old` or `new`) in words, as the page's heading names it:
+/// `pid 7 snapshot 1 "half" (10.000 s)`, `pid 7 exit (12.500 s)`; a snapshot with a label is
+/// named with it, as `gpushim diff`'s text names it ([`crate::report::words::snapshot_name`]).
+fn diff_side(r: &Value) -> String {
+    let what = match r["snapshot"].as_u64().and_then(|n| u32::try_from(n).ok()) {
+        Some(n) => crate::report::words::snapshot_name(n, r["label"].as_str()),
+        None => r["reason"].as_str().unwrap_or("?").to_string(),
+    };
+    format!("pid {} {what} ({:.3} s)", r["pid"].as_u64().unwrap_or(0), r["duration_s"].as_f64().unwrap_or(0.0))
+}
+
 /// The data block of a diff's page: the diff's document with the glossary
-/// ([`super::glossary::page_terms`]) and the page's `labels`: the totals' rows (`[field, label]`)
-/// and the sites table's columns, in words.
+/// ([`super::glossary::page_terms`]), the page's `labels`: the totals' rows (`[field, label]`)
+/// and the sites table's columns, in words, and `sides`: the old and the new report in words
+/// ([`diff_side`]).
 pub fn diff_page_data(diff: &Value) -> Value {
     let mut v = diff.clone();
     if let Some(o) = v.as_object_mut() {
+        o.insert("sides".into(), json!({ "old": diff_side(&diff["old"]), "new": diff_side(&diff["new"]) }));
         o.insert("glossary".into(), super::glossary::page_terms());
         let totals: Vec<Value> = DIFF_TOTALS.iter().map(|(field, l)| json!([field, label(l)])).collect();
         let columns: Vec<Value> = DIFF_COLUMNS.iter().map(|l| label(l)).collect();
@@ -351,6 +364,24 @@ mod tests {
         assert!(!rest.contains("4294967295"), "the page's scripts name no site by the sentinel");
     }
 
+    /// The diff page's heading names a labelled snapshot with its label, as the text does: the
+    /// API's snapshot 1 "half" and `gpushim top`'s snapshot 1 "top" read apart.
+    #[test]
+    fn the_diff_pages_sides_name_a_snapshots_label() {
+        let mut old = sample();
+        (old.reason, old.snapshot, old.label, old.duration_s) =
+            (crate::report::Reason::Snapshot, Some(1), Some("half".into()), 10.0);
+        let mut new = old.clone();
+        (new.label, new.duration_s) = (Some("top".into()), 17.0);
+        let mut doc = Vec::new();
+        crate::compare::diff::diff_json(&old, &new, 10, &mut doc).unwrap();
+        let data = diff_page_data(&serde_json::from_slice(&doc).unwrap());
+        assert_eq!(
+            data["sides"],
+            json!({ "old": "pid 1234 snapshot 1 \"half\" (10.000 s)", "new": "pid 1234 snapshot 1 \"top\" (17.000 s)" })
+        );
+    }
+
     /// The words of the diff page have the glossary's meanings as tooltips: the glossary comes
     /// with the data, every glossary word the page places is one of the glossary, and every row
     /// of the totals is labelled in words, not by its JSON field.
@@ -368,6 +399,9 @@ mod tests {
         diff_page(&doc, &mut html).unwrap();
         let (data, rest) = split_page(&String::from_utf8(html).unwrap());
         assert!(rest.contains("<title>gpushim diff: pid 1234 \u{2192} pid 1235</title>"));
+        // The heading's sides, as the script shows them.
+        assert_eq!(data["sides"]["old"], format!("pid 1234 exit ({:.3} s)", old.duration_s));
+        assert!(rest.contains("D.sides.old") && rest.contains("D.sides.new"));
         // terms.js, which makes the tooltips, comes before the diff's script.
         let (terms, diff) =
             (rest.find("function gpushimTerms(").unwrap(), rest.find("gpushimTerms(D.glossary").unwrap());

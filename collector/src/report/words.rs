@@ -206,6 +206,17 @@ pub fn fmt_score(score: f64) -> String {
     format!("{score:.2}")
 }
 
+/// A snapshot's name: `snapshot 3`, followed by its label when it has one: `snapshot 1 "half"`
+/// (the Python API's `gpushim.snapshot("half")`, file `…-snapshot-1-half.json`) and
+/// `snapshot 1 "top"` (one `gpushim top` asked for, file `…-snapshot-top-1.json`, numbered
+/// apart from the program's own): snapshots whose files differ by their label read apart.
+pub fn snapshot_name(n: u32, label: Option<&str>) -> String {
+    match label {
+        Some(l) => format!("snapshot {n} \"{l}\""),
+        None => format!("snapshot {n}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
