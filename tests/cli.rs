@@ -737,13 +737,7 @@ fn a_recorded_stream_read_again_gives_the_same_suspects() {
     assert_eq!(streams, [format!("stream-{pid}.frames.json"), format!("stream-{pid}.gpushim")], "{run}");
     let stream = rec.join(format!("stream-{pid}.gpushim"));
     let again = TempDir::new("cli-record-again");
-    let out = gpushim([
-        "collect",
-        "--input",
-        stream.to_str().unwrap(),
-        "--output",
-        again.path().to_str().unwrap(),
-    ]);
+    let out = gpushim(["collect", "--input", stream.to_str().unwrap(), "--output", again.path().to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let json: Vec<String> = names_in(again.path()).into_iter().filter(|n| n.ends_with(".json")).collect();
     let second = read_json(&again.path().join(json.iter().find(|n| !n.contains(".holders")).unwrap()), &run);
