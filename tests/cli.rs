@@ -735,29 +735,24 @@ fn a_fifo_or_a_device_named_like_a_report_in_the_job_directory_is_said_in_one_li
     writer.join().unwrap();
 }
 
+/// `GPUSHIM_RECORD` names a directory that does not exist yet: it is made (as `GPUSHIM_OUTPUT`
+/// is), and the stream and its frames are named by the traced program's pid; the stream read
+/// again gives the same suspects, totals and frames.
 #[test]
 fn a_recorded_stream_read_again_gives_the_same_suspects() {
-    let rec = TempDir::new("cli-record");
-    let run =
-        Target::new("leak_example", "cli-record-run").args(&["20"]).env("GPUSHIM_RECORD", rec.path().display()).run();
+    let top = TempDir::new("cli-record");
+    let rec = top.path().join("rec").join("stream");
+    let run = Target::new("leak_example", "cli-record-run").args(&["20"]).env("GPUSHIM_RECORD", rec.display()).run();
     run.success();
     let first = read_json(&run.dir.path().join(&run.files()[0]), &run);
-    let streams = names_in(rec.path());
+    let pid = first["pid"].as_u64().unwrap();
     // The stream, and the frames its return addresses were symbolized to (for reading it again
     // where the program's libraries are not).
-    assert_eq!(streams.len(), 2, "{streams:?}");
-    let frames = streams.iter().find(|n| n.ends_with(".frames.json")).expect("a frames file");
-    let streams: Vec<String> = streams.iter().filter(|n| n.ends_with(".gpushim")).cloned().collect();
-    assert_eq!(frames.replace(".frames.json", ".gpushim"), streams[0]);
-    assert!(streams[0].starts_with("stream-"), "{streams:?}");
+    let streams = names_in(&rec);
+    assert_eq!(streams, [format!("stream-{pid}.frames.json"), format!("stream-{pid}.gpushim")], "{run}");
+    let stream = rec.join(format!("stream-{pid}.gpushim"));
     let again = TempDir::new("cli-record-again");
-    let out = gpushim([
-        "collect",
-        "--input",
-        rec.path().join(&streams[0]).to_str().unwrap(),
-        "--output",
-        again.path().to_str().unwrap(),
-    ]);
+    let out = gpushim(["collect", "--input", stream.to_str().unwrap(), "--output", again.path().to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let json: Vec<String> = names_in(again.path()).into_iter().filter(|n| n.ends_with(".json")).collect();
     let second = read_json(&again.path().join(json.iter().find(|n| !n.contains(".holders")).unwrap()), &run);

@@ -139,6 +139,35 @@ fn demo_runs_the_c_and_python_examples_and_finds_both_leaks() {
     );
 }
 
+/// `-o DIR` where an earlier run left reports (`DIR/c`, `DIR/python`): the demo counts only the
+/// reports its own runs wrote, so it finds both leaks and leaves the old files as they were.
+#[test]
+fn demo_into_a_directory_with_old_reports_counts_only_its_own() {
+    let dir = TempDir::new("demo-again");
+    let old = [("c", "gpushim-1.json"), ("python", "gpushim-rank00000-2.json")];
+    for (sub, name) in old {
+        fs::create_dir_all(dir.path().join(sub)).unwrap();
+        fs::write(dir.path().join(sub).join(name), "{\"old\": true}").unwrap();
+    }
+    let out = demo(&collector(), &["-o", dir.path().to_str().unwrap()], &std::env::var("PATH").unwrap());
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let all = format!("status {}\n--- stdout ---\n{stdout}--- stderr ---\n{stderr}", out.status);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    for ex in ["examples/leak.c", "examples/leak.py"] {
+        let verdict = format!("gpushim demo: {ex}: found the leak: suspect #1 is render ({ex}:");
+        assert!(stderr.lines().any(|l| l.starts_with(&verdict)), "no {verdict:?}{all}");
+    }
+    for (sub, name) in old {
+        assert_eq!(fs::read_to_string(dir.path().join(sub).join(name)).unwrap(), "{\"old\": true}", "{all}");
+        let reports: Vec<String> = names_in(&dir.path().join(sub))
+            .into_iter()
+            .filter(|n| n.starts_with("gpushim-") && n.ends_with(".json") && !n.contains(".holders") && n != name)
+            .filter(|n| !n.contains(".reach"))
+            .collect();
+        assert_eq!(reports.len(), 1, "one new report in {sub}: {reports:?}{all}");
+    }
+}
+
 /// A scratch directory beside the build (the same file system, so the executable is linked,
 /// not copied: a copy just written can fail to run with ETXTBSY while another test forks).
 struct Scratch(PathBuf);

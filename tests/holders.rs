@@ -95,7 +95,7 @@ fn check_main(h: &Value, run: &Outcome, found: u64) {
     let l = lines(thread);
     assert_eq!(l.len(), 1, "{h:#}");
     assert!(
-        l[0].1.starts_with("function 'worker' (holders.py:")
+        l[0].1.starts_with("function 'worker' (programs/holders.py:")
             && l[0].1.ends_with(") local 'local_buf' in thread 'loader'"),
         "{h:#}"
     );
@@ -758,4 +758,128 @@ fn device_memory_is_told_by_kind_with_the_lines_of_each() {
         html.contains("\"memory_kinds\":[{\"kinds\":[{\"bytes\":4194304,\"kind\":\"parameters\""),
         "the page's data has the kinds"
     );
+}
+
+/// A script that allocates in a method (the location), keeps buffers in a global (a global
+/// holder) and one in a local of `main` (a local holder), then takes a snapshot and waits for
+/// its heap walk, from inside `main`.
+const ONE_FILE: &str = r#"import ctypes
+import sys
+
+import gpushim
+
+cudart = ctypes.CDLL(sys.argv[1])
+
+
+class Buf:
+    def __init__(self, n):
+        p = ctypes.c_void_p()
+        if cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n)) != 0:
+            raise SystemExit("cudaMalloc failed")
+        self.__cuda_array_interface__ = {"data": (p.value, False), "shape": (n,), "typestr": "|u1", "version": 3}
+
+
+T = [Buf(4096) for _ in range(3)]
+
+
+def main():
+    model = Buf(65536)
+    snap = gpushim.snapshot("one", timeout=20)
+    print("holders", gpushim.holders_path(snap, timeout=20), flush=True)
+    return model
+
+
+main()
+"#;
+
+/// Every name of a file that ends in `name` in `text`: the run of characters before it back to
+/// a space, a quote, a bracket or a line's start.
+fn names_of(text: &str, name: &str) -> Vec<String> {
+    text.match_indices(name)
+        .map(|(i, _)| {
+            let start = text[..i].rfind(|c: char| c.is_whitespace() || "\"'([".contains(c)).map_or(0, |j| j + 1);
+            text[start..i + name.len()].to_string()
+        })
+        .collect()
+}
+
+/// One Python file is named one way, `proj/one_file.py`, in the locations, the global holders
+/// and the local holders of the report's text, JSON and holders file, whether the program was
+/// started by its absolute path or as `python3 ../one_file.py` from a subdirectory (CPython's
+/// `co_filename` is then `…/proj/sub/../one_file.py`).
+#[test]
+fn one_file_has_one_name_however_the_program_was_started() {
+    let mut seen = Vec::new();
+    for how in ["absolute", "relative"] {
+        let t = Target::new(python3(), &format!("holders-one-file-{how}"));
+        let proj = t.dir.path().join("proj");
+        let sub = proj.join("sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        let script = proj.join("one_file.py");
+        std::fs::write(&script, ONE_FILE).unwrap();
+        // The path the working directory reads by (getcwd gives it without symbolic links).
+        let script = std::fs::canonicalize(&script).unwrap();
+        let arg = if how == "absolute" { script.display().to_string() } else { "../one_file.py".to_string() };
+        let cudart = standin("libcudart.so.13");
+        let t = t
+            .args(&[&arg, cudart.to_str().unwrap()])
+            .env("PYTHONPATH", crate::pyapi::package_dir().display())
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        let out = t.command().current_dir(&sub).stdin(std::process::Stdio::null()).output().unwrap();
+        let run = Outcome {
+            desc: format!("(in {}) {}", sub.display(), t.describe()),
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            dir: t.dir,
+        };
+        run.success();
+        let pid = pid_of(&run);
+        let holders_file = run.dir.path().join(format!("gpushim-{pid}-snapshot-1-one.holders.json"));
+        assert_eq!(
+            run.stdout.lines().find_map(|l| l.strip_prefix("holders ")),
+            Some(holders_file.to_str().unwrap()),
+            "{run}"
+        );
+        let snapshot = run.dir.path().join(format!("gpushim-{pid}-snapshot-1-one.json"));
+        let text = gpushim(["report".as_ref(), snapshot.as_os_str()]);
+        assert!(text.status.success(), "{text:?}");
+        let text = String::from_utf8_lossy(&text.stdout).into_owned();
+        let holders = std::fs::read_to_string(&holders_file).unwrap();
+        let h: Value = serde_json::from_str(&holders).unwrap();
+        let paths: Vec<String> = h["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["holders"].as_array().unwrap().iter())
+            .map(|l| l["path"][0].as_str().unwrap().to_string())
+            .collect();
+        assert!(paths.contains(&"proj/one_file.py global 'T'".to_string()), "{how}: {paths:?}{run}");
+        assert!(
+            paths.iter().any(|p| p.starts_with("function 'main' (proj/one_file.py:") && p.contains(") local 'model'")),
+            "{how}: {paths:?}{run}"
+        );
+        assert!(text.contains("Buf.__init__ (proj/one_file.py:"), "{how}:\n{text}{run}");
+        assert!(text.contains("held by: proj/one_file.py global 'T'"), "{how}:\n{text}{run}");
+        // The text's first line is the command line, as given.
+        let (command, names) = text.split_once('\n').unwrap();
+        assert!(command.contains(&format!(" {arg} ")), "{command}");
+        for (what, body) in [("text", names), ("holders", &holders)] {
+            let names = names_of(body, "one_file.py");
+            assert!(!names.is_empty(), "{how} {what}:\n{body}");
+            assert!(names.iter().all(|n| n == "proj/one_file.py"), "{how} {what}: {names:?}\n{body}");
+        }
+        // The JSON report keeps the file's whole path, made absolute and without `..`.
+        let report = read_json(&snapshot, &run);
+        let files: std::collections::BTreeSet<String> = report["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["frames"].as_array().unwrap().iter())
+            .filter_map(|f| f["file"].as_str().filter(|f| f.ends_with("one_file.py")).map(String::from))
+            .collect();
+        assert_eq!(files.into_iter().collect::<Vec<_>>(), [script.display().to_string()], "{how}{run}");
+        seen.push(paths);
+    }
+    assert_eq!(seen[0], seen[1], "the same holders, by the same names");
 }

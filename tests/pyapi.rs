@@ -116,6 +116,44 @@ fn snapshot_from_python_writes_a_labelled_file() {
     assert!(aside_reach.is_file(), "{run}");
 }
 
+/// A rank's program (`RANK=0 WORLD_SIZE=2`, as torchrun sets them): `report_path()`, asked
+/// before the first CUDA allocation and after it, names the final report the collector wrote,
+/// `gpushim-rank00000-<pid>.json`.
+#[test]
+fn report_path_of_a_rank_names_the_rank_s_report() {
+    let script = r#"import ctypes
+import sys
+
+import gpushim
+
+print("before", gpushim.report_path(), flush=True)
+cudart = ctypes.CDLL(sys.argv[1])
+p = ctypes.c_void_p()
+if cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(1 << 20)) != 0:
+    raise SystemExit("cudaMalloc failed")
+print("after", gpushim.report_path(), flush=True)
+"#;
+    let t = Target::new(python3(), "pyapi_rank_path");
+    let path = t.dir.path().join("rank.py");
+    std::fs::write(&path, script).unwrap();
+    let cudart = standin("libcudart.so.13");
+    let run = t
+        .args(&[path.to_str().unwrap(), cudart.to_str().unwrap()])
+        .env("PYTHONPATH", package_dir().display())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("RANK", 0)
+        .env("WORLD_SIZE", 2)
+        .run();
+    run.success();
+    let pid = run.report()["pid"].as_u64().unwrap();
+    let written: Vec<String> = run.files().into_iter().filter(|f| f.ends_with(&format!("-{pid}.json"))).collect();
+    assert_eq!(written, [format!("gpushim-rank00000-{pid}.json")], "{run}");
+    let expected = run.dir.path().join(&written[0]);
+    for when in ["before", "after"] {
+        assert_eq!(printed(&run.stdout, when, &run), expected.to_str().unwrap(), "{when}{run}");
+    }
+}
+
 /// Without the shim: nothing raises, `is_tracing()` is False, `snapshot()` and `report_path()`
 /// are None, and one line on stderr says that tracing is off.
 #[test]

@@ -123,8 +123,10 @@ def is_tracing() -> bool:
 
 def report_path() -> str | None:
     """The path of the final report this process will get at exit (``GPUSHIM_OUTPUT`` or the
-    working directory, ``gpushim-PID.json``; the collector takes the next free name if that one
-    exists), or None when tracing is off (one line on standard error says so)."""
+    working directory, ``gpushim-PID.json``, or ``gpushim-rankRRRRR-PID.json`` for a process with
+    a rank, ``RANK`` or another launcher's variable, as the collector names it; the collector
+    takes the next free name if that one exists), or None when tracing is off (one line on
+    standard error says so)."""
     try:
         lib = _library()
         if lib is None:

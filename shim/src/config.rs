@@ -68,6 +68,9 @@ static REACHABILITY_CUDA_DATA: AtomicBool = AtomicBool::new(false);
 /// Where reports go ([`Config::output_dir`]), kept for the line the exit path says when its
 /// wait times out.
 static OUTPUT_DIR: RaceOnce<PathBuf> = RaceOnce::new();
+/// The rank in the report's name (`gpushim_wire::naming::rank` of [`Config::identity`]), once
+/// tracing started: the collector names the report by the variables read then.
+static RANK: RaceOnce<Option<u32>> = RaceOnce::new();
 /// The value of a `GPUSHIM_SIGNAL` that is not USR1, USR2 or none (USR1 is used).
 static BAD_SIGNAL: RaceOnce<String> = RaceOnce::new();
 
@@ -104,6 +107,20 @@ pub fn exit_timeout() -> Duration {
 /// The report directory of the process that traces, once tracing started.
 pub fn output_dir() -> Option<&'static Path> {
     OUTPUT_DIR.get().map(PathBuf::as_path)
+}
+
+/// The launcher's variables ([`IDENTITY_VARS`]) that are set now, `(name, value)`.
+fn identity_vars() -> Vec<(String, String)> {
+    IDENTITY_VARS.iter().filter_map(|&k| Some((k.to_string(), env(k)?))).collect()
+}
+
+/// The rank the final report's name carries (`gpushim_wire::naming`, the collector's rule):
+/// of the variables read when tracing started, else of those set now.
+pub fn report_rank() -> Option<u32> {
+    match RANK.get() {
+        Some(r) => *r,
+        None => gpushim_wire::naming::rank(&identity_vars()),
+    }
 }
 
 /// Where reports would go if tracing started now: `GPUSHIM_OUTPUT`, made absolute against the
@@ -393,7 +410,8 @@ impl Config {
         let output_dir = output_dir_from_env();
         let collector = env_path("GPUSHIM_COLLECTOR").unwrap_or_else(default_collector);
         OUTPUT_DIR.set(output_dir.clone());
-        let identity = IDENTITY_VARS.iter().filter_map(|&k| Some((k.to_string(), env(k)?))).collect();
+        let identity = identity_vars();
+        RANK.set(gpushim_wire::naming::rank(&identity));
         Config { collector, output_dir, cwd, warnings, identity }
     }
 
@@ -464,6 +482,15 @@ mod tests {
             (64, Some("GPUSHIM_MAX_FRAMES=x is not a number from 1 to 256; using 64".into()))
         );
         assert_eq!(max_frames_value("0", 64).0, 64);
+    }
+
+    /// The report's name takes its rank from the variables the shim sends (the collector's rule,
+    /// `gpushim_wire::naming`): every variable that can give a rank is one the shim reads.
+    #[test]
+    fn every_variable_that_gives_a_rank_is_sent() {
+        for v in gpushim_wire::naming::RANK_VARS {
+            assert!(IDENTITY_VARS.contains(v), "{v} is not in IDENTITY_VARS");
+        }
     }
 
     /// A cargo build has the collector beside the library; an installed wheel has the library

@@ -41,6 +41,7 @@ mod answer; // the collector's answers on the socket
 mod decode; // Decoder, decode_body, WireError
 mod encode; // write_header, encode
 mod event; // Event, its structs, Kind, Api, LineTableFormat
+pub mod naming; // report file names: the rank rule and the stem
 pub mod setting; // the settings' grammar: switches, the known names
 
 pub use answer::{answer_line, parse_answer, ASK_SNAPSHOT, END_OF_STREAM};

@@ -44,11 +44,7 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>, hold_exit: bool) -> 
             .map(|m| m.saturating_mul(1 << 20)),
         max_stacks: count_setting("GPUSHIM_MAX_STACKS", s.max_stacks.as_deref(), &mut err),
         live,
-        frames_out: if live {
-            record_dir(s).map(|d| d.join(format!("stream-{}.frames.json", std::process::id())))
-        } else {
-            None
-        },
+        record_dir: if live { record_dir(s) } else { None },
         frames_in: input.as_ref().filter(|_| !live).map(|p| p.with_extension("frames.json")).filter(|p| p.is_file()),
     };
     signals::ignore_file_size_signal();
@@ -68,7 +64,11 @@ pub fn run(input: Option<PathBuf>, output: Option<PathBuf>, hold_exit: bool) -> 
                 None => Box::new(io::sink()),
             };
             let mut confirmed = false;
-            let input = Recorded { input: io::stdin().lock(), copy: record_file(s, &mut err) };
+            let copy = match record_dir(s) {
+                Some(dir) => Copy::Waiting { dir, head: Vec::new() },
+                None => Copy::Off,
+            };
+            let input = Recorded { input: io::stdin().lock(), copy };
             let outcome = collect::collect_with(input, &opts, &mut err, &mut answers, &mut || {
                 if !hold_exit {
                     confirm_to_shim();
@@ -180,22 +180,94 @@ fn stdin_copy() -> Option<File> {
     io::stdin().as_fd().try_clone_to_owned().ok().map(File::from)
 }
 
-/// The live stream, copied as it is read into the file `GPUSHIM_RECORD` names (a directory:
-/// `stream-<collector pid>.gpushim` in it), for `gpushim collect FILE` to read again: the same
-/// events give the same suspects, which is how the verdict is worked on without the GPU the
-/// program ran on. A copy that fails stops copying; the collection goes on.
+/// The live stream, copied as it is read into a file of the directory `GPUSHIM_RECORD` names
+/// (made if it does not exist, as the output directory is): `stream-<pid>.gpushim`, the pid
+/// being the traced program's, read from the stream's Hello event; for `gpushim collect FILE`
+/// to read again: the same events give the same suspects, which is how the verdict is worked
+/// on without the GPU the program ran on. A copy that fails stops copying; the collection goes
+/// on.
 struct Recorded<R> {
     input: R,
-    copy: Option<File>,
+    copy: Copy,
+}
+
+/// Where [`Recorded`] stands.
+enum Copy {
+    /// Nothing is copied.
+    Off,
+    /// The bytes read until the Hello event has been read whole, which names the file.
+    Waiting { dir: PathBuf, head: Vec<u8> },
+    /// Copying into the file.
+    On(File),
+}
+
+impl Copy {
+    /// Takes `bytes` (none: the stream ended), opening the file once the Hello event is read
+    /// whole, or once it is clear there is none (then named by the collector's pid).
+    fn take(&mut self, bytes: &[u8]) {
+        match self {
+            Copy::Off => {}
+            Copy::On(f) => {
+                if f.write_all(bytes).is_err() {
+                    *self = Copy::Off;
+                }
+            }
+            Copy::Waiting { dir, head } => {
+                head.extend_from_slice(bytes);
+                let pid = match hello_pid(head) {
+                    Head::Short if !bytes.is_empty() => return,
+                    Head::Pid(pid) => pid,
+                    Head::Short | Head::NoHello => std::process::id(),
+                };
+                let path = collect::record_path(dir, pid);
+                let opened = std::fs::create_dir_all(&*dir).and_then(|()| File::create(&path));
+                *self = match opened.and_then(|mut f| f.write_all(head).map(|()| f)) {
+                    Ok(f) => Copy::On(f),
+                    Err(e) => {
+                        eprintln!(
+                            "gpushim: GPUSHIM_RECORD: cannot write {}: {e}; the stream is not recorded",
+                            path.display()
+                        );
+                        Copy::Off
+                    }
+                };
+            }
+        }
+    }
+}
+
+/// What the start of a stream says of the program's pid.
+#[derive(Debug, PartialEq)]
+enum Head {
+    /// Not yet all of the header and the first frame.
+    Short,
+    /// The pid of the Hello event the stream starts with.
+    Pid(u32),
+    /// The stream does not start with a Hello event.
+    NoHello,
+}
+
+/// The pid in `head`'s first frame, a Hello event (`gpushim_wire`: a 12-byte header, then each
+/// frame's length, `u32` little-endian, and its body).
+fn hello_pid(head: &[u8]) -> Head {
+    let h = gpushim_wire::HEADER_LEN;
+    let Some(len) = head.get(h..h + 4) else { return Head::Short };
+    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]);
+    if len > gpushim_wire::MAX_FRAME {
+        return Head::NoHello;
+    }
+    let Some(body) = head.get(h + 4..h + 4 + len as usize) else { return Head::Short };
+    match gpushim_wire::decode_body(body) {
+        Ok(Some(gpushim_wire::Event::Hello(hello))) => Head::Pid(hello.pid),
+        _ => Head::NoHello,
+    }
 }
 
 impl<R: io::Read> io::Read for Recorded<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.input.read(buf)?;
-        if let Some(f) = self.copy.as_mut() {
-            if f.write_all(&buf[..n]).is_err() {
-                self.copy = None;
-            }
+        if n > 0 || !buf.is_empty() {
+            self.copy.take(&buf[..n]);
         }
         Ok(n)
     }
@@ -206,27 +278,65 @@ fn record_dir(s: &Settings) -> Option<PathBuf> {
     s.record.as_ref().map(PathBuf::from)
 }
 
-/// The file the stream is copied into, if `GPUSHIM_RECORD` asks for one (one line on `err` if
-/// it cannot be made).
-fn record_file(s: &Settings, err: &mut dyn Write) -> Option<File> {
-    let dir = record_dir(s)?;
-    let path = dir.join(format!("stream-{}.gpushim", std::process::id()));
-    match File::create(&path) {
-        Ok(f) => Some(f),
-        Err(e) => {
-            let _ = writeln!(
-                err,
-                "gpushim: GPUSHIM_RECORD: cannot write {}: {e}; the stream is not recorded",
-                path.display()
-            );
-            None
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stream whose Hello event names pid 7485, then an exit event.
+    fn stream() -> Vec<u8> {
+        let mut b = Vec::new();
+        gpushim_wire::write_header(&mut b);
+        let hello = gpushim_wire::Hello {
+            pid: 7485,
+            ppid: 1,
+            start_unix_ns: 0,
+            command: vec!["prog".into()],
+            cwd: "/".into(),
+            output_dir: "/".into(),
+            shim_version: "0".into(),
+        };
+        gpushim_wire::encode(&gpushim_wire::Event::Hello(hello), &mut b);
+        gpushim_wire::encode(&gpushim_wire::Event::Exit(gpushim_wire::Exit { ts_ns: 1 }), &mut b);
+        b
+    }
+
+    #[test]
+    fn the_hello_event_names_the_program() {
+        let s = stream();
+        assert_eq!(hello_pid(&s[..10]), Head::Short);
+        assert_eq!(hello_pid(&s[..20]), Head::Short);
+        assert_eq!(hello_pid(&s), Head::Pid(7485));
+        let mut other = s[..12].to_vec();
+        gpushim_wire::encode(&gpushim_wire::Event::Exit(gpushim_wire::Exit { ts_ns: 1 }), &mut other);
+        assert_eq!(hello_pid(&other), Head::NoHello);
+    }
+
+    /// The recorded stream goes into a directory that did not exist (made, as the output
+    /// directory is), named by the program's pid, whole, however the reads cut it.
+    #[test]
+    fn a_recording_makes_its_directory_and_is_named_by_the_program() {
+        use std::io::Read;
+        let tmp = crate::report::output::tests::TempDir::new("record");
+        let dir = tmp.0.join("rec").join("stream");
+        let s = stream();
+        let mut r =
+            Recorded { input: io::Cursor::new(s.clone()), copy: Copy::Waiting { dir: dir.clone(), head: Vec::new() } };
+        let mut got = Vec::new();
+        let mut buf = [0u8; 7];
+        loop {
+            let n = r.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, s);
+        drop(r);
+        let names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["stream-7485.gpushim"]);
+        assert_eq!(std::fs::read(dir.join("stream-7485.gpushim")).unwrap(), s);
+    }
 
     #[test]
     fn collector_switches_with_bad_values_are_said_in_one_line_each() {

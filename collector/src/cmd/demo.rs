@@ -205,13 +205,16 @@ fn shown(command: &[OsString]) -> String {
 }
 
 /// Runs `gpushim run --output DIR -- COMMAND` with the stand-ins in `LD_LIBRARY_PATH`; the path
-/// of the final report it wrote.
+/// of the final report it wrote: the one final report in `DIR` that was not there before (a
+/// report of an earlier demo into the same `-o DIR` is left alone and not counted).
 fn run_example(exe: &Path, standins: &Path, dir: &Path, ex: &Example) -> Result<PathBuf> {
     let mut search = standins.as_os_str().to_os_string();
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
         search.push(":");
         search.push(old);
     }
+    // Reports an earlier run left in the directory are not this run's.
+    let before = final_reports(dir)?;
     let status = Command::new(exe)
         .arg("run")
         .arg("--output")
@@ -231,6 +234,19 @@ fn run_example(exe: &Path, standins: &Path, dir: &Path, ex: &Example) -> Result<
     if !status.success() {
         return Err(coded(DEMO_MISSED, format!("demo: {} failed under gpushim run ({status})", ex.name)));
     }
+    let reports: Vec<PathBuf> = final_reports(dir)?.into_iter().filter(|p| !before.contains(p)).collect();
+    match reports.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(coded(
+            DEMO_MISSED,
+            format!("demo: {} wrote {} final reports in {}, not one", ex.name, reports.len(), dir.display()),
+        )),
+    }
+}
+
+/// The final reports in `dir` (`gpushim-<pid>.json`, `gpushim-rank<R>-<pid>.json`, either with
+/// a `.<n>`), sorted.
+fn final_reports(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut reports: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("demo: cannot read {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -241,13 +257,7 @@ fn run_example(exe: &Path, standins: &Path, dir: &Path, ex: &Example) -> Result<
         })
         .collect();
     reports.sort();
-    match reports.as_slice() {
-        [one] => Ok(one.clone()),
-        _ => Err(coded(
-            DEMO_MISSED,
-            format!("demo: {} wrote {} final reports in {}, not one", ex.name, reports.len(), dir.display()),
-        )),
-    }
+    Ok(reports)
 }
 
 /// The line that says the example's leak was found: its first suspect is `render` in the

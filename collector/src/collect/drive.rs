@@ -389,7 +389,8 @@ impl<'a, 'o, R: Read> Drive<'a, 'o, R> {
                 "gpushim: event stream from pid {pid} broken: {e}; report holds what was received"
             );
         }
-        if let Some(p) = &self.opts.frames_out {
+        if let Some(dir) = &self.opts.record_dir {
+            let p = super::record_path(dir, pid).with_extension("frames.json");
             if let Ok(text) = serde_json::to_string(&sink.sym.cached_frames()) {
                 let _ = std::fs::write(p, text);
             }

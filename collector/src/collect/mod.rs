@@ -53,10 +53,11 @@ pub struct Options {
     /// final report's reason takes a stop signal the collector received ([`ending::STOP`]) and
     /// whether the program still runs after a stream without an exit event.
     pub live: bool,
-    /// Where to write, at the end, every return address symbolized with its frames (with a
-    /// recorded stream: `GPUSHIM_RECORD`), so that the stream read again elsewhere, without the
-    /// program's libraries, names the same frames.
-    pub frames_out: Option<PathBuf>,
+    /// The directory of a recorded stream (`GPUSHIM_RECORD`), into which every return address
+    /// symbolized with its frames is written at the end (`stream-<pid>.frames.json`, beside
+    /// the stream `stream-<pid>.gpushim`, the program's pid), so that the stream read again
+    /// elsewhere, without the program's libraries, names the same frames.
+    pub record_dir: Option<PathBuf>,
     /// Such a file to start from (`gpushim collect --input X` reads `X`'s `.frames.json`).
     pub frames_in: Option<PathBuf>,
 }
@@ -156,6 +157,12 @@ pub fn collect_with(
     }
     let out = Writer::new(out_dir, opts.html, err, answers);
     Drive::new(dec, hello, opts, out).run(stream_read)
+}
+
+/// The recorded stream of process `pid` in `dir`; its frames file is the same name with the
+/// extension `frames.json` (which `gpushim collect --input` looks for).
+pub fn record_path(dir: &std::path::Path, pid: u32) -> PathBuf {
+    dir.join(format!("stream-{pid}.gpushim"))
 }
 
 #[cfg(test)]

@@ -112,9 +112,11 @@ impl Ending {
 impl<'a> Sink<'a> {
     /// A sink for the stream that `hello` opened, writing through `out`.
     pub(super) fn new(hello: Hello, out: Writer<'a>) -> Sink<'a> {
+        let mut sym = Symbolizer::new();
+        sym.python_mut().set_cwd(&hello.cwd);
         Sink {
             hello,
-            sym: Symbolizer::new(),
+            sym,
             stacks: HashMap::new(),
             thread_names: HashMap::new(),
             activity: Default::default(),

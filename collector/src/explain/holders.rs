@@ -112,13 +112,30 @@ fn thousands(n: u64) -> String {
     out
 }
 
-/// A path's root step with the script's file shortened as a frame's file is: the walker names
-/// `__main__` by its file's path (`/home/u/ws4/train.py global 'history'`), a report by the same
-/// last two components as its frames (`ws4/train.py global 'history'`, `ws4/train.py:66`).
-fn short_root(step: &str) -> String {
+/// A step of a holder's path with its file named as a frame's file is (`words::short_path` of
+/// `Python::resolve`: made absolute against the program's working directory, then its
+/// directory and its name), so that a location and a holder name one file alike: the root of
+/// a global, which the walker names by the module's path (`/home/u/ws4/train.py global
+/// 'history'` reads `ws4/train.py global 'history'`), and a frame, which the walker names by
+/// its code's `co_filename` (`function 'main' (../train.py:57) local 'model'` reads `function
+/// 'main' (ws4/train.py:57) local 'model'`). Any other step is kept.
+fn named_step(step: &str, root: bool, py: &crate::explain::pyframes::Python) -> String {
+    let name = |file: &str| crate::report::words::short_path(&py.resolve(file)).into_owned();
+    if let Some(rest) = step.strip_prefix("function '") {
+        if let Some((func, after)) = rest.split_once("' (") {
+            // The file ends at the first `:LINE)` (a file name may hold `:` or `)` itself).
+            for (i, _) in after.match_indices(')') {
+                let Some((file, line)) = after[..i].rsplit_once(':') else { continue };
+                if !file.is_empty() && !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) {
+                    return format!("function '{func}' ({}:{line}){}", name(file), &after[i + 1..]);
+                }
+            }
+        }
+        return step.to_string();
+    }
     match step.split_once(" global ") {
-        Some((file, key)) if file.contains('/') => {
-            format!("{} global {key}", crate::report::words::short_path(file))
+        Some((file, key)) if root && (file.contains('/') || file.ends_with(".py")) => {
+            format!("{} global {key}", name(file))
         }
         _ => step.to_string(),
     }
@@ -196,8 +213,8 @@ pub fn attribute(h: &HeapWalk, state: &State, pid: u32, py: &crate::explain::pyf
     let mut walked: Walked =
         if h.result.is_empty() { Walked::default() } else { serde_json::from_str(&h.result).unwrap_or_default() };
     for h in &mut walked.holders {
-        if let Some(root) = h.path.first_mut() {
-            *root = short_root(root);
+        for (i, step) in h.path.iter_mut().enumerate() {
+            *step = named_step(step, i == 0, py);
         }
     }
     let status = status_name(h.status);
@@ -617,6 +634,26 @@ mod tests {
     }
 
     /// One object is "1 object", not "1 objects", in a site's first line.
+    /// A global's root and a frame's local name the script's file as its frames do, whether the
+    /// walker had it absolute, with `..` (`python3 ../myleak2.py` from `proj/sub`) or relative.
+    #[test]
+    fn globals_and_locals_name_the_file_by_its_directory_and_its_name() {
+        let mut py = crate::explain::pyframes::Python::default();
+        py.set_cwd("/home/u/proj/sub");
+        for file in ["/home/u/proj/myleak2.py", "/home/u/proj/sub/../myleak2.py", "../myleak2.py"] {
+            assert_eq!(named_step(&format!("{file} global 'T'"), true, &py), "proj/myleak2.py global 'T'", "{file}");
+            assert_eq!(
+                named_step(&format!("function 'main' ({file}:57) local 'model' in thread 'MainThread'"), false, &py),
+                "function 'main' (proj/myleak2.py:57) local 'model' in thread 'MainThread'",
+                "{file}"
+            );
+        }
+        assert_eq!(named_step("function 'f' (/a/b:c/x.py:3)", true, &py), "function 'f' (b:c/x.py:3)");
+        assert_eq!(named_step("torch global 'x'", true, &py), "torch global 'x'", "a module without a file");
+        assert_eq!(named_step("dict['a global b']", false, &py), "dict['a global b']");
+        assert_eq!(named_step("list[*]", false, &py), "list[*]");
+    }
+
     #[test]
     fn one_object_is_counted_in_the_singular() {
         let s = state(&[(0x10000, 16384, 1)]);

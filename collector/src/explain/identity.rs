@@ -5,7 +5,9 @@
 //! Report file names: `gpushim-<pid>.json` for a process without a rank; with one,
 //! `gpushim-rank<RANK>-<pid>.json`, the rank written with at least five digits
 //! (`gpushim-rank00003-4242.json`) so that a directory listing sorts the ranks of a job of up
-//! to 100,000 ranks in rank order. Snapshots, out-of-memory reports, interval reports and
+//! to 100,000 ranks in rank order. The rule (which variables give the rank, how the stem is
+//! written) is `gpushim_wire::naming`'s, which the shim's `gpushim_report_path` uses too, so
+//! that the Python API's `report_path()` names the file written here. Snapshots, out-of-memory reports, interval reports and
 //! holders files of the same process share that stem (`gpushim-rank00003-4242-snapshot-1.json`).
 
 use std::collections::BTreeMap;
@@ -48,7 +50,7 @@ pub fn from_vars(vars: &[(String, String)]) -> Identity {
         })
     });
     Identity {
-        rank: num(&["RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"]),
+        rank: gpushim_wire::naming::rank(vars),
         local_rank: num(&["LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"]),
         world_size: num(&["WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]),
         job_id,
@@ -59,10 +61,7 @@ pub fn from_vars(vars: &[(String, String)]) -> Identity {
 
 /// The stem every report file of process `pid` starts with (see the module doc).
 pub fn stem(pid: u32, identity: Option<&Identity>) -> String {
-    match identity.and_then(|i| i.rank) {
-        Some(rank) => format!("gpushim-rank{rank:05}-{pid}"),
-        None => format!("gpushim-{pid}"),
-    }
+    gpushim_wire::naming::report_stem(pid, identity.and_then(|i| i.rank))
 }
 
 /// The pid and rank of a final report's file name (`gpushim-<pid>.json`,

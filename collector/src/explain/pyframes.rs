@@ -46,6 +46,9 @@ pub struct Python {
     codes: HashMap<u32, Code>,
     stacks: HashMap<u32, Vec<PyFrame>>,
     lines: HashMap<(u32, u32), Option<u32>>,
+    /// The program's working directory (Hello's), against which a relative `co_filename` is
+    /// read; empty when unknown.
+    cwd: String,
 }
 
 impl Python {
@@ -59,8 +62,22 @@ impl Python {
         self.version.is_some()
     }
 
+    /// The program's working directory, which a relative file name is read against (Hello's
+    /// `cwd`; [`crate::report::words::resolve_path`]).
+    pub fn set_cwd(&mut self, cwd: &str) {
+        self.cwd = cwd.to_string();
+    }
+
+    /// A Python file's path as the report keeps it: made absolute against the program's
+    /// working directory and without `.` and `..` ([`crate::report::words::resolve_path`]), so
+    /// that frames and holders name one file alike however the program was started.
+    pub fn resolve(&self, file: &str) -> String {
+        crate::report::words::resolve_path(file, &self.cwd)
+    }
+
     /// Remembers a code object.
-    pub fn add_code(&mut self, c: PyCode) {
+    pub fn add_code(&mut self, mut c: PyCode) {
+        c.filename = self.resolve(&c.filename);
         let internal = is_internal_file(&c.filename);
         self.lines.retain(|&(id, _), _| id != c.id);
         self.codes.insert(
@@ -122,6 +139,8 @@ impl Python {
     /// `function` (PyTorch records `co_name`; the shim's frames give `co_qualname`), and
     /// classed as a frame of the stack would be ([`crate::explain::frames::mark`]).
     pub fn block_frame(&self, file: &str, line: u32, function: &str) -> Frame {
+        let file = self.resolve(file);
+        let file = file.as_str();
         // The code of this file that starts nearest above the line, whatever its name: when it
         // is another function (the block's own code was never seen), the recorded name stays.
         let qualname = self

@@ -173,7 +173,7 @@ pub fn page_data(r: &Report) -> Value {
                         for (f, frame) in frames.iter_mut().filter_map(Value::as_object_mut).zip(&site.frames) {
                             f.remove("address");
                             if let Some(file) = &frame.file {
-                                f.insert("file_name".into(), Value::String(short_path(file).to_string()));
+                                f.insert("file_name".into(), Value::String(short_path(file).into_owned()));
                             }
                         }
                     }

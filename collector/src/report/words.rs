@@ -3,6 +3,8 @@
 //! Perfetto formats, the collector's stderr summary, the suspects' reasons and `gpushim diff`
 //! all say these things the same way through this module.
 
+use std::borrow::Cow;
+
 use crate::report::{Frame, Site};
 
 /// The site's id as a report shows it (see [`site_id_name`]).
@@ -39,7 +41,7 @@ fn frame_label_raw(f: &Frame) -> String {
     }
     let place = match (&f.file, f.line) {
         (Some(file), Some(line)) => Some(format!("{}:{line}", short_path(file))),
-        (Some(file), None) => Some(short_path(file).to_string()),
+        (Some(file), None) => Some(short_path(file).into_owned()),
         _ if !f.module.is_empty() => Some(format!("{}+{}", f.module_name(), f.offset.as_deref().unwrap_or(&f.address))),
         _ => None,
     };
@@ -51,13 +53,71 @@ fn frame_label_raw(f: &Frame) -> String {
     }
 }
 
-/// The last two components of a source path (`src/main.rs`), enough to find it: how a report
-/// names a file, in a frame and in a holder's root (`ws4/train.py global 'history'`).
-pub fn short_path(p: &str) -> &str {
+/// How a report names a file, in a frame and in a holder alike (`ws4/train.py:66`, `ws4/train.py
+/// global 'history'`, `function 'main' (ws4/train.py:57) local 'model'`): by its directory and
+/// its name, the last two components of the path once `.` and `..` are taken out
+/// ([`normal_path`]; CPython names a script started as `python3 ../train.py` by
+/// `/home/u/ws4/sub/../train.py`). A Python file's relative path is first made absolute
+/// against the program's working directory ([`resolve_path`], when the collector reads it), so
+/// that one file reads the same however the program was started.
+pub fn short_path(p: &str) -> Cow<'_, str> {
+    let p = normal_path(p);
     match p.rmatch_indices('/').nth(1) {
-        Some((i, _)) => &p[i + 1..],
+        Some((i, _)) => match p {
+            Cow::Borrowed(b) => Cow::Borrowed(&b[i + 1..]),
+            Cow::Owned(o) => Cow::Owned(o[i + 1..].to_string()),
+        },
         None => p,
     }
+}
+
+/// `p` without its `.` components and with each `..` taking out the component before it
+/// (lexically, as Python's `os.path.normpath` does; a `..` at the start of a relative path,
+/// or after the root, stays), and without repeated or trailing slashes; `p` itself when there
+/// is nothing to take out.
+pub fn normal_path(p: &str) -> Cow<'_, str> {
+    let absolute = p.starts_with('/');
+    let parts: Vec<&str> = p.split('/').collect();
+    let clean =
+        parts.iter().enumerate().all(|(i, c)| *c != "." && *c != ".." && (!c.is_empty() || (i == 0 && absolute)));
+    if clean {
+        return Cow::Borrowed(p);
+    }
+    let mut out: Vec<&str> = Vec::new();
+    for c in parts {
+        match c {
+            "" | "." => {}
+            ".." => match out.last() {
+                Some(&last) if last != ".." => {
+                    out.pop();
+                }
+                _ if absolute => {}
+                _ => out.push(".."),
+            },
+            c => out.push(c),
+        }
+    }
+    let joined = out.join("/");
+    match (absolute, joined.is_empty()) {
+        (true, _) => Cow::Owned(format!("/{joined}")),
+        (false, true) => Cow::Borrowed("."),
+        (false, false) => Cow::Owned(joined),
+    }
+}
+
+/// A Python file's path as the report keeps it: a relative one (`co_filename` of a script
+/// started as `python3 sub/train.py` before Python 3.9, `__file__` of a module imported
+/// relatively) joined to `cwd`, the program's working directory when tracing started (Hello's
+/// `cwd`), when that is absolute; then [`normal_path`]. A name in angle brackets (`<stdin>`,
+/// `<frozen importlib._bootstrap>`) is no path and is kept.
+pub fn resolve_path(file: &str, cwd: &str) -> String {
+    if file.starts_with('<') {
+        return file.to_string();
+    }
+    if !file.starts_with('/') && cwd.starts_with('/') && !file.is_empty() {
+        return normal_path(&format!("{cwd}/{file}")).into_owned();
+    }
+    normal_path(file).into_owned()
 }
 
 /// A command line for display, arguments with spaces quoted.
@@ -220,6 +280,27 @@ pub fn snapshot_name(n: u32, label: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One file, three ways of starting the program: by absolute path, as `python3
+    /// ../myleak2.py` from a subdirectory (CPython's `/home/u/proj/sub/../myleak2.py`), and a
+    /// relative `co_filename` resolved against the working directory: one name.
+    #[test]
+    fn a_file_is_named_by_its_directory_and_its_name_however_it_was_reached() {
+        assert_eq!(short_path("/home/u/proj/myleak2.py"), "proj/myleak2.py");
+        assert_eq!(short_path("/home/u/proj/sub/../myleak2.py"), "proj/myleak2.py");
+        assert_eq!(short_path(&resolve_path("../myleak2.py", "/home/u/proj/sub")), "proj/myleak2.py");
+        assert_eq!(short_path(&resolve_path("./myleak2.py", "/home/u/proj")), "proj/myleak2.py");
+        assert_eq!(short_path(&resolve_path("myleak2.py", "/home/u/proj")), "proj/myleak2.py");
+        assert_eq!(resolve_path("/home/u/proj/./sub/../myleak2.py", "/elsewhere"), "/home/u/proj/myleak2.py");
+        assert_eq!(resolve_path("../myleak2.py", ""), "../myleak2.py", "no working directory known");
+        assert_eq!(resolve_path("<stdin>", "/home/u"), "<stdin>");
+        assert_eq!(short_path("examples/leak.c"), "examples/leak.c");
+        assert_eq!(short_path("leak.c"), "leak.c");
+        assert_eq!(normal_path("/../a//b/"), "/a/b");
+        assert_eq!(normal_path("../../a/./b"), "../../a/b");
+        assert_eq!(normal_path("a/.."), ".");
+        assert!(matches!(short_path("/home/u/ws4/train.py"), Cow::Borrowed("ws4/train.py")));
+    }
 
     #[test]
     fn a_score_has_two_decimals() {

@@ -75,7 +75,9 @@ pub extern "C" fn gpushim_is_tracing() -> c_int {
 
 /// Writes the path where this process's final report will be written (`GPUSHIM_OUTPUT`,
 /// made absolute against the working directory, else the working directory, then
-/// `gpushim-PID.json`; the collector takes the next free name if that one exists) into
+/// `gpushim-PID.json`, or `gpushim-rank<RANK>-PID.json` for a process with a rank: the
+/// collector's rule, `gpushim_wire::naming`, with the rank of the variables read when tracing
+/// started, else of those set now; the collector takes the next free name if that one exists) into
 /// `out` (NUL-terminated when it fits) and returns its length in bytes without the NUL; when
 /// that is `cap` or more, nothing useful was written and the caller should retry with a
 /// larger buffer. Returns -1 on an internal error.
@@ -86,7 +88,8 @@ pub extern "C" fn gpushim_is_tracing() -> c_int {
 pub unsafe extern "C" fn gpushim_report_path(out: *mut c_char, cap: usize) -> isize {
     let r = std::panic::catch_unwind(|| {
         let dir = config::output_dir().map(PathBuf::from).unwrap_or_else(config::output_dir_from_env);
-        dir.join(format!("gpushim-{}.json", sys::getpid_raw())).into_os_string()
+        let stem = gpushim_wire::naming::report_stem(sys::getpid_raw() as u32, config::report_rank());
+        dir.join(format!("{stem}.json")).into_os_string()
     });
     let Ok(path) = r else { return -1 };
     // SAFETY: the caller's contract.

@@ -1022,9 +1022,11 @@ def _fmt_key(k):
 
 
 def _frame_desc(f):
+    """A frame by its function, its file and its line: the file's whole `co_filename`, which the
+    collector names as it names a frame's file (`words::short_path`), so that a local holder,
+    a global holder and a location name one file alike."""
     co = f.f_code
-    fn = co.co_filename.rsplit("/", 1)[-1]
-    return f"function '{co.co_name}' ({fn}:{f.f_lineno})"
+    return f"function '{co.co_name}' ({co.co_filename}:{f.f_lineno})"
 
 
 def _thread_name(tid, modules):
