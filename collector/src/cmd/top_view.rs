@@ -161,23 +161,7 @@ pub fn run(pids: &[u32], window: f64) -> Result<ExitCode> {
     }
     let at = windows.iter().position(|&w| w == window).unwrap_or(0);
     let one = (pids.len() == 1).then(|| pids[0]);
-    let mut view = View {
-        pids: pids.to_vec(),
-        job: Vec::new(),
-        rows: TableState::default().with_selected(Some(0)),
-        pid: one,
-        frame: None,
-        sort: Sort::Live,
-        windows,
-        window: at,
-        table: TableState::default().with_selected(Some(0)),
-        stack: false,
-        stack_scroll: 0,
-        message: String::new(),
-        last_snapshot: None,
-        diff: None,
-        diff_scroll: 0,
-    };
+    let mut view = View::new(pids.to_vec(), one, windows, at);
     if let Some(pid) = one {
         view.frame = Some(client::frame(pid, window).map_err(|f| failure(pid, f))?);
     } else {
@@ -192,6 +176,28 @@ pub fn run(pids: &[u32], window: f64) -> Result<ExitCode> {
 }
 
 impl View {
+    /// The view of `pids` (in one process's view when `pid`), with growth windows `windows`
+    /// (seconds), the one at `window` chosen; nothing fetched or drawn yet.
+    fn new(pids: Vec<u32>, pid: Option<u32>, windows: Vec<f64>, window: usize) -> View {
+        View {
+            pids,
+            job: Vec::new(),
+            rows: TableState::default().with_selected(Some(0)),
+            pid,
+            frame: None,
+            sort: Sort::Live,
+            windows,
+            window,
+            table: TableState::default().with_selected(Some(0)),
+            stack: false,
+            stack_scroll: 0,
+            message: String::new(),
+            last_snapshot: None,
+            diff: None,
+            diff_scroll: 0,
+        }
+    }
+
     fn run(&mut self, term: &mut Terminal<CrosstermBackend<Stdout>>) -> Result<()> {
         let mut next = Instant::now() + REFRESH;
         loop {
@@ -493,23 +499,9 @@ mod tests {
 
     /// The view of one process showing `f`, not yet drawn.
     fn view(f: Frame) -> View {
-        View {
-            pids: vec![f.pid],
-            job: Vec::new(),
-            rows: TableState::default(),
-            pid: Some(f.pid),
-            frame: Some(f),
-            sort: Sort::Live,
-            windows: vec![10.0],
-            window: 0,
-            table: TableState::default().with_selected(Some(0)),
-            stack: false,
-            stack_scroll: 0,
-            message: String::new(),
-            last_snapshot: None,
-            diff: None,
-            diff_scroll: 0,
-        }
+        let mut v = View::new(vec![f.pid], Some(f.pid), vec![10.0], 0);
+        v.frame = Some(f);
+        v
     }
 
     /// The screen's rows after drawing `v` in `w`x`h`.
