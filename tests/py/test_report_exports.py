@@ -8,6 +8,7 @@ scripts/test.sh does first) for the gpushim binary and the stand-ins. The browse
 Chromium (Debian's `chromium`; .ci/run installs it): without one they are skipped with a message,
 except under CI (the CI variable set), where its absence fails."""
 
+import contextlib
 import json
 import os
 import pickle
@@ -154,6 +155,24 @@ def chromium() -> str:
             pytest.fail("CI is set but chromium is not installed (.ci/run installs Debian's chromium)")
         pytest.skip("chromium not installed (Debian: apt-get install chromium): HTML report not tested in a browser")
     return exe
+
+
+@contextlib.contextmanager
+def opened(page_path: Path, width: int = 1280, height: int = 900):
+    """The page at `page_path`, loaded in headless Chromium (skipped without it; a failure in
+    CI), for the `with` block."""
+    exe = chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.goto(page_path.as_uri())
+        page.wait_for_load_state("load")
+        try:
+            yield page
+        finally:
+            browser.close()
 
 
 def top_suspect_function(report) -> str:
@@ -448,8 +467,6 @@ def test_html_chart_line_of_a_suspect_of_several_sites_is_their_sum(demo, tmp_pa
     """A suspect of several sites (one cause) is charted as the sum of its sites' series, as its
     card's live bytes are (a new user saw the legend give one site's 60.0 MiB beside a card of
     90.0 MiB)."""
-    exe = chromium()
-    from playwright.sync_api import sync_playwright
 
     path, _ = demo
     r = json.loads(Path(path).read_text())
@@ -462,17 +479,12 @@ def test_html_chart_line_of_a_suspect_of_several_sites_is_their_sum(demo, tmp_pa
     both = tmp_path / "gpushim-2.json"
     both.write_text(json.dumps(r))
     page_path = export(both, "html", tmp_path / "both.html")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.goto(page_path.as_uri())
-        page.wait_for_load_state("load")
+    with opened(page_path) as page:
         last = page.evaluate(
             "() => { const c = window.gpushimChart;"
             " const i = c.series.findIndex((s) => s.label.startsWith('#1 ')); const d = c.data[i];"
             " for (let k = d.length - 1; k >= 0; k--) if (d[k] != null) return d[k]; return null; }"
         )
-        browser.close()
     assert last == 2 * site["live_bytes"], (last, site["live_bytes"])
 
 
@@ -480,8 +492,6 @@ def test_html_legend_of_a_suspect_ends_with_its_cards_live_bytes(demo, tmp_path)
     """A site's series misses the site's last change once the collector thins it (it records one
     change in 2, 4, ... after 256 points): the chart's line of the suspect still ends with the
     live bytes at the report's end, and the legend gives the number of the suspect's card."""
-    exe = chromium()
-    from playwright.sync_api import sync_playwright
 
     path, _ = demo
     r = json.loads(Path(path).read_text())
@@ -494,11 +504,7 @@ def test_html_legend_of_a_suspect_ends_with_its_cards_live_bytes(demo, tmp_path)
     thinned = tmp_path / "gpushim-3.json"
     thinned.write_text(json.dumps(r))
     page_path = export(thinned, "html", tmp_path / "thinned.html")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.goto(page_path.as_uri())
-        page.wait_for_load_state("load")
+    with opened(page_path) as page:
         legend = page.evaluate(
             "() => [...document.querySelectorAll('.u-legend tr.u-series')].map((r) =>"
             " [r.querySelector('.u-label').textContent, r.querySelector('.u-value').textContent])"
@@ -509,7 +515,6 @@ def test_html_legend_of_a_suspect_ends_with_its_cards_live_bytes(demo, tmp_path)
         )
         end = page.evaluate("() => window.gpushimChart.data[0].at(-1)")
         card = page.locator("#suspects .suspect").first.inner_text()
-        browser.close()
     shown = next(v for label, v in legend if label.startswith("#1 "))
     on_card = re.search(r"\u2014 (\S+ \S+) live in ", card)
     assert on_card, card
@@ -521,8 +526,6 @@ def test_html_legend_of_a_suspect_ends_with_its_cards_live_bytes(demo, tmp_path)
 def test_html_card_of_a_suspect_of_the_sites_of_one_line_has_every_sites_holders(demo, tmp_path):
     """A suspect across two sites of one line: its card gives the holder lines the text report
     gives, every member site's, each headed by its site."""
-    exe = chromium()
-    from playwright.sync_api import sync_playwright
 
     path, _ = demo
     r = json.loads(Path(path).read_text())
@@ -571,13 +574,8 @@ def test_html_card_of_a_suspect_of_the_sites_of_one_line_has_every_sites_holders
     for line in want:
         assert f"      {line}\n" in text, (line, text)
     page_path = export(both, "html", tmp_path / "both.html")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.goto(page_path.as_uri())
-        page.wait_for_load_state("load")
+    with opened(page_path) as page:
         shown = page.locator("#suspects .suspect").first.locator(".holders li").all_inner_texts()
-        browser.close()
     assert shown == want
 
 
