@@ -25,6 +25,8 @@ use crate::error::{coded, USAGE};
 const POLL: Duration = Duration::from_millis(50);
 /// The longest wait for the collector to say it asked the shim for a snapshot.
 const ASK_WAIT: Duration = Duration::from_secs(5);
+/// How long a collector whose endpoint does not listen yet is asked again before the signal.
+const ASK_RETRY: Duration = Duration::from_secs(2);
 
 /// The signals the shim can listen to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -188,7 +190,17 @@ pub fn snapshot(pid: i32, signal: Option<Signal>, timeout: Duration) -> Result<P
     // The collector asks the shim, which takes the snapshot as its signal would: the program's
     // own handler of the signal, if it installed one after ours, never runs. A collector from
     // before that request, or none reachable here, leaves the signal.
-    if !crate::control::client::ask_snapshot(named as u32, inside.collector_pid(), ASK_WAIT) {
+    // The collector's endpoint may not listen yet just after the program's first allocation
+    // started it: asked again for ASK_RETRY.
+    let ask_until = Instant::now() + ASK_RETRY;
+    let asked = loop {
+        match crate::control::client::ask_snapshot(named as u32, inside.collector_pid(), ASK_WAIT) {
+            Some(asked) => break asked,
+            None if Instant::now() < ask_until => thread::sleep(POLL),
+            None => break false,
+        }
+    };
+    if !asked {
         send(pid, signal.number())?;
     }
     let deadline = Instant::now() + timeout;

@@ -23,12 +23,14 @@ pub enum Failure {
 /// Asks the collector of traced `pid` (the pid the program has in its own PID namespace) to
 /// have the shim take a snapshot of the program, as its signal would, without signalling the
 /// program; `collector`: the collector's own pid as we see it, when known, which the endpoint's
-/// peer must be (the name is not unique across PID namespaces). True if it said it asked.
-pub fn ask_snapshot(pid: u32, collector: Option<i32>, timeout: Duration) -> bool {
-    let Ok(addr) = SocketAddr::from_abstract_name(socket_name(pid).as_bytes()) else { return false };
-    let Ok(conn) = UnixStream::connect_addr(&addr) else { return false };
+/// peer must be (the name is not unique across PID namespaces). `Some(true)` if it said it
+/// asked, `Some(false)` if it answered otherwise (a collector from before the request), `None`
+/// if nothing (or another process) listens yet.
+pub fn ask_snapshot(pid: u32, collector: Option<i32>, timeout: Duration) -> Option<bool> {
+    let addr = SocketAddr::from_abstract_name(socket_name(pid).as_bytes()).ok()?;
+    let conn = UnixStream::connect_addr(&addr).ok()?;
     if !super::same_user(&conn) || collector.is_some_and(|c| super::peer(&conn).map(|p| p.pid) != Some(c)) {
-        return false;
+        return None;
     }
     let asked = || -> std::io::Result<bool> {
         conn.set_read_timeout(Some(timeout))?;
@@ -38,7 +40,7 @@ pub fn ask_snapshot(pid: u32, collector: Option<i32>, timeout: Duration) -> bool
         BufReader::new(&conn).read_line(&mut line)?;
         Ok(serde_json::from_str::<serde_json::Value>(&line).is_ok_and(|v| v["asked"] == true))
     };
-    asked().unwrap_or(false)
+    Some(asked().unwrap_or(false))
 }
 
 /// Sends `request` to the collector of traced `pid` and returns its reply line.
